@@ -1,0 +1,199 @@
+"""Roofline step-time model of one vLLM scheduler iteration.
+
+One iteration streams the weights (and the KV cache its attention reads)
+from device memory and does the batch's FLOPs; whichever takes longer bounds
+the step. Real kernels do not switch sharply from one regime to the other
+(the Vidur A100 profile bends smoothly between 64 and 256 batched tokens), so
+the two terms are joined by a soft maximum, ``(m^k + c^k)^(1/k)``: it is the
+hard ``max`` of the textbook roofline as ``k`` grows, and with ``k = 2`` it
+reproduces the Vidur knee within a few per cent (see the calibration bench).
+
+    t = overhead + softmax_k(compute, memory) + tensor-parallel all-reduces
+
+memory  = (weights/tp + KV read + KV written + activations) / (eta_mem * BW)
+compute = (linear + LM head + attention FLOPs) / tp / (eta_compute * TFLOP/s)
+
+Every term is non-decreasing in prefill tokens, decode sequences and context
+tokens, so the step time is too (a property test checks it).
+"""
+
+from __future__ import annotations
+
+from engine.hardware import HardwareSpec
+from engine.models import ModelSpec
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "awq")
+
+# AWQ: 4-bit weights with one fp16 scale and zero per group of 128 weights.
+_AWQ_BYTES_PER_PARAM = 0.5 + 4.0 / 128
+# Marlin/AWQ kernels dequantise on the fly: somewhat below bf16 GEMM speed.
+_AWQ_COMPUTE_FACTOR = 0.8
+KV_DTYPE_BYTES = 2.0  # KV cache stays bf16 (vLLM's kv_cache_dtype="auto")
+ACT_DTYPE_BYTES = 2.0
+
+
+def check_precision(precision: str, hardware: HardwareSpec) -> None:
+    """Raise ValueError if ``precision`` is unknown or the chip cannot run it."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+        )
+    if precision == "fp8" and hardware.fp8_tflops is None:
+        raise ValueError(
+            f"precision 'fp8' needs FP8 tensor cores; {hardware.name} has none "
+            "(fp8 is offered on h100 and l4)"
+        )
+    if precision == "awq" and hardware.static_kv:
+        raise ValueError(f"precision 'awq' is not supported on {hardware.name}")
+
+
+def weight_bytes(model: ModelSpec, precision: str) -> float:
+    """Bytes of weights in device memory for the whole model (all TP ranks together).
+
+    Quantised formats quantise the linear layers only; embeddings and the LM
+    head stay bf16, as in vLLM's fp8 and AWQ checkpoints.
+    """
+    other = (model.params_b - model.linear_params_b) * 1e9 * 2.0
+    linear = model.linear_params_b * 1e9
+    if precision == "bf16":
+        return linear * 2.0 + other
+    if precision == "fp8":
+        return linear * 1.0 + other
+    if precision == "awq":
+        return linear * _AWQ_BYTES_PER_PARAM + other
+    raise ValueError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+
+
+def linear_weight_bytes(model: ModelSpec, precision: str) -> float:
+    """Bytes of the transformer layers' linear weights only (no embeddings/LM head)."""
+    per_param = {"bf16": 2.0, "fp8": 1.0, "awq": _AWQ_BYTES_PER_PARAM}[precision]
+    return model.linear_params_b * 1e9 * per_param
+
+
+def effective_flops(hardware: HardwareSpec, precision: str) -> float:
+    """FLOP/s one device sustains for this precision (peak x efficiency)."""
+    if precision == "fp8":
+        if hardware.fp8_tflops is None:
+            raise ValueError(f"{hardware.name} has no FP8 tensor cores")
+        peak = hardware.fp8_tflops
+    elif precision == "awq":
+        peak = hardware.bf16_tflops * _AWQ_COMPUTE_FACTOR
+    else:
+        peak = hardware.bf16_tflops
+    return peak * 1e12 * hardware.eta_compute
+
+
+def effective_bandwidth(hardware: HardwareSpec) -> float:
+    """Bytes/s one device sustains."""
+    return hardware.bandwidth_gbps * 1e9 * hardware.eta_mem
+
+
+def kv_bytes_per_token_per_device(model: ModelSpec, tp: int) -> float:
+    """KV bytes one device holds per token: KV heads are split across TP ranks
+    (and replicated when there are fewer KV heads than ranks)."""
+    heads = max(1, -(-model.kv_heads // tp))
+    return 2.0 * model.layers * heads * model.head_dim * KV_DTYPE_BYTES
+
+
+def activation_traffic_per_token(model: ModelSpec, tp: int) -> float:
+    """Activation bytes read and written per batched token per device, all layers.
+
+    Each layer reads and writes a few hidden-sized vectors (replicated on every
+    rank) and the MLP's intermediate vectors (split across ranks).
+    """
+    per_layer = 6 * model.hidden + 3 * model.intermediate / tp
+    return model.layers * per_layer * ACT_DTYPE_BYTES
+
+
+def soft_max(a: float, b: float, knee: float) -> float:
+    """The p-norm of (a, b): max(a, b) <= result <= 2^(1/knee) max(a, b)."""
+    top = max(a, b)
+    if top <= 0.0:
+        return 0.0
+    return float(top * ((a / top) ** knee + (b / top) ** knee) ** (1.0 / knee))
+
+
+def attention_pairs(prefill_tokens: int, context_tokens: int) -> float:
+    """(query, key) pairs attention computes this step.
+
+    Decode rows read their whole context once (``context_tokens`` counts it);
+    a prefill chunk also attends causally within itself (about n^2 / 2 pairs,
+    bounded by the context it reads). Non-decreasing in both arguments.
+    """
+    return context_tokens + prefill_tokens * min(prefill_tokens, context_tokens) / 2.0
+
+
+def step_time_s(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    tp: int,
+    precision: str,
+    prefill_tokens: int,
+    decode_seqs: int,
+    context_tokens: int,
+) -> float:
+    """Seconds of one scheduler iteration (see the module docstring).
+
+    ``context_tokens`` is the total number of KV tokens attention reads this
+    step, over all sequences of the batch. An empty step takes no time.
+    """
+    if prefill_tokens < 0 or decode_seqs < 0 or context_tokens < 0:
+        raise ValueError(
+            "step_time_s: prefill_tokens, decode_seqs and context_tokens must be >= 0, got "
+            f"{prefill_tokens}, {decode_seqs}, {context_tokens}"
+        )
+    tokens = prefill_tokens + decode_seqs
+    if tokens == 0:
+        return 0.0
+    sampled = decode_seqs + (1 if prefill_tokens > 0 else 0)
+    kv_token = kv_bytes_per_token_per_device(model, tp)
+
+    memory_bytes = (
+        weight_bytes(model, precision) / tp
+        + (context_tokens + tokens) * kv_token
+        + tokens * activation_traffic_per_token(model, tp)
+    )
+    flops = (
+        model.linear_flops_per_token() * tokens
+        + 2.0 * model.lm_head_params * sampled
+        + model.attention_flops_per_pair() * attention_pairs(prefill_tokens, context_tokens)
+    ) / tp
+    t_memory = memory_bytes / effective_bandwidth(hardware)
+    t_compute = flops / effective_flops(hardware, precision)
+    return (
+        hardware.step_overhead_s
+        + soft_max(t_memory, t_compute, hardware.knee)
+        + (allreduce_time_s(model, hardware, tp, tokens))
+    )
+
+
+def allreduce_time_s(model: ModelSpec, hardware: HardwareSpec, tp: int, tokens: int) -> float:
+    """Two ring all-reduces of the hidden state per layer (attention out, MLP down)."""
+    if tp <= 1:
+        return 0.0
+    payload = tokens * model.hidden * ACT_DTYPE_BYTES * 2.0 * (tp - 1) / tp
+    per_call = hardware.allreduce_latency_s + payload / (hardware.interconnect_gbps * 1e9)
+    return 2.0 * model.layers * per_call
+
+
+def linear_time_s(
+    model: ModelSpec, hardware: HardwareSpec, tp: int, precision: str, tokens: int
+) -> float:
+    """Kernel time of the transformer layers' linear ops alone for ``tokens`` batched tokens.
+
+    No attention, LM head, sampler, launch overhead or all-reduce: the quantity
+    Vidur profiles (calibration.md §2-§3), so the bench can compare like with like.
+    """
+    if tokens < 0:
+        raise ValueError(f"linear_time_s: tokens must be >= 0, got {tokens}")
+    if tokens == 0:
+        return 0.0
+    memory_bytes = linear_weight_bytes(
+        model, precision
+    ) / tp + tokens * activation_traffic_per_token(model, tp)
+    flops = model.linear_flops_per_token() * tokens / tp
+    return soft_max(
+        memory_bytes / effective_bandwidth(hardware),
+        flops / effective_flops(hardware, precision),
+        hardware.knee,
+    )
