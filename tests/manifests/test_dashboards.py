@@ -1,0 +1,229 @@
+"""Grafana dashboards: valid JSON, unique panel ids, a datasource variable and
+no hard-coded datasource uid, metric names exactly the scaler's contract,
+the generator and the committed JSON agree, and every PromQL expression
+parses with Prometheus' own parser (``promtool check rules``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.manifests.conftest import MANIFESTS, need_tool
+
+GRAFANA = MANIFESTS / "grafana"
+DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
+
+# design.md, "Contracts": the scaler's own metrics.
+CONTRACT_METRICS = {
+    "prescaler_desired_replicas",
+    "prescaler_ready_replicas",
+    "prescaler_demand",
+    "prescaler_forecast",
+    "prescaler_forecast_abs_percentage_error",
+    "prescaler_forecast_coverage",
+    "prescaler_lead_time_seconds",
+    "prescaler_decisions_total",
+    "prescaler_source_up",
+    "prescaler_grpc_request_duration_seconds",
+}
+# vLLM series the Fleet dashboard reads (interfaces.md §3), V0 and V1 names.
+VLLM_METRICS = {
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:time_to_first_token_seconds",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_preemptions_total",
+}
+
+# Values for Grafana's variables, so that expressions become plain PromQL.
+GRAFANA_VARS = {
+    "__rate_interval": "1m",
+    "__interval": "30s",
+    "__range": "6h",
+    "namespace": "llm-serving",
+    "scaledobject": "vllm-llama3-8b",
+    "signal": "requests_per_s",
+    "horizon": "300",
+    "model": ".*",
+    "datasource": "prometheus",
+}
+
+
+def substitute(expr: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        assert name in GRAFANA_VARS, f"unknown Grafana variable ${name} in {expr!r}"
+        return GRAFANA_VARS[name]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def exprs(dashboard: dict[str, Any]) -> list[str]:
+    return [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+
+
+def variable_exprs(dashboard: dict[str, Any]) -> list[str]:
+    """The series selector inside each ``label_values(selector, label)``."""
+    out = []
+    for var in dashboard["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((.*), *(\w+)\)", var["definition"])
+            assert m, var["definition"]
+            out.append(m.group(1))
+    return out
+
+
+def metric_names(expr: str) -> set[str]:
+    names = set(re.findall(r"\b((?:prescaler_|vllm:)[A-Za-z0-9_:]*)", expr))
+    return {re.sub(r"_(bucket|sum|count)$", "", n) for n in names}
+
+
+def test_dashboards_exist() -> None:
+    names = {p.name for p in DASHBOARDS}
+    assert names == {"forecast-accuracy.json", "fleet.json"}
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_valid_json_with_unique_panel_ids(path: Path) -> None:
+    dashboard = load(path)
+    ids = [p["id"] for p in panels(dashboard)]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids)
+    assert dashboard["uid"] and dashboard["title"]
+    for panel in panels(dashboard):
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_datasource_is_a_variable(path: Path) -> None:
+    dashboard = load(path)
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+
+    def walk(node: Any) -> Iterator[Any]:
+        if isinstance(node, dict):
+            if "datasource" in node and isinstance(node["datasource"], dict):
+                yield node["datasource"]
+            for v in node.values():
+                yield from walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from walk(v)
+
+    refs = list(walk(dashboard))
+    assert refs
+    assert all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs), refs
+    for panel in panels(dashboard):
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}"
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
+def test_metric_names_are_the_contract(path: Path) -> None:
+    used = set().union(*(metric_names(e) for e in exprs(load(path)) + variable_exprs(load(path))))
+    assert used <= CONTRACT_METRICS | VLLM_METRICS, used - CONTRACT_METRICS - VLLM_METRICS
+
+
+def test_all_contract_metrics_are_shown() -> None:
+    used: set[str] = set()
+    for path in DASHBOARDS:
+        used |= set().union(*(metric_names(e) for e in exprs(load(path))))
+    assert used >= CONTRACT_METRICS, CONTRACT_METRICS - used
+
+
+def _titles(name: str) -> list[str]:
+    return [p["title"] for p in panels(load(GRAFANA / "dashboards" / name))]
+
+
+def test_forecast_accuracy_panels() -> None:
+    d = load(GRAFANA / "dashboards" / "forecast-accuracy.json")
+    titles = " | ".join(_titles("forecast-accuracy.json"))
+    for want in ("Forecast vs actual", "Absolute percentage error", "Quantile coverage",
+                 "Lead time in use"):
+        assert want in titles
+    (fva,) = [p for p in panels(d)
+              if p["type"] == "timeseries" and p["title"].startswith("Forecast vs actual")]
+    assert fva["repeat"] == "horizon"
+    legends = {t["legendFormat"] for t in fva["targets"]}
+    assert {"actual", "upper quantile", "lower quantile"} <= legends
+    band = {o["matcher"]["options"]: o["properties"] for o in fva["fieldConfig"]["overrides"]}
+    assert {"id": "custom.fillBelowTo", "value": "lower quantile"} in band["upper quantile"]
+
+
+def test_fleet_panels() -> None:
+    d = load(GRAFANA / "dashboards" / "fleet.json")
+    titles = " | ".join(_titles("fleet.json"))
+    for want in ("Desired vs ready replicas", "Queue", "KV cache usage", "Time to first token",
+                 "Decisions by reason", "Source health"):
+        assert want in titles
+    assert any("histogram_quantile(0.99" in e and "vllm:time_to_first_token_seconds_bucket" in e
+               for e in exprs(d))
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("grafana_generate", GRAFANA / "generate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generator_matches_committed_json() -> None:
+    gen = _generator()
+    assert set(gen.DASHBOARDS) == {p.name for p in DASHBOARDS}
+    for name, build in gen.DASHBOARDS.items():
+        committed = (GRAFANA / "dashboards" / name).read_text(encoding="utf-8")
+        assert gen.render(build()) == committed, (
+            f"{name} is stale: run python manifests/grafana/generate.py")
+    assert gen.main(["--check"]) == 0
+
+
+def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
+    promtool = need_tool("promtool")
+    rules = []
+    for path in DASHBOARDS:
+        d = load(path)
+        for i, expr in enumerate(exprs(d) + variable_exprs(d)):
+            rules.append({"record": f"dashboard:{path.stem.replace('-', '_')}:{i}",
+                          "expr": substitute(expr)})
+    assert len(rules) > 20
+    rules_file = tmp_path / "dashboards.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    done = subprocess.run([promtool, "check", "rules", str(rules_file)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(rules)} rules found" in done.stdout
+
+
+def test_promtool_rejects_a_broken_expression(tmp_path: Path) -> None:
+    # The check above would be worthless if promtool accepted anything.
+    promtool = need_tool("promtool")
+    rules_file = tmp_path / "bad.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
+        {"record": "bad:x", "expr": substitute("sum(rate(vllm:x[$__rate_interval])")}]}]}))
+    done = subprocess.run([promtool, "check", "rules", str(rules_file)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
