@@ -1,0 +1,117 @@
+"""Sustainable per-replica capacity from an engine profile (pure).
+
+The policy's ``load`` and ``forecast`` terms divide demand by what ONE
+replica can carry without hurting latency. With ``profile`` set we derive it
+from the profile's step-time model: the largest decode batch B that
+
+* keeps KV usage at or under ``targetKvCacheUsage`` (the same target the
+  policy's ``kv_cache`` term sizes for, so the two terms agree),
+* stays within vLLM's ``max_num_seqs``, and
+* keeps the inter-token latency (one step with chunked prefill mixed in)
+  within ``itl_budget_s``;
+
+at that batch, in steady state B/D requests finish and start per step, so a
+step prefills B x P / D prompt tokens and decodes B tokens::
+
+    step     = step_time_s(B*P/D, B, B*(P + D/2))
+    tokens/s = (B*P/D + B) / step          (prompt + generation)
+    req/s    = (B/D) / step
+
+``capacityTokensPerSecond`` gives tokens/s directly (requests/s then
+unknown). Neither: capacity is unknown here and ``scaler.state`` learns it
+from saturated moments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from scaler.policy import ReplicaCapacity
+from scaler.settings import ScalerSettings
+
+__all__ = ["DEFAULT_MIX", "RequestShape", "capacity_for", "profile_capacity"]
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """Mean prompt and output tokens of the workload capacity is quoted for."""
+
+    prompt_tokens: int = 1024
+    output_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1 or self.output_tokens < 1:
+            raise ValueError("prompt_tokens and output_tokens must be >= 1")
+
+
+# A chat-like mix (ShareGPT/LMSYS-style prompts with a system prompt,
+# answers of a few paragraphs).
+DEFAULT_MIX = RequestShape()
+# 100 ms per token is about the slowest stream that still reads as fluent.
+DEFAULT_ITL_BUDGET_S = 0.1
+
+
+def _attr(obj: Any, path: str, default: Any) -> Any:
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return default
+    return obj
+
+
+def profile_capacity(
+    profile: Any,
+    *,
+    kv_target: float = 0.8,
+    mix: RequestShape = DEFAULT_MIX,
+    itl_budget_s: float = DEFAULT_ITL_BUDGET_S,
+) -> ReplicaCapacity:
+    """Capacity of one replica of ``profile`` (an ``engine.profiles.Profile``)."""
+    if not 0 < kv_target <= 1 or itl_budget_s <= 0:
+        raise ValueError("kv_target must be in (0, 1] and itl_budget_s > 0")
+    p, d = mix.prompt_tokens, mix.output_tokens
+    per_seq = p + d / 2 + _attr(profile, "vllm.block_size", 16) / 2
+    kv_tokens = float(_attr(profile, "kv_tokens", math.inf))
+    max_seqs = int(_attr(profile, "vllm.max_num_seqs", 256))
+    kv_batch = math.floor(kv_target * kv_tokens / per_seq) if math.isfinite(kv_tokens) else max_seqs
+    upper = max(1, min(max_seqs, kv_batch))
+
+    def step(batch: int) -> float:
+        prefill = max(0, round(batch * p / d))
+        return float(profile.step_time_s(prefill, batch, int(batch * (p + d / 2))))
+
+    # step time is non-decreasing in the batch: binary search the largest
+    # batch within the ITL budget (batch 1 always counts, even if slow).
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if step(mid) <= itl_budget_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    batch = lo
+    t = step(batch)
+    requests = (batch / d) / t
+    tokens = (batch * p / d + batch) / t
+    return ReplicaCapacity(requests_per_s=requests, tokens_per_s=tokens)
+
+
+@lru_cache(maxsize=256)
+def _cached_profile_capacity(name: str, kv_target: float) -> ReplicaCapacity:
+    from engine.profiles import get_profile
+
+    return profile_capacity(get_profile(name), kv_target=kv_target)
+
+
+def capacity_for(settings: ScalerSettings) -> ReplicaCapacity:
+    """Capacity the settings imply: profile-derived, explicit tokens/s, or unknown."""
+    if settings.profile is not None:
+        return _cached_profile_capacity(settings.profile, settings.target_kv_cache_usage)
+    if settings.capacity_tokens_per_second is not None:
+        return ReplicaCapacity(
+            requests_per_s=None, tokens_per_s=settings.capacity_tokens_per_second
+        )
+    return ReplicaCapacity.unknown()

@@ -1,0 +1,127 @@
+"""``prescaler serve``: flags in, one library call out."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["register", "serve_command"]
+
+StateFactory = Callable[..., Any]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the KEDA external scaler (gRPC) with its own /metrics",
+        description="Predictive KEDA external scaler for vLLM. Point a ScaledObject trigger of "
+        "type external (or external-push) at --port; Prometheus scrapes --metrics-port.",
+    )
+    p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9090, help="gRPC port (default 9090; 0 = any free)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9091,
+        help="own /metrics port (default 9091; 0 = any free; -1 = off)",
+    )
+    p.add_argument("--tls-cert", help="server certificate chain (PEM); enables TLS")
+    p.add_argument("--tls-key", help="server private key (PEM)")
+    p.add_argument("--client-ca", help="CA for client certificates (PEM); enables mTLS")
+    p.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=5.0,
+        help="how often live signals are read (default 5)",
+    )
+    p.add_argument(
+        "--refit-seconds",
+        type=float,
+        default=300.0,
+        help="how often forecasters are refitted (default 300)",
+    )
+    p.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=10.0,
+        help="drain time for in-flight calls on SIGTERM (default 10)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+    p.set_defaults(func=serve_command)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if not 0 <= args.port <= 65535:
+        return f"--port must be 0-65535, got {args.port}"
+    if not -1 <= args.metrics_port <= 65535:
+        return f"--metrics-port must be -1 (off) or 0-65535, got {args.metrics_port}"
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.client_ca is not None and args.tls_cert is None:
+        return "--client-ca (mTLS) needs --tls-cert and --tls-key"
+    for flag in ("refresh_seconds", "refit_seconds"):
+        if not getattr(args, flag) > 0:
+            return f"--{flag.replace('_', '-')} must be > 0"
+    if args.grace_seconds < 0:
+        return "--grace-seconds must be >= 0"
+    return None
+
+
+def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | None = None) -> int:
+    """Run the scaler until SIGTERM; ``state_factory(telemetry=, refresh_interval_s=,
+    refit_interval_s=)`` replaces ``scaler.state.ScalerState`` (for embedding/tests)."""
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    problem = _check(args)
+    if problem:
+        print(f"prescaler serve: {problem}", file=sys.stderr)
+        return 2
+
+    from scaler.service import run_server
+    from scaler.telemetry import ScalerTelemetry
+    from scaler.tls import TlsError, load_server_tls
+
+    tls = None
+    if args.tls_cert:
+        try:
+            tls = load_server_tls(args.tls_cert, args.tls_key, args.client_ca)
+        except TlsError as exc:
+            print(f"prescaler serve: {exc}", file=sys.stderr)
+            return 2
+    if state_factory is None:
+        from scaler.state import ScalerState
+
+        state_factory = ScalerState
+    telemetry = ScalerTelemetry()
+    state = state_factory(
+        telemetry=telemetry,
+        refresh_interval_s=args.refresh_seconds,
+        refit_interval_s=args.refit_seconds,
+    )
+    try:
+        return asyncio.run(
+            run_server(
+                state,
+                telemetry,
+                host=args.host,
+                port=args.port,
+                metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+                tls=tls,
+                grace_s=args.grace_seconds,
+            )
+        )
+    except OSError as exc:
+        print(f"prescaler serve: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,377 @@
+"""The replica decision: pure, deterministic, shared by the scaler and the simulator.
+
+``decide()`` turns plain data (the live observation, a demand forecast, the
+settings, earlier decisions, per-replica capacity) into a :class:`Decision`
+that says how many replicas, why, and what each component proposed. It does
+no I/O and reads no clock, so the simulator can call the very same function
+on virtual time and tuned settings transfer to production unchanged.
+
+The rules (design.md, "The decision"):
+
+* Reactive floor, each term its own proposal:
+  ``queue``    = ceil(waiting / targetWaitingPerReplica) -- today's KEDA
+                 trigger ``sum(waiting)`` with AverageValue target as a
+                 special case, so prescaler is never less reactive than it;
+  ``kv_cache`` = ceil(ready x kv_usage / targetKvCacheUsage) -- replicas
+                 that bring mean KV usage under target;
+  ``load``     = current demand / sustainable per-replica capacity (token
+                 rate if known, else request rate), when capacity is known.
+* Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
+  time) over per-replica capacity; zero when fewer than one request is
+  expected over the horizon even at the upper quantile.
+* ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
+  is a max, the forecast can only add capacity; scale-in happens only when
+  the live signals and the forecast both allow it.
+* Scale-in is further held to the highest recommendation seen in the last
+  ``scaleDownStabilizationSeconds`` (like the HPA's stabilization window).
+* Missing or stale data never lowers the answer: hold the last decision;
+  after ``fallbackAfterSeconds`` answer ``fallbackReplicas`` (default: keep
+  holding). A fresh observation with a missing signal (NaN) may raise the
+  answer but never lower it.
+
+Reasons are short snake_case strings: ``queue``, ``kv_cache``, ``load``,
+``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
+``scale_down_hold``, ``partial_hold``, ``stale_hold``, ``fallback``,
+``no_data``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scaler.settings import ScalerSettings
+
+__all__ = [
+    "REASONS",
+    "Decision",
+    "DemandForecast",
+    "Observation",
+    "ReplicaCapacity",
+    "burst_started",
+    "data_age",
+    "decide",
+    "has_traffic",
+    "is_active",
+    "is_fresh",
+]
+
+NAN = float("nan")
+_EPS = 1e-9  # so 5.0000000001 replicas of float noise does not ceil to 6
+
+REASONS: tuple[str, ...] = (
+    "queue",
+    "kv_cache",
+    "load",
+    "forecast",
+    "idle",
+    "min_replicas",
+    "max_replicas",
+    "scale_down_hold",
+    "partial_hold",
+    "stale_hold",
+    "fallback",
+    "no_data",
+)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Live fleet signals at ``time_s``; NaN means unknown.
+
+    ``waiting``/``running`` are sums over replicas, ``kv_usage`` the mean
+    fraction (0..1) over ready replicas, rates are per second summed over
+    replicas; ``data_age_s`` is how old the underlying samples are.
+    """
+
+    time_s: float
+    ready_replicas: int
+    waiting: float
+    running: float
+    kv_usage: float
+    arrival_rate_rps: float
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+    preemptions_per_s: float
+    data_age_s: float
+
+
+@dataclass(frozen=True)
+class DemandForecast:
+    """Demand expected at ``t + horizon_s``: median and upper ``quantile``."""
+
+    horizon_s: float
+    quantile: float
+    upper_requests_per_s: float
+    median_requests_per_s: float
+    upper_tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaCapacity:
+    """Sustainable load of one replica (from a profile, settings or learned).
+
+    ``tokens_per_s`` counts prompt + generation tokens, like the
+    observation's ``prompt_tokens_per_s + generation_tokens_per_s`` and the
+    forecast's ``upper_tokens_per_s``.
+    """
+
+    requests_per_s: float | None = None
+    tokens_per_s: float | None = None
+
+    @classmethod
+    def unknown(cls) -> ReplicaCapacity:
+        return cls(None, None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer plus its explanation.
+
+    ``proposals`` holds each component's own proposal (``queue``,
+    ``kv_cache``, ``load``, ``forecast``, ``reactive`` = max of the live
+    terms, ``recommendation`` = clamped pre-stabilization value; unknown
+    components are absent), and ``data_age_s`` when the data was stale.
+    """
+
+    time_s: float
+    replicas: int
+    reason: str
+    proposals: Mapping[str, float] = field(default_factory=dict)
+    data_stale: bool = False
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPS))
+
+
+def _positive(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > 0
+
+
+def is_fresh(obs: Observation | None, settings: ScalerSettings) -> bool:
+    """Whether ``obs`` is usable: present, of known age within
+    ``stale_after_seconds``, and carrying waiting or KV usage."""
+    if obs is None or obs.ready_replicas < 0:
+        return False
+    if not _finite(obs.data_age_s) or obs.data_age_s > settings.stale_after_seconds:
+        return False
+    return _finite(obs.waiting) or _finite(obs.kv_usage)
+
+
+def data_age(obs: Observation | None, history: Sequence[Decision], now: float) -> float:
+    """How long the scaler has been without fresh data.
+
+    The observation's own age when known; otherwise the time since the last
+    decision made on fresh data (or since the first decision, if none was);
+    infinity when there is no history at all.
+    """
+    if obs is not None and _finite(obs.data_age_s) and obs.data_age_s >= 0:
+        return obs.data_age_s
+    for d in reversed(history):
+        if not d.data_stale:
+            return max(0.0, now - d.time_s)
+    if history:
+        return max(0.0, now - history[0].time_s)
+    return math.inf
+
+
+def has_traffic(obs: Observation | None) -> bool:
+    """Requests queued, running or arriving."""
+    if obs is None:
+        return False
+    return _positive(obs.waiting) or _positive(obs.running) or _positive(obs.arrival_rate_rps)
+
+
+def _forecast_expects_requests(forecast: DemandForecast | None, settings: ScalerSettings) -> bool:
+    if forecast is None or settings.forecast == "off":
+        return False
+    if not _finite(forecast.upper_requests_per_s) or not _finite(forecast.horizon_s):
+        return False
+    # At least one request expected over the horizon, even at the upper
+    # quantile: below that, a Poisson tail is noise, not demand.
+    return forecast.upper_requests_per_s * max(forecast.horizon_s, 1.0) >= 1.0
+
+
+def is_active(
+    obs: Observation | None,
+    forecast: DemandForecast | None,
+    settings: ScalerSettings,
+    *,
+    previous: bool = False,
+) -> bool:
+    """KEDA's IsActive: traffic present, or forecast within the lead time.
+
+    ``minReplicas > 0`` keeps it active (KEDA would otherwise scale to zero).
+    Stale or missing data returns ``previous``: losing data must never be
+    the reason KEDA scales a fleet to zero.
+    """
+    if settings.min_replicas > 0:
+        return True
+    if not is_fresh(obs, settings):
+        return previous
+    return has_traffic(obs) or _forecast_expects_requests(forecast, settings)
+
+
+def burst_started(prev_obs: Observation | None, obs: Observation | None) -> bool:
+    """A burst begins: traffic appears after none, or a queue forms.
+
+    StreamIsActive pushes ``true`` on this edge so KEDA scales from zero at
+    once instead of at its next poll.
+    """
+    if obs is None or not has_traffic(obs):
+        return False
+    if prev_obs is None or not has_traffic(prev_obs):
+        return True
+    return _positive(obs.waiting) and not _positive(prev_obs.waiting)
+
+
+def _load_term(obs: Observation, capacity: ReplicaCapacity) -> float | None:
+    terms: list[float] = []
+    cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
+    if cap_tokens is not None and _positive(cap_tokens):
+        tokens = [v for v in (obs.prompt_tokens_per_s, obs.generation_tokens_per_s) if _finite(v)]
+        if tokens:
+            terms.append(max(0.0, sum(tokens)) / cap_tokens)
+    if cap_requests is not None and _positive(cap_requests) and _finite(obs.arrival_rate_rps):
+        terms.append(max(0.0, obs.arrival_rate_rps) / cap_requests)
+    return max(terms) if terms else None
+
+
+def _forecast_term(
+    forecast: DemandForecast | None, settings: ScalerSettings, capacity: ReplicaCapacity
+) -> float | None:
+    if forecast is None or settings.forecast == "off":
+        return None
+    if not _forecast_expects_requests(forecast, settings):
+        return 0.0 if _finite(forecast.upper_requests_per_s) else None
+    terms: list[float] = []
+    cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
+    upper_tokens = forecast.upper_tokens_per_s
+    if cap_tokens is not None and _positive(cap_tokens) and _finite(upper_tokens):
+        assert upper_tokens is not None
+        terms.append(max(0.0, upper_tokens) / cap_tokens)
+    if cap_requests is not None and _positive(cap_requests):
+        terms.append(max(0.0, forecast.upper_requests_per_s) / cap_requests)
+    return max(terms) if terms else None
+
+
+def _clamp(x: int, settings: ScalerSettings) -> int:
+    return min(settings.max_replicas, max(settings.min_replicas, x))
+
+
+def _stale_decision(
+    obs: Observation | None,
+    settings: ScalerSettings,
+    history: Sequence[Decision],
+    now: float,
+) -> Decision:
+    age = data_age(obs, history, now)
+    last = history[-1] if history else None
+    if last is not None:
+        held = last.replicas
+    elif obs is not None and obs.ready_replicas >= 0:
+        held = obs.ready_replicas
+    else:
+        held = -1  # nothing known at all
+    if held < 0:
+        replicas = settings.fallback_replicas if settings.fallback_replicas is not None else 0
+        replicas, reason = _clamp(replicas, settings), "no_data"
+    elif age >= settings.fallback_after_seconds:
+        fallback = settings.fallback_replicas
+        replicas, reason = _clamp(held if fallback is None else fallback, settings), "fallback"
+    else:
+        replicas, reason = _clamp(held, settings), "stale_hold"
+    proposals = {"recommendation": float(replicas)}
+    if math.isfinite(age):
+        proposals["data_age_s"] = age
+    return Decision(now, replicas, reason, proposals, data_stale=True)
+
+
+def decide(
+    obs: Observation | None,
+    forecast: DemandForecast | None,
+    settings: ScalerSettings,
+    history: Sequence[Decision],
+    capacity: ReplicaCapacity,
+    *,
+    now: float | None = None,
+) -> Decision:
+    """The replica count for ``obs.time_s`` (or ``now`` when ``obs`` is None).
+
+    ``history`` is earlier decisions for the same ScaledObject, oldest
+    first; only the last ``scale_down_stabilization_seconds`` of it matter
+    plus the last fresh one (for staleness), so callers may trim it.
+    """
+    if obs is not None:
+        t = obs.time_s if now is None else now
+    elif now is not None:
+        t = now
+    else:
+        t = history[-1].time_s if history else 0.0
+    if not is_fresh(obs, settings):
+        return _stale_decision(obs, settings, history, t)
+    assert obs is not None
+
+    proposals: dict[str, float] = {}
+    missing = False
+    ready = max(0, obs.ready_replicas)
+    if _finite(obs.waiting):
+        proposals["queue"] = float(
+            _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
+        )
+    else:
+        missing = True
+    if _finite(obs.kv_usage):
+        kv = min(max(0.0, obs.kv_usage), 1.0)
+        proposals["kv_cache"] = float(_ceil(ready * kv / settings.target_kv_cache_usage))
+    elif ready > 0:
+        missing = True  # with no replica there is no KV cache to miss
+    load = _load_term(obs, capacity)
+    if load is not None:
+        proposals["load"] = float(_ceil(load))
+    elif _positive(capacity.tokens_per_s) or _positive(capacity.requests_per_s):
+        missing = True  # capacity known but the rate it needs is not
+    predictive = _forecast_term(forecast, settings, capacity)
+    if predictive is not None:
+        proposals["forecast"] = float(_ceil(predictive))
+
+    live = [proposals[k] for k in ("queue", "kv_cache", "load") if k in proposals]
+    reactive = max(live, default=0.0)
+    proposals["reactive"] = reactive
+    raw = int(max(reactive, proposals.get("forecast", 0.0)))
+    if raw == 0:
+        reason = "idle"
+    else:
+        # Live terms first on ties: the forecast is named only when it adds.
+        reason = next(
+            k for k in ("queue", "kv_cache", "load", "forecast") if proposals.get(k) == raw
+        )
+    clamped = _clamp(raw, settings)
+    if clamped > raw:
+        reason = "min_replicas"
+    elif clamped < raw:
+        reason = "max_replicas"
+    proposals["recommendation"] = float(clamped)
+
+    window = settings.scale_down_stabilization_seconds
+    replicas = clamped
+    for d in reversed(history):
+        if t - d.time_s >= window:
+            break
+        if d.time_s > t:
+            continue
+        prior = int(d.proposals.get("recommendation", d.replicas))
+        if prior > replicas:
+            replicas = prior
+    replicas = min(replicas, settings.max_replicas)
+    if replicas > clamped:
+        reason = "scale_down_hold"
+    if missing and history and history[-1].replicas > replicas:
+        replicas, reason = history[-1].replicas, "partial_hold"
+    return Decision(t, _clamp(replicas, settings), reason, proposals, data_stale=False)

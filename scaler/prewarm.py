@@ -1,0 +1,78 @@
+"""How many placeholder ("balloon") pods to keep, so GPU nodes start early (pure).
+
+A GPU node takes longer to arrive (Karpenter: 45 s to minutes) than the
+pod on it takes to start. The balloon Deployment (manifests/) runs
+low-priority pause pods shaped like a vLLM pod: while they are pending,
+Karpenter provisions nodes for them; when real vLLM pods arrive they
+preempt the balloons and land on warm nodes at once.
+
+Sizing: with the forecast's upper quantile one *node* lead time ahead,
+``needed = ceil(upper / per-replica capacity)``. Replicas already asked for
+(``max(ready, desired)``) have or are getting nodes, so balloons cover only
+the excess, bounded by ``maxReplicas - max(ready, desired)`` (a balloon for
+a replica the fleet may never run would pay for an idle GPU).
+The count follows the forecast down at once: a balloon that is no longer
+needed only costs money, and Karpenter's consolidation delay already
+smooths node churn. Without a usable forecast the count holds (not a
+reason to drop warm nodes, nor to buy more).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scaler.policy import DemandForecast, ReplicaCapacity
+from scaler.settings import ScalerSettings
+
+__all__ = ["BalloonPlan", "plan_balloons"]
+
+
+@dataclass(frozen=True)
+class BalloonPlan:
+    """Balloon replicas to set, why, and the replicas the forecast needs."""
+
+    replicas: int
+    reason: str  # "off", "forecast", "covered", "no_forecast", "no_capacity"
+    needed_replicas: int | None = None
+
+
+def _needed(forecast: DemandForecast, capacity: ReplicaCapacity) -> float | None:
+    terms: list[float] = []
+    cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
+    upper_tokens = forecast.upper_tokens_per_s
+    if cap_tokens and cap_tokens > 0 and upper_tokens is not None and math.isfinite(upper_tokens):
+        terms.append(max(0.0, upper_tokens) / cap_tokens)
+    if cap_requests and cap_requests > 0 and math.isfinite(forecast.upper_requests_per_s):
+        terms.append(max(0.0, forecast.upper_requests_per_s) / cap_requests)
+    return max(terms) if terms else None
+
+
+def plan_balloons(
+    *,
+    settings: ScalerSettings,
+    forecast: DemandForecast | None,
+    capacity: ReplicaCapacity,
+    ready_replicas: int,
+    desired_replicas: int,
+    current_balloons: int,
+) -> BalloonPlan:
+    """Balloon count for one ScaledObject.
+
+    ``forecast`` must be for ``now + settings.node_lead_time_seconds``;
+    ``desired_replicas`` is the policy's current answer.
+    """
+    if not settings.prewarm or settings.forecast == "off":
+        return BalloonPlan(0, "off")
+    current = max(0, current_balloons)
+    if forecast is None or not math.isfinite(forecast.upper_requests_per_s):
+        return BalloonPlan(current, "no_forecast")
+    needed = _needed(forecast, capacity)
+    if needed is None:
+        return BalloonPlan(current, "no_capacity")
+    needed_replicas = min(settings.max_replicas, max(0, math.ceil(needed - 1e-9)))
+    base = max(0, ready_replicas, desired_replicas)
+    room = max(0, settings.max_replicas - base)
+    excess = max(0, needed_replicas - base)
+    balloons = min(excess, room)
+    return BalloonPlan(balloons, "forecast" if balloons else "covered", needed_replicas)

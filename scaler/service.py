@@ -1,0 +1,440 @@
+"""The KEDA external scaler gRPC service (grpc.aio).
+
+Every RPC answers from memory: it parses the trigger metadata (cached by the
+map's content, so the hot path does no parsing), registers the ScaledObject
+with the state (idempotent), and reads the state's last decision. Nothing
+here waits on Prometheus or Kubernetes: the state's background loop does.
+
+Wire behaviour (interfaces.md §1):
+
+* ``GetMetricSpec`` -- one metric, :data:`METRIC_NAME`
+  (``prescaler-desired-replicas``, lowercase and URL-safe; the HPA sees it
+  as ``s{index}-prescaler-desired-replicas``), target 1 in both the float
+  and the int field, so with the default AverageValue metric type the HPA
+  lands exactly on the value.
+* ``GetMetrics`` -- the desired replica count as ONE total value
+  (``metricValueFloat`` and ``metricValue``, the int rounded up).
+* ``IsActive`` -- traffic present or forecast within the lead time.
+* ``StreamIsActive`` -- ``true`` at once if active, then ``true`` whenever
+  a burst starts. ``StreamMetricSpec`` -- UNIMPLEMENTED (KEDA falls back).
+* Bad metadata -> INVALID_ARGUMENT naming the key; never UNKNOWN: an
+  unexpected exception becomes INTERNAL and is logged.
+
+Also served: the standard health service (``grpc.health.v1``; NOT_SERVING
+during drain) and server reflection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import signal
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import grpc
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos import externalscaler_pb2 as pb
+from protos import externalscaler_pb2_grpc as pb_grpc
+from scaler.policy import Decision
+from scaler.settings import ScalerSettings, SettingsError, parse_settings
+from scaler.telemetry import MetricsServer, ScalerTelemetry
+from scaler.tls import ServerTls, server_credentials
+
+__all__ = [
+    "METRIC_NAME",
+    "SERVICE_NAME",
+    "ExternalScalerService",
+    "RunningServer",
+    "ScalerStateProtocol",
+    "SettingsCache",
+    "run_server",
+    "start_server",
+]
+
+log = logging.getLogger(__name__)
+
+METRIC_NAME = "prescaler-desired-replicas"
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ExternalScaler"].full_name
+_MAX_DETAIL = 500
+_MAX_NAME = 253
+_PREFIXED = re.compile(r"s[0-9]+-" + re.escape(METRIC_NAME))
+
+
+class ScalerStateProtocol(Protocol):
+    """What the service needs from ``scaler.state.ScalerState``."""
+
+    def register(self, namespace: str, name: str, settings: ScalerSettings) -> None: ...
+
+    def decision(self, namespace: str, name: str) -> Decision: ...
+
+    def is_active(self, namespace: str, name: str) -> bool: ...
+
+    def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]: ...
+
+    def unsubscribe_active(self, namespace: str, name: str, queue: asyncio.Queue[bool]) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class _InvalidArgument(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    """A request whose bytes are not a valid protobuf message.
+
+    gRPC's own deserializer would turn a DecodeError into UNKNOWN before any
+    handler runs; decoding here lets the handler answer INVALID_ARGUMENT.
+    """
+
+    message_type: str
+    error: str
+
+
+def _safe_parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except Exception as exc:
+            return _Undecodable(cls.DESCRIPTOR.full_name, str(exc))
+
+    return parse
+
+
+class SettingsCache:
+    """Parsed settings (or the error) by metadata content, LRU-bounded.
+
+    KEDA sends the same map on every call, so after the first call the hot
+    path costs one sort of a handful of keys and a dict lookup.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._cache: OrderedDict[tuple[tuple[str, str], ...], ScalerSettings | SettingsError] = (
+            OrderedDict()
+        )
+
+    def get(self, metadata: Mapping[str, str]) -> ScalerSettings:
+        key = tuple(sorted(metadata.items()))
+        hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = parse_settings(dict(key))
+            except SettingsError as exc:
+                hit = exc
+            self._cache[key] = hit
+            if len(self._cache) > self.capacity:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        if isinstance(hit, SettingsError):
+            raise hit
+        return hit
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+def _ascii(text: str) -> str:
+    """gRPC status details travel in an HTTP/2 header: keep them ASCII."""
+    clean = text.encode("ascii", "backslashreplace").decode("ascii")
+    return clean if len(clean) <= _MAX_DETAIL else clean[: _MAX_DETAIL - 3] + "..."
+
+
+_Resp = TypeVar("_Resp")
+_Req = TypeVar("_Req")
+
+
+def _decoded(request: _Req | _Undecodable) -> _Req:
+    if isinstance(request, _Undecodable):
+        raise _InvalidArgument(f"request: not a valid {request.message_type} ({request.error})")
+    return request
+
+
+class ExternalScalerService(pb_grpc.ExternalScalerServicer):
+    """KEDA's ExternalScaler, answering from a :class:`ScalerStateProtocol`."""
+
+    def __init__(
+        self,
+        state: ScalerStateProtocol,
+        telemetry: ScalerTelemetry,
+        *,
+        settings_cache: SettingsCache | None = None,
+    ) -> None:
+        self.state = state
+        self.telemetry = telemetry
+        self.settings_cache = settings_cache or SettingsCache()
+
+    # -- helpers -------------------------------------------------------------
+    def _resolve(self, ref: pb.ScaledObjectRef) -> tuple[str, str, ScalerSettings]:
+        _decoded(ref)
+        name, namespace = ref.name, ref.namespace
+        for key, value in (("name", name), ("namespace", namespace)):
+            if not value or len(value) > _MAX_NAME:
+                raise _InvalidArgument(
+                    f"{key}: ScaledObjectRef.{key} must be 1-{_MAX_NAME} characters"
+                )
+        try:
+            settings = self.settings_cache.get(ref.scalerMetadata)
+        except SettingsError as exc:
+            raise _InvalidArgument(f"scalerMetadata.{exc}") from None
+        self.state.register(namespace, name, settings)
+        return namespace, name, settings
+
+    async def _call(
+        self, method: str, context: grpc.aio.ServicerContext, body: Callable[[], _Resp]
+    ) -> _Resp:
+        start = time.perf_counter()
+        try:
+            return body()
+        except _InvalidArgument as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _ascii(str(exc)))
+        except Exception:
+            log.exception("%s failed", method)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"{method}: internal error (see scaler logs)"
+            )
+        finally:
+            self.telemetry.observe_rpc(method, time.perf_counter() - start)
+        raise AssertionError("unreachable")  # context.abort raises
+
+    # -- RPCs ----------------------------------------------------------------
+    async def GetMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricSpecResponse:
+        def body() -> pb.GetMetricSpecResponse:
+            self._resolve(request)
+            spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)
+            return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+        return await self._call("GetMetricSpec", context, body)
+
+    async def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricsResponse:
+        def body() -> pb.GetMetricsResponse:
+            namespace, name, _ = self._resolve(_decoded(request).scaledObjectRef)
+            metric = request.metricName
+            # KEDA strips its s{index}- prefix; accept it unstripped too.
+            if metric and metric != METRIC_NAME and _PREFIXED.fullmatch(metric) is None:
+                raise _InvalidArgument(
+                    f"metricName: unknown metric {metric!r}; this scaler serves {METRIC_NAME!r}"
+                )
+            replicas = self.state.decision(namespace, name).replicas
+            value = float(replicas) if math.isfinite(replicas) and replicas > 0 else 0.0
+            mv = pb.MetricValue(
+                metricName=METRIC_NAME, metricValue=math.ceil(value), metricValueFloat=value
+            )
+            return pb.GetMetricsResponse(metricValues=[mv])
+
+        return await self._call("GetMetrics", context, body)
+
+    async def IsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.IsActiveResponse:
+        def body() -> pb.IsActiveResponse:
+            namespace, name, _ = self._resolve(request)
+            return pb.IsActiveResponse(result=bool(self.state.is_active(namespace, name)))
+
+        return await self._call("IsActive", context, body)
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        namespace, name = "", ""
+        active = False
+
+        def body() -> None:
+            nonlocal namespace, name, active
+            namespace, name, _ = self._resolve(request)
+            active = bool(self.state.is_active(namespace, name))
+
+        await self._call("StreamIsActive", context, body)
+        queue = self.state.subscribe_active(namespace, name)
+        try:
+            if active:
+                yield pb.IsActiveResponse(result=True)
+            while True:
+                value = await queue.get()
+                if value:  # KEDA acts only on true; false is noise on the wire
+                    yield pb.IsActiveResponse(result=True)
+        finally:
+            self.state.unsubscribe_active(namespace, name, queue)
+
+    async def StreamMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GetMetricSpecResponse]:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "StreamMetricSpec is not implemented; the metric spec never changes",
+        )
+        yield pb.GetMetricSpecResponse()  # pragma: no cover - makes this an async generator
+
+
+# --------------------------------------------------------------------------
+# Server lifecycle
+# --------------------------------------------------------------------------
+
+_SERVER_OPTIONS: list[tuple[str, Any]] = [
+    # KEDA holds one connection and a StreamIsActive stream open for hours:
+    # allow its keepalive pings instead of answering GOAWAY too_many_pings.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.so_reuseport", 0),
+]
+
+
+def add_service(service: ExternalScalerService, server: grpc.aio.Server) -> None:
+    """Like the generated ``add_ExternalScalerServicer_to_server``, with
+    request decoding that cannot fail (see :class:`_Undecodable`)."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+    ref_parser = _safe_parser(pb.ScaledObjectRef)
+    handlers = {
+        "IsActive": unary(
+            service.IsActive,
+            request_deserializer=ref_parser,
+            response_serializer=pb.IsActiveResponse.SerializeToString,
+        ),
+        "StreamIsActive": stream(
+            service.StreamIsActive,
+            request_deserializer=ref_parser,
+            response_serializer=pb.IsActiveResponse.SerializeToString,
+        ),
+        "GetMetricSpec": unary(
+            service.GetMetricSpec,
+            request_deserializer=ref_parser,
+            response_serializer=pb.GetMetricSpecResponse.SerializeToString,
+        ),
+        "GetMetrics": unary(
+            service.GetMetrics,
+            request_deserializer=_safe_parser(pb.GetMetricsRequest),
+            response_serializer=pb.GetMetricsResponse.SerializeToString,
+        ),
+        "StreamMetricSpec": stream(
+            service.StreamMetricSpec,
+            request_deserializer=ref_parser,
+            response_serializer=pb.GetMetricSpecResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+@dataclass
+class RunningServer:
+    """A started gRPC server with its health servicer and bound port."""
+
+    server: grpc.aio.Server
+    port: int
+    health: Any  # grpc_health.aio.HealthServicer
+    service: ExternalScalerService
+
+    async def drain(self, grace_s: float) -> None:
+        """Health NOT_SERVING, then stop accepting and let calls finish."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+
+async def start_server(
+    state: ScalerStateProtocol,
+    telemetry: ScalerTelemetry,
+    *,
+    host: str = "0.0.0.0",
+    port: int = 9090,
+    tls: ServerTls | None = None,
+) -> RunningServer:
+    """Build, bind and start the gRPC server (port 0 picks a free port)."""
+    server = grpc.aio.server(options=_SERVER_OPTIONS)
+    service = ExternalScalerService(state, telemetry)
+    add_service(service, server)
+    health = grpc_health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, server_credentials(tls))
+    if bound == 0:
+        raise OSError(f"cannot bind gRPC server to {address}")
+    await server.start()
+    await health.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, bound, health, service)
+
+
+async def run_server(
+    state: ScalerStateProtocol,
+    telemetry: ScalerTelemetry,
+    *,
+    host: str = "0.0.0.0",
+    port: int = 9090,
+    metrics_port: int | None = 9091,
+    tls: ServerTls | None = None,
+    grace_s: float = 10.0,
+    stop: asyncio.Event | None = None,
+    on_ready: Callable[[RunningServer, MetricsServer | None], Awaitable[None] | None] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
+
+    Order on shutdown: health NOT_SERVING (so a readiness probe and KEDA's
+    round_robin move away), gRPC stop with ``grace_s`` for in-flight calls,
+    then the state's background loop and the metrics endpoint. Returns 0.
+    """
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    metrics: MetricsServer | None = None
+    running: RunningServer | None = None
+    try:
+        await state.start()
+        running = await start_server(state, telemetry, host=host, port=port, tls=tls)
+        if metrics_port is not None:
+            metrics = await telemetry.serve(host, metrics_port)
+        log.info(
+            "prescaler serving gRPC on %s:%d%s%s",
+            host,
+            running.port,
+            " (TLS)" if tls and not tls.mutual else " (mTLS)" if tls else "",
+            f", metrics on :{metrics.port}" if metrics else "",
+        )
+        if on_ready is not None:
+            result = on_ready(running, metrics)
+            if asyncio.iscoroutine(result):
+                await result
+        await stop.wait()
+        log.info("draining (grace %.1f s)", grace_s)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if running is not None:
+            await running.drain(grace_s)
+        await state.stop()
+        if metrics is not None:
+            await metrics.stop()
+    return 0

@@ -1,0 +1,438 @@
+"""The scaler's own Prometheus metrics, and forecast-accuracy bookkeeping.
+
+Names and labels are a contract (design.md, "Contracts"); every per-object
+series carries ``namespace`` and ``scaledobject``:
+
+- ``prescaler_desired_replicas`` -- gauge, the last answer.
+- ``prescaler_ready_replicas`` -- gauge, ready replicas observed.
+- ``prescaler_demand{signal}`` -- gauge, live demand (``requests_per_s``, ...).
+- ``prescaler_forecast{signal,quantile,horizon_seconds}`` -- gauge, the forecast in use.
+- ``prescaler_forecast_abs_percentage_error{signal,horizon_seconds}`` -- gauge,
+  rolling mean APE of matured forecasts (fraction: 0.1 = 10 %).
+- ``prescaler_forecast_coverage{signal,quantile}`` -- gauge, fraction of
+  matured actuals at or below the forecast's upper quantile.
+- ``prescaler_lead_time_seconds`` -- gauge, the lead time in use.
+- ``prescaler_decisions_total{reason}`` -- counter.
+- ``prescaler_source_up{source}`` -- gauge 1/0, label ``source`` only: one
+  source (a Prometheus, a scrape URL set) is shared by many ScaledObjects.
+- ``prescaler_grpc_request_duration_seconds{method}`` -- histogram, label
+  ``method`` only.
+
+A custom collector (not prometheus_client's Gauge/Counter objects) keeps
+the exposition exact (no ``_created`` series), makes :meth:`forget` trivial
+when a ScaledObject disappears, and never touches the global registry unless
+asked.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from scaler.policy import Decision
+
+__all__ = [
+    "CONTENT_TYPE",
+    "RPC_BUCKETS",
+    "ForecastLedger",
+    "MetricsServer",
+    "ScalerTelemetry",
+    "SettledForecast",
+]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# RPCs answer from memory: most land well under a millisecond.
+RPC_BUCKETS: tuple[float, ...] = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+
+
+def _fmt(x: float) -> str:
+    """Label text for a number: ``0.9``, ``300`` (no trailing ``.0``)."""
+    return repr(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+class _Histogram:
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(RPC_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(RPC_BUCKETS, value)] += 1
+        self.sum += value
+
+
+class ScalerTelemetry(Collector):
+    """Holds the scaler's metric values; thread-safe; renders exposition text."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
+        self._lock = threading.Lock()
+        self._desired: dict[tuple[str, str], float] = {}
+        self._ready: dict[tuple[str, str], float] = {}
+        self._demand: dict[tuple[str, str, str], float] = {}
+        self._forecast: dict[tuple[str, str, str, str, str], float] = {}
+        self._ape: dict[tuple[str, str, str, str], float] = {}
+        self._coverage: dict[tuple[str, str, str, str], float] = {}
+        self._lead: dict[tuple[str, str], float] = {}
+        self._decisions: dict[tuple[str, str, str], int] = {}
+        self._source_up: dict[str, float] = {}
+        self._rpc: dict[str, _Histogram] = {}
+        self.registry.register(self)
+
+    # -- recording -----------------------------------------------------------
+    def record_decision(
+        self, namespace: str, name: str, decision: Decision, ready_replicas: int
+    ) -> None:
+        with self._lock:
+            self._desired[(namespace, name)] = float(decision.replicas)
+            self._ready[(namespace, name)] = float(ready_replicas)
+            key = (namespace, name, decision.reason)
+            self._decisions[key] = self._decisions.get(key, 0) + 1
+
+    def record_demand(self, namespace: str, name: str, signal: str, value: float) -> None:
+        with self._lock:
+            self._demand[(namespace, name, signal)] = float(value)
+
+    def record_forecast(
+        self,
+        namespace: str,
+        name: str,
+        signal: str,
+        quantile: float,
+        horizon_s: float,
+        value: float,
+    ) -> None:
+        with self._lock:
+            self._forecast[(namespace, name, signal, _fmt(quantile), _fmt(horizon_s))] = float(
+                value
+            )
+
+    def record_forecast_error(
+        self, namespace: str, name: str, signal: str, horizon_s: float, abs_pct_error: float
+    ) -> None:
+        with self._lock:
+            self._ape[(namespace, name, signal, _fmt(horizon_s))] = float(abs_pct_error)
+
+    def record_coverage(
+        self, namespace: str, name: str, signal: str, quantile: float, covered_fraction: float
+    ) -> None:
+        with self._lock:
+            self._coverage[(namespace, name, signal, _fmt(quantile))] = float(covered_fraction)
+
+    def record_lead_time(self, namespace: str, name: str, seconds: float) -> None:
+        with self._lock:
+            self._lead[(namespace, name)] = float(seconds)
+
+    def set_source_up(self, source: str, up: bool) -> None:
+        with self._lock:
+            self._source_up[source] = 1.0 if up else 0.0
+
+    def forget_source(self, source: str) -> None:
+        with self._lock:
+            self._source_up.pop(source, None)
+
+    def observe_rpc(self, method: str, seconds: float) -> None:
+        with self._lock:
+            hist = self._rpc.get(method)
+            if hist is None:
+                hist = self._rpc[method] = _Histogram()
+            hist.observe(seconds)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of one ScaledObject (it was deleted)."""
+        obj = (namespace, name)
+        with self._lock:
+            for store in (self._desired, self._ready, self._lead):
+                store.pop(obj, None)
+            multis: tuple[dict[Any, Any], ...] = (
+                self._demand,
+                self._forecast,
+                self._ape,
+                self._coverage,
+                self._decisions,
+            )
+            for multi in multis:
+                for key in [k for k in multi if k[:2] == obj]:
+                    del multi[key]
+
+    # -- exposition ----------------------------------------------------------
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            obj = ["namespace", "scaledobject"]
+            yield _gauge(
+                "prescaler_desired_replicas",
+                "Replica count the scaler answers (GetMetrics value).",
+                obj,
+                self._desired,
+            )
+            yield _gauge(
+                "prescaler_ready_replicas", "Ready vLLM replicas observed.", obj, self._ready
+            )
+            yield _gauge(
+                "prescaler_demand", "Live demand by signal.", [*obj, "signal"], self._demand
+            )
+            yield _gauge(
+                "prescaler_forecast",
+                "Forecast demand in use, by quantile and horizon.",
+                [*obj, "signal", "quantile", "horizon_seconds"],
+                self._forecast,
+            )
+            yield _gauge(
+                "prescaler_forecast_abs_percentage_error",
+                "Rolling mean absolute percentage error of matured forecasts (fraction).",
+                [*obj, "signal", "horizon_seconds"],
+                self._ape,
+            )
+            yield _gauge(
+                "prescaler_forecast_coverage",
+                "Fraction of matured actuals at or below the forecast quantile.",
+                [*obj, "signal", "quantile"],
+                self._coverage,
+            )
+            yield _gauge(
+                "prescaler_lead_time_seconds",
+                "Lead time the forecast looks ahead (node + pod start + model load).",
+                obj,
+                self._lead,
+            )
+            counter = CounterMetricFamily(
+                "prescaler_decisions", "Decisions made, by reason.", labels=[*obj, "reason"]
+            )
+            for key, count in sorted(self._decisions.items()):
+                counter.add_metric(list(key), count)
+            yield counter
+            yield _gauge(
+                "prescaler_source_up",
+                "1 when the last read of a data source succeeded.",
+                ["source"],
+                {(k,): v for k, v in self._source_up.items()},
+            )
+            hist = HistogramMetricFamily(
+                "prescaler_grpc_request_duration_seconds",
+                "Latency of the scaler's gRPC handlers.",
+                labels=["method"],
+            )
+            for method, h in sorted(self._rpc.items()):
+                cumulative, buckets = 0, []
+                for bound, count in zip((*RPC_BUCKETS, math.inf), h.counts, strict=True):
+                    cumulative += count
+                    buckets.append((floatToGoString(bound), cumulative))
+                hist.add_metric([method], buckets, h.sum)
+            yield hist
+
+    def render(self) -> bytes:
+        """Prometheus text exposition (format 0.0.4) of this registry."""
+        return generate_latest(self.registry)
+
+    async def serve(self, host: str, port: int) -> MetricsServer:
+        """Start an HTTP ``/metrics`` endpoint on the running loop."""
+        server = MetricsServer(self, host, port)
+        await server.start()
+        return server
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: dict) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+class MetricsServer:
+    """aiohttp ``GET /metrics`` (and ``/healthz``) for ``--metrics-port``."""
+
+    def __init__(self, telemetry: ScalerTelemetry, host: str, port: int) -> None:
+        self._telemetry = telemetry
+        self._host = host
+        self._port = port
+        self._runner: object | None = None
+        self.port: int = port
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        async def metrics(_request: web.Request) -> web.Response:
+            body = self._telemetry.render()
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+        async def healthz(_request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self._host, self._port)
+        await site.start()
+        self._runner = runner
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        runner = self._runner
+        self._runner = None
+        if runner is not None:
+            await runner.cleanup()  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------
+# Forecast accuracy bookkeeping (pure)
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SettledForecast:
+    """One forecast matched with what really came."""
+
+    signal: str
+    horizon_s: float
+    quantile: float
+    made_at_s: float
+    target_s: float
+    median: float
+    upper: float
+    actual: float
+    abs_pct_error: float  # NaN when actual == 0 (APE undefined)
+    covered: bool  # actual <= upper
+
+
+@dataclass(frozen=True)
+class _Pending:
+    made_at_s: float
+    target_s: float
+    median: float
+    upper: float
+
+
+class ForecastLedger:
+    """Forecasts made at ``t`` for ``t + h``, settled when ``t + h`` arrives.
+
+    Pure bookkeeping (no clock, no I/O): one ledger per ScaledObject.
+
+    * ``add(signal, horizon_s, quantile, made_at_s, median, upper)`` -- record
+      a forecast (call each time a forecast is made, e.g. every refresh).
+    * ``settle(signal, now_s, actual)`` -- with the actual value of
+      ``signal`` observed at ``now_s``, settle every pending forecast whose
+      target time is <= ``now_s``; those whose target is older than
+      ``now_s - max_lateness_s`` (a data gap) are dropped unsettled. Returns
+      the settled records.
+    * ``mean_ape(signal, horizon_s)`` -- mean APE over the last ``window``
+      settled forecasts with a non-zero actual (NaN if none);
+      ``coverage(signal, quantile)`` -- fraction of the last ``window`` whose
+      actual was <= the upper quantile (NaN if none).
+    * ``keys()`` -- the (signal, horizon_s, quantile) tuples with results,
+      to export each through ScalerTelemetry.record_forecast_error /
+      record_coverage.
+    """
+
+    def __init__(
+        self, window: int = 120, max_pending: int = 2048, max_lateness_s: float = 120.0
+    ) -> None:
+        if window < 1 or max_pending < 1 or max_lateness_s < 0:
+            raise ValueError("window and max_pending must be >= 1, max_lateness_s >= 0")
+        self.window = window
+        self.max_pending = max_pending
+        self.max_lateness_s = max_lateness_s
+        self._pending: dict[tuple[str, float, float], deque[_Pending]] = {}
+        self._apes: dict[tuple[str, float], deque[float]] = {}
+        self._covered: dict[tuple[str, float], deque[bool]] = {}
+
+    def add(
+        self,
+        signal: str,
+        horizon_s: float,
+        quantile: float,
+        made_at_s: float,
+        median: float,
+        upper: float,
+    ) -> None:
+        if not (math.isfinite(median) and math.isfinite(upper) and math.isfinite(made_at_s)):
+            return
+        queue = self._pending.setdefault((signal, float(horizon_s), float(quantile)), deque())
+        queue.append(_Pending(made_at_s, made_at_s + horizon_s, median, upper))
+        while len(queue) > self.max_pending:
+            queue.popleft()
+
+    def settle(self, signal: str, now_s: float, actual: float) -> list[SettledForecast]:
+        if not math.isfinite(actual):
+            return []
+        settled: list[SettledForecast] = []
+        for (sig, horizon, quantile), queue in self._pending.items():
+            if sig != signal:
+                continue
+            # Forecasts are added in time order, so matured ones are at the front.
+            while queue and queue[0].target_s <= now_s:
+                p = queue.popleft()
+                if now_s - p.target_s > self.max_lateness_s:
+                    continue
+                ape = abs(actual - p.median) / abs(actual) if actual != 0 else math.nan
+                record = SettledForecast(
+                    sig,
+                    horizon,
+                    quantile,
+                    p.made_at_s,
+                    p.target_s,
+                    p.median,
+                    p.upper,
+                    actual,
+                    ape,
+                    actual <= p.upper,
+                )
+                settled.append(record)
+                if not math.isnan(ape):
+                    _push(self._apes, (sig, horizon), ape, self.window)
+                _push(self._covered, (sig, quantile), record.covered, self.window)
+        return settled
+
+    def mean_ape(self, signal: str, horizon_s: float) -> float:
+        values = self._apes.get((signal, float(horizon_s)))
+        return sum(values) / len(values) if values else math.nan
+
+    def coverage(self, signal: str, quantile: float) -> float:
+        values = self._covered.get((signal, float(quantile)))
+        return sum(values) / len(values) if values else math.nan
+
+    def keys(self) -> list[tuple[str, float, float]]:
+        return sorted(self._pending)
+
+
+def _push(store: dict, key: tuple, value: object, window: int) -> None:
+    queue = store.get(key)
+    if queue is None:
+        queue = store[key] = deque(maxlen=window)
+    queue.append(value)

@@ -1,0 +1,303 @@
+"""Trigger metadata -> ScalerSettings: every key, every bad value, the selector parser."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.settings import (
+    KEDA_KEYS,
+    METADATA_KEYS,
+    LabelMatcher,
+    ScalerSettings,
+    SettingsError,
+    parse_selector,
+    parse_settings,
+    validate_pod_selector,
+)
+
+PROM = {"prometheusAddress": "http://prometheus.monitoring:9090"}
+
+
+def test_defaults_match_the_contract() -> None:
+    """Only a source given: every other field takes the documented default."""
+    s = parse_settings(PROM)
+    assert s.prometheus_address == "http://prometheus.monitoring:9090"
+    assert (s.metrics_urls, s.pod_selector, s.namespace, s.selector) == ((), None, None, ())
+    assert (s.model, s.profile, s.capacity_tokens_per_second) == (None, None, None)
+    assert s.target_waiting_per_replica == 3
+    assert s.target_kv_cache_usage == 0.8
+    assert s.lead_time_seconds is None  # auto
+    assert s.forecast == "auto"
+    assert s.forecast_quantile == 0.9
+    assert (s.min_replicas, s.max_replicas) == (0, 100)
+    assert s.scale_down_stabilization_seconds == 300
+    assert (s.stale_after_seconds, s.fallback_after_seconds, s.fallback_replicas) == (60, 300, None)
+    assert (s.prewarm, s.prewarm_deployment, s.node_lead_time_seconds) == (
+        False,
+        "prescaler-balloon",
+        180,
+    )
+    assert s == ScalerSettings(prometheus_address="http://prometheus.monitoring:9090")
+
+
+def test_every_key_parsed() -> None:
+    """Each metadata key lands, typed, in its snake_case field."""
+    s = parse_settings(
+        {
+            **PROM,
+            "selector": 'app="vllm",model=~"llama.*"',
+            "model": "meta-llama/Meta-Llama-3-8B-Instruct",
+            "capacityTokensPerSecond": "1500",
+            "targetWaitingPerReplica": "5",
+            "targetKvCacheUsage": "0.7",
+            "leadTimeSeconds": "240",
+            "forecast": "holt_winters",
+            "forecastQuantile": "0.95",
+            "minReplicas": "1",
+            "maxReplicas": "12",
+            "scaleDownStabilizationSeconds": "600",
+            "staleAfterSeconds": "45",
+            "fallbackAfterSeconds": "120",
+            "fallbackReplicas": "4",
+            "prewarm": "true",
+            "prewarmDeployment": "llama-balloon",
+            "nodeLeadTimeSeconds": "90",
+        }
+    )
+    assert s.selector == (LabelMatcher("app", "=", "vllm"), LabelMatcher("model", "=~", "llama.*"))
+    assert s.model == "meta-llama/Meta-Llama-3-8B-Instruct"
+    assert s.capacity_tokens_per_second == 1500.0
+    assert (s.target_waiting_per_replica, s.target_kv_cache_usage) == (5.0, 0.7)
+    assert (s.lead_time_seconds, s.forecast, s.forecast_quantile) == (240.0, "holt_winters", 0.95)
+    assert (s.min_replicas, s.max_replicas) == (1, 12)
+    assert s.scale_down_stabilization_seconds == 600.0
+    assert (s.stale_after_seconds, s.fallback_after_seconds, s.fallback_replicas) == (45, 120, 4)
+    assert (s.prewarm, s.prewarm_deployment, s.node_lead_time_seconds) == (
+        True,
+        "llama-balloon",
+        90,
+    )
+    assert isinstance(s.min_replicas, int) and isinstance(s.fallback_replicas, int)
+
+
+def test_metadata_keys_are_exactly_the_contract() -> None:
+    assert {
+        "prometheusAddress", "metricsUrls", "podSelector", "namespace", "selector", "model",
+        "profile", "capacityTokensPerSecond", "targetWaitingPerReplica", "targetKvCacheUsage",
+        "leadTimeSeconds", "forecast", "forecastQuantile", "minReplicas", "maxReplicas",
+        "scaleDownStabilizationSeconds", "staleAfterSeconds", "fallbackAfterSeconds",
+        "fallbackReplicas", "prewarm", "prewarmDeployment", "nodeLeadTimeSeconds",
+    } == METADATA_KEYS  # fmt: skip
+
+
+def test_sources() -> None:
+    """metricsUrls splits on commas; podSelector takes a namespace; source_key groups."""
+    s = parse_settings(
+        {"metricsUrls": " http://10.0.0.1:8000/metrics , http://10.0.0.2:8000/metrics"}
+    )
+    assert s.metrics_urls == ("http://10.0.0.1:8000/metrics", "http://10.0.0.2:8000/metrics")
+    assert s.source_kind == "scrape"
+    assert s.source_key() == ("scrape", *s.metrics_urls)
+    k = parse_settings({"podSelector": "app=vllm, tier in (gpu,spot)", "namespace": "llm"})
+    assert (k.pod_selector, k.namespace, k.source_kind) == (
+        "app=vllm,tier in (gpu,spot)",
+        "llm",
+        "kubernetes",
+    )
+    assert k.source_key() == ("kubernetes", "llm", "app=vllm,tier in (gpu,spot)")
+    a = parse_settings({**PROM, "model": "a"})
+    b = parse_settings({**PROM, "selector": 'x="y"', "minReplicas": "2"})
+    assert a.source_key() == b.source_key() == ("prometheus", PROM["prometheusAddress"])
+
+
+def test_keda_keys_and_from_env() -> None:
+    """KEDA's own keys are ignored; <ourKey>FromEnv is read as the key."""
+    meta = {k: "x" for k in KEDA_KEYS} | {
+        "prometheusAddressFromEnv": "http://prom:9090",
+        "someUnrelatedFromEnv": "whatever",
+    }
+    s = parse_settings(meta)
+    assert s.prometheus_address == "http://prom:9090"
+    assert "scalerAddress" in s.extra and "someUnrelatedFromEnv" in s.extra
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, "prometheusAddressFromEnv": "http://other:9090"})
+    assert "given twice" in str(err.value)
+
+
+BAD = [
+    ({"prometheusAddres": "http://p:9090"}, "prometheusAddres"),
+    ({**PROM, "targetWaiting": "3"}, "targetWaiting"),
+    ({}, "prometheusAddress"),
+    ({**PROM, "metricsUrls": "http://a/metrics"}, "metricsUrls"),
+    ({**PROM, "podSelector": "app=vllm"}, "podSelector"),
+    ({"prometheusAddress": "prometheus:9090"}, "prometheusAddress"),
+    ({"prometheusAddress": "ftp://p"}, "prometheusAddress"),
+    ({"prometheusAddress": "http://user:pw@p:9090"}, "prometheusAddress"),
+    ({"prometheusAddress": "http://p:99999"}, "prometheusAddress"),
+    ({"metricsUrls": " , "}, "metricsUrls"),
+    ({"metricsUrls": "http://a/m,http://a/m"}, "metricsUrls"),
+    ({"podSelector": "app=vl/lm"}, "podSelector"),
+    ({"podSelector": "app in (a"}, "podSelector"),
+    ({"podSelector": "app=vllm", "namespace": "Bad_NS"}, "namespace"),
+    ({**PROM, "namespace": "llm"}, "namespace"),
+    ({**PROM, "selector": "app=vllm"}, "selector"),
+    ({**PROM, "model": "  "}, "model"),
+    ({**PROM, "capacityTokensPerSecond": "0"}, "capacityTokensPerSecond"),
+    ({**PROM, "capacityTokensPerSecond": "fast"}, "capacityTokensPerSecond"),
+    ({**PROM, "targetWaitingPerReplica": "-1"}, "targetWaitingPerReplica"),
+    ({**PROM, "targetWaitingPerReplica": "nan"}, "targetWaitingPerReplica"),
+    ({**PROM, "targetKvCacheUsage": "80"}, "targetKvCacheUsage"),
+    ({**PROM, "targetKvCacheUsage": "inf"}, "targetKvCacheUsage"),
+    ({**PROM, "leadTimeSeconds": "soon"}, "leadTimeSeconds"),
+    ({**PROM, "leadTimeSeconds": "-5"}, "leadTimeSeconds"),
+    ({**PROM, "forecast": "prophet"}, "forecast"),
+    ({**PROM, "forecastQuantile": "1"}, "forecastQuantile"),
+    ({**PROM, "forecastQuantile": "0"}, "forecastQuantile"),
+    ({**PROM, "minReplicas": "1.5"}, "minReplicas"),
+    ({**PROM, "minReplicas": "-1"}, "minReplicas"),
+    ({**PROM, "maxReplicas": "0"}, "maxReplicas"),
+    ({**PROM, "minReplicas": "5", "maxReplicas": "4"}, "maxReplicas"),
+    ({**PROM, "scaleDownStabilizationSeconds": "-1"}, "scaleDownStabilizationSeconds"),
+    ({**PROM, "staleAfterSeconds": "0"}, "staleAfterSeconds"),
+    ({**PROM, "staleAfterSeconds": "90", "fallbackAfterSeconds": "60"}, "fallbackAfterSeconds"),
+    ({**PROM, "fallbackReplicas": "many"}, "fallbackReplicas"),
+    ({**PROM, "maxReplicas": "3", "fallbackReplicas": "5"}, "fallbackReplicas"),
+    ({**PROM, "prewarm": "yes"}, "prewarm"),
+    ({**PROM, "prewarmDeployment": "Balloon_1"}, "prewarmDeployment"),
+    ({**PROM, "nodeLeadTimeSeconds": "-1"}, "nodeLeadTimeSeconds"),
+    ({**PROM, "profile": "gpt-5@h100", "capacityTokensPerSecond": "10"}, "profile"),
+]
+
+
+@pytest.mark.parametrize(("meta", "key"), BAD, ids=[k for _, k in BAD])
+def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:
+    """Every bad value or unknown key raises SettingsError naming the key."""
+    with pytest.raises(SettingsError) as err:
+        parse_settings(meta)
+    assert err.value.key == key or (key == "profile" and err.value.key == "capacityTokensPerSecond")
+    assert str(err.value).startswith(f"{err.value.key}:")
+
+
+def test_profile_validated_against_engine_profiles() -> None:
+    profiles = pytest.importorskip("engine.profiles")
+    name = profiles.profile_names()[0]
+    assert parse_settings({**PROM, "profile": name}).profile == name
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, "profile": "no-such-model@nowhere"})
+    assert err.value.key == "profile" and name in str(err.value)
+
+
+def test_forecast_methods_from_forecasting() -> None:
+    forecasting = pytest.importorskip("forecasting")
+    methods = getattr(forecasting, "METHODS", None)
+    if methods is None:
+        pytest.skip("forecasting.METHODS not built yet")
+    for method in methods:
+        assert parse_settings({**PROM, "forecast": method}).forecast == method
+    assert parse_settings({**PROM, "forecast": "off"}).forecast == "off"
+
+
+def test_lead_time_auto_and_bools() -> None:
+    assert parse_settings({**PROM, "leadTimeSeconds": "AUTO"}).lead_time_seconds is None
+    for text, value in [("true", True), ("1", True), ("False", False), ("f", False)]:
+        assert parse_settings({**PROM, "prewarm": text}).prewarm is value
+
+
+# ---------------------------------------------------------------------------
+# selector parsing and escaping
+# ---------------------------------------------------------------------------
+
+
+def test_selector_forms() -> None:
+    assert parse_selector('{app="vllm", env!="dev",model=~"llama.*",x!~"a|b",}') == (
+        LabelMatcher("app", "=", "vllm"),
+        LabelMatcher("env", "!=", "dev"),
+        LabelMatcher("model", "=~", "llama.*"),
+        LabelMatcher("x", "!~", "a|b"),
+    )
+    assert parse_selector("app='vllm'") == (LabelMatcher("app", "=", "vllm"),)
+    assert parse_selector("") == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'a="x"}or vector(1)',
+        'a="x"} or on() vector(1) #',
+        'a="x") or (vector(1)',
+        'a="x" or b="y"',
+        "a=x",
+        'a="x',
+        '__name__="up"',
+        '1a="x"',
+        'a=="x"',
+        'a=~"("',
+        'a="x"\nb="y"',
+        'a="\\q"',
+        '{a="x"',
+    ],
+)
+def test_selector_injection_rejected(text: str) -> None:
+    """Anything that is not a list of well-formed matchers is refused."""
+    with pytest.raises(ValueError):
+        parse_selector(text)
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, "selector": text})
+    assert err.value.key == "selector"
+
+
+def test_selector_values_escaped_in_promql() -> None:
+    """A quote inside a value stays inside the value when re-emitted."""
+    (m,) = parse_selector(r'a="x\"}or vector(1)"')
+    assert m.value == 'x"}or vector(1)'
+    assert m.promql() == r'a="x\"}or vector(1)"'
+    s = parse_settings({**PROM, "selector": r'a="back\\slash"', "model": 'm"}'})
+    assert s.promql_matchers() == r'a="back\\slash",model_name="m\"}"'
+
+
+_PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_any_value_round_trips_as_one_promql_string(value: str) -> None:
+    """Whatever the value, promql() is name op one string literal that parses back."""
+    m = LabelMatcher("a", "=", value)
+    text = m.promql()
+    assert text.startswith('a="') and _PROMQL_STRING.fullmatch(text[2:])
+    if "\n" not in value and "\r" not in value:
+        assert parse_selector(text) == (m,)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_parse_selector_only_raises_value_error(text: str) -> None:
+    """Random text: a tuple of valid matchers or ValueError, nothing else."""
+    try:
+        matchers = parse_selector(text)
+    except ValueError:
+        return
+    for m in matchers:
+        assert parse_selector(m.promql()) == (m,)
+
+
+def test_matcher_matches_like_promql() -> None:
+    labels = {"app": "vllm", "model": "llama-3-8b"}
+    assert LabelMatcher("app", "=", "vllm").matches(labels)
+    assert LabelMatcher("model", "=~", "llama.*").matches(labels)
+    assert not LabelMatcher("model", "=~", "llama").matches(labels)  # anchored
+    assert LabelMatcher("env", "=", "").matches(labels)  # missing label is ""
+    assert LabelMatcher("model", "!~", "mistral.*").matches(labels)
+
+
+def test_pod_selector_validation() -> None:
+    assert validate_pod_selector("app.kubernetes.io/name=vllm,!canary") == (
+        "app.kubernetes.io/name=vllm,!canary"
+    )
+    for bad in ["", "a=b=c", "a in ()", "-bad=x", "a=(b)"]:
+        with pytest.raises(ValueError):
+            validate_pod_selector(bad)
