@@ -1,0 +1,69 @@
+"""`prescaler emulate`: one emulated vLLM replica on a port (flags only)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+
+from engine.metrics import METRICS_VERSIONS
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "emulate",
+        help="serve vLLM's HTTP API and /metrics from the replica model (no GPU)",
+        description="One emulated vLLM replica: /health, /metrics, /v1/models, "
+        "/v1/completions, /v1/chat/completions, timed by the profile's step-time model.",
+    )
+    p.add_argument(
+        "--profile",
+        default="llama-3-8b@g5.xlarge",
+        help="engine profile, e.g. llama-3-8b@p5.48xlarge (default %(default)s)",
+    )
+    p.add_argument("--port", type=int, default=8000, help="TCP port (0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default %(default)s)")
+    p.add_argument(
+        "--served-model-name",
+        default=None,
+        help="model name clients send and metrics carry (default: the HF id)",
+    )
+    p.add_argument(
+        "--metrics-version",
+        choices=METRICS_VERSIONS,
+        default="v1",
+        help="vLLM metric names: v1 (>= 0.12) or v0 (0.6.x, Neuron) (default v1)",
+    )
+    p.add_argument("--max-num-seqs", type=int, default=None, help="override max_num_seqs")
+    p.add_argument("--num-gpu-blocks", type=int, default=None, help="override the KV blocks")
+    p.add_argument("--max-model-len", type=int, default=None, help="override max_model_len")
+    p.add_argument(
+        "--default-max-tokens",
+        type=int,
+        default=128,
+        help="output tokens when a request gives no max_tokens (default 128)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from engine.emulator.server import EmulatorSettings, serve_forever
+
+    try:
+        settings = EmulatorSettings(
+            profile=args.profile,
+            served_model_name=args.served_model_name,
+            metrics_version=args.metrics_version,
+            max_num_seqs=args.max_num_seqs,
+            num_gpu_blocks=args.num_gpu_blocks,
+            max_model_len=args.max_model_len,
+            default_max_tokens=args.default_max_tokens,
+        )
+        settings.build_profile()
+    except (ValueError, KeyError) as exc:
+        print(f"prescaler emulate: {exc}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(settings, args.host, args.port))
+    return 0

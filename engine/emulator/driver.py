@@ -1,0 +1,146 @@
+"""Runs a `Replica` on the wall clock inside an asyncio loop.
+
+One task owns the replica's clock: it advances the model to "now", hands
+finished records and new token counts to the waiting streams, then sleeps
+until the end of the step in flight (`Replica.next_token_time`) or until a
+new request arrives. Nothing polls: with no request in flight the task waits
+on an event. Model time is ``loop.time() - start`` (seconds, monotonic), so
+a late wake-up never accumulates: the next token is still due at its model
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from engine.replica import Replica
+from engine.requests import Request, RequestRecord
+
+log = logging.getLogger(__name__)
+
+
+class TokenStream:
+    """What one HTTP request waits on: new tokens, then its final record."""
+
+    __slots__ = ("changed", "notified", "record", "request_id")
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.changed = asyncio.Event()
+        self.notified = 0  # tokens generated as of the last wake-up
+        self.record: RequestRecord | None = None
+
+    async def wait(self) -> tuple[int, RequestRecord | None]:
+        """Wait until something changed; return (tokens generated, record if finished)."""
+        await self.changed.wait()
+        self.changed.clear()
+        rec = self.record
+        return (rec.output_tokens if rec is not None else self.notified), rec
+
+
+class ReplicaDriver:
+    """Drive `replica` in real time on the running asyncio loop."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self._streams: dict[str, TokenStream] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._t0 = self._loop.time() - replica.now
+        self._ids = itertools.count()
+        self.failure: BaseException | None = None
+
+    # ----------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="replica-clock")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @property
+    def healthy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def model_now(self) -> float:
+        return max(self._loop.time() - self._t0, self.replica.now)
+
+    # ------------------------------------------------------------ requests
+    def new_request_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids):08d}"
+
+    def submit(
+        self, request_id: str, prompt_tokens: int, output_tokens: int, finished_reason: str
+    ) -> TokenStream:
+        """Queue a request now; raises RequestRejected (a ValueError) if it cannot run."""
+        req = Request(
+            request_id,
+            self.model_now(),
+            prompt_tokens,
+            output_tokens,
+            "stop" if finished_reason == "stop" else "length",
+        )
+        self.replica.submit(req)
+        stream = TokenStream(request_id)
+        self._streams[request_id] = stream
+        self._wake.set()
+        return stream
+
+    def abort(self, stream: TokenStream) -> None:
+        """The client went away before the end: free its place in the batch."""
+        if stream.record is not None:
+            return
+        self.sync()
+        if stream.record is not None:
+            return
+        rec = self.replica.abort(stream.request_id)
+        self._streams.pop(stream.request_id, None)
+        if rec is not None:
+            stream.record = rec
+        self._wake.set()
+
+    def sync(self) -> None:
+        """Advance the model to now and wake the streams that have news."""
+        replica = self.replica
+        for rec in replica.advance_to(self.model_now()):
+            stream = self._streams.pop(rec.request_id, None)
+            if stream is not None:
+                stream.record = rec
+                stream.changed.set()
+        for rid, stream in self._streams.items():
+            n = replica.tokens_generated(rid)
+            if n != stream.notified:
+                stream.notified = n
+                stream.changed.set()
+
+    async def _run(self) -> None:
+        loop = self._loop
+        try:
+            while True:
+                self.sync()
+                nxt = self.replica.next_token_time()
+                self._wake.clear()
+                if nxt is None:
+                    await self._wake.wait()
+                    continue
+                when = self._t0 + nxt
+                if when > loop.time():
+                    handle = loop.call_at(when, self._wake.set)
+                    try:
+                        await self._wake.wait()
+                    finally:
+                        handle.cancel()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the engine is dead: /health says so
+            self.failure = exc
+            log.exception("replica clock failed")
+            raise

@@ -1,0 +1,200 @@
+"""vLLM's OpenAI-compatible JSON bodies and SSE events, byte for byte.
+
+vLLM serialises its pydantic models compactly (no spaces), fields in
+declaration order; stream events are ``data: <json>\\n\\n`` and the stream
+ends with ``data: [DONE]\\n\\n``. The shapes below follow vLLM's
+`serving_completion.py` / `serving_chat.py`:
+
+- completions chunk: ``{"id","object":"text_completion","created","model",
+  "choices":[{"index","text","logprobs","finish_reason","stop_reason"}],
+  "usage":null}`` (dumped with exclude_unset=False, hence the nulls);
+- chat chunk (exclude_unset=True): ``{"id","object":"chat.completion.chunk",
+  "created","model","choices":[{"index","delta":{...},"logprobs",
+  "finish_reason"}]}``; the first carries ``delta.role = "assistant"`` and
+  ``content: ""``; the last content chunk adds ``stop_reason``;
+- usage chunk (``stream_options.include_usage``): ``choices: []`` and
+  ``usage {prompt_tokens,total_tokens,completion_tokens}``.
+Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def sse(obj: Any) -> bytes:
+    return f"data: {dumps(obj)}\n\n".encode()
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+def completion_chunk(
+    rid: str, created: int, model: str, text: str, finish_reason: str | None
+) -> bytes:
+    return sse(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": text,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                    "stop_reason": None,
+                }
+            ],
+            "usage": None,
+        }
+    )
+
+
+def chat_role_chunk(rid: str, created: int, model: str) -> bytes:
+    return sse(
+        {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        }
+    )
+
+
+def chat_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None) -> bytes:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "delta": {"content": text},
+        "logprobs": None,
+        "finish_reason": finish_reason,
+    }
+    if finish_reason is not None:
+        choice["stop_reason"] = None
+    return sse(
+        {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
+    )
+
+
+def usage_chunk(
+    rid: str, created: int, model: str, chat: bool, prompt_tokens: int, completion_tokens: int
+) -> bytes:
+    return sse(
+        {
+            "id": rid,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": usage(prompt_tokens, completion_tokens),
+        }
+    )
+
+
+def completion_response(
+    rid: str, created: int, model: str, text: str, finish_reason: str, prompt: int, out: int
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "prompt_logprobs": None,
+            }
+        ],
+        "usage": {**usage(prompt, out), "prompt_tokens_details": None},
+    }
+
+
+def chat_response(
+    rid: str, created: int, model: str, text: str, finish_reason: str, prompt: int, out: int
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+        ],
+        "usage": {**usage(prompt, out), "prompt_tokens_details": None},
+        "prompt_logprobs": None,
+    }
+
+
+def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+    """vLLM's ErrorResponse."""
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+
+
+def models_body(model: str, root: str, created: int, max_model_len: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{model}",
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        ],
+    }

@@ -1,0 +1,317 @@
+"""vLLM's Prometheus metrics, kept as plain counters by the replica.
+
+The replica only counts (pure, no clock, no I/O); `render_metrics` turns a
+frozen snapshot into the text exposition format with vLLM's exact names,
+types, labels and bucket boundaries, for either metrics generation:
+
+- ``v1`` (vLLM >= 0.12, the V1 engine): labels ``model_name`` and ``engine``;
+  ``kv_cache_usage_perc``, ``inter_token_latency_seconds``,
+  ``request_queue_time_seconds``; no ``gpu_cache_usage_perc`` and no
+  ``time_per_output_token_seconds`` (both removed by 0.12).
+- ``v0`` (vLLM 0.6.2, also what Neuron images <= 0.10 expose): label
+  ``model_name`` only; ``gpu_cache_usage_perc``,
+  ``time_per_output_token_seconds``; TTFT buckets stop at 10 s, TPOT at 2.5 s
+  and e2e at 60 s as in vLLM 0.6.x.
+
+Histograms are accumulated once on the union of both generations' boundaries
+(every V0 list is a subset of the V1 list), so one replica can be rendered in
+either generation without re-observing anything.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import ceil, floor
+from typing import Literal
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.samples import Sample
+
+MetricsVersion = Literal["v1", "v0"]
+METRICS_VERSIONS: tuple[MetricsVersion, ...] = ("v1", "v0")
+#: What vLLM's /metrics answers with: the text format 0.0.4 (pinned here because
+#: newer prometheus_client releases call their default "version=1.0.0").
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+TTFT_BUCKETS_V1: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TTFT_BUCKETS_V0: tuple[float, ...] = tuple(b for b in TTFT_BUCKETS_V1 if b <= 10.0)
+ITL_BUCKETS_V1: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+TPOT_BUCKETS_V0: tuple[float, ...] = tuple(b for b in ITL_BUCKETS_V1 if b <= 2.5)
+REQUEST_LATENCY_BUCKETS_V1: tuple[float, ...] = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS_V0: tuple[float, ...] = tuple(
+    b for b in REQUEST_LATENCY_BUCKETS_V1 if b <= 60.0
+)
+
+_REASONS: tuple[str, ...] = ("stop", "length", "abort")
+
+
+class Histogram:
+    """Non-cumulative bucket counts plus sum and count (mutable, replica-owned).
+
+    `observe_arithmetic` adds a whole arithmetic series of values in
+    O(buckets): one steady multi-step jump of the replica produces thousands of
+    inter-token latencies that differ by a constant per step.
+    """
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError(f"histogram bounds must be strictly increasing, got {bounds}")
+        self.bounds: tuple[float, ...] = tuple(bounds)
+        self.counts: list[int] = [0] * (len(self.bounds) + 1)  # last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float, weight: int = 1) -> None:
+        self.counts[bisect_left(self.bounds, value)] += weight
+        self.sum += value * weight
+        self.count += weight
+
+    def observe_arithmetic(self, first: float, step: float, n: int, weight: int = 1) -> None:
+        """Observe ``first + i*step`` for i in 0..n-1, each `weight` times."""
+        if n <= 0 or weight <= 0:
+            return
+        if n == 1 or step == 0.0:
+            self.observe(first, n * weight)
+            return
+        below = 0  # values <= the previous bound
+        for i, bound in enumerate(self.bounds):
+            k = _count_at_most(first, step, n, bound)
+            self.counts[i] += (k - below) * weight
+            below = k
+        self.counts[-1] += (n - below) * weight
+        self.sum += (n * first + step * n * (n - 1) / 2) * weight
+        self.count += n * weight
+
+    def snapshot(self) -> HistogramSnapshot:
+        cumulative = []
+        acc = 0
+        for c in self.counts[:-1]:
+            acc += c
+            cumulative.append(acc)
+        return HistogramSnapshot(self.bounds, tuple(cumulative), self.sum, self.count)
+
+
+def _count_at_most(first: float, step: float, n: int, bound: float) -> int:
+    """How many of ``first + i*step`` (i < n, step != 0) are <= bound.
+
+    The closed form gives a candidate; the two loops fix float rounding so the
+    result equals observing each value one by one.
+    """
+    if step > 0:
+        k = 0 if bound < first else min(n, floor((bound - first) / step) + 1)
+        while k > 0 and first + (k - 1) * step > bound:
+            k -= 1
+        while k < n and first + k * step <= bound:
+            k += 1
+        return k
+    # decreasing: values <= bound are the tail i >= j
+    if bound < first + (n - 1) * step:
+        return 0
+    j = max(0, min(n - 1, ceil((first - bound) / -step))) if first > bound else 0
+    while j > 0 and first + (j - 1) * step <= bound:
+        j -= 1
+    while j < n and first + j * step > bound:
+        j += 1
+    return n - j
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramSnapshot:
+    """Cumulative counts at each bound (`le`), then sum and total count."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    sum: float
+    count: int
+
+    def cumulative_at(self, bound: float) -> int:
+        return self.cumulative[self.bounds.index(bound)]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Everything vLLM's /metrics shows for one replica at one instant."""
+
+    num_requests_running: int
+    num_requests_waiting: int
+    kv_cache_usage: float
+    num_preemptions: int
+    prompt_tokens: int
+    generation_tokens: int
+    request_success: tuple[tuple[str, int], ...]
+    time_to_first_token: HistogramSnapshot
+    inter_token_latency: HistogramSnapshot
+    e2e_request_latency: HistogramSnapshot
+    request_queue_time: HistogramSnapshot
+
+    def success(self, reason: str) -> int:
+        return dict(self.request_success).get(reason, 0)
+
+
+class _SnapshotCollector:
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+def metric_families(
+    snap: MetricsSnapshot,
+    *,
+    model_name: str,
+    version: MetricsVersion = "v1",
+    engine: str = "0",
+    created: float | None = None,
+) -> list[Metric]:
+    """The snapshot as prometheus_client families, in vLLM's registration order."""
+    if version not in METRICS_VERSIONS:
+        raise ValueError(f"metrics version must be one of {METRICS_VERSIONS}, got {version!r}")
+    v1 = version == "v1"
+    names = ["model_name", "engine"] if v1 else ["model_name"]
+    values = [model_name, engine] if v1 else [model_name]
+    out: list[Metric] = []
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        g = GaugeMetricFamily(name, doc, labels=names)
+        g.add_metric(values, float(value))
+        out.append(g)
+
+    def counter(name: str, doc: str, value: float) -> None:
+        c = CounterMetricFamily(name, doc, labels=names)
+        c.add_metric(values, float(value), created=created)
+        out.append(c)
+
+    def histogram(name: str, doc: str, h: HistogramSnapshot, bounds: tuple[float, ...]) -> None:
+        fam = HistogramMetricFamily(name, doc, labels=names)
+        buckets = [(_go_float(b), float(h.cumulative_at(b))) for b in bounds]
+        buckets.append(("+Inf", float(h.count)))
+        fam.add_metric(values, buckets, h.sum)
+        if created is not None:
+            fam.samples.append(
+                Sample(name + "_created", dict(zip(names, values, strict=True)), created)
+            )
+        out.append(fam)
+
+    gauge(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        snap.num_requests_running,
+    )
+    gauge(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        snap.num_requests_waiting,
+    )
+    if v1:
+        gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            snap.kv_cache_usage,
+        )
+    else:
+        gauge(
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage.",
+            snap.kv_cache_usage,
+        )
+    counter(
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        snap.num_preemptions,
+    )
+    counter("vllm:prompt_tokens", "Number of prefill tokens processed.", snap.prompt_tokens)
+    counter(
+        "vllm:generation_tokens", "Number of generation tokens processed.", snap.generation_tokens
+    )
+    success = CounterMetricFamily(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        labels=[*names, "finished_reason"],
+    )
+    for reason in _REASONS:
+        success.add_metric([*values, reason], float(snap.success(reason)), created=created)
+    out.append(success)
+    histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        snap.time_to_first_token,
+        TTFT_BUCKETS_V1 if v1 else TTFT_BUCKETS_V0,
+    )
+    if v1:
+        histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            snap.inter_token_latency,
+            ITL_BUCKETS_V1,
+        )
+    else:
+        histogram(
+            "vllm:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            snap.inter_token_latency,
+            TPOT_BUCKETS_V0,
+        )
+    histogram(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        snap.e2e_request_latency,
+        REQUEST_LATENCY_BUCKETS_V1 if v1 else REQUEST_LATENCY_BUCKETS_V0,
+    )
+    if v1:
+        histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            snap.request_queue_time,
+            REQUEST_LATENCY_BUCKETS_V1,
+        )
+    return out
+
+
+def render_metrics(
+    snap: MetricsSnapshot,
+    *,
+    model_name: str,
+    version: MetricsVersion = "v1",
+    engine: str = "0",
+    created: float | None = None,
+) -> bytes:
+    """The Prometheus text exposition of `snap`, as vLLM's /metrics would show it.
+
+    Pure: the same arguments give the same bytes (pass `created`, the unix
+    time the replica started, to emit prometheus_client's `_created` samples
+    like a real server; None leaves them out, which golden tests prefer).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    families = metric_families(
+        snap, model_name=model_name, version=version, engine=engine, created=created
+    )
+    registry.register(_SnapshotCollector(families))  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+def _go_float(value: float) -> str:
+    """prometheus_client's `le` formatting (Go's: 1.0, 0.001, +Inf)."""
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(value)

@@ -1,0 +1,49 @@
+"""`prescaler emulate`: the command starts a replica on a port with the given flags."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+
+from prescaler.cli import build_parser, main
+from tests.support.emulator import emulator_process
+
+
+def test_emulate_serves_with_overrides_in_a_process() -> None:
+    """The CLI serves /metrics with the chosen generation and model name."""
+    with emulator_process(
+        "llama-3-8b@g6.xlarge", metrics_version="v0", served_model_name="tiny", max_num_seqs=2
+    ) as url:
+        with urllib.request.urlopen(url + "/metrics") as resp:
+            text = resp.read().decode()
+        with urllib.request.urlopen(url + "/v1/models") as resp:
+            models = json.load(resp)
+    assert 'vllm:gpu_cache_usage_perc{model_name="tiny"}' in text
+    assert models["data"][0]["id"] == "tiny"
+
+
+def test_emulate_flags_parse() -> None:
+    """Every documented flag is accepted."""
+    args = build_parser().parse_args(
+        ["emulate", "--profile", "mistral-7b@g5.xlarge", "--port", "0", "--host", "127.0.0.1",
+         "--served-model-name", "m", "--metrics-version", "v0", "--max-num-seqs", "4",
+         "--num-gpu-blocks", "2000", "--max-model-len", "4096"]
+    )  # fmt: skip
+    assert (args.profile, args.port, args.metrics_version, args.max_num_seqs) == (
+        "mistral-7b@g5.xlarge", 0, "v0", 4
+    )  # fmt: skip
+    assert (args.num_gpu_blocks, args.max_model_len, args.served_model_name) == (2000, 4096, "m")
+
+
+def test_emulate_refuses_a_bad_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown profile exits 2 with the reason on stderr, before binding a port."""
+    assert main(["emulate", "--profile", "no-such-model@g5.xlarge", "--port", "0"]) == 2
+    assert "prescaler emulate:" in capsys.readouterr().err
+
+
+def test_emulate_refuses_a_bad_metrics_version() -> None:
+    """--metrics-version only takes v1 or v0."""
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["emulate", "--metrics-version", "v3"])

@@ -1,0 +1,55 @@
+"""`prescaler demo`: runs end to end on a short duration and reports what it saw."""
+
+from __future__ import annotations
+
+import pytest
+
+from prescaler.cli import main
+from prescaler.demo import Outcome, load_schedule, metrics_excerpt, summary_table
+
+
+def test_demo_runs_short_and_prints_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """A 2-second demo exits 0 with the client table and the emulator's metrics."""
+    code = main(["demo", "--duration", "2", "--profile", "llama-3-8b@p5.48xlarge", "--rate", "5"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "requests sent / completed" in out
+    sent, done = out.split("requests sent / completed")[1].split("\n")[0].split("/")
+    assert int(sent) == int(done) > 0
+    assert "TTFT p50 / p90 / p99" in out and "TPOT p50 / p99" in out
+    assert 'vllm:num_requests_waiting{engine="0"' in out
+    assert "vllm:generation_tokens_total{" in out
+
+
+def test_schedule_has_a_burst_and_is_reproducible() -> None:
+    """The middle fifth carries about 4x the calm rate; the same seed gives the same plan."""
+    plan = load_schedule(100.0, 2.0, seed=3)
+    assert plan == load_schedule(100.0, 2.0, seed=3)
+    burst = sum(40 <= r.at_s < 60 for r in plan)
+    calm = sum(r.at_s < 40 for r in plan)
+    assert 2.5 < (burst / 20) / (calm / 40) < 6
+    assert all(100 <= r.prompt_words <= 600 and 32 <= r.max_tokens <= 192 for r in plan)
+
+
+def test_schedule_rejects_bad_arguments() -> None:
+    """Durations and rates must be positive."""
+    with pytest.raises(ValueError, match="duration"):
+        load_schedule(0, 1.0)
+    with pytest.raises(ValueError, match="rate"):
+        load_schedule(10, 0)
+
+
+def test_summary_and_excerpt_are_plain_text() -> None:
+    """The table reports percentiles in ms; the excerpt keeps only the sample lines asked for."""
+    table = summary_table(
+        [Outcome(0.1, 0.02, 10, 1.0, True), Outcome(None, None, 0, 1.0, False)], 2.0
+    )
+    assert "2 / 1" in table and "100 ms" in table and "20 ms" in table
+    text = "# HELP vllm:num_requests_running x\nvllm:num_requests_running 1.0\nother 2\n"
+    assert metrics_excerpt(text) == "vllm:num_requests_running 1.0"
+
+
+def test_demo_refuses_bad_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    """--duration must be positive."""
+    assert main(["demo", "--duration", "0"]) == 2
+    assert "--duration" in capsys.readouterr().err
