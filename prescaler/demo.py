@@ -179,6 +179,8 @@ async def run_demo(
                 file=sys.stderr,
                 leave=False,
                 mininterval=0.5,
+                # A redrawn bar is noise in a CI log or a pipe: only on a terminal.
+                disable=not sys.stderr.isatty(),
             )
 
             async def launch(req: PlannedRequest) -> Outcome:
@@ -211,8 +213,8 @@ async def run_demo(
     print("\nemulator /metrics at the end (excerpt)", file=out)
     print(metrics_excerpt(metrics_text), file=out)
     print(
-        "\nnext: `prescaler simulate TRACE --policy static,reactive,predictive,oracle` replays "
-        "a day of traffic against autoscaling policies.",
+        "\nnext: `prescaler serve` runs the KEDA external scaler against replicas like this one; "
+        "`prescaler engine profiles` lists the other hardware profiles.",
         file=out,
     )
     return 0 if all(o.ok for o in outcomes) else 1
