@@ -1,1 +1,25 @@
-"""placeholder"""
+"""Demand series, forecasters with calibrated quantiles, rolling backtests.
+
+Pure: imports nothing from the project. Public API used by the scaler and the
+simulator::
+
+    from forecasting import Forecast, Forecaster, make_forecaster, METHODS
+"""
+
+from forecasting.forecast import DEFAULT_QUANTILES, Forecast, Forecaster, point_forecast
+from forecasting.registry import ANCHORS, METHODS, make_forecaster
+from forecasting.series import SIGNALS, DemandSeries, bin_events, regularize
+
+__all__ = [
+    "ANCHORS",
+    "DEFAULT_QUANTILES",
+    "METHODS",
+    "SIGNALS",
+    "DemandSeries",
+    "Forecast",
+    "Forecaster",
+    "bin_events",
+    "make_forecaster",
+    "point_forecast",
+    "regularize",
+]

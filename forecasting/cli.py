@@ -1,0 +1,105 @@
+"""``prescaler backtest``: flags in, one library call, table and JSON out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from forecasting.backtest import BacktestResult, backtest
+from forecasting.readers import read_series
+from forecasting.registry import METHODS
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "backtest",
+        help="rolling-origin evaluation of every forecaster on a trace",
+        description="Rolling-origin backtest (no look-ahead) of the forecasters on INPUT.",
+    )
+    p.add_argument("input", metavar="INPUT", help="trace or rate file (format from its header)")
+    p.add_argument("--horizon", type=float, required=True, help="forecast horizon, seconds")
+    p.add_argument(
+        "--step",
+        type=float,
+        default=None,
+        help="step, seconds (default: native; 30 for per-request traces)",
+    )
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
+    p.add_argument(
+        "--signal",
+        default="requests_per_s",
+        help="requests_per_s, prompt_tokens_per_s, output_tokens_per_s",
+    )
+    p.add_argument(
+        "--window", type=float, default=None, help="only the last S seconds of the series"
+    )
+    p.add_argument("--max-origins", type=int, default=400, help="origins scored (evenly spaced)")
+    p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
+    p.add_argument("--plot", dest="plot_path", default=None, help="write a plot here (PNG)")
+    p.set_defaults(func=run)
+
+
+def summary(result: BacktestResult, input_name: str, horizon: int) -> dict[str, Any]:
+    """The ``backtest --json`` contract."""
+    return {
+        "input": input_name,
+        "step_s": round(result.step_s),
+        "horizon_s": round(horizon * result.step_s),
+        "methods": {m: s.as_contract() for m, s in result.scores[horizon].items()},
+    }
+
+
+def format_table(result: BacktestResult, horizon: int) -> str:
+    rows = [
+        f"{'method':15s} {'mae':>10s} {'mase':>7s} {'pinball_p90':>12s} "
+        f"{'cov_p90':>8s} {'fit_s':>8s}"
+    ]
+    for name, s in result.scores[horizon].items():
+        rows.append(
+            f"{name:15s} {s.mae:10.4g} {s.mase:7.3f} {s.pinball_p90:12.4g} "
+            f"{s.coverage_p90:8.2f} {s.fit_seconds:8.4f}"
+        )
+    return "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        series = read_series(args.input, args.step, args.signal)
+        if args.window:
+            series = series.window(int(args.window // series.step_s))
+        steps = args.horizon / series.step_s
+        horizon = max(1, math.ceil(steps - 1e-9))
+        if args.horizon <= 0:
+            raise ValueError(f"--horizon must be > 0 seconds, got {args.horizon}")
+        result = backtest(
+            series,
+            (horizon,),
+            methods,
+            max_origins=args.max_origins,
+            progress=sys.stderr.isatty(),
+        )
+    except (ValueError, OSError) as exc:
+        print(f"prescaler backtest: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.input}: {len(series)} steps of {series.step_s:g} s, horizon "
+        f"{horizon} steps ({horizon * series.step_s:g} s), "
+        f"{result.scores[horizon][methods[0]].origins} origins from step {result.initial} "
+        f"every {result.stride}, refit every "
+        f"{result.refit_every} origins"
+    )
+    print(format_table(result, horizon))
+    if args.json_path:
+        Path(args.json_path).write_text(
+            json.dumps(summary(result, str(args.input), horizon), indent=2)
+        )
+    if args.plot_path:
+        from forecasting.plot import plot_backtest
+
+        plot_backtest(result, horizon, args.plot_path)
+    return 0

@@ -1,0 +1,136 @@
+"""Benchmarks (``make bench``): backtest over the shipped traces, and speed.
+
+Reads ``../shared/traces`` beside the checkout; skips when it is absent.
+worldcup98 (125k minutes) is backtested over its last 28 days (40,320
+minutes), which hold the final matches and the post-tournament decay; every
+series scores at most 400 evenly spaced origins, models refit at most 20 times
+(updated in between, see ``forecasting.backtest``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forecasting import ANCHORS, METHODS, make_forecaster
+from forecasting.backtest import backtest
+from forecasting.readers import read_series
+
+ROOT = Path(__file__).parents[2]
+TRACES = ROOT / ".." / "shared" / "traces"
+OUT = ROOT / "bench-results"
+
+# (file, step_s or None for native, horizons in seconds, window in steps or None)
+CASES: list[tuple[str, float | None, tuple[int, ...], int | None]] = [
+    ("servegen_language_m-large_rate_10min.csv", None, (600, 1800), None),
+    ("azure_llm2024_coding_per_minute.csv", None, (180, 600), None),
+    ("worldcup98/worldcup98_per_minute.csv", None, (180, 600), 40_320),
+    ("azure_llm_2023_code.csv", 30, (60, 300), None),
+    ("azure_llm_2023_conv.csv", 30, (60, 300), None),
+    ("mooncake_synthetic_trace.jsonl", 30, (60, 300), None),
+]
+
+
+@pytest.mark.bench
+def test_backtest_shipped_traces() -> None:
+    if not TRACES.is_dir():
+        pytest.skip(f"{TRACES} not found (traces live beside the checkout)")
+    OUT.mkdir(exist_ok=True)
+    report: dict[str, dict[str, object]] = {}
+    ratios: list[float] = []
+    lines = [
+        f"{'series':34s} {'H(s)':>5s} {'best anchor':>14s} {'pin ratio':>9s} "
+        f"{'vs last':>7s} {'MAE p/best':>10s} {'cov p90':>7s}"
+    ]
+    for name, step, horizons_s, window in CASES:
+        series = read_series(TRACES / name, step)
+        if window:
+            series = series.window(window)
+        hs = tuple(round(h / series.step_s) for h in horizons_s)
+        t0 = time.perf_counter()
+        res = backtest(series, hs, METHODS)
+        wall = time.perf_counter() - t0
+        for h_s, h in zip(horizons_s, hs, strict=True):
+            sc = res.scores[h]
+            best = res.best_anchor(h)
+            best_mae = min(sc[m].mae for m in ANCHORS)
+            p = sc["prescaler"]
+            ratio = p.pinball_p90 / sc[best].pinball_p90
+            ratios.append(ratio)
+            key = f"{name}@{h_s}s"
+            report[key] = {
+                "step_s": series.step_s,
+                "horizon_s": h_s,
+                "steps": len(series),
+                "origins": p.origins,
+                "refit_every": res.refit_every,
+                "wall_s": wall,
+                "best_anchor": best,
+                "pinball_ratio_to_best_anchor": ratio,
+                "pinball_ratio_to_last_value": p.pinball_p90 / sc["last_value"].pinball_p90,
+                "mae_ratio_to_best_anchor": p.mae / best_mae,
+                "methods": {m: s.as_contract() for m, s in sc.items()},
+            }
+            lines.append(
+                f"{name[:34]:34s} {h_s:5d} {best:>14s} {ratio:9.3f} "
+                f"{report[key]['pinball_ratio_to_last_value']:7.3f} "
+                f"{p.mae / best_mae:10.3f} {p.coverage_p90:7.2f}"
+            )
+    summary = {
+        "mean_pinball_ratio_to_best_anchor": float(np.mean(ratios)),
+        "series": report,
+    }
+    (OUT / "forecasting_backtest.json").write_text(json.dumps(summary, indent=2))
+    lines.append(f"mean pinball ratio to best anchor: {np.mean(ratios):.3f} (target <= 0.8)")
+    print("\n" + "\n".join(lines))
+    # The floor that must never break: prescaler never loses to last_value.
+    for key, row in report.items():
+        assert row["pinball_ratio_to_last_value"] < 1.0, key  # type: ignore[operator]
+
+
+def _synthetic_two_weeks() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    t = np.arange(14 * 1440)
+    daily = 1 + 0.5 * np.sin(2 * np.pi * t / 1440)
+    weekly = np.where((t // 1440) % 7 >= 5, 0.4, 1.0)
+    return rng.poisson(20 * daily * weekly).astype(float)
+
+
+@pytest.mark.bench
+def test_fit_and_predict_speed() -> None:
+    """Fit 14 days at 1 minute (20,160 points) < 2 s; one prediction < 10 ms."""
+    OUT.mkdir(exist_ok=True)
+    y = _synthetic_two_weeks()
+    results: dict[str, dict[str, float]] = {}
+    for name in METHODS:
+        f = make_forecaster(name)
+        fits = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            f.fit(y, 60)
+            fits.append(time.perf_counter() - t0)
+        preds = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            f.predict(10, (0.5, 0.9))
+            preds.append(time.perf_counter() - t0)
+        results[name] = {
+            "fit_seconds_median": statistics.median(fits),
+            "predict_ms_median": 1000 * statistics.median(preds),
+            "predict_ms_max": 1000 * max(preds),
+        }
+    doc = {"points": int(y.size), "step_s": 60, "horizon_steps": 10, "methods": results}
+    (OUT / "forecasting_speed.json").write_text(json.dumps(doc, indent=2))
+    print("\nmethod           fit_s  predict_ms(median)  predict_ms(max)")
+    for name, r in results.items():
+        print(
+            f"{name:15s} {r['fit_seconds_median']:6.3f} {r['predict_ms_median']:12.3f}"
+            f" {r['predict_ms_max']:16.3f}"
+        )
+    assert results["prescaler"]["fit_seconds_median"] < 2.0
+    assert results["prescaler"]["predict_ms_median"] < 10.0

@@ -1,0 +1,84 @@
+"""`prescaler backtest`: JSON contract, plot, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prescaler.cli import main
+
+DATA = Path(__file__).parent / "data"
+NAMES = {"last_value", "seasonal_naive", "holt_winters", "arima", "kalman", "fft_max", "prescaler"}
+
+
+def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, png = tmp_path / "bt.json", tmp_path / "bt.png"
+    code = main(
+        [
+            "backtest",
+            str(DATA / "per_minute_synthetic.csv"),
+            "--horizon",
+            "180",
+            "--max-origins",
+            "12",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"input", "step_s", "horizon_s", "methods"}
+    assert doc["step_s"] == 60 and doc["horizon_s"] == 180
+    assert isinstance(doc["step_s"], int) and isinstance(doc["horizon_s"], int)
+    assert set(doc["methods"]) == NAMES
+    for scores in doc["methods"].values():
+        assert set(scores) == {"mae", "mase", "pinball_p90", "coverage_p90", "fit_seconds"}
+        assert all(isinstance(v, float) for v in scores.values())
+    assert png.stat().st_size > 1000
+    table = capsys.readouterr().out
+    assert "prescaler" in table and "pinball_p90" in table
+
+
+def test_backtest_methods_subset_and_step(tmp_path: Path) -> None:
+    out = tmp_path / "bt.json"
+    code = main(
+        [
+            "backtest",
+            str(DATA / "mooncake_head.jsonl"),
+            "--horizon",
+            "2",
+            "--step",
+            "1",
+            "--methods",
+            "last_value,prescaler",
+            "--json",
+            str(out),
+        ]
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["methods"]) == {"last_value", "prescaler"} and doc["step_s"] == 1
+
+
+def test_backtest_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "x.csv"
+    bad.write_text("foo,bar\n1,2\n")
+    assert main(["backtest", str(bad), "--horizon", "60"]) == 2
+    assert "unknown header" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "backtest",
+                str(DATA / "per_minute_synthetic.csv"),
+                "--horizon",
+                "60",
+                "--methods",
+                "prophet",
+            ]
+        )
+        == 2
+    )

@@ -1,0 +1,145 @@
+"""Format detection, parsing and every bad-input case of the file readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from forecasting.readers import detect_format, read_events, read_series
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("azure_2023_code_head.csv", "azure"),
+        ("burstgpt_synthetic.csv", "burstgpt"),
+        ("mooncake_head.jsonl", "mooncake"),
+        ("servegen_m-large_rate_head.csv", "servegen_rate"),
+        ("azure_2024_coding_per_minute_head.csv", "minute_counts"),
+        ("azure_2024_coding_10s_head.csv", "counts_10s"),
+        ("plain_rate_synthetic.csv", "plain_rate"),
+        ("per_minute_synthetic.csv", "minute_counts"),
+    ],
+)
+def test_format_detected_from_header(name: str, kind: str) -> None:
+    """Every supported format is recognised from its first line alone."""
+    assert detect_format(DATA / name) == kind
+
+
+def test_azure_trace_binned_with_seven_fractional_digits() -> None:
+    """Azure timestamps (7 fractional digits) parse; rates are events per second."""
+    events = read_events(DATA / "azure_2023_code_head.csv")
+    assert events.times_s.size == 300
+    assert np.all(np.diff(events.times_s) >= 0)
+    s = read_series(DATA / "azure_2023_code_head.csv", 10)
+    assert s.step_s == 10 and s.signal == "requests_per_s"
+    # Full bins only: the total is at most the event count.
+    assert 0 < s.values.sum() * 10 <= 300
+    tokens = read_series(DATA / "azure_2023_code_head.csv", 10, "prompt_tokens_per_s")
+    assert tokens.values.sum() > s.values.sum() * 100
+
+
+def test_mooncake_ms_timestamps() -> None:
+    """Mooncake stamps are milliseconds; shared stamps all count."""
+    events = read_events(DATA / "mooncake_head.jsonl")
+    assert events.times_s.size == 200
+    assert events.times_s.max() < 200  # 200 requests in well under 200 s
+    s = read_series(DATA / "mooncake_head.jsonl", 5)
+    assert s.values.mean() > 1
+
+
+def test_burstgpt_seconds_from_start() -> None:
+    s = read_series(DATA / "burstgpt_synthetic.csv", 60, "output_tokens_per_s")
+    assert len(s) == 29 and s.signal == "output_tokens_per_s"
+
+
+def test_rate_files_keep_native_step() -> None:
+    """ServeGen rates stay rates; count files become per-second rates."""
+    sg = read_series(DATA / "servegen_m-large_rate_head.csv")
+    assert sg.step_s == 600 and len(sg) == 300
+    assert sg.values[0] == pytest.approx(212.78)
+    pm = read_series(DATA / "azure_2024_coding_per_minute_head.csv")
+    assert pm.step_s == 60 and pm.values[0] == pytest.approx(1424 / 60)
+    c10 = read_series(DATA / "azure_2024_coding_10s_head.csv")
+    assert c10.step_s == 10 and c10.values[0] == pytest.approx(14.6)
+    # A bin labelled T covers [T - 5 s, T + 5 s).
+    assert c10.start_s % 10 == 5
+    plain = read_series(DATA / "plain_rate_synthetic.csv", 120)
+    assert plain.step_s == 120 and len(plain) == 100
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_garbage_row_names_file_and_row(tmp_path: Path) -> None:
+    """A non-numeric cell is an error naming the file and the data row."""
+    p = _write(tmp_path, "bad.csv", "minute_start_s,requests\n0,5\n60,7\n120,lots\n")
+    with pytest.raises(ValueError, match=r"bad\.csv: row 3: column 'requests'.*'lots'"):
+        read_series(p)
+
+
+def test_garbage_timestamp_names_row(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,10,2\nyesterday,1,1\n",
+    )
+    with pytest.raises(ValueError, match=r"az\.csv: row 2: .*yesterday"):
+        read_series(p)
+
+
+def test_bad_mooncake_line(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path, "m.jsonl", '{"timestamp": 0, "input_length": 3, "output_length": 1}\n{oops\n'
+    )
+    with pytest.raises(ValueError, match=r"m\.jsonl: row 2"):
+        read_series(p)
+
+
+def test_empty_file_and_header_only(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="empty"):
+        read_series(_write(tmp_path, "e.csv", ""))
+    with pytest.raises(ValueError, match="no data rows"):
+        read_series(_write(tmp_path, "h.csv", "timestamp_s,requests_per_s\n"))
+
+
+def test_unknown_header_lists_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"u\.csv: unknown header.*minute_start_s,requests"):
+        read_series(_write(tmp_path, "u.csv", "when,how_many\n1,2\n"))
+
+
+def test_nan_gaps_duplicates_unsorted_zeros_in_rate_file(tmp_path: Path) -> None:
+    """NaN is missing (interpolated), duplicates averaged, order fixed, zeros kept."""
+    p = _write(
+        tmp_path,
+        "r.csv",
+        "timestamp_s,requests_per_s\n"
+        "120,NaN\n0,2\n60,4\n60,6\n240,0\n360,3\n",  # 180 and 300 missing
+    )
+    s = read_series(p)
+    assert s.step_s == 60
+    # 0:2, 60:(4+6)/2, 120: interp, 180: interp, 240: 0 (a real zero), 300: interp, 360: 3
+    np.testing.assert_allclose(s.values, [2, 5, 10 / 3, 5 / 3, 0, 1.5, 3])
+
+
+def test_missing_minute_in_count_file_is_zero(tmp_path: Path) -> None:
+    p = _write(tmp_path, "c.csv", "minute_start_s,requests\n0,60\n120,120\n")
+    np.testing.assert_allclose(read_series(p).values, [1, 0, 2])
+
+
+def test_token_signal_on_rate_file_refused() -> None:
+    with pytest.raises(ValueError, match="request rates only"):
+        read_series(DATA / "servegen_m-large_rate_head.csv", signal="prompt_tokens_per_s")
+
+
+def test_unknown_signal() -> None:
+    with pytest.raises(ValueError, match="unknown signal"):
+        read_series(DATA / "servegen_m-large_rate_head.csv", signal="vibes")

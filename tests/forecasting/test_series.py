@@ -1,0 +1,52 @@
+"""The one place where raw samples become a clean series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from forecasting.series import DemandSeries, bin_events, regularize
+
+
+def test_regularize_all_nan_is_an_error() -> None:
+    with pytest.raises(ValueError, match="src: no usable samples"):
+        regularize(np.array([0.0, 1.0]), np.array([np.nan, np.nan]), 1, signal="s", source="src")
+
+
+def test_negative_rate_is_garbage() -> None:
+    with pytest.raises(ValueError, match="negative demand"):
+        regularize(np.array([0.0, 1.0]), np.array([1.0, -1.0]), 1, signal="s", source="src")
+
+
+def test_zero_policy_for_counts() -> None:
+    s = regularize(
+        np.array([0.0, 3.0]), np.array([1.0, 4.0]), 1, signal="s", source="x", missing="zero"
+    )
+    np.testing.assert_allclose(s.values, [1, 0, 0, 4])
+
+
+def test_bin_events_drops_partial_last_bin_and_keeps_empty_bins() -> None:
+    """On/off traffic: empty bins are real zeros; the partial tail is dropped."""
+    t = np.array([0.0, 0.5, 1.2, 5.1, 5.2, 6.9])
+    s = bin_events(t, 2.0, source="x")
+    np.testing.assert_allclose(s.values, [1.5, 0.0, 1.0])  # [6, 6.9) is partial
+
+
+def test_bin_events_needs_one_full_step() -> None:
+    with pytest.raises(ValueError, match="less than one"):
+        bin_events(np.array([0.0, 0.5]), 10, source="x")
+
+
+def test_series_validation_and_resample() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        DemandSeries(0, 1, np.array([1.0, np.nan]), "s", "x")
+    with pytest.raises(ValueError, match=">= 0"):
+        DemandSeries(0, 1, np.array([-1.0]), "s", "x")
+    s = DemandSeries(0, 10, np.arange(7.0), "s", "x")
+    r = s.resample(20)
+    np.testing.assert_allclose(r.values, [0.5, 2.5, 4.5])
+    with pytest.raises(ValueError, match="whole multiple"):
+        s.resample(15)
+    w = s.window(3)
+    assert w.start_s == 40 and list(w.values) == [4, 5, 6]
+    assert not s.values.flags.writeable
