@@ -29,6 +29,15 @@ one file):
   history): each candidate is fitted on the first two thirds and scored by
   pinball loss at q = 0.5 and 0.9 in demand units. Smooth traffic picks a
   multiplicative model, on/off bursts a near-additive one.
+- The median is a combination (:mod:`forecasting.combination`): the ridge's
+  median, the last value, simple exponential smoothing and a damped Holt
+  trend, weighted per horizon by their out-of-sample absolute error on the
+  holdout (the ridge refitted on the rows before it): simplex weights that
+  minimise holdout MAE, shrunk toward inverse-MAE^2 weights when the holdout
+  is short. Without enough holdout rows the ridge alone speaks. The other
+  quantiles stay the ridge's calibrated band (``ridge_tails``), clipped to
+  hold the point; ``ridge_tails=False`` takes them from the residuals of the
+  combined median instead (evaluated: worse pinball and coverage).
 
 Evaluated and left off by default because the backtest did not improve
 (kept as options): the split-conformal rank ``ceil((m + 1) q)`` (over-covers
@@ -54,6 +63,12 @@ import numpy as np
 from scipy.signal import lfilter
 from scipy.stats import norm
 
+from forecasting.combination import (
+    SmoothingBank,
+    SmoothingParams,
+    inverse_error_weights,
+    min_abs_error_weights,
+)
 from forecasting.forecast import (
     DEFAULT_QUANTILES,
     Forecast,
@@ -135,6 +150,47 @@ class PrescalerConfig:
     """Fewer regression rows than this and a horizon borrows a shorter one's model."""
     fit_horizon: int = 12
     """Horizons fitted eagerly; longer ones are fitted on first use."""
+    combine: bool = True
+    """Median = combination of the ridge median with the cheap smoothing
+    candidates (:mod:`forecasting.combination`), weighted by their holdout
+    absolute error (see ``ridge_tails`` for where the other quantiles come from)."""
+    weighting: str = "blend"
+    """"blend": simplex weights minimising holdout MAE, shrunk toward inverse
+    MAE^-power weights on short holdouts; "inverse": the latter alone."""
+    combine_power: float = 2.0
+    """Weights proportional to holdout MAE to the minus this power."""
+    shrink_rows: float = 200.0
+    """Holdout rows at which the MAE-optimal weights get half the trust."""
+    min_holdout: int = 5
+    """Fewer holdout origins than this and the default weights stand in."""
+    holdout_days: float = 1.0
+    """If > 0, the combination's holdout is at most this many recent days: one
+    full daily cycle (every phase of the day) of the regime the next
+    forecasts live in. Backtest: slightly better MAE on the long traces than
+    the whole last third; short traces are unaffected (a third is shorter)."""
+    default_equal: bool = False
+    """Without holdout evidence: equal weights (True) or the ridge alone."""
+    ridge_tails: bool = True
+    """Quantiles other than the median from the ridge's own residual law
+    around the ridge centre, clipped to hold the combined point (the
+    combination then only moves the median). Backtest: same MAE as bands from
+    the combined median's residuals, better pinball (mean ratio 0.782 vs
+    0.795) and coverage (the combined residuals are partly causal smoother
+    errors and partly in-sample ridge fits, a mixed error law)."""
+    point_median: bool = True
+    """With a combination, the 0.5 quantile is the combined point itself (its
+    weights already minimise holdout absolute error); a past drift in the
+    residuals' median is not a forecast. Other quantiles: point + residual
+    quantile (split-conformal)."""
+
+    def __post_init__(self) -> None:
+        if self.weighting not in ("blend", "inverse"):
+            raise ValueError(f"weighting must be 'blend' or 'inverse', got {self.weighting!r}")
+        if self.shrink_rows < 0 or self.min_holdout < 1 or self.holdout_days < 0:
+            raise ValueError(
+                "shrink_rows and holdout_days must be >= 0 and min_holdout >= 1, got "
+                f"{self.shrink_rows}, {self.holdout_days}, {self.min_holdout}"
+            )
 
 
 class PrescalerForecaster:
@@ -159,6 +215,12 @@ class PrescalerForecaster:
         self._alpha = 1.0
         self._level = 0.0
         self._scored = 0
+        self._train_y: np.ndarray | None = None
+        self._smooth: dict[int, SmoothingParams] = {}
+        self._weights: dict[int, np.ndarray | None] = {}
+        self._ridge_q50: dict[int, float] = {}
+        self._bank: SmoothingBank | None = None
+        self._ridge_resid: dict[int, np.ndarray] = {}
 
     # ----------------------------------------------------------------- fitting
     def fit(self, y: np.ndarray, step_s: float) -> None:
@@ -202,8 +264,26 @@ class PrescalerForecaster:
             kind, value = "reg", self.config.default_offset_fraction
         self._window = int(value) if kind == "win" else 0
         self._prepare(train, value if kind == "reg" else self.config.default_offset_fraction)
+        self._weights, self._ridge_q50 = {}, {}
+        self._train_y, self._bank, self._smooth = None, None, {}
+        if self.config.combine:
+            self._train_y = train
+            self._bank = SmoothingBank(train)
+            # The weights' holdout is the recent past (at most a few days:
+            # the regime the next forecasts live in); everything before it
+            # trains the candidates.
+            day = daily_period(self._step_s)
+            span = train.size // 3
+            if day and self.config.holdout_days > 0:
+                span = min(span, int(self.config.holdout_days * day))
+            w_split = train.size - max(span, 1)
+            for h in range(1, self.config.fit_horizon + 1):
+                self._weights[h] = self._holdout_weights(h, w_split, self._bank)
         for h in range(1, self.config.fit_horizon + 1):
             self._fit_h(h)
+        # The smoothers' cached paths (tens of MB on long histories) are only
+        # needed again for a lazily fitted horizon, which rebuilds them.
+        self._bank = None
 
     def _prepare(self, train: np.ndarray, frac: float) -> None:
         day = daily_period(self._step_s)
@@ -335,6 +415,21 @@ class PrescalerForecaster:
         keep = slice(-self.config.residual_rows, None)
         self._coef[h] = coef
         self._resid[h] = np.sort(resid[keep] / scale[keep])
+        weights = self._weights_for(h) if split is None else None
+        if weights is not None and self._train_y is not None:
+            # Residuals of the combined median (in-sample for the ridge part,
+            # causal for the rest): the quantiles are its error law.
+            q50 = float(np.median(self._resid[h]))
+            self._ridge_q50[h] = q50
+            ridge = np.maximum(np.exp(z[idx] + x @ coef + q50 * scale) - self._c, 0.0)
+            if self._bank is None:
+                self._bank = SmoothingBank(self._train_y)
+            if h not in self._smooth:
+                self._smooth[h] = self._bank.select(h, self._train_y.size)
+            cands = np.vstack([ridge, self._bank.forecasts(self._smooth[h], idx, h)])
+            comb = np.log(np.maximum(weights @ cands, 0.0) + self._c)
+            self._ridge_resid[h] = self._resid[h]
+            self._resid[h] = np.sort(((z[idx + h] - comb) / scale)[keep])
         if test.size:
             self._scored += 1
             centre = z[test] + self._features(z, test, h) @ coef
@@ -345,6 +440,54 @@ class PrescalerForecaster:
                 pred = np.maximum(np.exp(centre + off) - self._c, 0.0)
                 diff = actual - pred
                 self._score += float(np.mean(np.maximum(q * diff, (q - 1) * diff)))
+
+    def _solve(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:
+        """Ridge toward the prior (the plain fit of :meth:`_fit_h`)."""
+        prior = np.zeros(x.shape[1])
+        prior[self.config.prior_feature] = self.config.prior_weight
+        penalty = np.diag(np.full(x.shape[1], self.config.ridge))
+        return np.asarray(np.linalg.solve(x.T @ x + penalty, x.T @ target + penalty @ prior))
+
+    def _holdout_weights(self, h: int, split: int, bank: SmoothingBank) -> np.ndarray | None:
+        """Combination weights from each candidate's holdout absolute error.
+
+        The ridge is refitted on the rows before ``split`` and every candidate
+        forecasts the origins after it; the smoothers' parameters are chosen
+        on the same rows, so all errors are out of sample.
+        """
+        y = bank.y
+        z = self._train_z
+        assert z is not None
+        idx, test = self._rows(z.size, h, split)
+        if idx.size < self.config.min_rows or test.size < self.config.min_holdout:
+            return None
+        x = self._features(z, idx, h)
+        coef = self._solve(x, z[idx + h] - z[idx])
+        scale = self._local_scale(z, idx)
+        q50 = float(np.median((z[idx + h] - z[idx] - x @ coef) / scale))
+        centre = z[test] + self._features(z, test, h) @ coef
+        ridge = np.exp(centre + q50 * self._local_scale(z, test)) - self._c
+        cands = np.vstack([np.maximum(ridge, 0.0), bank.forecasts(bank.select(h, split), test, h)])
+        err = np.abs(y[test + h] - cands)
+        inverse = inverse_error_weights(err, self.config.combine_power)
+        if self.config.weighting == "inverse":
+            return inverse
+        # Shrinkage: the MAE-optimal simplex weights (which see through
+        # correlated candidates) earn trust with the holdout's size; on a
+        # short holdout the one-number-per-candidate inverse weights are the
+        # stabler estimate.
+        trust = test.size / (test.size + self.config.shrink_rows)
+        return trust * min_abs_error_weights(cands, y[test + h]) + (1 - trust) * inverse
+
+    def _weights_for(self, h: int) -> np.ndarray | None:
+        for hh in range(h, 0, -1):
+            if hh in self._weights:
+                w = self._weights[hh]
+                if w is not None:
+                    return w
+        if self.config.combine and self.config.default_equal:
+            return np.full(4, 0.25)
+        return None
 
     def _local_scale(self, z: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Mean |one-step change| over the last 12 steps, floored."""
@@ -382,6 +525,7 @@ class PrescalerForecaster:
         scale_now = float(self._local_scale(zz, np.array([zz.size - 1]))[0])
         cs = np.concatenate(([0.0], np.cumsum(z)))
         out = np.empty((len(qs), horizon))
+        bank: SmoothingBank | None = None
         for h in range(1, horizon + 1):
             if h not in self._coef:
                 self._fit_h(h)
@@ -391,8 +535,43 @@ class PrescalerForecaster:
                 spread = [norm.ppf(q) * self._diff_sd * math.sqrt(h) for q in qs]
             else:
                 center = float(z[-1] + self._features(z, t, h, cs)[0] @ coef)
+                ridge_center = center
+                weights = self._weights_for(h_used)
+                if weights is not None and h_used in self._ridge_q50:
+                    if bank is None:
+                        # The smoothers forget geometrically: 1024 steps hold
+                        # their state to far below the noise.
+                        bank = SmoothingBank(self._y[-1024:])
+                    n_last = np.array([bank.y.size - 1])
+                    ridge = math.exp(center + self._ridge_q50[h_used] * scale_now) - self._c
+                    cands = np.concatenate(
+                        (
+                            [max(ridge, 0.0)],
+                            bank.forecasts(self._smooth[h_used], n_last, h)[:, 0],
+                        )
+                    )
+                    center = math.log(max(float(weights @ cands), 0.0) + self._c)
+                    point = self.config.point_median
+                else:
+                    point = False
                 widen = math.sqrt(h / h_used)
-                spread = [self._resid_quantile(resid, q, scale_now) * widen for q in qs]
+                spread = [
+                    0.0 if point and q == 0.5 else self._resid_quantile(resid, q, scale_now) * widen
+                    for q in qs
+                ]
+                if point and self.config.ridge_tails:
+                    # The ridge's band, clipped so that it holds the point:
+                    # lower quantiles never above it, upper never below.
+                    law = self._ridge_resid[h_used]
+                    shift = ridge_center - center
+                    spread = [
+                        0.0
+                        if q == 0.5
+                        else (min if q < 0.5 else max)(
+                            0.0, shift + self._resid_quantile(law, q, scale_now) * widen
+                        )
+                        for q in qs
+                    ]
             for i, s in enumerate(spread):
                 out[i, h - 1] = math.exp(center + s) - self._c
         return Forecast(self._step_s, horizon, qs, out)

@@ -1,0 +1,164 @@
+"""The cheap candidates and the error-weighted combination inside prescaler."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forecasting.combination import (
+    SmoothingBank,
+    SmoothingParams,
+    damped_sum,
+    holt_state,
+    inverse_error_weights,
+    min_abs_error_weights,
+    ses_level,
+)
+from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+
+
+def _holt_loop(y: np.ndarray, a: float, b: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
+    level, trend = y[0], 0.0
+    ls, ts = [], []
+    for v in y:
+        new = a * v + (1 - a) * (level + phi * trend)
+        trend = b * (new - level) + (1 - b) * phi * trend
+        level = new
+        ls.append(level)
+        ts.append(trend)
+    return np.array(ls), np.array(ts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.floats(0, 1000), min_size=1, max_size=60),
+    st.sampled_from([0.1, 0.3, 0.8]),
+    st.sampled_from([0.02, 0.2]),
+    st.sampled_from([0.9, 1.0]),
+)
+def test_filtered_holt_equals_the_recursion(
+    values: list[float], a: float, b: float, phi: float
+) -> None:
+    y = np.array(values)
+    level, trend = holt_state(y, a, b, phi)
+    ref_l, ref_t = _holt_loop(y, a, b, phi)
+    assert np.allclose(level, ref_l, atol=1e-6 * (1 + y.max()))
+    assert np.allclose(trend, ref_t, atol=1e-6 * (1 + y.max()))
+
+
+def test_ses_level_is_the_recursion() -> None:
+    y = np.array([4.0, 8.0, 0.0, 2.0])
+    expected, s = [], 4.0
+    for v in y:
+        s = 0.3 * v + 0.7 * s
+        expected.append(s)
+    assert np.allclose(ses_level(y, 0.3), expected)
+
+
+def test_damped_sum() -> None:
+    assert damped_sum(3, 1.0) == 3.0
+    assert abs(damped_sum(2, 0.9) - (0.9 + 0.81)) < 1e-12
+
+
+def test_trend_is_fitted_and_extrapolated() -> None:
+    y = 10.0 + 2.0 * np.arange(200)
+    bank = SmoothingBank(y)
+    params = bank.select(5, y.size)
+    last, ses, holt = bank.forecasts(params, np.array([199]), 5)[:, 0]
+    assert last == y[-1]
+    assert ses < y[-1]  # a level lags a trend
+    assert y[-1] + 2.0 < holt <= y[-1] + 2.0 * 5 + 1.0  # a damped trend: part of the way
+
+
+def test_inverse_weights_favour_the_smaller_error() -> None:
+    err = np.array([[1.0, 1.0], [2.0, 2.0]])
+    w = inverse_error_weights(err, 2.0)
+    assert abs(w.sum() - 1) < 1e-12 and abs(w[0] - 0.8) < 1e-12
+
+
+def test_min_mae_weights_see_through_duplicates() -> None:
+    """Three copies of a worse forecast do not outvote a better one."""
+    rng = np.random.default_rng(3)
+    actual = rng.normal(0, 1, 500)
+    good = actual + rng.normal(0, 0.1, 500)
+    bad = actual + rng.normal(0, 1.0, 500)
+    w = min_abs_error_weights(np.vstack([good, bad, bad, bad]), actual)
+    assert w[0] >= 0.9 and abs(w.sum() - 1) < 1e-9 and np.all(w >= 0)
+
+
+def test_combination_weights_are_a_convex_mix_and_forecasts_sane() -> None:
+    rng = np.random.default_rng(5)
+    y = np.maximum(50 + np.cumsum(rng.normal(0, 2, 1500)), 0.0)
+    f = PrescalerForecaster()
+    f.fit(y, 60)
+    for h in range(1, 13):
+        w = f._weights_for(h)
+        assert w is not None and w.shape == (4,)
+        assert abs(w.sum() - 1) < 1e-9 and np.all(w >= 0)
+    fc = f.predict(10, (0.1, 0.5, 0.9))
+    assert np.all(np.diff(fc.values, axis=0) >= 0)
+    assert abs(fc.median[0] - y[-1]) < 15
+
+
+def test_without_combination_the_ridge_alone_is_used() -> None:
+    """``combine=False`` is the plain ridge model (kept as an option)."""
+    rng = np.random.default_rng(2)
+    y = 100 + rng.normal(0, 5, 600)
+    plain = PrescalerForecaster(PrescalerConfig(combine=False))
+    plain.fit(y, 60)
+    assert plain._weights_for(3) is None
+    assert np.all(np.isfinite(plain.predict(5).values))
+
+
+def test_short_history_without_holdout_falls_back_to_the_ridge() -> None:
+    f = PrescalerForecaster()
+    f.fit(np.array([3.0, 4.0, 3.5, 3.8, 4.1, 3.9, 4.0, 3.7, 3.6, 4.2]), 30)
+    assert f._weights_for(2) is None
+    fc = f.predict(10)
+    assert np.all(np.isfinite(fc.values)) and 2.0 < fc.median[0] < 6.0
+
+
+def test_smoothing_params_default_on_tiny_histories() -> None:
+    assert SmoothingBank(np.array([1.0, 2.0])).select(1, 2) == SmoothingParams()
+
+
+def test_selection_sees_only_targets_before_the_end() -> None:
+    """Parameters chosen with ``end`` ignore everything at or after it."""
+    rng = np.random.default_rng(4)
+    y = rng.normal(100, 5, 400)
+    changed = y.copy()
+    changed[300:] = 1000.0 * rng.random(100)
+    assert SmoothingBank(y).select(3, 300) == SmoothingBank(changed).select(3, 300)
+
+
+def test_noise_picks_a_slow_level_and_a_walk_a_fast_one() -> None:
+    rng = np.random.default_rng(9)
+    noise = 50 + rng.normal(0, 5, 2000)
+    walk = 500 + np.cumsum(rng.normal(0, 5, 2000))
+    assert SmoothingBank(noise).select(1, 2000).ses_alpha <= 0.1
+    assert SmoothingBank(walk).select(1, 2000).ses_alpha >= 0.7
+
+
+def test_both_band_sources_hold_the_point_and_stay_calibrated() -> None:
+    """Ridge tails (default) and combined-residual tails: no crossing, sane coverage."""
+    rng = np.random.default_rng(11)
+    y = np.maximum(100 + np.cumsum(rng.normal(0, 1, 3000)) + rng.normal(0, 5, 3000), 0.0)
+    for ridge_tails in (True, False):
+        f = PrescalerForecaster(PrescalerConfig(ridge_tails=ridge_tails))
+        f.fit(y[:2000], 60)
+        hits = []
+        for t in range(2000, 2990, 10):
+            f.update(y[:t])
+            fc = f.predict(3, (0.1, 0.5, 0.9))
+            assert np.all(fc.quantile(0.1) <= fc.median) and np.all(fc.median <= fc.quantile(0.9))
+            hits.append(y[t + 2] <= fc.quantile(0.9)[2])
+        assert 0.75 <= np.mean(hits) <= 0.99
+
+
+def test_bad_combination_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="weighting"):
+        PrescalerConfig(weighting="median")
+    with pytest.raises(ValueError, match="min_holdout"):
+        PrescalerConfig(min_holdout=0)
