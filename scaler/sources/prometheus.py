@@ -1,0 +1,147 @@
+"""Read vLLM signals for many ScaledObjects from one Prometheus.
+
+prometheus-api-client is synchronous (requests), so each query runs in a
+thread executor under a timeout and the event loop never blocks. One
+refresh sends ``len(promql.SIGNALS)`` queries whatever the number of
+ScaledObjects (see ``scaler.sources.promql``). Queries are evaluated at an
+explicit ``time`` so that two scaler replicas, or a restarted one that
+backfills with ``query_range`` at the same step, see exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+from scaler.sources.grouping import HISTORY_SIGNALS, split_history, split_instant, split_range
+from scaler.sources.model import History, Reading, Selection, SourceError, SourceSpec
+from scaler.sources.promql import SIGNALS, build_plan
+
+_EPOCH = datetime.fromtimestamp(0, tz=UTC)  # placeholder; params carry the real range
+
+
+class PrometheusSource:
+    """All selections served by the Prometheus at ``address``."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout_s: float = 3.0,
+        rate_window_s: float = 60.0,
+        executor: concurrent.futures.Executor | None = None,
+        max_range_points: int = 10_000,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.spec = SourceSpec("prometheus", address)
+        self.address = address.rstrip("/")
+        self.timeout_s = timeout_s
+        self.rate_window_s = rate_window_s
+        self.max_range_points = max_range_points
+        self._own_executor = executor is None
+        self._executor = executor or concurrent.futures.ThreadPoolExecutor(
+            max_workers=len(SIGNALS), thread_name_prefix="prometheus"
+        )
+        # No retries: a failed refresh is retried by the next one, and the
+        # client's default backoff would blow the timeout.
+        self._client = PrometheusConnect(
+            url=self.address,
+            disable_ssl=True,
+            retry=Retry(total=0, raise_on_status=False),
+            timeout=timeout_s,  # type: ignore[arg-type]
+            method="POST",
+        )
+        self._lock = threading.Lock()
+        self.queries_sent = 0
+        """How many HTTP queries this source has sent (the bench checks it)."""
+
+    def _count(self, n: int) -> None:
+        with self._lock:
+            self.queries_sent += n
+
+    async def _run_all(self, calls: dict[str, Any]) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        self._count(len(calls))
+        futures = {name: loop.run_in_executor(self._executor, call) for name, call in calls.items()}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                results = await asyncio.gather(*futures.values())
+        except TimeoutError as exc:
+            raise SourceError(f"Prometheus {self.address} slower than {self.timeout_s}s") from exc
+        except SourceError:
+            raise
+        except Exception as exc:  # requests, JSON, HTTP status: all mean "down"
+            raise SourceError(f"Prometheus {self.address}: {exc!r}"[:500]) from exc
+        finally:
+            for future in futures.values():
+                if not future.done():
+                    future.cancel()
+        for name, result in zip(futures, results, strict=True):
+            if not isinstance(result, list):
+                raise SourceError(f"Prometheus {self.address}: {name} answered {result!r}"[:300])
+        return dict(zip(futures, results, strict=True))
+
+    async def read(self, selections: Sequence[Selection], at_s: float) -> dict[Selection, Reading]:
+        if not selections:
+            return {}
+        plan = build_plan(selections, self.rate_window_s)
+        params = {"time": f"{at_s:.3f}"}
+        calls = {
+            signal: (lambda q=query: self._client.custom_query(q, params=params))
+            for signal, query in plan.queries.items()
+        }
+        answers = await self._run_all(calls)
+        return split_instant(plan, answers, selections, at_s)
+
+    async def read_range(
+        self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
+    ) -> dict[Selection, list[Reading]]:
+        if not selections or end_s < start_s:
+            return {}
+        plan = build_plan(selections, self.rate_window_s)
+        answers = await self._range(plan.queries, start_s, end_s, step_s)
+        return split_range(plan, answers, selections)
+
+    async def read_history(
+        self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
+    ) -> dict[Selection, History]:
+        if not selections or end_s < start_s:
+            return {}
+        plan = build_plan(selections, self.rate_window_s)
+        queries = {signal: plan.queries[signal] for signal in HISTORY_SIGNALS}
+        answers = await self._range(queries, start_s, end_s, step_s)
+        return split_history(plan, answers, selections)
+
+    async def _range(
+        self, queries: dict[str, str], start_s: float, end_s: float, step_s: float
+    ) -> dict[str, Any]:
+        if step_s <= 0:
+            raise ValueError(f"step_s must be > 0, got {step_s}")
+        points = int((end_s - start_s) / step_s) + 1
+        if points > self.max_range_points:
+            start_s = end_s - (self.max_range_points - 1) * step_s
+        # start/end/step as exact decimal strings (the client would round a
+        # datetime to whole seconds): the grid must equal the live one.
+        params = {"start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
+        calls = {
+            signal: (
+                lambda q=query: self._client.custom_query_range(
+                    q, start_time=_EPOCH, end_time=_EPOCH, step=params["step"], params=params
+                )
+            )
+            for signal, query in queries.items()
+        }
+        return await self._run_all(calls)
+
+    async def close(self) -> None:
+        self._client.close()
+        if self._own_executor:
+            self._executor.shutdown(wait=False, cancel_futures=True)

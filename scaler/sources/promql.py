@@ -1,0 +1,141 @@
+"""PromQL for all ScaledObjects that share one Prometheus: one query per signal.
+
+KEDA's own Prometheus scaler sends one query per ScaledObject per poll; with
+hundreds of ScaledObjects that is thousands of queries a minute. Here each
+signal is ONE query grouped ``by`` the union of the label names that any
+selection filters on; the groups are then summed per selection in Python with
+Prometheus' own matcher semantics (``scaler.sources.model.matcher_matches``).
+When every ScaledObject selects the same series, the matchers go into the
+query itself (rendered by ``LabelMatcher.promql()``, escaped): nothing from
+metadata is ever pasted raw into PromQL. Label *names* are validated by
+``scaler.settings`` (``[a-zA-Z_][a-zA-Z0-9_]*``), so ``by (...)`` is safe.
+
+Signals (both vLLM generations; ``engine`` is summed away because it is
+never a grouping label):
+
+- ``waiting``, ``running``: sums of the gauges.
+- ``replicas``: distinct scrape targets (``instance``) exposing
+  ``vllm:num_requests_running`` (dead or removed targets go stale at once).
+- ``kv_sum`` / ``kv_count``: mean KV usage = sum / count of series;
+  ``vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc`` takes the new name
+  where a replica exposes both (0.9.2-0.11) and the old one elsewhere.
+- ``completions``: ``rate(vllm:request_success_total[W])`` (every
+  ``finished_reason``).
+- ``in_system_delta``: ``delta`` of waiting + running over the same window;
+  arrivals = completions + delta / W (exact balance, and it rises as soon as
+  a burst queues, long before completions do).
+- ``prompt_tokens``, ``generation_tokens``, ``preemptions``: counter rates.
+- ``health``: ``count(up)``: a Prometheus that knows no targets at all (or a
+  proxy answering empty) is "down", not "zero traffic".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scaler.sources.model import Selection
+
+SIGNALS: tuple[str, ...] = (
+    "waiting",
+    "running",
+    "replicas",
+    "kv_sum",
+    "kv_count",
+    "completions",
+    "in_system_delta",
+    "prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "health",
+)
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """The queries for one refresh of one Prometheus, and how to split their results."""
+
+    group_labels: tuple[str, ...]
+    queries: dict[str, str]
+    rate_window_s: int
+
+
+def format_window(seconds: float) -> str:
+    """``60`` -> ``"60s"``; PromQL durations must be whole units."""
+    whole = round(seconds)
+    if whole < 1:
+        raise ValueError(f"rate window must be at least 1 s, got {seconds}")
+    return f"{whole}s"
+
+
+def group_labels_for(selections: Sequence[Selection]) -> tuple[str, ...]:
+    """Union of the label names the selections filter on, sorted (stable query text)."""
+    names: set[str] = set()
+    for selection in selections:
+        names.update(selection.label_names)
+    for name in names:
+        if not _LABEL_NAME.match(name) or name.startswith("__"):
+            raise ValueError(f"invalid label name {name!r} in a selector")
+    return tuple(sorted(names))
+
+
+def _filter_for(selections: Sequence[Selection]) -> str:
+    distinct = {selection.matchers for selection in selections}
+    if len(distinct) != 1:
+        return ""
+    (matchers,) = distinct
+    if not matchers:
+        return ""
+    return "{" + ",".join(m.promql() for m in matchers) + "}"
+
+
+def _agg(op: str, labels: Sequence[str], expr: str) -> str:
+    by = f" by ({', '.join(labels)})" if labels else ""
+    return f"{op}{by} ({expr})"
+
+
+def build_plan(selections: Sequence[Selection], rate_window_s: float = 60.0) -> QueryPlan:
+    """All queries for ``selections`` (non-empty), one per signal."""
+    if not selections:
+        raise ValueError("build_plan needs at least one selection")
+    labels = group_labels_for(selections)
+    flt = _filter_for(selections)
+    window = format_window(rate_window_s)
+    per_instance = list(labels) if "instance" in labels else [*labels, "instance"]
+
+    def metric(name: str) -> str:
+        return f"{name}{flt}"
+
+    kv = f"{metric('vllm:kv_cache_usage_perc')} or {metric('vllm:gpu_cache_usage_perc')}"
+    queries = {
+        "waiting": _agg("sum", labels, metric("vllm:num_requests_waiting")),
+        "running": _agg("sum", labels, metric("vllm:num_requests_running")),
+        "replicas": _agg(
+            "count", labels, _agg("count", per_instance, metric("vllm:num_requests_running"))
+        ),
+        "kv_sum": _agg("sum", labels, kv),
+        "kv_count": _agg("count", labels, kv),
+        "completions": _agg(
+            "sum", labels, f"rate({metric('vllm:request_success_total')}[{window}])"
+        ),
+        "in_system_delta": _agg(
+            "sum", labels, f"delta({metric('vllm:num_requests_waiting')}[{window}])"
+        )
+        + " + "
+        + _agg("sum", labels, f"delta({metric('vllm:num_requests_running')}[{window}])"),
+        "prompt_tokens": _agg(
+            "sum", labels, f"rate({metric('vllm:prompt_tokens_total')}[{window}])"
+        ),
+        "generation_tokens": _agg(
+            "sum", labels, f"rate({metric('vllm:generation_tokens_total')}[{window}])"
+        ),
+        "preemptions": _agg(
+            "sum", labels, f"rate({metric('vllm:num_preemptions_total')}[{window}])"
+        ),
+        "health": "count(up)",
+    }
+    assert tuple(queries) == SIGNALS
+    return QueryPlan(group_labels=labels, queries=queries, rate_window_s=int(window[:-1]))

@@ -1,0 +1,930 @@
+"""Per-ScaledObject state: history, background refresh, forecaster refits.
+
+The gRPC handlers call ``decision``/``is_active`` and get an answer from
+memory, in microseconds, whatever Prometheus is doing. All the work happens
+in one background task:
+
+- Every ``refresh_interval_s`` (on a grid of wall-clock multiples, evaluated
+  ``query_delay_s`` late so every sample up to the grid point has landed),
+  each source is read ONCE for all its ScaledObjects (``scaler.sources``).
+- The readings are turned into observations, forecast bins, forecasts and
+  decisions in a single worker thread (``_compute``), off the event loop.
+- A forecaster is refitted at per-object boundaries every
+  ``refit_interval_s`` (staggered by a hash of the object's name so 1,000
+  objects do not refit in the same refresh) on the bins up to that boundary;
+  in between, each closed bin conditions it (``update``) and predicts again.
+- A newly registered object backfills its history with one range query per
+  signal (for all new objects of a Prometheus together) and replays the last
+  stabilization window through the very same code. Everything is a function
+  of Prometheus data at grid times, so two scaler replicas, or a restarted
+  one, give the same answers: the scaler is stateless.
+
+When a source fails the object gets no observation: ``decide`` holds the last
+answer (``stale_hold``) and after ``fallbackAfterSeconds`` answers the
+fallback; ``prescaler_source_up`` drops to 0. Never a scale-down on bad data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import math
+import sys
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scaler.capacity import capacity_for
+from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
+from scaler.policy import (
+    Decision,
+    DemandForecast,
+    Observation,
+    ReplicaCapacity,
+    burst_started,
+    decide,
+)
+from scaler.policy import is_active as policy_is_active
+from scaler.settings import ScalerSettings
+from scaler.sources import (
+    History,
+    MetricSource,
+    Reading,
+    Selection,
+    SourceFactory,
+    SourceSpec,
+    default_source_factory,
+    selection_for,
+)
+from scaler.telemetry import ForecastLedger, ScalerTelemetry
+
+__all__ = ["DEFAULT_LEAD_TIME_S", "ScalerState"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEAD_TIME_S = 150.0
+"""Lead time when ``leadTimeSeconds: auto`` has nothing measured and no
+profile: the optimised cold start of an 8B model on a new GPU node
+(engine.profiles: node 60 s + image 30 s + load 60 s)."""
+
+SIGNAL = "requests_per_s"
+BACKFILL_CHUNK = 100
+MIN_FIT_BINS = 8
+"""Fewer closed bins than this and no forecast is made (the policy then
+works on live signals alone)."""
+
+ObjectKey = tuple[str, str]
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def observation_from(reading: Reading, now_s: float) -> Observation:
+    """The policy's view of one reading (unknowns become NaN)."""
+    tokens = _tokens(reading)
+    del tokens
+    return Observation(
+        time_s=reading.time_s,
+        ready_replicas=reading.ready_replicas,
+        waiting=reading.waiting,
+        running=reading.running,
+        kv_usage=_nan(reading.kv_usage),
+        arrival_rate_rps=_nan(reading.arrival_rate_rps),
+        prompt_tokens_per_s=_nan(reading.prompt_tokens_per_s),
+        generation_tokens_per_s=_nan(reading.generation_tokens_per_s),
+        preemptions_per_s=_nan(reading.preemptions_per_s),
+        data_age_s=max(0.0, now_s - reading.time_s),
+    )
+
+
+def _tokens(reading: Reading) -> float:
+    parts = [reading.prompt_tokens_per_s, reading.generation_tokens_per_s]
+    known = [p for p in parts if p is not None]
+    return sum(known) if known else math.nan
+
+
+@dataclass
+class _Prediction:
+    origin_s: float
+    step_s: float
+    quantile: float
+    upper: np.ndarray
+    median: np.ndarray
+
+
+@dataclass
+class _Entry:
+    """Everything the scaler keeps about one ScaledObject."""
+
+    key: ObjectKey
+    settings: ScalerSettings
+    spec: SourceSpec
+    selection: Selection
+    series: BinnedSeries
+    capacity_learner: SaturationCapacity
+    offset_s: float
+    decision: Decision
+    decisions: deque[Decision] = field(default_factory=deque)
+    ready: bool = False
+    active: bool = False
+    last_obs: Observation | None = None
+    last_fresh_obs: Observation | None = None
+    last_time_s: float | None = None
+    forecaster: object | None = None
+    forecaster_method: str | None = None
+    fit_boundary_s: float | None = None
+    prediction: _Prediction | None = None
+    forecast: DemandForecast | None = None
+    lead_samples: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+    ledger: ForecastLedger = field(default_factory=lambda: ForecastLedger(max_pending=512))
+    subscribers: set[asyncio.Queue[bool]] = field(default_factory=set)
+    generation: int = 0
+    balloons: int = 0
+    balloons_applied: bool = False
+    last_seen_s: float = field(default_factory=time.monotonic)
+    predicted_bin: float | None = None
+
+
+class ScalerState:
+    """Histories, forecasts and decisions of every registered ScaledObject.
+
+    Parameters (seconds unless said):
+
+    - ``refresh_interval_s``: how often every source is read (grid step).
+    - ``refit_interval_s``: how often each forecaster is refitted.
+    - ``forecast_step_s``: forecast bin width, a multiple of the refresh
+      (default max(15, refresh)): predicting per bin, not per refresh, keeps
+      1,000 forecasters affordable.
+    - ``fit_window_s``: history a fit sees (default 2 h: minutes-ahead
+      forecasts gain little from more, and 1,000 forecasters stay within
+      memory: ~120 KB each at 2 h, ~340 KB at 6 h); backfill reads this
+      plus one refit interval and the stabilization window.
+    - ``query_delay_s``: how far behind the grid time reads happen, so every
+      sample up to it has landed in Prometheus (identical answers for all
+      replicas of the scaler).
+    - ``capacity_window_s``: how long learned per-replica capacity is kept.
+    - ``source_factory``: ``SourceSpec -> MetricSource`` (tests inject fakes;
+      default: real Prometheus / scrape / Kubernetes sources).
+    - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like
+      (``apply(namespace, deployment, replicas)``), created on first use.
+    - ``expire_after_s``: objects no RPC asked about for this long are dropped.
+    """
+
+    def __init__(
+        self,
+        *,
+        telemetry: ScalerTelemetry,
+        refresh_interval_s: float = 5.0,
+        refit_interval_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+        source_factory: SourceFactory | None = None,
+        forecast_step_s: float | None = None,
+        fit_window_s: float = 2 * 3600.0,
+        query_delay_s: float = 1.0,
+        capacity_window_s: float = 3600.0,
+        balloon_controller: Any = None,
+        expire_after_s: float = 3600.0,
+    ) -> None:
+        if refresh_interval_s <= 0:
+            raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
+        if refit_interval_s <= 0:
+            raise ValueError(f"refit_interval_s must be > 0, got {refit_interval_s}")
+        step = forecast_step_s if forecast_step_s is not None else max(15.0, refresh_interval_s)
+        ratio = step / refresh_interval_s
+        if step <= 0 or abs(ratio - round(ratio)) > 1e-9:
+            raise ValueError(
+                f"forecast_step_s ({step}) must be a positive multiple of "
+                f"refresh_interval_s ({refresh_interval_s})"
+            )
+        self.telemetry = telemetry
+        self.refresh_interval_s = float(refresh_interval_s)
+        self.refit_interval_s = float(refit_interval_s)
+        self.forecast_step_s = float(step)
+        self.fit_bins = max(MIN_FIT_BINS, int(fit_window_s / step))
+        self.query_delay_s = float(query_delay_s)
+        self.capacity_window_s = float(capacity_window_s)
+        self._clock = clock
+        self._source_factory = source_factory or default_source_factory()
+        self._balloon_controller = balloon_controller
+        self.expire_after_s = float(expire_after_s)
+        self._source_was_up: dict[SourceSpec, bool] = {}
+        self._balloon_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="prescaler-balloon"
+        )
+        self._sources: dict[SourceSpec, MetricSource] = {}
+        self._entries: dict[ObjectKey, _Entry] = {}
+        self._pending_backfill: set[ObjectKey] = set()
+        self._compute_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="prescaler-state"
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._last_tick_s: float | None = None
+        self.refreshes = 0
+        self.refresh_seconds: deque[float] = deque(maxlen=1000)
+
+    # ------------------------------------------------------------ the RPC side
+    def register(self, namespace: str, name: str, settings: ScalerSettings) -> None:
+        """Start tracking a ScaledObject (idempotent; new settings replace old)."""
+        key = (namespace, name)
+        entry = self._entries.get(key)
+        if entry is not None and (entry.settings is settings or entry.settings == settings):
+            entry.last_seen_s = time.monotonic()
+            return
+        spec, selection = selection_for(settings, namespace)
+        if entry is not None and entry.spec == spec and entry.selection == selection:
+            if entry.settings.forecast != settings.forecast:
+                entry.forecaster = None
+                entry.fit_boundary_s = None
+                entry.prediction = None
+            entry.settings = settings
+            return
+        history_bins = (
+            self.fit_bins
+            + math.ceil(
+                (self.refit_interval_s + settings.scale_down_stabilization_seconds)
+                / self.forecast_step_s
+            )
+            + 2
+        )
+        offset = (zlib.crc32(f"{namespace}/{name}".encode()) % 10_000) / 10_000
+        offset_s = (
+            math.floor(offset * self.refit_interval_s / self.forecast_step_s) * self.forecast_step_s
+        )
+        warming = Decision(
+            time_s=self._clock(),
+            replicas=self._warming_replicas(settings, entry),
+            reason="warming_up",
+            proposals={},
+            data_stale=True,
+        )
+        new = _Entry(
+            key=key,
+            settings=settings,
+            spec=spec,
+            selection=selection,
+            series=BinnedSeries(self.forecast_step_s, history_bins),
+            capacity_learner=SaturationCapacity(self.capacity_window_s),
+            offset_s=offset_s,
+            decision=warming if entry is None else entry.decision,
+            active=entry.active if entry is not None else settings.min_replicas > 0,
+            subscribers=entry.subscribers if entry is not None else set(),
+            generation=(entry.generation + 1) if entry is not None else 0,
+        )
+        self._entries[key] = new
+        self._pending_backfill.add(key)
+        if self._wake is not None and self._loop is not None:
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is self._loop:
+                self._wake.set()
+            else:
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    @staticmethod
+    def _warming_replicas(settings: ScalerSettings, entry: _Entry | None) -> int:
+        if entry is not None:
+            return entry.decision.replicas
+        if settings.fallback_replicas is not None:
+            return settings.fallback_replicas
+        return max(settings.min_replicas, 1 if settings.max_replicas >= 1 else 0)
+
+    def decision(self, namespace: str, name: str) -> Decision:
+        """The latest decision (from memory; never blocks). ``KeyError`` if unknown."""
+        return self._entries[(namespace, name)].decision
+
+    def is_active(self, namespace: str, name: str) -> bool:
+        return self._entries[(namespace, name)].active
+
+    def registered(self) -> list[ObjectKey]:
+        return list(self._entries)
+
+    def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]:
+        """A queue that receives ``True`` each time a burst starts."""
+        queue: asyncio.Queue[bool] = asyncio.Queue(maxsize=16)
+        self._entries[(namespace, name)].subscribers.add(queue)
+        return queue
+
+    def unsubscribe_active(self, namespace: str, name: str, queue: asyncio.Queue[bool]) -> None:
+        entry = self._entries.get((namespace, name))
+        if entry is not None:
+            entry.subscribers.discard(queue)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Stop tracking a ScaledObject (deleted) and drop its metrics."""
+        self._entries.pop((namespace, name), None)
+        self._pending_backfill.discard((namespace, name))
+        self.telemetry.forget(namespace, name)
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        # The compute thread shares the GIL with the gRPC handlers; a short
+        # switch interval bounds how long a handler waits for it.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self._task = asyncio.create_task(self._run(), name="prescaler-refresh")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for source in list(self._sources.values()):
+            try:
+                await source.close()
+            except Exception:  # closing is best effort
+                log.debug("closing source failed", exc_info=True)
+        self._sources.clear()
+        self._compute_pool.shutdown(wait=False, cancel_futures=True)
+        self._balloon_pool.shutdown(wait=False, cancel_futures=True)
+
+    def _grid(self, now_s: float) -> float:
+        """The latest grid time whose samples have surely landed."""
+        step = self.refresh_interval_s
+        return math.floor(round((now_s - self.query_delay_s) / step, 9)) * step
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                tick = self._grid(self._clock())
+                if self._pending_backfill:
+                    await self._backfill(tick)
+                if (
+                    self._last_tick_s is not None
+                    and tick - self._last_tick_s > 1.5 * self.refresh_interval_s
+                ):
+                    await self._catch_up(self._last_tick_s, tick)
+                if self._last_tick_s is None or tick > self._last_tick_s:
+                    await self.refresh(tick)
+                next_tick = (self._last_tick_s or tick) + self.refresh_interval_s
+                delay = next_tick + self.query_delay_s - self._clock()
+                self._wake.clear()
+                if delay > 0 and not self._pending_backfill:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the loop die: log and try next tick
+                log.exception("refresh failed")
+                await asyncio.sleep(self.refresh_interval_s)
+
+    def _source(self, spec: SourceSpec) -> MetricSource:
+        source = self._sources.get(spec)
+        if source is None:
+            source = self._sources[spec] = self._source_factory(spec)
+        return source
+
+    def _source_label(self, spec: SourceSpec) -> str:
+        return f"prometheus:{spec.address}" if spec.kind == "prometheus" else spec.kind
+
+    # --------------------------------------------------------------- refresh
+    async def _read(self, entries: Sequence[_Entry], tick: float) -> dict[ObjectKey, Reading]:
+        by_spec: dict[SourceSpec, list[_Entry]] = {}
+        for entry in entries:
+            by_spec.setdefault(entry.spec, []).append(entry)
+        specs = list(by_spec)
+        answers = await asyncio.gather(
+            *(
+                self._source(spec).read(
+                    list(dict.fromkeys(e.selection for e in by_spec[spec])), tick
+                )
+                for spec in specs
+            ),
+            return_exceptions=True,
+        )
+        readings: dict[ObjectKey, Reading] = {}
+        for spec, answer in zip(specs, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if isinstance(answer, asyncio.CancelledError):
+                    raise answer
+                self._source_health(spec, False, str(answer))
+                continue
+            complete = True
+            for entry in by_spec[spec]:
+                reading = answer.get(entry.selection)
+                if reading is None:
+                    complete = False
+                else:
+                    readings[entry.key] = reading
+            self._source_health(spec, complete, "some objects got no reading")
+        return readings
+
+    def _source_health(self, spec: SourceSpec, up: bool, why: str) -> None:
+        """``prescaler_source_up``, and a log line when it changes (not every refresh)."""
+        label = self._source_label(spec)
+        self.telemetry.set_source_up(label, up)
+        if self._source_was_up.get(spec, True) != up:
+            if up:
+                log.info("source %s is back", label)
+            else:
+                log.warning("source %s failed: %s", label, why)
+        self._source_was_up[spec] = up
+
+    def _expire(self) -> None:
+        """Forget objects KEDA stopped asking about (ScaledObject deleted)."""
+        cutoff = time.monotonic() - self.expire_after_s
+        for key in [k for k, e in self._entries.items() if e.last_seen_s < cutoff]:
+            log.info("forgetting %s/%s: not polled for %.0f s", *key, self.expire_after_s)
+            self.forget(*key)
+
+    async def refresh(self, tick: float) -> None:
+        """Read every source once at grid time ``tick`` and re-decide everything."""
+        started = time.perf_counter()
+        entries = [
+            e
+            for e in self._entries.values()
+            if e.ready and (e.last_time_s is None or e.last_time_s < tick)
+        ]
+        self._last_tick_s = tick
+        if not entries:
+            return
+        readings = await self._read(entries, tick)
+        work = [(e, readings.get(e.key), e.generation) for e in entries]
+        loop = asyncio.get_running_loop()
+        bursts = await loop.run_in_executor(self._compute_pool, self._compute, work, tick)
+        self._notify(bursts)
+        self.refreshes += 1
+        self.refresh_seconds.append(time.perf_counter() - started)
+        if self.refreshes % 60 == 0:
+            self._expire()
+
+    def _notify(self, keys: Sequence[ObjectKey]) -> None:
+        for key in keys:
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            for queue in list(entry.subscribers):
+                if not queue.full():
+                    queue.put_nowait(True)
+
+    def _compute(
+        self, work: Sequence[tuple[_Entry, Reading | None, int]], tick: float
+    ) -> list[ObjectKey]:
+        now = self._clock()
+        bursts: list[ObjectKey] = []
+        for entry, reading, generation in work:
+            if entry.generation != generation or self._entries.get(entry.key) is not entry:
+                continue  # re-registered meanwhile; its new entry backfills itself
+            try:
+                if self._step(entry, tick, reading, now, live=True):
+                    bursts.append(entry.key)
+            except Exception:
+                log.exception("updating %s/%s failed", *entry.key)
+        return bursts
+
+    async def _catch_up(self, last_tick: float, tick: float) -> None:
+        """Fill refreshes the loop missed (a busy machine) from history, so the
+        decision history stays the same function of Prometheus data as a
+        freshly backfilled replica's."""
+        entries = [e for e in self._entries.values() if e.ready]
+        start = last_tick + self.refresh_interval_s
+        end = tick - self.refresh_interval_s
+        if not entries or end < start:
+            return
+        by_spec: dict[SourceSpec, list[_Entry]] = {}
+        for entry in entries:
+            by_spec.setdefault(entry.spec, []).append(entry)
+        work: list[tuple[_Entry, list[Reading], Reading | None, int, History | None]] = []
+        for spec, group in by_spec.items():
+            selections = list(dict.fromkeys(e.selection for e in group))
+            try:
+                ranges = await self._source(spec).read_range(
+                    selections, start, end, self.refresh_interval_s
+                )
+            except Exception as exc:
+                log.info("catch-up from %s failed: %s", self._source_label(spec), exc)
+                continue
+            work.extend((e, ranges.get(e.selection, []), None, e.generation, None) for e in group)
+        if work:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._compute_pool, self._replay, work, tick, False)
+
+    # --------------------------------------------------------------- backfill
+    async def _backfill(self, tick: float) -> None:
+        # In chunks: replaying a long history with forecasts costs tens of ms
+        # per object, so refreshes of the others interleave between chunks.
+        keys = [k for k in self._pending_backfill if k in self._entries][:BACKFILL_CHUNK]
+        self._pending_backfill.difference_update(keys)
+        self._pending_backfill.intersection_update(self._entries)
+        entries = [self._entries[k] for k in keys]
+        if not entries:
+            return
+        by_spec: dict[SourceSpec, list[_Entry]] = {}
+        for entry in entries:
+            by_spec.setdefault(entry.spec, []).append(entry)
+        # Two reads per source for all new objects together: the long history
+        # at the forecast step (arrays, for bins and learned capacity), and
+        # the last stabilization window at the refresh step (readings, to
+        # replay decisions exactly as a scaler running all along made them).
+        fs = self.forecast_step_s
+        histories: dict[ObjectKey, History | None] = {}
+        replays: dict[ObjectKey, list[Reading]] = {}
+        for spec, group in by_spec.items():
+            window = max(self._replay_window(e) for e in group)
+            history_end = math.floor(round((tick - window) / fs, 9)) * fs
+            history_start = history_end - (max(e.series.capacity for e in group) - 1) * fs
+            selections = list(dict.fromkeys(e.selection for e in group))
+            source = self._source(spec)
+            try:
+                history = await source.read_history(selections, history_start, history_end, fs)
+                ranges = await source.read_range(
+                    selections,
+                    history_end + self.refresh_interval_s,
+                    tick - self.refresh_interval_s,
+                    self.refresh_interval_s,
+                )
+            except Exception as exc:
+                log.warning("backfill from %s failed: %s", self._source_label(spec), exc)
+                history, ranges = {}, {}
+            for entry in group:
+                histories[entry.key] = history.get(entry.selection)
+                replays[entry.key] = ranges.get(entry.selection, [])
+        # The current reading, read like any refresh (also for sources without history).
+        current = await self._read(entries, tick)
+        work = [
+            (e, replays[e.key], current.get(e.key), e.generation, histories[e.key]) for e in entries
+        ]
+        loop = asyncio.get_running_loop()
+        bursts = await loop.run_in_executor(self._compute_pool, self._replay, work, tick)
+        self._notify(bursts)
+
+    def _replay_window(self, entry: _Entry) -> float:
+        return entry.settings.scale_down_stabilization_seconds + self.refresh_interval_s
+
+    def _replay(
+        self,
+        work: Sequence[tuple[_Entry, list[Reading], Reading | None, int, History | None]],
+        tick: float,
+        finish: bool = True,
+    ) -> list[ObjectKey]:
+        now = self._clock()
+        bursts: list[ObjectKey] = []
+        for entry, readings, current, generation, history in work:
+            if entry.generation != generation or self._entries.get(entry.key) is not entry:
+                continue
+            try:
+                if history is not None and len(history):
+                    self._load_history(entry, history)
+                window = self._replay_window(entry)
+                for reading in readings:
+                    if reading.time_s >= tick:
+                        break
+                    # Backfill replays decisions only over the stabilization
+                    # window; a catch-up (finish=False) fills ticks a live
+                    # scaler missed, and exports them like live ones.
+                    self._step(
+                        entry,
+                        reading.time_s,
+                        reading,
+                        reading.time_s + self.query_delay_s,
+                        live=not finish,
+                        decide_it=not finish or reading.time_s > tick - window,
+                    )
+                if not finish:
+                    continue
+                burst = self._step(entry, tick, current, now, live=True)
+                entry.ready = True
+                if burst:
+                    bursts.append(entry.key)
+            except Exception:
+                log.exception("backfilling %s/%s failed", *entry.key)
+                entry.ready = True
+        return bursts
+
+    def _load_history(self, entry: _Entry, history: History) -> None:
+        entry.series.load(history.times, history.requests_per_s, history.tokens_per_s)
+        entry.capacity_learner.load(
+            history.times,
+            history.ready,
+            history.waiting,
+            history.completions_per_s,
+            history.tokens_per_s,
+            entry.settings.target_waiting_per_replica,
+            until_s=float(history.times[-1]),
+        )
+        entry.last_time_s = float(history.times[-1])
+
+    # ----------------------------------------------------------------- a step
+    def _lead_time(self, entry: _Entry) -> float:
+        settings = entry.settings
+        if settings.lead_time_seconds is not None:
+            return float(settings.lead_time_seconds)
+        measured = lead_time_from_samples(tuple(entry.lead_samples))
+        if measured is not None:
+            return measured
+        if settings.profile:
+            try:
+                from engine.profiles import get_profile
+
+                return float(get_profile(settings.profile).startup.total_s)
+            except (ImportError, KeyError, ValueError, AttributeError):
+                pass
+        return DEFAULT_LEAD_TIME_S
+
+    def _capacity(self, entry: _Entry, now_s: float) -> ReplicaCapacity:
+        """Profile or ``capacityTokensPerSecond`` (scaler.capacity), else learned.
+
+        Token capacity alone is turned into requests/s with the observed
+        tokens per request, so the request-rate forecast can use it too.
+        """
+        configured = capacity_for(entry.settings)
+        learned_r, learned_t = entry.capacity_learner.estimate(now_s)
+        requests = configured.requests_per_s
+        tokens = configured.tokens_per_s
+        if requests is None and tokens is not None:
+            per_request = entry.series.tokens_per_request(self.fit_bins)
+            requests = tokens / per_request if per_request else None
+        if requests is None and tokens is None:
+            requests, tokens = learned_r, learned_t
+        return ReplicaCapacity(requests_per_s=requests, tokens_per_s=tokens)
+
+    def _step(
+        self,
+        entry: _Entry,
+        t: float,
+        reading: Reading | None,
+        now_s: float,
+        *,
+        live: bool,
+        decide_it: bool = True,
+    ) -> bool:
+        """Advance one object to grid time ``t``; True when a burst starts."""
+        settings = entry.settings
+        if entry.last_time_s is not None and t <= entry.last_time_s:
+            return False
+        entry.last_time_s = t
+        obs = observation_from(reading, now_s) if reading is not None else None
+        lead = self._lead_time(entry)
+        if reading is not None:
+            if reading.lead_time_samples_s:
+                # creation -> Ready of the pods Ready now: the recent starts
+                entry.lead_samples = deque(reading.lead_time_samples_s, maxlen=256)
+            tokens = _tokens(reading)
+            arrival = _nan(reading.arrival_rate_rps)
+            at_bin_end = abs(entry.series.bin_end(t) - t) < 1e-6
+            if at_bin_end:  # the same samples a backfill sees (history at the bin step)
+                entry.capacity_learner.add(
+                    t,
+                    reading.ready_replicas,
+                    reading.waiting,
+                    _nan(reading.completion_rate_rps),
+                    tokens,
+                    settings.target_waiting_per_replica,
+                )
+            for b in entry.series.add(t, arrival, tokens):
+                settled = entry.ledger.settle(SIGNAL, b.end_s, b.requests_per_s)
+                if live and settled:
+                    self._export_accuracy(entry, settings)
+        last_bin = entry.series.last_end
+        if (
+            settings.forecast != "off"
+            and (decide_it or live)
+            and last_bin is not None
+            and entry.predicted_bin != last_bin
+        ):
+            self._predict(entry, last_bin, lead, live)
+        if settings.forecast == "off":
+            entry.prediction = None
+        forecast = self._demand_forecast(entry, t, lead)
+        entry.forecast = forecast
+        if not decide_it:
+            return False
+        capacity = self._capacity(entry, t)
+        decision = decide(obs, forecast, settings, entry.decisions, capacity, now=t)
+        entry.decisions.append(decision)
+        _trim(
+            entry.decisions, t, settings.scale_down_stabilization_seconds + self.refresh_interval_s
+        )
+        previous_active = entry.active
+        entry.active = policy_is_active(obs, forecast, settings, previous=previous_active)
+        burst = False
+        if obs is not None and policy_is_active(obs, forecast, settings):
+            burst = burst_started(entry.last_fresh_obs, obs) or (
+                entry.active and not previous_active
+            )
+        if obs is not None:
+            entry.last_fresh_obs = obs
+        entry.last_obs = obs
+        entry.decision = decision
+        if live:
+            self._export(entry, decision, obs, forecast, lead)
+            self._prewarm(entry, capacity, obs, t)
+        return burst
+
+    # -------------------------------------------------------------- forecast
+    def _forecaster(self, entry: _Entry) -> object | None:
+        method = "prescaler" if entry.settings.forecast == "auto" else entry.settings.forecast
+        if entry.forecaster is None or entry.forecaster_method != method:
+            from forecasting import make_forecaster
+
+            entry.forecaster = make_forecaster(method)
+            entry.forecaster_method = method
+            entry.fit_boundary_s = None
+        return entry.forecaster
+
+    def _boundary(self, entry: _Entry, origin_s: float) -> float:
+        refit = self.refit_interval_s
+        return math.floor(round((origin_s - entry.offset_s) / refit, 9)) * refit + entry.offset_s
+
+    def _predict(self, entry: _Entry, origin_s: float, lead_s: float, live: bool) -> None:
+        """Refit if a boundary passed, condition on the bins up to ``origin_s``, predict."""
+        entry.predicted_bin = origin_s  # once per bin, even if it fails
+        forecaster = self._forecaster(entry)
+        if forecaster is None:
+            return
+        boundary = self._boundary(entry, origin_s)
+        try:
+            if entry.fit_boundary_s != boundary:
+                history = entry.series.requests(until_s=boundary, last=self.fit_bins)
+                if history.size < MIN_FIT_BINS:
+                    entry.prediction = None
+                    return
+                forecaster.fit(history, self.forecast_step_s)  # type: ignore[attr-defined]
+                entry.fit_boundary_s = boundary
+            y = entry.series.requests(until_s=origin_s, last=self.fit_bins)
+            forecaster.update(y)  # type: ignore[attr-defined]
+            horizon_s = max(
+                lead_s, entry.settings.node_lead_time_seconds if entry.settings.prewarm else 0.0
+            )
+            steps = math.ceil((horizon_s + self.forecast_step_s) / self.forecast_step_s) + 1
+            q = entry.settings.forecast_quantile
+            fc = forecaster.predict(steps, quantiles=(0.5, q) if q > 0.5 else (q, 0.5))  # type: ignore[attr-defined]
+            upper = np.asarray(fc.quantile(q), dtype=float)
+            median = np.asarray(fc.quantile(0.5), dtype=float)
+        except Exception as exc:
+            log.warning("forecast for %s/%s failed: %s", *entry.key, exc)
+            entry.prediction = None
+            entry.fit_boundary_s = None
+            return
+        entry.prediction = _Prediction(origin_s, self.forecast_step_s, q, upper, median)
+        # The bin ending at origin + lead (index h-1 covers (origin+(h-1)s, origin+h s]).
+        h = max(1, math.ceil(lead_s / self.forecast_step_s))
+        if h <= upper.size:
+            entry.ledger.add(
+                SIGNAL,
+                h * self.forecast_step_s,
+                q,
+                origin_s,
+                float(median[h - 1]),
+                float(upper[h - 1]),
+            )
+        entry.ledger.add(
+            SIGNAL, self.forecast_step_s, q, origin_s, float(median[0]), float(upper[0])
+        )
+
+    def _demand_forecast(self, entry: _Entry, t: float, lead_s: float) -> DemandForecast | None:
+        """Max of the forecast over ``[t, t + lead]`` from the latest prediction."""
+        p = entry.prediction
+        if p is None:
+            return None
+        first = max(0, math.floor((t - p.origin_s) / p.step_s))
+        last = max(first, math.ceil((t + lead_s - p.origin_s) / p.step_s) - 1)
+        if first >= p.upper.size:
+            return None
+        upper = float(np.max(p.upper[first : last + 1]))
+        median = float(np.max(p.median[first : last + 1]))
+        per_request = entry.series.tokens_per_request(self.fit_bins)
+        return DemandForecast(
+            horizon_s=lead_s,
+            quantile=p.quantile,
+            upper_requests_per_s=upper,
+            median_requests_per_s=median,
+            upper_tokens_per_s=upper * per_request if per_request else None,
+        )
+
+    # ------------------------------------------------------------ telemetry
+    def _export(
+        self,
+        entry: _Entry,
+        decision: Decision,
+        obs: Observation | None,
+        forecast: DemandForecast | None,
+        lead_s: float,
+    ) -> None:
+        ns, name = entry.key
+        tel = self.telemetry
+        ready = (
+            obs.ready_replicas
+            if obs is not None
+            else (entry.last_fresh_obs.ready_replicas if entry.last_fresh_obs is not None else 0)
+        )
+        tel.record_decision(ns, name, decision, ready)
+        tel.record_lead_time(ns, name, lead_s)
+        if obs is not None:
+            for signal, value in (
+                ("requests_per_s", obs.arrival_rate_rps),
+                ("waiting", obs.waiting),
+                ("running", obs.running),
+                ("kv_cache_usage", obs.kv_usage),
+                ("tokens_per_s", obs.prompt_tokens_per_s + obs.generation_tokens_per_s),
+                ("preemptions_per_s", obs.preemptions_per_s),
+            ):
+                if math.isfinite(value):
+                    tel.record_demand(ns, name, signal, value)
+        if forecast is not None:
+            tel.record_forecast(
+                ns, name, SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s
+            )
+            tel.record_forecast(ns, name, SIGNAL, 0.5, lead_s, forecast.median_requests_per_s)
+
+    def _export_accuracy(self, entry: _Entry, settings: ScalerSettings) -> None:
+        ns, name = entry.key
+        for signal, horizon, quantile in entry.ledger.keys():  # noqa: SIM118 (not a dict)
+            ape = entry.ledger.mean_ape(signal, horizon)
+            if math.isfinite(ape):
+                self.telemetry.record_forecast_error(ns, name, signal, horizon, ape)
+            coverage = entry.ledger.coverage(signal, quantile)
+            if math.isfinite(coverage):
+                self.telemetry.record_coverage(ns, name, signal, quantile, coverage)
+
+    def _prewarm(
+        self,
+        entry: _Entry,
+        capacity: ReplicaCapacity,
+        obs: Observation | None,
+        t: float,
+    ) -> None:
+        """Node pre-warming: size the balloon Deployment one node lead time ahead.
+
+        The sizing is ``scaler.prewarm.plan_balloons`` (pure); the PATCH goes
+        through ``scaler.sources.balloon`` on its own thread, so a slow API
+        server never delays decisions.
+        """
+        settings = entry.settings
+        if not settings.prewarm:
+            return
+        from scaler.prewarm import plan_balloons
+
+        forecast = self._demand_forecast(entry, t, settings.node_lead_time_seconds)
+        ready = obs.ready_replicas if obs is not None else 0
+        plan = plan_balloons(
+            settings=settings,
+            forecast=forecast,
+            capacity=capacity,
+            ready_replicas=ready,
+            desired_replicas=entry.decision.replicas,
+            current_balloons=entry.balloons,
+        )
+        if plan.replicas == entry.balloons and entry.balloons_applied:
+            return
+        entry.balloons = plan.replicas
+        entry.balloons_applied = False
+        controller = self._balloons()
+        namespace, deployment = entry.key[0], settings.prewarm_deployment
+
+        def apply() -> None:
+            try:
+                controller.apply(namespace, deployment, plan.replicas)
+                entry.balloons_applied = True
+            except Exception as exc:  # retried at the next refresh
+                log.warning("balloon %s/%s: %s", namespace, deployment, exc)
+
+        self._balloon_pool.submit(apply)
+
+    def _balloons(self) -> Any:
+        if self._balloon_controller is None:
+            from scaler.sources.balloon import BalloonController
+            from scaler.sources.kube import default_api_factory
+
+            self._balloon_controller = BalloonController(default_api_factory().api_client)
+        return self._balloon_controller
+
+    # --------------------------------------------------------------- helpers
+    def status(self) -> dict[str, float]:
+        """Loop health for tests and benchmarks."""
+        times = list(self.refresh_seconds)
+        return {
+            "objects": float(len(self._entries)),
+            "refreshes": float(self.refreshes),
+            "refresh_seconds_max": max(times) if times else math.nan,
+            "refresh_seconds_mean": (sum(times) / len(times)) if times else math.nan,
+        }
+
+
+def _trim(decisions: deque[Decision], now_s: float, window_s: float) -> None:
+    """Drop decisions older than the stabilization window, but keep the last
+    one made on fresh data: the policy measures staleness from it."""
+    last_fresh = next((d for d in reversed(decisions) if not d.data_stale), None)
+    while len(decisions) > 1 and now_s - decisions[0].time_s > window_s:
+        if decisions[0] is last_fresh:
+            if len(decisions) > 2 and now_s - decisions[1].time_s > window_s:
+                del decisions[1]
+                continue
+            break
+        decisions.popleft()

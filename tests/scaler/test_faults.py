@@ -1,0 +1,176 @@
+"""Faults: Prometheus stopped, slow, 500, NaN, empty, garbage; scrape targets
+refusing, timing out, returning garbage. Each time the RPC-facing answer comes
+from memory within 10 ms, ``prescaler_source_up`` drops to 0, the replica
+count never goes down because of it, and after ``fallbackAfterSeconds`` the
+answer is ``fallbackReplicas``; when the source heals, decisions resume."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from scaler.settings import parse_settings
+from scaler.sources.prometheus import PrometheusSource
+from scaler.sources.scrape import ScrapeSource
+from scaler.state import ScalerState
+from scaler.telemetry import ScalerTelemetry
+from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
+from tests.support.prometheus import PrometheusServer, Target, running_prometheus
+
+pytestmark = pytest.mark.integration
+
+FALLBACK = 7
+FALLBACK_AFTER_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def replica() -> Iterator[FakeVllm]:
+    fake = FakeVllm(model="llama", engines=[Engine(waiting=12, running=4, kv=0.4)]).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def prom(replica: FakeVllm) -> Iterator[PrometheusServer]:
+    with running_prometheus([Target(replica.address, {"namespace": "llm"})]) as server:
+        server.wait_for("vllm:num_requests_waiting", min_series=1)
+        time.sleep(1.5)
+        yield server
+
+
+def settings_for(**source: str) -> object:
+    return parse_settings(
+        {
+            **source,
+            "model": "llama",
+            "forecast": "off",
+            "staleAfterSeconds": "1",
+            "fallbackAfterSeconds": str(FALLBACK_AFTER_S),
+            "fallbackReplicas": str(FALLBACK),
+            "scaleDownStabilizationSeconds": "0",
+        }
+    )
+
+
+def source_up(telemetry: ScalerTelemetry) -> list[float]:
+    return [
+        float(line.rsplit(" ", 1)[1])
+        for line in telemetry.render().decode().splitlines()
+        if line.startswith("prescaler_source_up{")
+    ]
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def scenario(
+    state: ScalerState,
+    telemetry: ScalerTelemetry,
+    break_it: Callable[[], None],
+    heal: Callable[[], None],
+    detect_s: float = 4.0,
+) -> None:
+    """Healthy -> broken (hold, source down, fallback) -> healed."""
+    await state.start()
+    try:
+        await wait_until(lambda: state.decision("llm", "so").reason == "queue", 15)
+        healthy = state.decision("llm", "so").replicas
+        assert healthy == 4 and source_up(telemetry) == [1.0]
+        break_it()
+        broken_at = time.monotonic()
+        await wait_until(lambda: source_up(telemetry) == [0.0], detect_s)
+        latencies: list[float] = []
+        seen: list[tuple[int, str]] = []
+        while state.decision("llm", "so").reason != "fallback":
+            assert time.monotonic() - broken_at < FALLBACK_AFTER_S + detect_s + 2, seen[-5:]
+            started = time.perf_counter()
+            decision = state.decision("llm", "so")
+            state.is_active("llm", "so")
+            latencies.append(time.perf_counter() - started)
+            seen.append((decision.replicas, decision.reason))
+            await asyncio.sleep(0.01)
+        latencies.sort()
+        assert latencies[int(len(latencies) * 0.99)] < 0.010
+        # never lower than the healthy answer before the fallback
+        assert all(r >= healthy for r, _ in seen), seen
+        assert {reason for _, reason in seen} <= {"queue", "stale_hold"}
+        assert time.monotonic() - broken_at >= FALLBACK_AFTER_S - 0.5
+        assert state.decision("llm", "so").replicas == FALLBACK
+        heal()
+        await wait_until(lambda: state.decision("llm", "so").reason == "queue", 15)
+        await wait_until(lambda: source_up(telemetry) == [1.0], 5)
+    finally:
+        await state.stop()
+
+
+def prometheus_state(url: str, telemetry: ScalerTelemetry) -> ScalerState:
+    state = ScalerState(
+        telemetry=telemetry,
+        refresh_interval_s=0.5,
+        forecast_step_s=0.5,
+        refit_interval_s=5,
+        fit_window_s=30,
+        query_delay_s=0.5,
+        source_factory=lambda spec: PrometheusSource(spec.address, timeout_s=1.0, rate_window_s=5),
+    )
+    state.register("llm", "so", settings_for(prometheusAddress=url))  # type: ignore[arg-type]
+    return state
+
+
+@pytest.mark.parametrize("mode", ["slow", "error", "nan", "empty", "garbage"])
+async def test_prometheus_misbehaving(prom: PrometheusServer, mode: str) -> None:
+    proxy = PrometheusProxy(prom.url)
+    proxy.delay_s = 5.0
+    telemetry = ScalerTelemetry()
+    try:
+        state = prometheus_state(proxy.url, telemetry)
+
+        def break_it() -> None:
+            proxy.mode = mode
+
+        def heal() -> None:
+            proxy.mode = "pass"
+
+        await scenario(state, telemetry, break_it, heal)
+    finally:
+        proxy.stop()
+
+
+async def test_prometheus_stopped_mid_run(prom: PrometheusServer) -> None:
+    telemetry = ScalerTelemetry()
+    state = prometheus_state(prom.url, telemetry)
+    try:
+        await scenario(state, telemetry, prom.stop, prom.start, detect_s=4)
+    finally:
+        prom.start()
+
+
+@pytest.mark.parametrize("mode", ["refuse", "slow", "garbage", "nan"])
+async def test_scrape_target_misbehaving(fake_vllm: Callable[..., FakeVllm], mode: str) -> None:
+    target = fake_vllm(model="llama", engines=[Engine(waiting=12, running=4, kv=0.4)], delay_s=3.0)
+    telemetry = ScalerTelemetry()
+    state = ScalerState(
+        telemetry=telemetry,
+        refresh_interval_s=0.5,
+        forecast_step_s=0.5,
+        refit_interval_s=5,
+        fit_window_s=30,
+        query_delay_s=0.0,
+        source_factory=lambda spec: ScrapeSource(timeout_s=0.5, spec=spec),
+    )
+    state.register("llm", "so", settings_for(metricsUrls=target.url))  # type: ignore[arg-type]
+
+    def break_it() -> None:
+        target.mode = mode
+
+    def heal() -> None:
+        target.mode = "ok"
+
+    await scenario(state, telemetry, break_it, heal)

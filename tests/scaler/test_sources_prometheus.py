@@ -1,0 +1,183 @@
+"""PrometheusSource against a REAL Prometheus scraping vLLM-shaped targets."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from scaler.settings import LabelMatcher, parse_selector
+from scaler.sources.model import Selection
+from scaler.sources.prometheus import PrometheusSource
+from scaler.sources.promql import SIGNALS
+from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
+from tests.support.emulator import running_emulators
+from tests.support.prometheus import PrometheusServer, Target, running_prometheus
+
+pytestmark = pytest.mark.integration
+
+
+class Fleet:
+    def __init__(self) -> None:
+        self.a = FakeVllm(
+            model="llama",
+            engines=[
+                Engine(waiting=4, running=2, kv=0.5, per_second={"success": 2.0, "prompt": 200.0}),
+                Engine(
+                    waiting=1, running=3, kv=0.7, per_second={"success": 1.0, "generation": 30.0}
+                ),
+            ],
+        ).start()
+        self.b = FakeVllm(
+            model="llama", generation="v0", engines=[Engine(waiting=2, running=1, kv=0.3)]
+        ).start()
+        self.c = FakeVllm(model="mistral", engines=[Engine(waiting=9, running=8, kv=0.9)]).start()
+
+    def targets(self) -> list[Target]:
+        return [
+            Target(self.a.address, {"namespace": "llm"}),
+            Target(self.b.address, {"namespace": "llm"}),
+            Target(self.c.address, {"namespace": "other"}),
+        ]
+
+    def stop(self) -> None:
+        for r in (self.a, self.b, self.c):
+            r.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    fleet = Fleet()
+    yield fleet
+    fleet.stop()
+
+
+@pytest.fixture(scope="module")
+def prom(fleet: Fleet) -> Iterator[PrometheusServer]:
+    with running_prometheus(fleet.targets()) as server:
+        server.wait_for_targets_up(3)
+        # enough history that a 5 s rate window at "now - 2 s" lies after the first scrape
+        server.wait_for("rate(vllm:request_success_total[5s]) > 0", min_series=1)
+        time.sleep(8)
+        yield server
+
+
+def sel(text: str, model: str | None = None) -> Selection:
+    matchers = list(parse_selector(text))
+    if model:
+        matchers.append(LabelMatcher("model_name", "=", model))
+    return Selection(tuple(matchers))
+
+
+def now_grid() -> float:
+    return float(int(time.time()) - 2)
+
+
+async def test_reads_each_selection_from_one_grouped_query_per_signal(
+    prom: PrometheusServer,
+) -> None:
+    """Sums over engines and replicas, both metric generations, per selection."""
+    proxy = PrometheusProxy(prom.url)
+    source = PrometheusSource(proxy.url, rate_window_s=5)
+    try:
+        llama, other, everything = (
+            sel('namespace="llm"', "llama"),
+            sel('namespace="other"'),
+            sel(""),
+        )
+        readings = await source.read([llama, other, everything], now_grid())
+        assert len(proxy.queries) == len(SIGNALS)
+        r = readings[llama]
+        assert (r.ready_replicas, r.waiting, r.running) == (2, 7.0, 6.0)
+        assert r.kv_usage == pytest.approx((0.5 + 0.7 + 0.3) / 3)
+        assert r.completion_rate_rps == pytest.approx(3.0, rel=0.25)
+        assert r.arrival_rate_rps == pytest.approx(3.0, rel=0.25)
+        assert r.prompt_tokens_per_s == pytest.approx(200.0, rel=0.25)
+        assert r.generation_tokens_per_s == pytest.approx(30.0, rel=0.25)
+        assert r.preemptions_per_s == 0.0
+        assert (readings[other].ready_replicas, readings[other].waiting) == (1, 9.0)
+        assert readings[everything].ready_replicas == 3
+        assert readings[everything].waiting == 16.0
+    finally:
+        await source.close()
+        proxy.stop()
+
+
+async def test_query_count_is_independent_of_the_number_of_objects(prom: PrometheusServer) -> None:
+    proxy = PrometheusProxy(prom.url)
+    source = PrometheusSource(proxy.url, rate_window_s=5)
+    try:
+        await source.read([sel('namespace="llm"')], now_grid())
+        one = len(proxy.queries)
+        many = [sel(f'namespace="ns-{i}"', f"model-{i}") for i in range(300)]
+        readings = await source.read(many, now_grid())
+        assert len(proxy.queries) - one == one == len(SIGNALS)
+        assert source.queries_sent == 2 * len(SIGNALS)
+        assert all(r.ready_replicas == 0 for r in readings.values())
+    finally:
+        await source.close()
+        proxy.stop()
+
+
+async def test_range_read_equals_instant_reads_at_the_same_times(prom: PrometheusServer) -> None:
+    """Backfill sees exactly what a scaler running all along saw (statelessness)."""
+    source = PrometheusSource(prom.url, rate_window_s=5)
+    try:
+        llama = sel('namespace="llm"', "llama")
+        end = now_grid()
+        history = (await source.read_range([llama], end - 4, end, 1.0))[llama]
+        assert [r.time_s for r in history] == [end - 4, end - 3, end - 2, end - 1, end]
+        for reading in history:
+            instant = (await source.read([llama], reading.time_s))[llama]
+            assert instant == reading
+        arrays = (await source.read_history([llama], end - 4, end, 2.0))[llama]
+        assert arrays.times.tolist() == [end - 4, end - 2, end]
+        by_time = {r.time_s: r for r in history}
+        for t, rate in zip(arrays.times, arrays.requests_per_s, strict=True):
+            assert rate == by_time[t].arrival_rate_rps
+    finally:
+        await source.close()
+
+
+def test_real_emulators_of_both_generations_are_read() -> None:
+    """The engine emulator (V1 and V0 text) through a real Prometheus."""
+    import asyncio
+
+    with (
+        running_emulators(2, metrics_version="v1", served_model_name="m1") as v1,
+        running_emulators(1, metrics_version="v0", served_model_name="m1") as v0,
+    ):
+        targets = [Target(u.removeprefix("http://")) for u in v1 + v0]
+        with running_prometheus(targets) as server:
+            server.wait_for_targets_up(3)
+            server.wait_for("vllm:num_requests_running", min_series=3)
+            time.sleep(1.0)  # the evaluation time below must follow every first scrape
+            source = PrometheusSource(server.url, rate_window_s=5)
+
+            async def read() -> dict[Selection, object]:
+                try:
+                    return await source.read([sel("", "m1")], time.time() - 0.5)
+                finally:
+                    await source.close()
+
+            reading = asyncio.run(read())[sel("", "m1")]
+            assert reading.ready_replicas == 3  # type: ignore[attr-defined]
+            assert reading.kv_usage == 0.0  # type: ignore[attr-defined]
+            assert reading.waiting == 0.0  # type: ignore[attr-defined]
+
+
+def test_missing_prometheus_fails_under_ci_and_skips_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under CI=true a missing binary is a failure, never a silent skip."""
+    from tests.support import prometheus as helper
+
+    monkeypatch.setattr(helper.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(helper, "DEFAULT_BINARY", "/nonexistent/prometheus")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        helper.prometheus_binary()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="not installed"):
+        helper.prometheus_binary()

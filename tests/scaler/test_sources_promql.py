@@ -1,0 +1,261 @@
+"""Grouped PromQL: golden text, escaping, and splitting answers per ScaledObject."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.settings import LabelMatcher, parse_selector
+from scaler.sources.grouping import split_instant, split_range
+from scaler.sources.model import Selection, SourceError
+from scaler.sources.promql import SIGNALS, build_plan, group_labels_for
+
+GOLDEN_ONE = {
+    "waiting": "sum by (model_name, namespace) "
+    '(vllm:num_requests_waiting{namespace="llm",model_name="m\\"x"})',
+    "replicas": "count by (model_name, namespace) (count by (model_name, namespace, instance) "
+    '(vllm:num_requests_running{namespace="llm",model_name="m\\"x"}))',
+    "kv_sum": "sum by (model_name, namespace) "
+    '(vllm:kv_cache_usage_perc{namespace="llm",model_name="m\\"x"} '
+    'or vllm:gpu_cache_usage_perc{namespace="llm",model_name="m\\"x"})',
+    "completions": "sum by (model_name, namespace) "
+    '(rate(vllm:request_success_total{namespace="llm",model_name="m\\"x"}[60s]))',
+    "health": "count(up)",
+}
+
+GOLDEN_MANY = {
+    "waiting": "sum by (model_name, namespace) (vllm:num_requests_waiting)",
+    "in_system_delta": "sum by (model_name, namespace) (delta(vllm:num_requests_waiting[30s])) + "
+    "sum by (model_name, namespace) (delta(vllm:num_requests_running[30s]))",
+    "preemptions": "sum by (model_name, namespace) (rate(vllm:num_preemptions_total[30s]))",
+}
+
+
+def _sel(text: str, model: str | None = None) -> Selection:
+    matchers = list(parse_selector(text))
+    if model is not None:
+        matchers.append(LabelMatcher("model_name", "=", model))
+    return Selection(matchers=tuple(matchers))
+
+
+def test_one_selection_puts_its_escaped_matchers_in_every_query() -> None:
+    """A single selection filters in PromQL, with values escaped by LabelMatcher.promql()."""
+    plan = build_plan([_sel('namespace="llm"', model='m"x')], 60)
+    assert tuple(plan.queries) == SIGNALS
+    for signal, text in GOLDEN_ONE.items():
+        assert plan.queries[signal] == text
+
+
+def test_many_selections_share_one_grouped_query_per_signal() -> None:
+    """Different selections: no filter, grouped by the union of their label names."""
+    plan = build_plan([_sel('namespace="a"'), _sel('model_name=~"x.*"'), _sel('namespace="b"')], 30)
+    assert plan.group_labels == ("model_name", "namespace")
+    for signal, text in GOLDEN_MANY.items():
+        assert plan.queries[signal] == text
+    assert len(plan.queries) == len(SIGNALS)
+
+
+def test_query_count_does_not_depend_on_the_number_of_selections() -> None:
+    """1 or 1,000 ScaledObjects: the same number of queries."""
+    few = build_plan([_sel('namespace="a"')])
+    many = build_plan([_sel(f'namespace="ns-{i}"', model=f"m{i}") for i in range(1000)])
+    assert len(few.queries) == len(many.queries) == len(SIGNALS)
+    assert all(len(q) < 300 for q in many.queries.values())
+
+
+def test_injection_attempts_stay_inside_a_string_literal() -> None:
+    """A hostile value cannot close the matcher: quotes and backslashes are escaped."""
+    hostile = 'x"}) or vector(1) #\\'
+    plan = build_plan([Selection((LabelMatcher("namespace", "=", hostile),))])
+    assert 'namespace="x\\"}) or vector(1) #\\\\"' in plan.queries["waiting"]
+
+
+def test_no_selector_means_one_total() -> None:
+    plan = build_plan([Selection()])
+    assert plan.queries["waiting"] == "sum (vllm:num_requests_waiting)"
+    assert plan.queries["replicas"] == "count (count by (instance) (vllm:num_requests_running))"
+
+
+def test_reserved_label_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="label"):
+        group_labels_for([Selection((_Fake("__name__"),))])
+
+
+class _Fake:
+    def __init__(self, name: str) -> None:
+        self.name, self.op, self.value = name, "=", "x"
+
+    def promql(self) -> str:  # pragma: no cover - never reached
+        return ""
+
+
+def _vector(labels: dict[str, str], value: str) -> dict[str, object]:
+    return {"metric": labels, "value": [100.0, value]}
+
+
+def _answers(groups: dict[tuple[str, str], dict[str, str]]) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {s: [] for s in SIGNALS}
+    out["health"] = [_vector({}, "3")]
+    for (ns, model), values in groups.items():
+        for signal, value in values.items():
+            out[signal].append(_vector({"namespace": ns, "model_name": model}, value))
+    return out
+
+
+def test_split_sums_the_groups_each_selection_matches() -> None:
+    """Groups are split per selection with Prometheus matcher semantics."""
+    a = _sel('namespace="a"')
+    a_llama = _sel('namespace="a"', model="llama")
+    regex = _sel('namespace=~"a|b"')
+    plan = build_plan([a, a_llama, regex], 60)
+    answers = _answers(
+        {
+            ("a", "llama"): {
+                "waiting": "4",
+                "running": "2",
+                "replicas": "2",
+                "kv_sum": "1.0",
+                "kv_count": "2",
+                "completions": "1.5",
+                "in_system_delta": "30",
+            },
+            ("a", "mistral"): {
+                "waiting": "1",
+                "running": "1",
+                "replicas": "1",
+                "kv_sum": "0.2",
+                "kv_count": "1",
+                "completions": "0.5",
+                "in_system_delta": "-6",
+            },
+            ("b", "llama"): {
+                "waiting": "10",
+                "running": "0",
+                "replicas": "1",
+                "kv_sum": "0.9",
+                "kv_count": "1",
+                "completions": "0",
+                "in_system_delta": "0",
+            },
+        }
+    )
+    readings = split_instant(plan, answers, [a, a_llama, regex], 100.0)
+    assert readings[a].waiting == 5 and readings[a].ready_replicas == 3
+    assert readings[a].kv_usage == pytest.approx(1.2 / 3)
+    assert readings[a_llama].waiting == 4 and readings[a_llama].running == 2
+    assert readings[a_llama].kv_usage == pytest.approx(0.5)
+    # arrivals = completions + growth of requests in the system over the window
+    assert readings[a_llama].arrival_rate_rps == pytest.approx(1.5 + 30 / 60)
+    assert readings[a].arrival_rate_rps == pytest.approx(2.0 + 24 / 60)
+    assert readings[regex].waiting == 15 and readings[regex].ready_replicas == 4
+
+
+def test_a_selection_with_no_series_reads_as_an_empty_fleet() -> None:
+    """Scaled to zero: no series, zero replicas, zero demand (not an error)."""
+    other = _sel('namespace="nobody"')
+    plan = build_plan([other, _sel('namespace="a"')], 60)
+    answers = _answers({("a", "llama"): {"waiting": "1", "replicas": "1"}})
+    reading = split_instant(plan, answers, [other], 5.0)[other]
+    assert (reading.ready_replicas, reading.waiting, reading.arrival_rate_rps) == (0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "banana"])
+def test_non_finite_values_are_a_source_error(bad: str) -> None:
+    """NaN or Inf from Prometheus is 'no trustworthy data', never a number."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    answers = _answers({("a", "llama"): {"waiting": bad, "replicas": "1"}})
+    with pytest.raises(SourceError):
+        split_instant(plan, answers, [sel], 1.0)
+
+
+def test_an_empty_health_answer_is_a_source_error() -> None:
+    """Prometheus knowing no targets at all is 'down', not 'idle'."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    answers = _answers({})
+    answers["health"] = []
+    with pytest.raises(SourceError, match="no targets"):
+        split_instant(plan, answers, [sel], 1.0)
+
+
+def test_split_range_gives_one_reading_per_evaluation_time() -> None:
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    labels = {"namespace": "a", "model_name": "m"}
+    answers = {s: [] for s in SIGNALS}
+    answers["health"] = [{"metric": {}, "values": [[10, "1"], [15, "1"], [20, "1"]]}]
+    answers["waiting"] = [{"metric": labels, "values": [[10, "2"], [15, "NaN"], [20, "7"]]}]
+    answers["replicas"] = [{"metric": labels, "values": [[10, "1"], [15, "1"], [20, "2"]]}]
+    out = split_range(plan, answers, [sel])[sel]
+    assert [r.time_s for r in out] == [10.0, 15.0, 20.0]
+    assert [r.waiting for r in out] == [2.0, 0.0, 7.0]
+    assert [r.ready_replicas for r in out] == [1, 1, 2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]), st.sampled_from(["x", "y"]), st.integers(0, 50)
+        ),
+        min_size=0,
+        max_size=6,
+        unique_by=lambda t: (t[0], t[1]),
+    ),
+    st.sampled_from(['namespace="a"', 'namespace!="a"', 'namespace=~"a|b"', 'namespace!~"c"', ""]),
+)
+def test_split_equals_filtering_each_selection_alone(
+    groups: list[tuple[str, str, int]], selector: str
+) -> None:
+    """Splitting the grouped answer gives what a per-object query would."""
+    sel = _sel(selector)
+    other = _sel('model_name="x"')
+    plan = build_plan([sel, other], 60)
+    answers = _answers({(ns, m): {"waiting": str(v)} for ns, m, v in groups})
+    got = split_instant(plan, answers, [sel, other], 1.0)[sel].waiting
+    expected = sum(v for ns, m, v in groups if sel.matches({"namespace": ns, "model_name": m}))
+    assert got == expected
+
+
+def test_history_arrays_match_range_readings() -> None:
+    """The vectorised backfill computes what per-point readings would."""
+    from scaler.sources.grouping import split_history
+
+    a, b = _sel('namespace="a"'), _sel('namespace="b"')
+    plan = build_plan([a, b], 10)
+    la, lb = {"namespace": "a", "model_name": "m"}, {"namespace": "b", "model_name": "m"}
+
+    def series(labels: dict[str, str], values: list[str]) -> dict[str, object]:
+        return {"metric": labels, "values": [[10 + 5 * i, v] for i, v in enumerate(values)]}
+
+    answers: dict[str, list[dict[str, object]]] = {s: [] for s in SIGNALS}
+    answers["health"] = [series({}, ["1", "1", "1", "1"])]
+    answers["replicas"] = [series(la, ["1", "2", "2", "0"]), series(lb, ["1", "1", "1", "1"])]
+    answers["waiting"] = [series(la, ["3", "4", "0", "0"]), series(lb, ["0", "1", "2", "3"])]
+    answers["completions"] = [series(la, ["1", "NaN", "2", "0"])]
+    answers["in_system_delta"] = [series(la, ["10", "-5", "0", "0"])]
+    answers["prompt_tokens"] = [series(la, ["100", "200", "300", "0"])]
+    answers["generation_tokens"] = [series(lb, ["7", "8", "9", "10"])]
+    readings = split_range(plan, answers, [a, b])
+    history = split_history(plan, answers, [a, b])
+    for sel in (a, b):
+        h = history[sel]
+        assert h.times.tolist() == [r.time_s for r in readings[sel]]
+        for i, r in enumerate(readings[sel]):
+            assert h.ready[i] == r.ready_replicas and h.waiting[i] == r.waiting
+            for got, want in (
+                (h.requests_per_s[i], r.arrival_rate_rps),
+                (h.completions_per_s[i], r.completion_rate_rps),
+                (h.tokens_per_s[i], _tokens_of(r)),
+            ):
+                assert (math.isnan(got) and want is None) or got == pytest.approx(want)
+
+
+def _tokens_of(r: object) -> float | None:
+    parts = [r.prompt_tokens_per_s, r.generation_tokens_per_s]  # type: ignore[attr-defined]
+    known = [p for p in parts if p is not None]
+    return sum(known) if known else None

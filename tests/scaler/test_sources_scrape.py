@@ -1,0 +1,192 @@
+"""Direct scrape (metricsUrls) and Kubernetes discovery against local servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from scaler.settings import LabelMatcher
+from scaler.sources.kube import KubernetesSource, PodDiscovery, api_for_host, pod_info
+from scaler.sources.model import Selection, SourceError
+from scaler.sources.scrape import ScrapeSource
+from tests.scaler.conftest import Engine, FakeVllm, ThreadedApp
+
+
+async def test_scrape_sums_replicas_and_engines(fake_vllm: Callable[..., FakeVllm]) -> None:
+    a = fake_vllm(
+        engines=[Engine(waiting=2, running=1, kv=0.2), Engine(waiting=3, running=1, kv=0.4)]
+    )
+    b = fake_vllm(generation="v0", engines=[Engine(waiting=1, running=5, kv=0.9)])
+    source = ScrapeSource(timeout_s=2)
+    try:
+        selection = Selection(urls=(a.url, b.url))
+        reading = (await source.read([selection], 10.0))[selection]
+        assert (reading.ready_replicas, reading.waiting, reading.running) == (2, 6.0, 7.0)
+        assert reading.kv_usage == pytest.approx(0.5)
+        assert reading.arrival_rate_rps is None
+        a.engines[0].success += 6
+        a.engines[1].waiting += 4
+        reading = (await source.read([selection], 12.0))[selection]
+        assert reading.completion_rate_rps == pytest.approx(3.0)
+        assert reading.arrival_rate_rps == pytest.approx(3.0 + 2.0)
+    finally:
+        await source.close()
+
+
+async def test_each_url_is_scraped_once_for_all_objects(fake_vllm: Callable[..., FakeVllm]) -> None:
+    a = fake_vllm(model="llama", engines=[Engine(waiting=3)])
+    source = ScrapeSource(timeout_s=2)
+    try:
+        selections = [
+            Selection((LabelMatcher("model_name", "=", "llama"),), urls=(a.url,)),
+            Selection((LabelMatcher("model_name", "=", "other"),), urls=(a.url,)),
+        ]
+        readings = await source.read(selections, 1.0)
+        assert source.scrapes_sent == 1
+        assert readings[selections[0]].waiting == 3 and readings[selections[1]].ready_replicas == 0
+    finally:
+        await source.close()
+
+
+@pytest.mark.parametrize("mode", ["refuse", "garbage", "nan", "slow", "down"])
+async def test_a_bad_target_fails_only_its_objects(
+    fake_vllm: Callable[..., FakeVllm], mode: str
+) -> None:
+    """Refused, garbage, NaN, too slow or closed: no reading (hold), others unaffected."""
+    good = fake_vllm(engines=[Engine(waiting=1)])
+    bad = fake_vllm(mode=mode if mode != "down" else "ok", delay_s=3.0)
+    bad_url = bad.url
+    if mode == "down":
+        bad.stop()
+    source = ScrapeSource(timeout_s=0.5)
+    try:
+        mine, theirs = Selection(urls=(good.url, bad_url)), Selection(urls=(good.url,))
+        readings = await asyncio.wait_for(source.read([mine, theirs], 1.0), timeout=2.0)
+        assert mine not in readings
+        assert readings[theirs].waiting == 1
+    finally:
+        await source.close()
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+
+def pod(
+    name: str,
+    port: int,
+    *,
+    ready: bool = True,
+    created: str = "2026-01-01T00:00:00Z",
+    ready_at: str = "2026-01-01T00:02:30Z",
+    ip: str = "127.0.0.1",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "llm",
+            "creationTimestamp": created,
+            "labels": labels or {"app": "vllm"},
+        },
+        "spec": {
+            "containers": [{"name": "vllm", "ports": [{"name": "http", "containerPort": port}]}]
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastTransitionTime": ready_at,
+                }
+            ],
+        },
+    }
+
+
+class FakeApiServer:
+    """Serves /api/v1/namespaces/NS/pods?labelSelector=...; records the calls."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, str]] = []
+        self.fail = False
+        app = web.Application()
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._list)
+        self.server = ThreadedApp(app)
+
+    async def _list(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["ns"]
+        selector = request.query.get("labelSelector", "")
+        self.calls.append((namespace, selector))
+        if self.fail:
+            return web.Response(status=500, text="etcd is sad")
+        key, _, value = selector.partition("=")
+        items = [
+            p
+            for p in self.pods
+            if p["metadata"]["namespace"] == namespace and p["metadata"]["labels"].get(key) == value
+        ]
+        return web.Response(
+            text=json.dumps({"kind": "PodList", "apiVersion": "v1", "items": items}),
+            content_type="application/json",
+        )
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    server = FakeApiServer()
+    yield server
+    server.server.stop()
+
+
+def test_pod_info_reads_ready_port_and_startup_time() -> None:
+    info = pod_info(pod("a", 8001))
+    assert info.ready and info.metrics_url == "http://127.0.0.1:8001/metrics"
+    assert info.startup_s == 150.0
+    assert not pod_info(pod("b", 8000, ready=False)).ready
+    terminating = pod("c", 8000)
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:05:00Z"
+    assert not pod_info(terminating).ready
+    assert pod_info({"metadata": {}, "spec": {}, "status": {}}).port == 8000
+
+
+async def test_discovery_scrapes_ready_pods_and_measures_lead_time(
+    api_server: FakeApiServer, fake_vllm: Callable[..., FakeVllm]
+) -> None:
+    a = fake_vllm(engines=[Engine(waiting=4, running=1)])
+    b = fake_vllm(engines=[Engine(waiting=2, running=2)])
+    api_server.pods = [
+        pod("a", a.server.port, ready_at="2026-01-01T00:01:40Z"),  # type: ignore[union-attr]
+        pod("b", b.server.port, ready_at="2026-01-01T00:03:00Z"),  # type: ignore[union-attr]
+        pod("starting", 1, ready=False),
+        pod("other-app", 1, labels={"app": "web"}),
+    ]
+    discovery = PodDiscovery(lambda: api_for_host(api_server.server.url), discovery_interval_s=60)
+    source = KubernetesSource(discovery, ScrapeSource(timeout_s=2))
+    try:
+        selection = Selection(namespace="llm", pod_selector="app=vllm")
+        reading = (await source.read([selection], 5.0))[selection]
+        assert (reading.ready_replicas, reading.waiting, reading.running) == (2, 6.0, 3.0)
+        assert sorted(reading.lead_time_samples_s) == [100.0, 180.0]
+        await source.read([selection], 6.0)
+        assert api_server.calls == [("llm", "app=vllm")]  # cached within the interval
+    finally:
+        await source.close()
+
+
+async def test_discovery_failure_is_a_source_error(api_server: FakeApiServer) -> None:
+    api_server.fail = True
+    discovery = PodDiscovery(lambda: api_for_host(api_server.server.url), timeout_s=2)
+    source = KubernetesSource(discovery, ScrapeSource(timeout_s=1))
+    try:
+        with pytest.raises(SourceError, match="Kubernetes API"):
+            await source.read([Selection(namespace="llm", pod_selector="app=vllm")], 1.0)
+    finally:
+        await source.close()
