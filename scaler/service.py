@@ -92,6 +92,36 @@ class _InvalidArgument(Exception):
     pass
 
 
+class _Unavailable(Exception):
+    """No answer can be given yet without risking a wrong scale-down.
+
+    KEDA treats an error as "keep the current replica count" (and applies the
+    ScaledObject's own ``fallback`` after ``failureThreshold`` errors), which is
+    exactly right before the first data arrive: a freshly restarted scaler must
+    not answer ``minReplicas`` to a fleet of ten.
+    """
+
+
+NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
+"""Decision reasons that mean "nothing was ever observed" for this object."""
+
+
+def _settled(decision: Decision, settings: ScalerSettings) -> Decision:
+    """The decision, or UNAVAILABLE while nothing has been observed.
+
+    ``no_data`` with an explicit ``fallbackReplicas`` is an answer the user
+    asked for; ``warming_up`` (seconds after a restart, before the backfill)
+    never is.
+    """
+    if decision.reason == "warming_up" or (
+        decision.reason in NO_ANSWER_REASONS and settings.fallback_replicas is None
+    ):
+        raise _Unavailable(
+            f"no data yet ({decision.reason}); KEDA keeps the current replica count"
+        )
+    return decision
+
+
 @dataclass(frozen=True)
 class _Undecodable:
     """A request whose bytes are not a valid protobuf message.
@@ -202,6 +232,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             return body()
         except _InvalidArgument as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _ascii(str(exc)))
+        except _Unavailable as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _ascii(str(exc)))
         except Exception:
             log.exception("%s failed", method)
             await context.abort(
@@ -226,14 +258,14 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricsResponse:
         def body() -> pb.GetMetricsResponse:
-            namespace, name, _ = self._resolve(_decoded(request).scaledObjectRef)
+            namespace, name, settings = self._resolve(_decoded(request).scaledObjectRef)
             metric = request.metricName
             # KEDA strips its s{index}- prefix; accept it unstripped too.
             if metric and metric != METRIC_NAME and _PREFIXED.fullmatch(metric) is None:
                 raise _InvalidArgument(
                     f"metricName: unknown metric {metric!r}; this scaler serves {METRIC_NAME!r}"
                 )
-            replicas = self.state.decision(namespace, name).replicas
+            replicas = _settled(self.state.decision(namespace, name), settings).replicas
             value = float(replicas) if math.isfinite(replicas) and replicas > 0 else 0.0
             mv = pb.MetricValue(
                 metricName=METRIC_NAME, metricValue=math.ceil(value), metricValueFloat=value
@@ -246,7 +278,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.IsActiveResponse:
         def body() -> pb.IsActiveResponse:
-            namespace, name, _ = self._resolve(request)
+            namespace, name, settings = self._resolve(request)
+            _settled(self.state.decision(namespace, name), settings)
             return pb.IsActiveResponse(result=bool(self.state.is_active(namespace, name)))
 
         return await self._call("IsActive", context, body)

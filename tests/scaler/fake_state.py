@@ -41,7 +41,7 @@ class FakeState:
         if found is not None:
             return found
         settings = self.registered[(namespace, name)]
-        return Decision(0.0, settings.min_replicas, "no_data", {}, data_stale=True)
+        return Decision(0.0, settings.min_replicas, "idle", {}, data_stale=False)
 
     def is_active(self, namespace: str, name: str) -> bool:
         return self.active.get((namespace, name), False)

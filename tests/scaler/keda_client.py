@@ -414,7 +414,9 @@ class ScaledObjectLoop:
     ``now`` is at least ``hpa_sync_s`` after the last sync and the target is
     not at zero) one HPA sync on the polled value; it returns the new replica
     count, which the caller's "cluster" then runs. ``history`` keeps
-    ``(now, value, active, replicas)`` for assertions.
+    ``(now, value, active, replicas)`` for assertions. A poll that fails
+    (the scaler answers UNAVAILABLE before its first data) changes nothing,
+    as in KEDA: the replica count is kept, and ``errors`` counts it.
     """
 
     def __init__(
@@ -435,9 +437,14 @@ class ScaledObjectLoop:
         self.hpa_sync_s = hpa_sync_s
         self._last_sync: float | None = None
         self.history: list[tuple[float, float, bool, int]] = []
+        self.errors: list[tuple[float, grpc.StatusCode]] = []
 
     async def step(self, now: float, timeout: float | None = 10.0) -> int:
-        result = await self.client.poll(self.so, timeout)
+        try:
+            result = await self.client.poll(self.so, timeout)
+        except grpc.aio.AioRpcError as exc:
+            self.errors.append((now, exc.code()))
+            return self.replicas
         replicas = self.keda.step(now, result.active, self.replicas)
         due = self._last_sync is None or now - self._last_sync >= self.hpa_sync_s
         if replicas > 0 and replicas == self.replicas and due:

@@ -89,8 +89,10 @@ async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
             async def poll_forever() -> None:
                 while True:
                     now = time.monotonic()
+                    seen = len(keda.history)
                     replicas = await keda.step(now)
-                    polls.append((now, keda.history[-1][1], keda.history[-1][2], replicas))
+                    if len(keda.history) > seen:  # an UNAVAILABLE poll (warming up) adds none
+                        polls.append((now, keda.history[-1][1], keda.history[-1][2], replicas))
                     await asyncio.sleep(0.5)
 
             poller = asyncio.create_task(poll_forever())

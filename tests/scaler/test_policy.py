@@ -359,9 +359,14 @@ def test_stale_or_missing_never_lowers(
             assert d.replicas == s.fallback_replicas
         else:
             assert d.replicas >= last
-    # a fresh observation missing a live signal never lowers either
+    # a fresh observation missing a live signal never lowers either (KV usage
+    # is only "missing" when some replica is ready: no pod, no KV series)
     partial = dataclasses.replace(
-        o, data_age_s=0.0, kv_usage=NAN, waiting=o.waiting if math.isfinite(o.waiting) else 1.0
+        o,
+        data_age_s=0.0,
+        kv_usage=NAN,
+        ready_replicas=max(1, o.ready_replicas),
+        waiting=o.waiting if math.isfinite(o.waiting) else 1.0,
     )
     d = decide(partial, f, s, h, c)
     assert d.replicas >= last

@@ -94,6 +94,35 @@ async def test_zero_replicas_is_a_zero_value(harness: Harness) -> None:
     assert (value.metricValue, value.metricValueFloat) == (0, 0.0)
 
 
+@pytest.mark.parametrize("reason", ["warming_up", "no_data"])
+async def test_no_data_yet_is_unavailable_so_keda_keeps_the_scale(
+    harness: Harness, reason: str
+) -> None:
+    """Before any data, GetMetrics and IsActive answer UNAVAILABLE, never a low count."""
+    harness.state.register("llm", "llama", harness.running.service.settings_cache.get(META))
+    harness.state.decisions[("llm", "llama")] = Decision(1.0, 0, reason, {}, data_stale=True)
+    for call in (
+        harness.stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=SO, metricName=METRIC_NAME)),
+        harness.stub.IsActive(SO),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert reason in (caught.value.details() or "")
+
+
+async def test_no_data_with_explicit_fallback_answers_the_fallback(harness: Harness) -> None:
+    """``fallbackReplicas`` set: with nothing observed the user's fallback is the answer."""
+    meta = dict(META, fallbackReplicas="4")
+    so = ref("llama", "llm", meta)
+    harness.state.register("llm", "llama", harness.running.service.settings_cache.get(meta))
+    harness.state.decisions[("llm", "llama")] = Decision(1.0, 4, "no_data", {}, data_stale=True)
+    response = await harness.stub.GetMetrics(
+        pb.GetMetricsRequest(scaledObjectRef=so, metricName=METRIC_NAME)
+    )
+    assert response.metricValues[0].metricValue == 4
+
+
 async def test_keda_poll_and_hpa_land_on_the_answer(harness: Harness) -> None:
     """KEDA's poll (spec, metrics, active) through the HPA arithmetic gives our count."""
     await harness.client.get_metric_spec(SO)
@@ -299,7 +328,10 @@ async def _sigterm_drains(cmd: list[str]) -> None:
     proc, port, _ = _spawn(cmd)
     try:
         async with KedaClient(f"127.0.0.1:{port}") as client:
-            assert (await client.poll(SO, timeout=10)).target_milli == 1000
+            # The real state has no Prometheus here: GetMetrics answers UNAVAILABLE
+            # (no data yet) while the spec is served; either way the RPCs answer.
+            targets = await client.get_metric_spec(SO, 10)
+            assert targets[0].target_milli == 1000
             health = health_pb2_grpc.HealthStub(client.channel)
             status = (await health.Check(health_pb2.HealthCheckRequest(), timeout=10)).status
             assert status == health_pb2.HealthCheckResponse.SERVING
