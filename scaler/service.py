@@ -116,9 +116,7 @@ def _settled(decision: Decision, settings: ScalerSettings) -> Decision:
     if decision.reason == "warming_up" or (
         decision.reason in NO_ANSWER_REASONS and settings.fallback_replicas is None
     ):
-        raise _Unavailable(
-            f"no data yet ({decision.reason}); KEDA keeps the current replica count"
-        )
+        raise _Unavailable(f"no data yet ({decision.reason}); KEDA keeps the current replica count")
     return decision
 
 

@@ -24,8 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+# Imported here, at module import, not in the RPC path: ``forecasting`` pulls
+# in pandas and statsmodels (~0.6 s), which must never run inside a gRPC
+# handler on the event loop. METHODS is the one list of method names.
+from forecasting import METHODS as FORECAST_METHODS
+
 __all__ = [
-    "FORECAST_METHODS_FALLBACK",
+    "FORECAST_METHODS",
     "KEDA_KEYS",
     "METADATA_KEYS",
     "LabelMatcher",
@@ -33,6 +38,7 @@ __all__ = [
     "SettingsError",
     "parse_selector",
     "parse_settings",
+    "re2_problem",
     "validate_pod_selector",
 ]
 
@@ -55,6 +61,108 @@ _OPS = ("=~", "!~", "!=", "=")  # longest first so "=~" is not read as "="
 _ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r"}
 
 
+# Constructs Python's re accepts but RE2 (Go regexp, what Prometheus runs)
+# rejects with "invalid or unsupported Perl syntax", or reads differently.
+_RE2_GROUP_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("(?<=", "lookbehind '(?<='"),
+    ("(?<!", "negative lookbehind '(?<!'"),
+    ("(?=", "lookahead '(?='"),
+    ("(?!", "negative lookahead '(?!'"),
+    ("(?P=", "backreference '(?P=name)'"),
+    ("(?>", "atomic group '(?>'"),
+    ("(?(", "conditional '(?('"),
+    ("(?#", "comment '(?#'"),
+)
+_RE2_FLAGS = frozenset("ims")
+_RE2_MAX_REPEAT = 1000  # Go regexp's limit on {n,m} counts
+_RE_REPEAT = re.compile(r"\{([0-9]*)(,([0-9]*))?\}")
+_RE_NAMED_GROUP = re.compile(r"\(\?P<([^>]*)>")
+_RE_FLAGS_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?[:)]")
+_RE_OCTAL3 = re.compile(r"[0-7]{3}")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def re2_problem(pattern: str) -> str | None:
+    """The first construct in ``pattern`` outside the RE2/Python common
+    subset, described for an error message; None if there is none.
+
+    A selector regex is pasted into PromQL, where Prometheus compiles it with
+    Go's RE2-syntax engine, and is also run by Python's ``re`` for direct
+    scrape and discovery. Python accepts lookaround, backreferences,
+    possessive quantifiers, atomic groups and conditionals that make every
+    Prometheus query fail with HTTP 400, so they are refused up front, as
+    are a few that both accept but read differently (``[[:alpha:]]``,
+    ``{,n}``). A lexical scan, not a parser: ``re.compile`` still validates
+    the pattern afterwards.
+    """
+    i, n = 0, len(pattern)
+    in_class = False
+    class_body = 0  # index of a class's first member: a ']' there is literal
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1 : i + 2]
+            if nxt in ("1", "2", "3", "4", "5", "6", "7", "8", "9"):
+                # Python and Go agree only on three-digit octal escapes.
+                if not _RE_OCTAL3.match(pattern, i + 1):
+                    return f"backreference '\\{nxt}'"
+            elif nxt in ("Z", "u", "U", "N"):
+                return f"escape '\\{nxt}'"
+            elif nxt == "b" and in_class:
+                return "escape '\\b' inside a character class"
+            elif nxt and not nxt.isascii():
+                return f"escape of a non-ASCII character '\\{nxt}'"
+            i += 2
+            continue
+        if in_class:
+            if c == "]" and i > class_body:
+                in_class = False
+            elif c == "[":
+                return "'[' inside a character class (write '\\[')"
+            elif c in "-&~|" and pattern[i + 1 : i + 2] == c:
+                return f"'{c}{c}' inside a character class"
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            i += 2 if pattern[i + 1 : i + 2] == "^" else 1
+            class_body = i
+            continue
+        if c == "(" and pattern.startswith("(?", i):
+            for prefix, what in _RE2_GROUP_PREFIXES:
+                if pattern.startswith(prefix, i):
+                    return what
+            if m := _RE_NAMED_GROUP.match(pattern, i):
+                if not _ASCII_WORD.fullmatch(m.group(1)):
+                    return f"group name {m.group(1)!r} (RE2 allows only A-Z, a-z, 0-9 and _)"
+                i = m.end()
+                continue
+            if m := _RE_FLAGS_GROUP.match(pattern, i):
+                bad = sorted(set(m.group(1) + (m.group(2) or "")) - _RE2_FLAGS)
+                if bad:
+                    return f"inline flag '{bad[0]}' (RE2 knows i, m and s)"
+                i = m.end()
+                continue
+            i += 2
+            continue
+        end = i + 1 if c in "*+?" else 0
+        if c == "{" and (m := _RE_REPEAT.match(pattern, i)) and m.group(0) != "{}":
+            low, _, high = m.groups()
+            if not low:
+                return f"repeat '{m.group(0)}' without a minimum (RE2 reads it as text)"
+            if int(low) > _RE2_MAX_REPEAT or (high and int(high) > _RE2_MAX_REPEAT):
+                return f"repeat count over {_RE2_MAX_REPEAT} in '{m.group(0)}'"
+            end = m.end()
+        if end:
+            following = pattern[end : end + 1]
+            if following == "+":
+                return f"possessive quantifier '{pattern[end - 1]}+'"
+            i = end + (1 if following == "?" else 0)  # a lazy '?' is fine
+            continue
+        i += 1
+    return None
+
+
 @dataclass(frozen=True)
 class LabelMatcher:
     """One PromQL label matcher, e.g. ``model=~"llama.*"``.
@@ -75,6 +183,14 @@ class LabelMatcher:
         if self.op not in _OPS:
             raise ValueError(f"invalid matcher operator {self.op!r}")
         if self.op in ("=~", "!~"):
+            # Both engines read this value: Prometheus (Go regexp, RE2 syntax)
+            # in the query, Python's re in matches(). Accept only the common
+            # subset, checked first so Python never warns about RE2-isms.
+            problem = re2_problem(self.value)
+            if problem is not None:
+                raise ValueError(
+                    f"regular expression for {self.name} is not RE2 (Prometheus) syntax: {problem}"
+                )
             try:
                 re.compile(self.value)
             except re.error as exc:
@@ -246,26 +362,6 @@ def validate_pod_selector(text: str) -> str:
 # The settings
 # --------------------------------------------------------------------------
 
-# Method names known at the time of writing; used only if ``forecasting``
-# does not (yet) export METHODS. The live list always wins.
-FORECAST_METHODS_FALLBACK: tuple[str, ...] = (
-    "last_value",
-    "seasonal_naive",
-    "holt_winters",
-    "arima",
-    "kalman",
-    "fft_max",
-    "prescaler",
-)
-
-
-def _forecast_methods() -> tuple[str, ...]:
-    try:
-        from forecasting import METHODS  # type: ignore[attr-defined]
-    except ImportError:
-        return FORECAST_METHODS_FALLBACK
-    return tuple(METHODS)
-
 
 @dataclass(frozen=True)
 class ScalerSettings:
@@ -361,6 +457,7 @@ KEDA_KEYS: frozenset[str] = frozenset(
     {
         "scalerAddress",
         "enableTLS",
+        "tlsCertFile",  # deprecated by KEDA, still in its docs and forwarded
         "unsafeSsl",
         "caCert",
         "tlsClientCert",
@@ -484,9 +581,10 @@ def _forecast(key: str, raw: str) -> str:
     text = raw.strip()
     if text in ("auto", "off"):
         return text
-    methods = _forecast_methods()
-    if text not in methods:
-        raise SettingsError(key, f"expected auto, off or one of {', '.join(methods)}; got {raw!r}")
+    if text not in FORECAST_METHODS:
+        raise SettingsError(
+            key, f"expected auto, off or one of {', '.join(FORECAST_METHODS)}; got {raw!r}"
+        )
     return text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 
@@ -68,6 +69,37 @@ def test_parse_settings_raises_only_settings_error(meta: dict[str, str]) -> None
         assert exc.key in meta or exc.key in METADATA_KEYS
         return
     assert s.min_replicas <= s.max_replicas
+
+
+# Regex fragments, Python-only constructs among them: "(?" + "!" is a lookahead.
+REGEX_TOKENS = st.sampled_from([
+    "a", "b", "-", ".", "*", "+", "?", "|", "^", "$", "(", ")", "(?", "[", "]", "{", "}", ",",
+    "0", "1", "2", ":", "=", "!", "<", ">", "P", "i", "x", "&", "~", "#", "\\", "\\d", "\\1",
+    "\\Z", "\\b",
+])  # fmt: skip
+PYTHON_ONLY = ("(?=", "(?!", "(?<=", "(?<!", "(?>", "(?(", "(?P=", "(?#", "*+", "++", "?+")
+POSSESSIVE_REPEAT = re.compile(r"\{[0-9]+(,[0-9]*)?\}\+")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(REGEX_TOKENS, max_size=12).map("".join), st.sampled_from(["=~", "!~"]))
+def test_selector_regex_is_refused_or_common_to_python_and_re2(regex: str, op: str) -> None:
+    """A selector regex either fails with a SettingsError naming ``selector`` or
+    is one that Python compiles without a warning (warnings are errors here)
+    and that holds none of the Python-only constructs."""
+    quoted = regex.replace("\\", "\\\\").replace('"', '\\"')
+    try:
+        s = parse_settings({"prometheusAddress": "http://p:9090", "selector": f'x{op}"{quoted}"'})
+    except SettingsError as exc:
+        assert exc.key == "selector"
+        return
+    (matcher,) = s.selector
+    assert matcher.value == regex
+    re.compile(regex)
+    if "\\" not in regex and "[" not in regex:  # no escapes or classes: plain substrings
+        assert not any(bad in regex for bad in PYTHON_ONLY), regex
+        assert not POSSESSIVE_REPEAT.search(regex), regex
+    matcher.matches({"x": "ab"})
 
 
 class ServerThread:

@@ -431,3 +431,53 @@ async def test_scaled_object_loop_follows_the_answer(harness: Harness) -> None:
     assert by_time[345] == 12  # the 12 recommended at t=60 holds 300 s
     assert by_time[360] == 2  # HPA: down to the answer (100 % per 15 s allowed)
     assert by_time[375] == 0  # KEDA: inactive for cooldownPeriod since t=75
+
+
+async def test_rpc_answers_while_a_metrics_scrape_is_rendering() -> None:
+    """/metrics renders off the event loop: a gRPC call completes while a
+    (deliberately stuck) render is in progress. The order of events is what
+    is checked, not timings: had the render run on the loop, or held the
+    telemetry lock the handlers take, the RPC could only finish after it."""
+    import threading
+
+    import aiohttp
+
+    started, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    class StuckRender(ScalerTelemetry):
+        def collect(self):  # type: ignore[no-untyped-def]
+            families = super().collect()
+            first = next(families)  # the stores have been read
+            events.append("render-start")
+            started.set()
+            events.append("render-end" if release.wait(20) else "render-timed-out")
+            yield first
+            yield from families
+
+    telemetry = StuckRender()
+    running = await start_server(FakeState(), telemetry, host="127.0.0.1", port=0)
+    metrics = await telemetry.serve("127.0.0.1", 0)
+    client = KedaClient(f"127.0.0.1:{running.port}")
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def scrape() -> str:
+                async with session.get(f"http://127.0.0.1:{metrics.port}/metrics") as resp:
+                    assert resp.status == 200
+                    return await resp.text()
+
+            scraping = asyncio.create_task(scrape())
+            assert await asyncio.to_thread(started.wait, 20)
+            response = await client.stub.GetMetricSpec(SO, timeout=15)
+            events.append("rpc-done")
+            release.set()
+            text = await scraping
+        assert response.SerializeToString() == SPEC_BYTES
+        assert events == ["render-start", "rpc-done", "render-end"]
+        assert "prescaler_grpc_request_duration_seconds" in text
+    finally:
+        release.set()
+        await client.close()
+        await metrics.stop()
+        await running.server.stop(0)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import warnings
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.settings import (
+    FORECAST_METHODS,
     KEDA_KEYS,
     METADATA_KEYS,
     LabelMatcher,
@@ -114,6 +118,15 @@ def test_sources() -> None:
     assert a.source_key() == b.source_key() == ("prometheus", PROM["prometheusAddress"])
 
 
+def test_tls_cert_file_is_an_ignored_keda_key() -> None:
+    """KEDA's deprecated tlsCertFile is still in its docs and forwarded with the
+    metadata: it must not turn every call into INVALID_ARGUMENT."""
+    assert "tlsCertFile" in KEDA_KEYS
+    s = parse_settings({**PROM, "tlsCertFile": "/certs/tls.crt", "enableTLS": "true"})
+    assert s.extra == {"tlsCertFile": "/certs/tls.crt", "enableTLS": "true"}
+    assert s == parse_settings(PROM)
+
+
 def test_keda_keys_and_from_env() -> None:
     """KEDA's own keys are ignored; <ourKey>FromEnv is read as the key."""
     meta = {k: "x" for k in KEDA_KEYS} | {
@@ -192,13 +205,36 @@ def test_profile_validated_against_engine_profiles() -> None:
 
 
 def test_forecast_methods_from_forecasting() -> None:
-    forecasting = pytest.importorskip("forecasting")
-    methods = getattr(forecasting, "METHODS", None)
-    if methods is None:
-        pytest.skip("forecasting.METHODS not built yet")
-    for method in methods:
+    """forecasting.METHODS is the one list; anything else is refused naming it."""
+    import forecasting
+
+    assert FORECAST_METHODS is forecasting.METHODS
+    for method in forecasting.METHODS:
         assert parse_settings({**PROM, "forecast": method}).forecast == method
     assert parse_settings({**PROM, "forecast": "off"}).forecast == "off"
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, "forecast": "crystal_ball"})
+    assert err.value.key == "forecast" and "holt_winters" in str(err.value)
+
+
+def test_parsing_imports_nothing() -> None:
+    """forecasting (pandas, statsmodels: ~0.6 s) is imported with scaler.settings,
+    never by parse_settings, which runs inside gRPC handlers on the event loop."""
+    code = (
+        "import sys\n"
+        "import scaler.settings as s\n"
+        "assert 'forecasting' in sys.modules\n"
+        "before = set(sys.modules)\n"
+        "meta = {'prometheusAddress': 'http://p:9090', 'forecast': 'holt_winters',\n"
+        "        'selector': 'app=~\"vllm-.*\"', 'tlsCertFile': '/certs/tls.crt'}\n"
+        "assert s.parse_settings(meta).forecast == 'holt_winters'\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_lead_time_auto_and_bools() -> None:
@@ -292,6 +328,88 @@ def test_matcher_matches_like_promql() -> None:
     assert not LabelMatcher("model", "=~", "llama").matches(labels)  # anchored
     assert LabelMatcher("env", "=", "").matches(labels)  # missing label is ""
     assert LabelMatcher("model", "!~", "mistral.*").matches(labels)
+
+
+# ---------------------------------------------------------------------------
+# selector regexes: the RE2 (Prometheus) / Python common subset
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("regex", "construct"),
+    [
+        ("vllm-(?!canary).*", "negative lookahead '(?!'"),
+        ("(?=vllm).*", "lookahead '(?='"),
+        (".*(?<=-0)", "lookbehind '(?<='"),
+        (".*(?<!-0)", "negative lookbehind '(?<!'"),
+        ("(a)\\1", "backreference '\\1'"),
+        ("(a)(b)\\2", "backreference '\\2'"),
+        ("(?P<x>a)(?P=x)", "backreference '(?P=name)'"),
+        ("a*+", "possessive quantifier '*+'"),
+        ("a++", "possessive quantifier '++'"),
+        ("a?+", "possessive quantifier '?+'"),
+        ("a{2,3}+", "possessive quantifier '}+'"),
+        ("(?>a|ab)c", "atomic group '(?>'"),
+        ("(a)?(?(1)b|c)", "conditional '(?('"),
+        ("vllm(?#comment)", "comment '(?#'"),
+        ("vllm\\Z", "escape '\\Z'"),
+        ("(?x)vllm", "inline flag 'x'"),
+        ("a{,3}", "repeat '{,3}' without a minimum"),
+        ("a{1001}", "repeat count over 1000"),
+        ("[[:alpha:]]+", "'[' inside a character class"),
+        ("[a-z&&b]", "'&&' inside a character class"),
+        ("[\\b]", "escape '\\b' inside a character class"),
+    ],
+)
+def test_selector_regex_outside_re2_is_refused(regex: str, construct: str) -> None:
+    """Python accepts these, Prometheus answers every query with HTTP 400
+    (or reads them differently): refused up front, naming the construct."""
+    with warnings.catch_warnings():  # Python warns about '[[' and '&&' ...
+        warnings.simplefilter("ignore", FutureWarning)
+        re.compile(regex)  # ... but accepts all: the RE2 check is what refuses them
+    quoted = regex.replace("\\", "\\\\")
+    for op in ("=~", "!~"):
+        with pytest.raises(SettingsError) as err:
+            parse_settings({**PROM, "selector": f'pod{op}"{quoted}"'})
+        assert err.value.key == "selector"
+        assert construct in str(err.value) and "RE2" in str(err.value)
+    assert parse_settings({**PROM, "selector": f'pod="{quoted}"'}).selector  # not a regex: fine
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        "vllm-.*",
+        "(a|b)",
+        "[0-9]+",
+        "(?i)abc",
+        "(?i:ab)c",
+        "(?:a|b)+?",
+        "(?P<name>llama)-[^-]+",
+        "a{2}",
+        "a{2,}?",
+        "a{}",
+        "[]a]",
+        "[^]-]",
+        "\\d+\\.\\w*",
+        "\\123",
+        "",
+    ],
+)
+def test_selector_regex_in_re2_is_accepted(regex: str) -> None:
+    quoted = regex.replace("\\", "\\\\")
+    (m,) = parse_settings({**PROM, "selector": f'pod=~"{quoted}"'}).selector
+    assert m == LabelMatcher("pod", "=~", regex)
+    assert m.matches({"pod": "x"}) is (re.fullmatch(regex, "x") is not None)
+
+
+def test_selector_regex_still_checked_by_python() -> None:
+    """The Python-side matcher runs the regex too: invalid Python is refused."""
+    for bad in ["(unclosed", "a{3,2}", "*a", "(?P<n>a)(?P<n>b)"]:
+        quoted = bad.replace("\\", "\\\\")
+        with pytest.raises(SettingsError) as err:
+            parse_settings({**PROM, "selector": f'pod=~"{quoted}"'})
+        assert err.value.key == "selector" and "regular expression for pod" in str(err.value)
 
 
 def test_pod_selector_validation() -> None:
