@@ -16,11 +16,22 @@ JSON lines with ``timestamp`` (ms), ``input_length``, ...  Mooncake
 =========================================================  =====================
 
 Per-request traces are binned at ``step_s`` (default 30 s). Rate and count
-files keep their native step unless ``step_s`` is a whole multiple of it. A
-missing row is a lost measurement in a rate file (interpolated) but zero
-requests in a count file. Any unparsable cell is an error naming file and row
-(data rows count from 1, the header excluded); an empty cell or ``NaN`` in a
-value column is a missing sample.
+files keep their native step unless ``step_s`` is a whole multiple of it.
+
+Nothing is lost silently:
+
+- An *absent* row is a lost measurement in a rate file (interpolated) but
+  zero requests in a count file (no row, no request).
+- An empty cell or ``NaN`` in a value column is a *missing sample* in every
+  rate and count file: interpolated between its neighbours, never read as 0
+  (see :func:`forecasting.series.regularize`, rule 5).
+- Any unparsable cell is an error naming file, row and column (data rows
+  count from 1, the header excluded); so is a negative request count, rate or
+  token count.
+- Per-request traces have no missing samples: an empty token cell is an
+  error, and a Mooncake record without ``timestamp``, ``input_length`` or
+  ``output_length`` (or with a non-numeric, non-finite or negative one) is an
+  error naming file, row (line) and field.
 """
 
 from __future__ import annotations
@@ -87,7 +98,15 @@ def detect_format(path: Path) -> str:
     )
 
 
-def _numeric(path: Path, frame: pd.DataFrame, col: str, *, allow_missing: bool) -> np.ndarray:
+def _numeric(
+    path: Path,
+    frame: pd.DataFrame,
+    col: str,
+    *,
+    allow_missing: bool,
+    nonnegative: bool = False,
+) -> np.ndarray:
+    """Column ``col`` as floats (NaN where missing is allowed), or an error naming the row."""
     raw = frame[col].astype("string").str.strip()
     num = pd.to_numeric(raw, errors="coerce")
     bad = num.isna() & ~raw.fillna("").str.lower().isin(_MISSING)
@@ -97,7 +116,18 @@ def _numeric(path: Path, frame: pd.DataFrame, col: str, *, allow_missing: bool) 
         row = int(np.flatnonzero(bad.to_numpy())[0])
         value = frame[col].iloc[row]
         raise ValueError(f"{path}: row {row + 1}: column {col!r}: cannot parse {value!r}")
-    return num.to_numpy(dtype=float, na_value=np.nan)
+    out = num.to_numpy(dtype=float, na_value=np.nan)
+    if not allow_missing and not np.all(np.isfinite(out)):
+        row = int(np.flatnonzero(~np.isfinite(out))[0])
+        value = frame[col].iloc[row]
+        raise ValueError(f"{path}: row {row + 1}: column {col!r}: not finite: {value!r}")
+    if nonnegative:
+        neg = out < 0  # NaN compares False: a missing sample is not negative
+        if neg.any():
+            row = int(np.flatnonzero(neg)[0])
+            value = frame[col].iloc[row]
+            raise ValueError(f"{path}: row {row + 1}: column {col!r}: negative value {value!r}")
+    return out
 
 
 def _datetime(path: Path, frame: pd.DataFrame, col: str) -> np.ndarray:
@@ -130,16 +160,37 @@ def read_events(path: str | Path) -> Events:
     if kind == "azure":
         frame = _csv(p)
         times = _datetime(p, frame, "timestamp")
-        prompt = _numeric(p, frame, "contexttokens", allow_missing=False)
-        output = _numeric(p, frame, "generatedtokens", allow_missing=False)
+        prompt = _numeric(p, frame, "contexttokens", allow_missing=False, nonnegative=True)
+        output = _numeric(p, frame, "generatedtokens", allow_missing=False, nonnegative=True)
     elif kind == "burstgpt":
         frame = _csv(p)
         times = _numeric(p, frame, "timestamp", allow_missing=False)
-        prompt = _numeric(p, frame, "request tokens", allow_missing=False)
-        output = _numeric(p, frame, "response tokens", allow_missing=False)
+        prompt = _numeric(p, frame, "request tokens", allow_missing=False, nonnegative=True)
+        output = _numeric(p, frame, "response tokens", allow_missing=False, nonnegative=True)
     else:
         raise ValueError(f"{p}: format {kind!r} holds rates, not per-request events")
     return Events(times, prompt, output)
+
+
+_MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+
+
+def _mooncake_field(path: Path, lineno: int, rec: dict[str, object], key: str) -> float:
+    """One required numeric field of a Mooncake record; a precise error otherwise."""
+    if key not in rec:
+        raise ValueError(f"{path}: row {lineno}: Mooncake record has no {key!r}")
+    value = rec[key]
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{path}: row {lineno}: {key!r} is not a number: {value!r}")
+    try:
+        num = float(value)
+    except ValueError as exc:
+        raise ValueError(f"{path}: row {lineno}: {key!r} is not a number: {value!r}") from exc
+    if not np.isfinite(num):
+        raise ValueError(f"{path}: row {lineno}: {key!r} is not finite: {value!r}")
+    if num < 0 and key != "timestamp":
+        raise ValueError(f"{path}: row {lineno}: {key!r} is negative: {value!r}")
+    return num
 
 
 def _read_mooncake(path: Path) -> Events:
@@ -152,14 +203,12 @@ def _read_mooncake(path: Path) -> Events:
                 continue
             try:
                 rec = json.loads(line)
-                t = float(rec["timestamp"]) / 1000.0
-                i = float(rec.get("input_length", 0))
-                o = float(rec.get("output_length", 0))
-            except (ValueError, KeyError, TypeError) as exc:
+            except ValueError as exc:
                 raise ValueError(f"{path}: row {lineno}: bad Mooncake record ({exc})") from exc
-            if not np.isfinite(t):
-                raise ValueError(f"{path}: row {lineno}: timestamp is not finite")
-            times.append(t)
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}: row {lineno}: a Mooncake record must be a JSON object")
+            t, i, o = (_mooncake_field(path, lineno, rec, k) for k in _MOONCAKE_FIELDS)
+            times.append(t / 1000.0)
             prompt.append(i)
             output.append(o)
     if not times:
@@ -183,19 +232,19 @@ def _rate_file(path: Path, kind: str) -> tuple[np.ndarray, np.ndarray, float, st
     frame = _csv(path)
     if kind == "servegen_rate":
         t = _numeric(path, frame, "window_start_s", allow_missing=False)
-        v = _numeric(path, frame, "total_rps", allow_missing=True)
+        v = _numeric(path, frame, "total_rps", allow_missing=True, nonnegative=True)
         return t, v, _native_step(path, t), "interpolate"
     if kind == "plain_rate":
         t = _numeric(path, frame, "timestamp_s", allow_missing=False)
-        v = _numeric(path, frame, "requests_per_s", allow_missing=True)
+        v = _numeric(path, frame, "requests_per_s", allow_missing=True, nonnegative=True)
         return t, v, _native_step(path, t), "interpolate"
     if kind == "minute_counts":
         t = _numeric(path, frame, "minute_start_s", allow_missing=False)
-        v = _numeric(path, frame, "requests", allow_missing=True)
+        v = _numeric(path, frame, "requests", allow_missing=True, nonnegative=True)
         return t, v / 60.0, 60.0, "zero"
     if kind == "counts_10s":
         centre = _datetime(path, frame, "time")
-        v = _numeric(path, frame, "timestamp", allow_missing=True)
+        v = _numeric(path, frame, "timestamp", allow_missing=True, nonnegative=True)
         step = _native_step(path, centre)
         # A bin labelled T covers [T - step/2, T + step/2).
         return centre - step / 2.0, v / step, step, "zero"

@@ -4,18 +4,23 @@ Every reader (trace files, rate CSVs, Prometheus) hands its raw samples to
 :func:`regularize` or :func:`bin_events`; models only ever see the result: an
 equally spaced, finite, non-negative array. The rules, in order:
 
-1. Non-finite values (NaN, inf, empty cells) are *missing samples*: dropped.
+1. Non-finite values (NaN, inf, empty cells) are *missing samples*: they
+   carry no value, but their step is marked as *measured-but-lost* (rule 5).
    A NaN is never a zero; zeros are data.
 2. Negative rates are garbage (a counter reset mis-rated, a sign error): error.
 3. Timestamps are sorted (stable); unsorted input is accepted.
 4. Each sample lands in the step ``floor((t - start) / step)``; several samples
    in one step (duplicated timestamps, finer input) are averaged, because they
    are repeated measurements of the same window's rate.
-5. Steps with no sample are *gaps*. With ``missing="interpolate"`` (rate
-   series: a gap is a lost measurement) they are linearly interpolated between
-   their neighbours; with ``missing="zero"`` (counts: no row means no request)
-   they are zero. Leading/trailing gaps cannot exist: the series starts at the
-   first sample and ends at the last.
+5. Steps with no finite sample are filled. A step that holds only missing
+   samples (an explicit NaN/empty cell: the measurement exists but was lost)
+   is always linearly interpolated between its neighbours. A step with no
+   sample at all (an *absent* row, a gap) depends on ``missing``: with
+   ``"interpolate"`` (rate series: a gap is a lost measurement) it is
+   interpolated too; with ``"zero"`` (counts: no row means no request) it is
+   a true zero, and counts as a known neighbour for the interpolation above.
+   Leading/trailing gaps cannot exist: the series starts at the first finite
+   sample and ends at the last (missing samples outside that span are dropped).
 6. Zeros (on/off traffic) are kept as they are.
 
 Per-request traces go through :func:`bin_events`: every event counts in its
@@ -121,6 +126,7 @@ def regularize(
     if t.shape != v.shape or t.ndim != 1:
         raise ValueError(f"{source}: times and values must be 1-D of equal length")
     ok = np.isfinite(v) & np.isfinite(t)
+    lost_t = t[np.isfinite(t) & ~np.isfinite(v)]  # explicit missing samples (rule 5)
     t, v = t[ok], v[ok]
     if t.size == 0:
         raise ValueError(f"{source}: no usable samples (empty, or every value missing)")
@@ -138,14 +144,22 @@ def regularize(
     n = int(slot[-1]) + 1
     sums = np.bincount(slot, weights=v, minlength=n)
     counts = np.bincount(slot, minlength=n)
+    if missing not in ("interpolate", "zero"):
+        raise ValueError(f"missing must be 'interpolate' or 'zero', got {missing!r}")
     have = counts > 0
     out = np.zeros(n)
     out[have] = sums[have] / counts[have]
-    if missing == "interpolate" and not np.all(have):
+    if missing == "interpolate":
+        known = have
+    else:  # absent steps are true zeros; steps holding only missing samples are not
+        lost_slot = np.floor((lost_t - origin) / step_s + 1e-9).astype(np.int64)
+        lost_slot = lost_slot[(lost_slot >= 0) & (lost_slot < n)]
+        known = np.ones(n, dtype=bool)
+        known[lost_slot] = False
+        known |= have
+    if not np.all(known):
         idx = np.arange(n)
-        out[~have] = np.interp(idx[~have], idx[have], out[have])
-    elif missing not in ("interpolate", "zero"):
-        raise ValueError(f"missing must be 'interpolate' or 'zero', got {missing!r}")
+        out[~known] = np.interp(idx[~known], idx[known], out[known])
     return DemandSeries(origin, float(step_s), out, signal, source)
 
 

@@ -7,6 +7,12 @@ new request arrives. Nothing polls: with no request in flight the task waits
 on an event. Model time is ``loop.time() - start`` (seconds, monotonic), so
 a late wake-up never accumulates: the next token is still due at its model
 time.
+
+Engine death: if the replica raises anywhere (the clock task, a submission,
+a sync from a handler), the driver records the failure once and wakes every
+stream with it, so each request in flight gets an answer instead of waiting
+forever (vLLM likewise fails every request when its EngineCore dies); later
+submissions raise `EngineDead` and `healthy` turns false (``/health`` 503).
 """
 
 from __future__ import annotations
@@ -16,27 +22,41 @@ import contextlib
 import itertools
 import logging
 
-from engine.replica import Replica
+from engine.replica import Replica, RequestRejected
 from engine.requests import Request, RequestRecord
 
 log = logging.getLogger(__name__)
 
 
-class TokenStream:
-    """What one HTTP request waits on: new tokens, then its final record."""
+class EngineDead(RuntimeError):
+    """The replica model failed: no request can be served any more."""
 
-    __slots__ = ("changed", "notified", "record", "request_id")
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"EngineCore encountered an issue: {type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+class TokenStream:
+    """What one HTTP request waits on: new tokens, then its final record (or an error)."""
+
+    __slots__ = ("changed", "error", "notified", "record", "request_id")
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.changed = asyncio.Event()
         self.notified = 0  # tokens generated as of the last wake-up
         self.record: RequestRecord | None = None
+        self.error: EngineDead | None = None
 
     async def wait(self) -> tuple[int, RequestRecord | None]:
-        """Wait until something changed; return (tokens generated, record if finished)."""
+        """Wait until something changed; return (tokens generated, record if finished).
+
+        Raises `EngineDead` once the engine failed before this request finished.
+        """
         await self.changed.wait()
         self.changed.clear()
+        if self.error is not None and self.record is None:
+            raise self.error
         rec = self.record
         return (rec.output_tokens if rec is not None else self.notified), rec
 
@@ -60,6 +80,7 @@ class ReplicaDriver:
             self._task = asyncio.create_task(self._run(), name="replica-clock")
 
     async def stop(self) -> None:
+        """Stop the clock; a recorded engine failure is not raised again here."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -68,7 +89,7 @@ class ReplicaDriver:
 
     @property
     def healthy(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self.failure is None and self._task is not None and not self._task.done()
 
     def model_now(self) -> float:
         return max(self._loop.time() - self._t0, self.replica.now)
@@ -80,7 +101,13 @@ class ReplicaDriver:
     def submit(
         self, request_id: str, prompt_tokens: int, output_tokens: int, finished_reason: str
     ) -> TokenStream:
-        """Queue a request now; raises RequestRejected (a ValueError) if it cannot run."""
+        """Queue a request now.
+
+        Raises RequestRejected (a ValueError) if it cannot run, `EngineDead`
+        once the engine failed (or if this submission makes it fail).
+        """
+        if self.failure is not None:
+            raise EngineDead(self.failure)
         req = Request(
             request_id,
             self.model_now(),
@@ -88,7 +115,13 @@ class ReplicaDriver:
             output_tokens,
             "stop" if finished_reason == "stop" else "length",
         )
-        self.replica.submit(req)
+        try:
+            self.replica.submit(req)
+        except RequestRejected:
+            raise
+        except Exception as exc:  # the model itself broke (e.g. a bad step time)
+            self._fail(exc)
+            raise EngineDead(exc) from exc
         stream = TokenStream(request_id)
         self._streams[request_id] = stream
         self._wake.set()
@@ -96,36 +129,64 @@ class ReplicaDriver:
 
     def abort(self, stream: TokenStream) -> None:
         """The client went away before the end: free its place in the batch."""
-        if stream.record is not None:
+        if stream.record is not None or stream.error is not None:
             return
         self.sync()
-        if stream.record is not None:
+        if stream.record is not None or self.failure is not None:
             return
-        rec = self.replica.abort(stream.request_id)
+        try:
+            rec = self.replica.abort(stream.request_id)
+        except Exception as exc:
+            self._fail(exc)
+            return
         self._streams.pop(stream.request_id, None)
         if rec is not None:
             stream.record = rec
         self._wake.set()
 
     def sync(self) -> None:
-        """Advance the model to now and wake the streams that have news."""
+        """Advance the model to now and wake the streams that have news.
+
+        A failure of the model is recorded (`failure`) and handed to every
+        stream, never raised: handlers calling this (``/metrics``, aborts)
+        keep answering.
+        """
+        if self.failure is not None:
+            return
         replica = self.replica
-        for rec in replica.advance_to(self.model_now()):
-            stream = self._streams.pop(rec.request_id, None)
-            if stream is not None:
-                stream.record = rec
-                stream.changed.set()
-        for rid, stream in self._streams.items():
-            n = replica.tokens_generated(rid)
-            if n != stream.notified:
-                stream.notified = n
-                stream.changed.set()
+        try:
+            for rec in replica.advance_to(self.model_now()):
+                stream = self._streams.pop(rec.request_id, None)
+                if stream is not None:
+                    stream.record = rec
+                    stream.changed.set()
+            for rid, stream in self._streams.items():
+                n = replica.tokens_generated(rid)
+                if n != stream.notified:
+                    stream.notified = n
+                    stream.changed.set()
+        except Exception as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """The engine is dead: remember why and answer every waiting stream with it."""
+        if self.failure is None:
+            self.failure = exc
+            log.error("replica model failed; failing every request", exc_info=exc)
+        streams = list(self._streams.values())
+        self._streams.clear()
+        for stream in streams:
+            stream.error = EngineDead(self.failure)  # one instance each: raised in its task
+            stream.changed.set()
+        self._wake.set()  # the clock task sees the failure and ends
 
     async def _run(self) -> None:
         loop = self._loop
         try:
             while True:
                 self.sync()
+                if self.failure is not None:
+                    return
                 nxt = self.replica.next_token_time()
                 self._wake.clear()
                 if nxt is None:
@@ -138,9 +199,5 @@ class ReplicaDriver:
                         await self._wake.wait()
                     finally:
                         handle.cancel()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # the engine is dead: /health says so
-            self.failure = exc
-            log.exception("replica clock failed")
-            raise
+        except Exception as exc:  # the engine is dead: /health says so, streams get errors
+            self._fail(exc)

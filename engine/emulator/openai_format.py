@@ -167,6 +167,15 @@ def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
     return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
 
 
+def stream_error_event(message: str, err_type: str, code: int) -> bytes:
+    """vLLM's in-stream error (``create_streaming_error_response``), then ``[DONE]``.
+
+    A stream has already sent its 200 status, so vLLM reports a failure
+    mid-stream as one ``data: {"error": <ErrorResponse>}`` event and ends it.
+    """
+    return sse({"error": error_body(message, err_type, code)}) + DONE_EVENT
+
+
 def models_body(model: str, root: str, created: int, max_model_len: int) -> dict[str, Any]:
     return {
         "object": "list",

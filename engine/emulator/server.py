@@ -8,6 +8,16 @@ plain JSON). Errors use vLLM's body ``{"object": "error", "message", "type",
 fields, or a request beyond ``max_model_len``; 404 ``NotFoundError`` for an
 unknown model.
 
+Engine death (the replica model raised): ``/health`` turns 503, new
+generation requests get 500 ``InternalServerError``, a plain request in
+flight gets the same 500, and a stream in flight gets vLLM's error event
+(``data: {"error": {...}}``) followed by ``data: [DONE]`` and the close.
+
+Client disconnects: the runner cancels the handler when the connection
+drops (``handler_cancellation``), for plain and streaming requests alike, so
+the request is aborted at once (its batch slot and KV blocks are freed, and it
+counts as ``finished_reason="abort"``) as vLLM does.
+
 Output length: ``max_tokens`` (or chat's ``max_completion_tokens``) is
 produced exactly, as if ``ignore_eos`` were set, and the request finishes with
 ``length``; without it the output is ``default_max_tokens`` (capped by the
@@ -27,7 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from engine.emulator import openai_format as fmt
-from engine.emulator.driver import ReplicaDriver, TokenStream
+from engine.emulator.driver import EngineDead, ReplicaDriver, TokenStream
 from engine.emulator.tokens import count_chat_tokens, count_prompt_tokens, filler_text
 from engine.metrics import METRICS_CONTENT_TYPE, METRICS_VERSIONS, MetricsVersion, render_metrics
 from engine.profiles import Profile, get_profile
@@ -92,6 +102,10 @@ def _error(message: str, status: int = 400, err_type: str = "BadRequestError") -
     return web.json_response(
         fmt.error_body(message, err_type, status), status=status, dumps=fmt.dumps
     )
+
+
+def _engine_error(exc: EngineDead) -> web.Response:
+    return _error(str(exc), 500, "InternalServerError")
 
 
 _DRIVER = web.AppKey("driver", ReplicaDriver)
@@ -226,19 +240,27 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         prompt, out, reason, stream_mode, include_usage = _parse(body, chat, state)
     except _BadRequest as exc:
         return _error(str(exc), exc.status, exc.err_type)
+    if driver.failure is not None:
+        return _engine_error(EngineDead(driver.failure))
+    if not driver.healthy:
+        return _error("the engine is not running", 500, "InternalServerError")
     rid = driver.new_request_id("chatcmpl" if chat else "cmpl")
     try:
         stream = driver.submit(rid, prompt, out, reason)
     except RequestRejected as exc:
         return _error(str(exc))
+    except EngineDead as exc:
+        return _engine_error(exc)
     model = state["model"]
     created = int(time.time())
     try:
         if not stream_mode:
             return await _whole(stream, chat, rid, created, model, prompt)
         return await _sse(request, stream, chat, rid, created, model, prompt, include_usage)
+    except EngineDead as exc:  # plain request in flight when the engine died
+        return _engine_error(exc)
     finally:
-        driver.abort(stream)  # no-op once finished
+        driver.abort(stream)  # no-op once finished or failed; runs on cancellation too
 
 
 async def _whole(
@@ -269,8 +291,11 @@ async def _sse(
     )
     await resp.prepare(request)
     with contextlib.suppress(ConnectionError):
-        async for chunk in _events(stream, chat, rid, created, model, prompt, include_usage):
-            await resp.write(chunk)
+        try:
+            async for chunk in _events(stream, chat, rid, created, model, prompt, include_usage):
+                await resp.write(chunk)
+        except EngineDead as exc:
+            await resp.write(fmt.stream_error_event(str(exc), "InternalServerError", 500))
         await resp.write_eof()
     return resp
 
@@ -338,7 +363,12 @@ class EmulatorServer:
     async def start(
         cls, settings: EmulatorSettings, host: str = "127.0.0.1", port: int = 0
     ) -> EmulatorServer:
-        runner = web.AppRunner(create_app(settings), access_log=None, shutdown_timeout=1.0)
+        runner = web.AppRunner(
+            create_app(settings),
+            access_log=None,
+            shutdown_timeout=1.0,
+            handler_cancellation=True,  # a dropped client aborts its request (vLLM does)
+        )
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=4096)
         await site.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,110 @@ def test_token_signal_on_rate_file_refused() -> None:
 def test_unknown_signal() -> None:
     with pytest.raises(ValueError, match="unknown signal"):
         read_series(DATA / "servegen_m-large_rate_head.csv", signal="vibes")
+
+
+@pytest.mark.parametrize("cell", ["", "NaN", "nan", " NA "])
+def test_empty_or_nan_count_cell_is_interpolated_not_zero(tmp_path: Path, cell: str) -> None:
+    """An explicit empty/NaN count is a lost sample (interpolated), never 0 requests."""
+    p = _write(tmp_path, "c.csv", f"minute_start_s,requests\n0,600\n60,{cell}\n120,600\n180,600\n")
+    np.testing.assert_allclose(read_series(p).values, [10, 10, 10, 10])
+
+
+def test_count_file_absent_row_is_zero_but_nan_row_is_interpolated(tmp_path: Path) -> None:
+    """Absent row = zero requests (a known neighbour); NaN row = missing, interpolated."""
+    p = _write(tmp_path, "c.csv", "minute_start_s,requests\n0,600\n60,NaN\n180,600\n240,600\n")
+    # 0: 10/s, 60: lost -> between 10 and the absent (zero) 120 -> 5, 120: 0, 180: 10, 240: 10
+    np.testing.assert_allclose(read_series(p).values, [10, 5, 0, 10, 10])
+
+
+def test_ten_second_count_file_nan_cell_is_interpolated(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "t.csv",
+        "Time,TIMESTAMP\n2024-05-10 00:00:00,100\n2024-05-10 00:00:10,\n"
+        "2024-05-10 00:00:20,300\n2024-05-10 00:00:30,300\n",
+    )
+    np.testing.assert_allclose(read_series(p).values, [10, 20, 30, 30])
+
+
+def test_negative_burstgpt_tokens_name_file_row_and_column(tmp_path: Path) -> None:
+    """A negative token count is garbage, not something to net against a neighbour."""
+    p = _write(
+        tmp_path,
+        "b.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "1,ChatGPT,10,500,510,Conversation log\n"
+        "2,ChatGPT,10,-300,-290,Conversation log\n"
+        "100,ChatGPT,10,5,15,Conversation log\n",
+    )
+    with pytest.raises(
+        ValueError, match=r"b\.csv: row 2: column 'response tokens': negative value '-300'"
+    ):
+        read_series(p, 60, "output_tokens_per_s")
+    with pytest.raises(ValueError, match=r"b\.csv: row 2: column 'response tokens'"):
+        read_events(p)
+
+
+def test_negative_azure_tokens_name_row(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "az.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.9799600,10,2\n2023-11-16 18:18:03.9799600,-1,1\n",
+    )
+    with pytest.raises(ValueError, match=r"az\.csv: row 2: column 'contexttokens': negative"):
+        read_events(p)
+
+
+@pytest.mark.parametrize(
+    ("header", "rows", "column"),
+    [
+        ("minute_start_s,requests", "0,5\n60,-7\n120,3\n", "requests"),
+        ("timestamp_s,requests_per_s", "0,1\n60,-0.5\n120,3\n", "requests_per_s"),
+        ("window_start_s,total_rps", "0,1\n600,-2\n1200,3\n", "total_rps"),
+        ("Time,TIMESTAMP", "2024-05-10 00:00:00,1\n2024-05-10 00:00:10,-4\n", "timestamp"),
+    ],
+)
+def test_negative_count_or_rate_names_file_row_and_column(
+    tmp_path: Path, header: str, rows: str, column: str
+) -> None:
+    p = _write(tmp_path, "n.csv", f"{header}\n{rows}")
+    with pytest.raises(ValueError, match=rf"n\.csv: row 2: column '{column}': negative value"):
+        read_series(p)
+
+
+@pytest.mark.parametrize("field", ["timestamp", "input_length", "output_length"])
+def test_mooncake_missing_field_names_row(tmp_path: Path, field: str) -> None:
+    """A record without a required field is an error, not an all-zero token series."""
+    full = {"timestamp": 1000, "input_length": 3, "output_length": 1}
+    partial = {k: v for k, v in full.items() if k != field}
+    p = _write(
+        tmp_path,
+        "m.jsonl",
+        json.dumps({"timestamp": 0, "input_length": 3, "output_length": 1})
+        + "\n"
+        + json.dumps(partial)
+        + "\n",
+    )
+    with pytest.raises(ValueError, match=rf"m\.jsonl: row 2: Mooncake record has no '{field}'"):
+        read_events(p)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ('{"timestamp": 5, "input_length": -3, "output_length": 1}', "'input_length' is negative"),
+        ('{"timestamp": 5, "input_length": 3, "output_length": "x"}', "'output_length' is not a"),
+        ('{"timestamp": 5, "input_length": NaN, "output_length": 1}', "'input_length' is not fin"),
+        ('{"timestamp": null, "input_length": 3, "output_length": 1}', "'timestamp' is not a"),
+        ("[1, 2, 3]", "must be a JSON object"),
+    ],
+)
+def test_mooncake_bad_field_names_row(tmp_path: Path, record: str, message: str) -> None:
+    p = _write(
+        tmp_path,
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 3, "output_length": 1}\n' + record + "\n",
+    )
+    with pytest.raises(ValueError, match=rf"m\.jsonl: row 2: .*{message}"):
+        read_events(p)

@@ -50,3 +50,38 @@ def test_series_validation_and_resample() -> None:
     w = s.window(3)
     assert w.start_s == 40 and list(w.values) == [4, 5, 6]
     assert not s.values.flags.writeable
+
+
+def test_zero_policy_interpolates_explicit_missing_samples() -> None:
+    """Counts: an absent step is 0, a step holding only NaN is a lost sample (interpolated)."""
+    s = regularize(
+        np.array([0.0, 1.0, 2.0, 4.0, 5.0]),
+        np.array([4.0, np.nan, 2.0, np.nan, 6.0]),
+        1,
+        signal="s",
+        source="x",
+        missing="zero",
+    )
+    # 0: 4, 1: lost (4..2 -> 3), 2: 2, 3: absent -> 0, 4: lost (0..6 -> 3), 5: 6
+    np.testing.assert_allclose(s.values, [4, 3, 2, 0, 3, 6])
+
+
+def test_zero_policy_missing_samples_outside_the_span_are_dropped() -> None:
+    """The series still starts and ends at a finite sample; a NaN beside a value is ignored."""
+    s = regularize(
+        np.array([-2.0, 0.0, 0.2, 1.0, 9.0]),
+        np.array([np.nan, 1.0, np.nan, 3.0, np.nan]),
+        1,
+        signal="s",
+        source="x",
+        missing="zero",
+    )
+    assert s.start_s == 0
+    np.testing.assert_allclose(s.values, [1, 3])
+
+
+def test_interpolate_policy_unchanged_by_missing_samples() -> None:
+    s = regularize(
+        np.array([0.0, 1.0, 3.0]), np.array([2.0, np.nan, 8.0]), 1, signal="s", source="x"
+    )
+    np.testing.assert_allclose(s.values, [2, 4, 6, 8])
