@@ -1,4 +1,4 @@
-"""Cheap point forecasters and error-weighted combination (pure numpy/scipy).
+"""Cheap point forecasters and error-weighted combination (pure numpy).
 
 Why: a single regression's median is rarely the most accurate point forecast
 on every kind of traffic; the last value wins on jumpy series, a local
@@ -24,12 +24,48 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import lfilter
 
 _SES_ALPHAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 _HOLT_ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.8)
 _HOLT_BETAS = (0.02, 0.05, 0.1, 0.2)
 HOLT_DAMPING = 0.9
+
+
+def lfilter(b: list[float], a: list[float], x: np.ndarray) -> np.ndarray:
+    """``scipy.signal.lfilter(b, a, x)`` for the first- and second-order
+    filters here (``a[0] == 1``), bit for bit: direct form II transposed with
+    scipy's own order of operations.
+
+    Why not scipy's: importing ``scipy.signal`` costs ~75 MB of resident
+    memory, a quarter of a 1,000-ScaledObject scaler's budget, for a loop
+    over a few hundred points (about 10 us per point more; checked equal to
+    scipy's on random inputs when this replaced it).
+    """
+    n = max(len(a), len(b))
+    if n > 3 or float(a[0]) != 1.0:
+        raise ValueError("lfilter: filters of order <= 2 with a[0] == 1 only")
+    bb = [float(v) for v in b] + [0.0] * (n - len(b))
+    aa = [float(v) for v in a] + [0.0] * (n - len(a))
+    xs = np.asarray(x, dtype=float).tolist()
+    out = [0.0] * len(xs)
+    if n == 1:
+        return np.asarray(x, dtype=float) * bb[0]
+    if n == 2:
+        b0, b1, a1 = bb[0], bb[1], aa[1]
+        z = 0.0
+        for i, xn in enumerate(xs):
+            yn = z + b0 * xn
+            z = xn * b1 - yn * a1
+            out[i] = yn
+    else:
+        b0, b1, b2, a1, a2 = bb[0], bb[1], bb[2], aa[1], aa[2]
+        z0 = z1 = 0.0
+        for i, xn in enumerate(xs):
+            yn = z0 + b0 * xn
+            z0 = z1 + xn * b1 - yn * a1
+            z1 = xn * b2 - yn * a2
+            out[i] = yn
+    return np.array(out)
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy.signal import lfilter
-from scipy.stats import norm
 
 from forecasting.combination import (
     SmoothingBank,
@@ -78,6 +77,9 @@ from forecasting.forecast import (
 )
 
 _MEAN_WINDOWS = (3, 12, 48)
+_ppf = NormalDist().inv_cdf
+"""The standard normal quantile (as ``scipy.stats.norm.ppf`` to ~1e-16,
+without importing scipy.stats: ~70 MB resident in the scaler)."""
 _SCALE_WINDOW = 12
 _ALPHAS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 
@@ -86,6 +88,10 @@ def _ewma(z: np.ndarray, alpha: float) -> np.ndarray:
     """Causal exponential smoothing, started at the first value."""
     if alpha >= 1.0 or z.size == 0:
         return z
+    # Only with ``ses_feature`` (off by default): scipy.signal is imported
+    # here, not at module level (~75 MB resident; see combination.lfilter).
+    from scipy.signal import lfilter
+
     out, _ = lfilter([alpha], [1.0, alpha - 1.0], z, zi=[(1.0 - alpha) * z[0]])
     return np.asarray(out)
 
@@ -426,10 +432,14 @@ class PrescalerForecaster:
                 self._bank = SmoothingBank(self._train_y)
             if h not in self._smooth:
                 self._smooth[h] = self._bank.select(h, self._train_y.size)
-            cands = np.vstack([ridge, self._bank.forecasts(self._smooth[h], idx, h)])
-            comb = np.log(np.maximum(weights @ cands, 0.0) + self._c)
             self._ridge_resid[h] = self._resid[h]
-            self._resid[h] = np.sort(((z[idx + h] - comb) / scale)[keep])
+            if not (self.config.point_median and self.config.ridge_tails):
+                cands = np.vstack([ridge, self._bank.forecasts(self._smooth[h], idx, h)])
+                comb = np.log(np.maximum(weights @ cands, 0.0) + self._c)
+                self._resid[h] = np.sort(((z[idx + h] - comb) / scale)[keep])
+            # else: predict() takes every quantile but the point from the
+            # ridge's own law, so the combined residuals would never be read
+            # (not storing them halves a fitted forecaster's memory).
         if test.size:
             self._scored += 1
             centre = z[test] + self._features(z, test, h) @ coef
@@ -526,13 +536,15 @@ class PrescalerForecaster:
         cs = np.concatenate(([0.0], np.cumsum(z)))
         out = np.empty((len(qs), horizon))
         bank: SmoothingBank | None = None
+        lazy = False
         for h in range(1, horizon + 1):
             if h not in self._coef:
                 self._fit_h(h)
+                lazy = True
             coef, resid, h_used = self._model_for(h)
             if coef is None:
                 center = float(np.mean(z[-3:]))
-                spread = [norm.ppf(q) * self._diff_sd * math.sqrt(h) for q in qs]
+                spread = [_ppf(q) * self._diff_sd * math.sqrt(h) for q in qs]
             else:
                 center = float(z[-1] + self._features(z, t, h, cs)[0] @ coef)
                 ridge_center = center
@@ -555,11 +567,14 @@ class PrescalerForecaster:
                 else:
                     point = False
                 widen = math.sqrt(h / h_used)
-                spread = [
-                    0.0 if point and q == 0.5 else self._resid_quantile(resid, q, scale_now) * widen
-                    for q in qs
-                ]
-                if point and self.config.ridge_tails:
+                if not (point and self.config.ridge_tails):
+                    spread = [
+                        0.0
+                        if point and q == 0.5
+                        else self._resid_quantile(resid, q, scale_now) * widen
+                        for q in qs
+                    ]
+                else:
                     # The ridge's band, clipped so that it holds the point:
                     # lower quantiles never above it, upper never below.
                     law = self._ridge_resid[h_used]
@@ -574,6 +589,10 @@ class PrescalerForecaster:
                     ]
             for i, s in enumerate(spread):
                 out[i, h - 1] = math.exp(center + s) - self._c
+        if lazy:
+            # A lazily fitted horizon rebuilt the smoothers' cached paths
+            # (several times the history's size); the next one rebuilds them.
+            self._bank = None
         return Forecast(self._step_s, horizon, qs, out)
 
     def _model_for(self, h: int) -> tuple[np.ndarray | None, np.ndarray, int]:
@@ -598,4 +617,4 @@ class PrescalerForecaster:
         else:
             sd = float(np.sqrt(np.mean(resid**2))) * scale if m >= 4 else self._diff_sd
             sd = sd * math.sqrt(m / max(m - 2, 1)) if m >= 4 else sd
-        return float(norm.ppf(q)) * sd
+        return float(_ppf(q)) * sd

@@ -165,7 +165,7 @@ class ScalerState:
       1,000 forecasters affordable.
     - ``fit_window_s``: history a fit sees (default 2 h: minutes-ahead
       forecasts gain little from more, and 1,000 forecasters stay within
-      memory: ~120 KB each at 2 h, ~340 KB at 6 h); backfill reads this
+      memory: ~65 KB each at 2 h); backfill reads this
       plus one refit interval and the stabilization window.
     - ``query_delay_s``: how far behind the grid time reads happen, so every
       sample up to it has landed in Prometheus (identical answers for all
@@ -909,8 +909,14 @@ class ScalerState:
     def status(self) -> dict[str, float]:
         """Loop health for tests and benchmarks."""
         times = list(self.refresh_seconds)
+        entries = list(self._entries.values())
         return {
-            "objects": float(len(self._entries)),
+            "objects": float(len(entries)),
+            "objects_ready": float(sum(1 for e in entries if e.ready)),
+            # fitted and predicting: the objects whose decisions use a forecast
+            "forecasters_fitted": float(
+                sum(1 for e in entries if e.fit_boundary_s is not None and e.prediction is not None)
+            ),
             "refreshes": float(self.refreshes),
             "refresh_seconds_max": max(times) if times else math.nan,
             "refresh_seconds_mean": (sum(times) / len(times)) if times else math.nan,

@@ -13,6 +13,7 @@ from forecasting.combination import (
     damped_sum,
     holt_state,
     inverse_error_weights,
+    lfilter,
     min_abs_error_weights,
     ses_level,
 )
@@ -162,3 +163,21 @@ def test_bad_combination_config_is_rejected() -> None:
         PrescalerConfig(weighting="median")
     with pytest.raises(ValueError, match="min_holdout"):
         PrescalerConfig(min_holdout=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=200),
+    st.floats(0.01, 0.99),
+    st.floats(0.01, 0.99),
+)
+def test_own_lfilter_matches_scipy(values: list[float], alpha: float, beta: float) -> None:
+    """The hand-written first/second-order filter is scipy's, so scipy stays off the hot path."""
+    from scipy.signal import lfilter as scipy_lfilter
+
+    x = np.asarray(values, dtype=float)
+    for b, a in (
+        ([alpha], [1.0, -(1.0 - alpha)]),
+        ([alpha, 0.0], [1.0, -(1.0 - alpha) * (1 + beta), beta * (1.0 - alpha)]),
+    ):
+        np.testing.assert_allclose(lfilter(b, a, x), scipy_lfilter(b, a, x), rtol=1e-12, atol=1e-9)

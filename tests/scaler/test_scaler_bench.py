@@ -1,19 +1,26 @@
 """Benchmark: 1,000 ScaledObjects polled in KEDA's pattern once per second for
-60 s against ONE scaler process.
+60 s against ONE scaler process, with forecasting ON.
 
 Targets (issue 4): GetMetrics p99 < 5 ms (measured by the client, as KEDA
 sees it), zero errors, scaler resident memory < 300 MB, and the number of
 Prometheus queries per refresh independent of the number of ScaledObjects
 (counted by a proxy in front of a real Prometheus).
 
-Three processes so that no one's event loop or GIL distorts another's: the
-scaler (``run_server``, the real gRPC service over ``ScalerState``), the
-KEDA-pattern client (one channel like KEDA, 1,000 concurrent poll loops), and
-pytest (real Prometheus + counting proxy + vLLM-shaped targets with traffic).
-The scaler runs with production defaults; Prometheus is fresh, so there is
-too little history to fit forecasters during the run: forecasting's own cost
-per object (fit, predict, memory at a full default 2 h history) is measured in-process
-and reported beside the RPC figures.
+Prometheus starts on a TSDB that already holds ``HISTORY_S`` of synthetic
+vLLM metrics for the very series the live targets expose (an hourly swell
+and, for every third group, bursts), written as OpenMetrics and turned into
+blocks by ``promtool tsdb create-blocks-from openmetrics``. So every object
+backfills a full default fit window (2 h) and fits a forecaster, as after a
+scaler restart in production: the bench measures backfill + fit of all
+objects, then memory and latency in the steady state with 1,000 fitted
+forecasters refitting every 5 minutes and predicting every 15 s bin.
+
+Three kinds of processes so that no one's event loop or GIL distorts
+another's: the scaler (``run_server``, the real gRPC service over
+``ScalerState``; it writes its ``ScalerState.status()`` and its own
+GetMetrics handler times to files), the KEDA-pattern clients (one channel
+like KEDA, concurrent poll loops), and pytest (real Prometheus + counting
+proxy + vLLM-shaped targets).
 
 Run with ``make bench`` (or ``pytest -m bench tests/scaler/test_scaler_bench.py``);
 ``BENCH_SCALER_SECONDS`` / ``BENCH_SCALER_OBJECTS`` shrink it for a smoke run.
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import subprocess
@@ -31,6 +39,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,18 +52,48 @@ WARMUP_S = 5.0
 # ------------------------------------------------------------------ scaler
 
 
-async def _serve(port: int, metrics_port: int, prometheus_queries_url: str) -> None:
+async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None:
     from scaler.service import run_server
     from scaler.state import ScalerState
     from scaler.telemetry import ScalerTelemetry
 
-    del prometheus_queries_url
-    telemetry = ScalerTelemetry()
+    class TimedTelemetry(ScalerTelemetry):
+        """Keeps every GetMetrics handler time (the histogram's buckets are too
+        coarse for a p99), with the wall time it ended at."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.samples: list[tuple[float, float]] = []
+
+        def observe_rpc(self, method: str, seconds: float) -> None:
+            super().observe_rpc(method, seconds)
+            if method == "GetMetrics":
+                self.samples.append((time.time(), seconds))
+
+    telemetry = TimedTelemetry()
     # Production defaults (refresh 5 s, forecast bins 15 s, refit 300 s, 2 h
     # history, Prometheus rate window 60 s) as `prescaler serve` runs them.
     state = ScalerState(telemetry=telemetry)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def write_status() -> None:
+        """Every 0.5 s: status JSON (atomically) and the new handler times."""
+        assert status_path is not None
+        written = 0
+        tmp = status_path.with_suffix(".tmp")
+        while True:
+            new = telemetry.samples[written:]
+            written += len(new)
+            if new:
+                with status_path.with_suffix(".samples").open("a") as out:
+                    out.write("".join(f"{t:.3f} {d:.7f}\n" for t, d in new))
+            tmp.write_text(json.dumps({**state.status(), "at": time.time()}))
+            tmp.replace(status_path)
+            await asyncio.sleep(0.5)
 
     async def report(_server: object, _metrics: object) -> None:
+        if status_path is not None:
+            tasks.append(asyncio.create_task(write_status()))
         print("READY", flush=True)
 
     await run_server(
@@ -83,6 +122,7 @@ async def _client(
         "IsActive": [],
     }
     errors: list[str] = []
+    warming = 0  # UNAVAILABLE "warming_up": the scaler's answer until backfilled
     polls = 0
     values: dict[str, float] = {}
     # all client processes start polling at the same wall-clock instant
@@ -90,7 +130,7 @@ async def _client(
     end = start + seconds
 
     async def loop(i: int) -> None:
-        nonlocal polls
+        nonlocal polls, warming
         so = ref(
             f"so-{i}",
             f"team-{i % 20}",
@@ -109,7 +149,10 @@ async def _client(
             try:
                 result = await client.poll(so, timeout=10.0)
             except Exception as exc:
-                errors.append(repr(exc)[:200])
+                if "warming_up" in repr(exc):
+                    warming += 1
+                else:
+                    errors.append(repr(exc)[:200])
             else:
                 polls += 1
                 values[so.name] = result.value
@@ -124,6 +167,7 @@ async def _client(
             {
                 "polls": polls,
                 "errors": len(errors),
+                "warming_up": warming,
                 "error_samples": errors[:5],
                 "latencies": latencies,
                 "nonzero_values": sum(1 for v in values.values() if v > 0),
@@ -138,6 +182,7 @@ def _main(argv: list[str]) -> None:
     s = sub.add_parser("server")
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--metrics-port", type=int, required=True)
+    s.add_argument("--status", type=Path, default=None)
     c = sub.add_parser("client")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--first", type=int, required=True)
@@ -148,7 +193,7 @@ def _main(argv: list[str]) -> None:
     c.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.role == "server":
-        asyncio.run(_serve(args.port, args.metrics_port, ""))
+        asyncio.run(_serve(args.port, args.metrics_port, args.status))
     else:
         asyncio.run(
             _client(
@@ -161,6 +206,96 @@ def _main(argv: list[str]) -> None:
                 args.start_at,
             )
         )
+
+
+# ------------------------------------------------------------------ history
+
+HISTORY_S = 3 * 3600.0  # more than the 2 h fit window + refit + stabilization
+HISTORY_STEP_S = 15.0
+JOB = "vllm-0"  # tests.support.prometheus.render_config's job for /metrics
+
+
+def _tokens_per_request(k: int) -> tuple[float, float]:
+    base = 0.5 + k  # the live replica's requests/s (see _engine)
+    return 100.0 * (k + 1) / base, 20.0 * (k + 1) / base
+
+
+def _synthetic_history(k: int, end_s: float) -> dict[str, Any]:
+    """Group ``k``'s vLLM series over ``HISTORY_S`` up to ``end_s``.
+
+    Request rate: an hourly swell (a compressed day) around the live
+    replica's rate and, for every third group, a 3-minute burst of 2.5x every
+    40 minutes; completions per scrape are Poisson, counters integrate them.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(k)
+    n = int(HISTORY_S / HISTORY_STEP_S) + 1
+    times = end_s - HISTORY_S + np.arange(n) * HISTORY_STEP_S
+    age = times - times[0]
+    rate = (0.5 + k) * (1.0 + 0.4 * np.sin(2 * np.pi * age / 3600.0 + k))
+    burst = np.zeros(n, dtype=bool)
+    if k % 3 == 0:
+        burst = ((age // 600) % 4 == 3) & (age % 600 < 180)
+        rate = np.where(burst, 2.5 * rate, rate)
+    done = rng.poisson(rate * HISTORY_STEP_S).astype(float)
+    done[0] = 0.0
+    prompt_per, generation_per = _tokens_per_request(k)
+    return {
+        "times": times,
+        "vllm:num_requests_waiting": np.where(burst, 5.0, 0.0) + k % 4,
+        "vllm:num_requests_running": 2.0 + np.round(rate / 2.0),
+        "vllm:kv_cache_usage_perc": np.full(n, 0.1 * (k % 9)),
+        "vllm:num_preemptions_total": np.zeros(n),
+        "vllm:request_success_total": np.cumsum(done),
+        "vllm:prompt_tokens_total": np.cumsum(done * prompt_per),
+        "vllm:generation_tokens_total": np.cumsum(done * generation_per),
+    }
+
+
+def _engine(k: int, history: dict[str, Any]) -> Any:
+    """The live replica's engine, its counters going on from the history's."""
+    from tests.scaler.conftest import Engine
+
+    return Engine(
+        waiting=float(k % 4),
+        running=2.0,
+        kv=0.1 * (k % 9),
+        success=float(history["vllm:request_success_total"][-1]),
+        prompt=float(history["vllm:prompt_tokens_total"][-1]),
+        generation=float(history["vllm:generation_tokens_total"][-1]),
+        per_second={
+            "success": 0.5 + k,
+            "prompt": 100.0 * (k + 1),
+            "generation": 20.0 * (k + 1),
+        },
+    )
+
+
+def _write_openmetrics(path: Path, histories: list[dict[str, Any]], instances: list[str]) -> int:
+    """OpenMetrics with timestamps for exactly the series Prometheus will
+    scrape from the live replicas (same labels: job, instance, namespace,
+    engine, model_name), plus ``up``. Returns the number of samples."""
+    families: dict[str, list[str]] = {}
+    for k, (history, instance) in enumerate(zip(histories, instances, strict=True)):
+        target = f'instance="{instance}",job="{JOB}",namespace="ns-{k}"'
+        times = history["times"]
+        for name, values in history.items():
+            if name == "times":
+                continue
+            extra = ',finished_reason="stop"' if name == "vllm:request_success_total" else ""
+            labels = f'engine="0",{target},model_name="llama"{extra}'
+            families.setdefault(name, []).extend(
+                f"{name}{{{labels}}} {v:.6f} {t:.3f}" for t, v in zip(times, values, strict=True)
+            )
+        families.setdefault("up", []).extend(f"up{{{target}}} 1 {t:.3f}" for t in times)
+    lines: list[str] = []
+    for name, samples in families.items():
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(samples)
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+    return sum(len(v) for v in families.values())
 
 
 # ------------------------------------------------------------------ the test
@@ -196,37 +331,97 @@ def _metric(url: str, name: str) -> list[tuple[str, float]]:
     return out
 
 
+def _status(path: Path) -> dict[str, float]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _server_times(path: Path, since: float, until: float = math.inf) -> list[float]:
+    """GetMetrics handler seconds the scaler measured between two wall times."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            t, d = line.split()
+            if since <= float(t) <= until:
+                out.append(float(d))
+    return out
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
 @pytest.mark.bench
+@pytest.mark.timeout(1200)
 def test_thousand_scaled_objects(tmp_path: Path) -> None:
-    from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
-    from tests.support.prometheus import Target, free_port, running_prometheus
+    from scaler.sources.promql import SIGNALS
+    from tests.scaler.conftest import FakeVllm, PrometheusProxy
+    from tests.support.prometheus import (
+        Target,
+        backfill_openmetrics,
+        free_port,
+        running_prometheus,
+    )
 
     objects = int(os.environ.get("BENCH_SCALER_OBJECTS", "1000"))
     seconds = float(os.environ.get("BENCH_SCALER_SECONDS", "60"))
+    history_end = time.time() - 2.0
+    histories = [_synthetic_history(k, history_end) for k in range(GROUPS)]
     replicas = [
-        FakeVllm(
-            model="llama",
-            engines=[
-                Engine(
-                    waiting=float(k % 4),
-                    running=2.0,
-                    kv=0.1 * (k % 9),
-                    per_second={
-                        "success": 0.5 + k,
-                        "prompt": 100.0 * (k + 1),
-                        "generation": 20.0 * (k + 1),
-                    },
-                )
-            ],
-        ).start()
-        for k in range(GROUPS)
+        FakeVllm(model="llama", engines=[_engine(k, histories[k])]).start() for k in range(GROUPS)
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server: subprocess.Popen[str] | None = None
+    status_path = tmp_path / "status.json"
+    samples_path = status_path.with_suffix(".samples")
+    prom_dir = tmp_path / "prometheus"
+    prom_dir.mkdir()
+    openmetrics = tmp_path / "history.om.txt"
+    history_samples = _write_openmetrics(openmetrics, histories, [r.address for r in replicas])
+    t0 = time.monotonic()
+    backfill_openmetrics(openmetrics, prom_dir / "data")  # PrometheusServer's storage
+    blocks_s = time.monotonic() - t0
+
+    def clients_for(ranges: list[tuple[int, int]], seconds_: float, tag: str) -> tuple:
+        start_at = time.time() + 3.0
+        outs = [tmp_path / f"{tag}-{k}.json" for k in range(len(ranges))]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.scaler.test_scaler_bench",
+                    "client",
+                    "--port",
+                    str(port),
+                    "--first",
+                    str(first),
+                    "--count",
+                    str(count),
+                    "--seconds",
+                    str(seconds_),
+                    "--start-at",
+                    str(start_at),
+                    "--prometheus",
+                    proxy.url,
+                    "--out",
+                    str(out),
+                ],
+                cwd=ROOT,
+                env=env,
+            )
+            for (first, count), out in zip(ranges, outs, strict=True)
+        ]
+        return start_at, outs, procs
+
     try:
         targets = [Target(r.address, {"namespace": f"ns-{k}"}) for k, r in enumerate(replicas)]
-        with running_prometheus(targets) as prom:
+        with running_prometheus(targets, workdir=prom_dir) as prom:
             prom.wait_for_targets_up(GROUPS)
+            stored = prom.query(f"count_over_time(up[{int(HISTORY_S)}s])")
+            history_points = min(float(item["value"][1]) for item in stored)
             proxy = PrometheusProxy(prom.url)
             port, metrics_port = free_port(), free_port()
             server = subprocess.Popen(
@@ -239,6 +434,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
                     str(port),
                     "--metrics-port",
                     str(metrics_port),
+                    "--status",
+                    str(status_path),
                 ],
                 cwd=ROOT,
                 env=env,
@@ -248,6 +445,36 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             assert server.stdout is not None
             assert server.stdout.readline().strip() == "READY"
             idle_rss = _rss_mb(server.pid)
+
+            # Phase 1: KEDA's first poll of every object registers it; the
+            # scaler backfills 2 h+ from Prometheus and fits a forecaster each.
+            reg_at, reg_outs, reg = clients_for([(0, objects)], 1.0, "register")
+            peak_rss = idle_rss
+            deadline = time.monotonic() + 600.0
+            fitted_at: float | None = None
+            status: dict[str, float] = {}
+            while time.monotonic() < deadline:
+                peak_rss = max(peak_rss, _rss_mb(server.pid))
+                status = _status(status_path)
+                if (
+                    all(c.poll() is not None for c in reg)
+                    and status.get("objects_ready", 0) >= objects
+                    and status.get("forecasters_fitted", 0) >= objects
+                ):
+                    fitted_at = status["at"]
+                    break
+                time.sleep(0.25)
+            assert all(c.wait(60) == 0 for c in reg)
+            backfill_s = (fitted_at or time.time()) - reg_at
+            registered = [json.loads(o.read_text()) for o in reg_outs]
+            # The first poll of an object is answered "warming_up" (UNAVAILABLE,
+            # KEDA keeps the replica count) until it is backfilled: expected.
+            register_errors = sum(r["errors"] for r in registered)
+            register_warming = sum(r["warming_up"] for r in registered)
+            time.sleep(2.0)
+            forecasting_rss = _rss_mb(server.pid)
+
+            # Phase 2: the steady state, every object polled once a second.
             # Load generators carry most objects; a probe process polls the
             # rest and, lightly loaded itself, measures latency as KEDA (Go)
             # would see it. Every object is polled by exactly one of them.
@@ -259,38 +486,10 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
                 for k in range(loaders)
             ]
             ranges.append((objects - probes, probes))
-            start_at = time.time() + 3.0
-            outs = [tmp_path / f"client-{k}.json" for k in range(len(ranges))]
+            queries_before = len(proxy.queries)
             started = time.monotonic()
             cpu_before = _cpu_seconds(server.pid)
-            clients = [
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.scaler.test_scaler_bench",
-                        "client",
-                        "--port",
-                        str(port),
-                        "--first",
-                        str(first),
-                        "--count",
-                        str(count),
-                        "--seconds",
-                        str(seconds),
-                        "--start-at",
-                        str(start_at),
-                        "--prometheus",
-                        proxy.url,
-                        "--out",
-                        str(out),
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                )
-                for (first, count), out in zip(ranges, outs, strict=True)
-            ]
-            peak_rss = idle_rss
+            start_at, outs, clients = clients_for(ranges, seconds, "client")
             queries_at: list[tuple[float, int]] = []
             while any(c.poll() is None for c in clients):
                 peak_rss = max(peak_rss, _rss_mb(server.pid))
@@ -300,19 +499,14 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             assert all(c.returncode == 0 for c in clients)
             wall = time.monotonic() - started
             peak_rss = max(peak_rss, _rss_mb(server.pid))
+            time.sleep(1.0)  # the last handler times reach the file
+            final = _status(status_path)
             refreshes = _metric(
                 f"http://127.0.0.1:{metrics_port}/metrics",
                 'prescaler_decisions_total{namespace="team-0",reason=',
             )
+            forecasts = _metric(f"http://127.0.0.1:{metrics_port}/metrics", "prescaler_forecast{")
             up = _metric(f"http://127.0.0.1:{metrics_port}/metrics", "prescaler_source_up")
-            server_hist = _metric(
-                f"http://127.0.0.1:{metrics_port}/metrics",
-                'prescaler_grpc_request_duration_seconds_bucket{le="0.005",method="GetMetrics"}',
-            )
-            server_count = _metric(
-                f"http://127.0.0.1:{metrics_port}/metrics",
-                'prescaler_grpc_request_duration_seconds_count{method="GetMetrics"}',
-            )
             queries = list(proxy.queries)
             proxy.stop()
     finally:
@@ -326,81 +520,115 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
 
     parts = [json.loads(out.read_text()) for out in outs]
     probe, loads = parts[-1], parts[:-1]
-    # Steady state excludes the first WARMUP_S: the channel connects, every
-    # object registers and backfills (KEDA meets this once per scaler start).
+    # Steady state excludes the first WARMUP_S (the channel connects).
     lat = {m: [x for t, x in v if t >= WARMUP_S] for m, v in probe["latencies"].items()}
     lat_all = {m: [x for _, x in v] for m, v in probe["latencies"].items()}
     loaded = [x for p in loads for t, x in p["latencies"]["GetMetrics"] if t >= WARMUP_S]
-    result = {
-        "polls": sum(p["polls"] for p in parts),
-        "errors": sum(p["errors"] for p in parts),
-        "error_samples": [e for p in parts for e in p["error_samples"]][:5],
-        "nonzero_values": sum(p["nonzero_values"] for p in parts),
-    }
-    instant = [q for q in queries if q]
-    # Steady state: after every object registered (first 10 s), queries per
-    # refresh = queries per 5 s window.
+    server_steady = _server_times(samples_path, start_at + WARMUP_S)
+    server_backfill = _server_times(samples_path, reg_at, reg_at + backfill_s)
+    # In the steady state every answer must be a real one: warming_up counts.
+    errors = sum(p["errors"] + p["warming_up"] for p in parts) + register_errors
+    # Steady state: queries per refresh = queries per 5 s window (the first
+    # 15 s excluded: a refresh that overlapped the backfill may catch up).
     steady = [(t, n) for t, n in queries_at if t > 15]
     per_refresh = (
         (steady[-1][1] - steady[0][1]) / ((steady[-1][0] - steady[0][0]) / 5.0)
         if len(steady) > 2
         else float("nan")
     )
-    from scaler.sources.promql import SIGNALS
-
-    summary = {
+    forecast_objects = {s.split('scaledobject="', 1)[1].split('"', 1)[0] for s, _ in forecasts}
+    summary: dict[str, Any] = {
         "objects": objects,
         "seconds": seconds,
         "wall_s": round(wall, 1),
-        "polls": result["polls"],
-        "rpcs": result["polls"] * 3,
-        "errors": result["errors"],
+        "history_s": HISTORY_S,
+        "history_samples_backfilled": history_samples,
+        "history_points_per_series_min": history_points,
+        "promtool_blocks_s": round(blocks_s, 1),
+        "objects_ready": final.get("objects_ready"),
+        "forecasters_fitted_after_backfill": status.get("forecasters_fitted"),
+        "forecasters_fitted_at_end": final.get("forecasters_fitted"),
+        "objects_exporting_forecasts": len(forecast_objects),
+        "backfill_fit_s": round(backfill_s, 1),
+        "polls": sum(p["polls"] for p in parts),
+        "rpcs": sum(p["polls"] for p in parts) * 3,
+        "errors": errors,
+        "first_polls_answered_warming_up": register_warming,
         "warmup_excluded_s": WARMUP_S,
-        "getmetrics_p50_ms": round(_percentile(lat["GetMetrics"], 0.50) * 1000, 3),
-        "getmetrics_p99_ms": round(_percentile(lat["GetMetrics"], 0.99) * 1000, 3),
-        "getmetrics_max_ms": round(max(lat["GetMetrics"]) * 1000, 3),
-        "getmetricspec_p99_ms": round(_percentile(lat["GetMetricSpec"], 0.99) * 1000, 3),
-        "isactive_p99_ms": round(_percentile(lat["IsActive"], 0.99) * 1000, 3),
+        "getmetrics_p50_ms": _ms(_percentile(lat["GetMetrics"], 0.50)),
+        "getmetrics_p99_ms": _ms(_percentile(lat["GetMetrics"], 0.99)),
+        "getmetrics_max_ms": _ms(max(lat["GetMetrics"])),
+        "getmetricspec_p99_ms": _ms(_percentile(lat["GetMetricSpec"], 0.99)),
+        "isactive_p99_ms": _ms(_percentile(lat["IsActive"], 0.99)),
         "probe_objects": probes,
-        "loadgen_getmetrics_p50_ms": round(_percentile(loaded, 0.50) * 1000, 3),
-        "loadgen_getmetrics_p99_ms": round(_percentile(loaded, 0.99) * 1000, 3),
+        "loadgen_getmetrics_p50_ms": _ms(_percentile(loaded, 0.50)),
+        "loadgen_getmetrics_p99_ms": _ms(_percentile(loaded, 0.99)),
+        "getmetrics_p99_ms_including_warmup": _ms(_percentile(lat_all["GetMetrics"], 0.99)),
+        "server_getmetrics_p50_ms": _ms(_percentile(server_steady, 0.50)),
+        "server_getmetrics_p99_ms": _ms(_percentile(server_steady, 0.99)),
+        "server_getmetrics_max_ms": _ms(max(server_steady, default=math.nan)),
+        "server_getmetrics_p99_ms_during_backfill": _ms(_percentile(server_backfill, 0.99)),
         "server_cpu_cores": round(server_cpu, 3),
-        "getmetrics_p99_ms_including_warmup": round(
-            _percentile(lat_all["GetMetrics"], 0.99) * 1000, 3
-        ),
-        "server_getmetrics_under_5ms_fraction": (
-            round(server_hist[0][1] / server_count[0][1], 5)
-            if server_hist and server_count
-            else None
-        ),
+        "refresh_seconds_max": round(final.get("refresh_seconds_max", math.nan), 3),
+        "refresh_seconds_mean": round(final.get("refresh_seconds_mean", math.nan), 3),
         "rss_idle_mb": round(idle_rss, 1),
+        "rss_idle_forecasting_mb": round(forecasting_rss, 1),
         "rss_peak_mb": round(peak_rss, 1),
-        "prometheus_queries_total": len(instant),
+        "prometheus_queries_total": len([q for q in queries if q]),
+        "prometheus_queries_steady": len([q for q in queries[queries_before:] if q]),
         "prometheus_queries_per_refresh": round(per_refresh, 2),
         "queries_per_refresh_by_design": len(SIGNALS),
-        "objects_with_traffic_seen": result["nonzero_values"],
+        "objects_with_traffic_seen": sum(p["nonzero_values"] for p in parts),
         "source_up": [v for _, v in up],
         "decisions_team0": len(refreshes),
-        "error_samples": result["error_samples"],
+        "error_samples": [e for p in [*registered, *parts] for e in p["error_samples"]][:5],
         **_forecast_costs(),
     }
+    small_machine = (os.cpu_count() or 1) < 4
+    checks = {
+        "zero errors": summary["errors"] == 0,
+        f"every object polled ~1/s (>= {int(0.9 * objects * seconds)} polls)": summary["polls"]
+        >= 0.9 * objects * seconds,
+        "forecaster fitted for every object": (
+            summary["forecasters_fitted_after_backfill"] == objects
+            and summary["forecasters_fitted_at_end"] == objects
+        ),
+        "RSS peak < 300 MB with forecasting": summary["rss_peak_mb"] < 300,
+        f"queries/refresh independent of objects (<= {len(SIGNALS) * 1.5:g})": (
+            per_refresh <= len(SIGNALS) * 1.5
+        ),
+        "source up": all(v == 1.0 for v in summary["source_up"]),
+        "server-side GetMetrics p99 < 5 ms": summary["server_getmetrics_p99_ms"] < 5.0,
+        "client-side GetMetrics p99 < 5 ms": summary["getmetrics_p99_ms"] < 5.0,
+    }
+    summary["targets"] = {name: ok for name, ok in checks.items()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     width = max(len(k) for k in summary)
     print("\nscaler bench (bench-results/scaler.json)")
     for key, value in summary.items():
-        print(f"  {key:<{width}}  {value}")
+        if key != "targets":
+            print(f"  {key:<{width}}  {value}")
+    print("targets:")
+    for name, ok in checks.items():
+        verdict = "MET" if ok else "NOT MET"
+        if not ok and name.startswith("client-side") and small_machine:
+            verdict = f"NOT MET (xfail: {os.cpu_count()} shared cores)"
+        print(f"  {verdict:<9}  {name}")
 
-    assert summary["errors"] == 0, result["error_samples"]
+    assert summary["errors"] == 0, summary["error_samples"]
     assert summary["polls"] >= 0.9 * objects * seconds
+    assert history_points >= HISTORY_S / HISTORY_STEP_S, "the backfilled history is missing"
+    assert summary["forecasters_fitted_after_backfill"] == objects, status
+    assert summary["forecasters_fitted_at_end"] == objects, final
     assert summary["rss_peak_mb"] < 300
     # one query per signal per refresh, whatever the number of objects (a
     # missed tick's catch-up may add a range query now and then)
     assert per_refresh <= len(SIGNALS) * 1.5
     assert all(v == 1.0 for v in summary["source_up"])
-    # the handlers themselves (the scaler's own histogram)
-    assert summary["server_getmetrics_under_5ms_fraction"] >= 0.99
-    if summary["getmetrics_p99_ms"] >= 5.0 and (os.cpu_count() or 1) < 4:
+    # the handlers themselves, timed by the scaler
+    assert summary["server_getmetrics_p99_ms"] < 5.0
+    if summary["getmetrics_p99_ms"] >= 5.0 and small_machine:
         pytest.xfail(
             f"end-to-end GetMetrics p99 {summary['getmetrics_p99_ms']} ms on "
             f"{os.cpu_count()} shared cores: Python gRPC costs ~0.4 ms CPU per RPC on each "
@@ -410,7 +638,12 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
 
 
 def _forecast_costs() -> dict[str, float]:
-    """Fit/predict time and memory of one forecaster at a full default history (2 h)."""
+    """Fit/predict time and memory of one forecaster at a full default history (2 h).
+
+    Timed without tracemalloc (it slows Python-level loops several-fold);
+    memory traced over a few forecasters after a warm-up fit, so one-time
+    caches of the first fit in a process do not count.
+    """
     import tracemalloc
 
     import numpy as np
@@ -419,17 +652,25 @@ def _forecast_costs() -> dict[str, float]:
 
     rng = np.random.default_rng(0)
     y = rng.poisson(5.0, 480).astype(float)  # the default fit window: 2 h of 15 s bins
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
+    make_forecaster("prescaler").fit(y, 15.0)  # warm-up
     forecaster = make_forecaster("prescaler")
     t0 = time.perf_counter()
     forecaster.fit(y, 15.0)
     t1 = time.perf_counter()
     for _ in range(5):
         forecaster.update(y)
-        forecaster.predict(12, quantiles=(0.5, 0.9))
+        forecaster.predict(13, quantiles=(0.5, 0.9))  # 13 steps: the scaler's default
     t2 = time.perf_counter()
-    size = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    kept = []
+    for _ in range(5):
+        one = make_forecaster("prescaler")
+        one.fit(y, 15.0)
+        one.update(y)
+        one.predict(13, quantiles=(0.5, 0.9))
+        kept.append(one)
+    size = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
     tracemalloc.stop()
     return {
         "forecast_fit_ms": round((t1 - t0) * 1000, 2),

@@ -64,6 +64,26 @@ def prometheus_binary() -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def backfill_openmetrics(openmetrics: Path, data_dir: Path, timeout_s: float = 120.0) -> None:
+    """Write TSDB blocks for an OpenMetrics file (timestamps in seconds, ``# EOF``)
+    into ``data_dir``, the storage a ``PrometheusServer`` on the same ``workdir``
+    then opens (``workdir / "data"``): history that a fresh server would need
+    hours of scraping to gather. Uses ``promtool`` from the same package."""
+    promtool = shutil.which("promtool") or str(Path(prometheus_binary()).with_name("promtool"))
+    if not Path(promtool).exists():
+        pytest.skip("`promtool` (Debian package `prometheus`) is not installed")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"promtool failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
 def free_port() -> int:
     """A TCP port that was free a moment ago on 127.0.0.1."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
