@@ -45,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how often forecasters are refitted (default 300)",
     )
     p.add_argument(
+        "--rate-window-seconds",
+        type=float,
+        default=120.0,
+        help="PromQL rate() window, >= ~4 vLLM scrape intervals (default 120)",
+    )
+    p.add_argument(
         "--grace-seconds",
         type=float,
         default=10.0,
@@ -71,6 +77,8 @@ def _check(args: argparse.Namespace) -> str | None:
     for flag in ("refresh_seconds", "refit_seconds"):
         if not getattr(args, flag) > 0:
             return f"--{flag.replace('_', '-')} must be > 0"
+    if not args.rate_window_seconds >= 1:
+        return "--rate-window-seconds must be >= 1"
     if args.grace_seconds < 0:
         return "--grace-seconds must be >= 0"
     return None
@@ -78,7 +86,8 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | None = None) -> int:
     """Run the scaler until SIGTERM; ``state_factory(telemetry=, refresh_interval_s=,
-    refit_interval_s=)`` replaces ``scaler.state.ScalerState`` (for embedding/tests)."""
+    refit_interval_s=, source_factory=)`` replaces ``scaler.state.ScalerState``
+    (for embedding/tests)."""
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -104,11 +113,14 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         from scaler.state import ScalerState
 
         state_factory = ScalerState
+    from scaler.sources import default_source_factory
+
     telemetry = ScalerTelemetry()
     state = state_factory(
         telemetry=telemetry,
         refresh_interval_s=args.refresh_seconds,
         refit_interval_s=args.refit_seconds,
+        source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
     )
     try:
         return asyncio.run(

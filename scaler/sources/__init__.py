@@ -3,8 +3,18 @@
 - ``prometheus``: one query per signal per refresh for all ScaledObjects that
   share a Prometheus (``promql`` builds them, ``grouping`` splits the answers).
 - ``scrape``: direct scrape of vLLM ``/metrics`` (``metricsUrls``).
-- ``kube``: Kubernetes discovery of Ready pods (``podSelector``), scraped
-  directly, plus measured pod start-up durations for ``leadTimeSeconds: auto``.
+- ``kube``: Kubernetes discovery of Running pods (``podSelector``), scraped
+  directly (only Ready ones count as replicas), plus measured pod start-up
+  durations for ``leadTimeSeconds: auto``.
+
+Tenancy: a Prometheus selection is confined to the ScaledObject's own
+namespace: ``namespace="<its namespace>"`` is added to its matchers unless
+its ``selector`` already names ``namespace`` (then the user chose; e.g.
+``namespace=~"team-a|team-b"``). Without it, ``model: meta-llama/...`` would
+sum every tenant's queue behind that Prometheus. The vLLM series must then
+carry a ``namespace`` label, as ServiceMonitor/PodMonitor and the usual
+``kubernetes_sd`` relabelling add. Direct scrapes (``metricsUrls``,
+``podSelector``) read pages that carry no such label and are not filtered.
 
 Every source answers ``Reading``s (``model``) for ``Selection``s; the state
 groups ScaledObjects by ``SourceSpec`` so each backend is read once per refresh.
@@ -23,8 +33,10 @@ from scaler.sources.model import (
     SourceError,
     SourceSpec,
 )
+from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, format_window
 
 __all__ = [
+    "DEFAULT_RATE_WINDOW_S",
     "History",
     "MetricSource",
     "Reading",
@@ -42,13 +54,17 @@ SourceFactory = Callable[[SourceSpec], MetricSource]
 def selection_for(settings: ScalerSettings, namespace: str) -> tuple[SourceSpec, Selection]:
     """Which source serves ``settings`` and which series are its own.
 
-    ``namespace`` is the ScaledObject's, the default for ``podSelector``.
+    ``namespace`` is the ScaledObject's: the default for ``podSelector``, and
+    the ``namespace`` matcher of a Prometheus selection unless ``selector``
+    names ``namespace`` itself (see the module docstring).
     """
     matchers = list(settings.selector)
     if settings.model is not None:
         matchers.append(LabelMatcher("model_name", "=", settings.model))
     if settings.prometheus_address is not None:
         spec = SourceSpec("prometheus", settings.prometheus_address.rstrip("/"))
+        if namespace and not any(m.name == "namespace" for m in settings.selector):
+            matchers.insert(0, LabelMatcher("namespace", "=", namespace))
         return spec, Selection(matchers=tuple(matchers))
     if settings.metrics_urls:
         return SourceSpec("scrape"), Selection(matchers=tuple(matchers), urls=settings.metrics_urls)
@@ -61,9 +77,16 @@ def selection_for(settings: ScalerSettings, namespace: str) -> tuple[SourceSpec,
     raise ValueError("settings name no data source (prometheusAddress, metricsUrls, podSelector)")
 
 
-def default_source_factory(*, timeout_s: float = 3.0, rate_window_s: float = 60.0) -> SourceFactory:
+def default_source_factory(
+    *, timeout_s: float = 3.0, rate_window_s: float = DEFAULT_RATE_WINDOW_S
+) -> SourceFactory:
     """Real backends: Prometheus via prometheus-api-client, aiohttp scrapes, the
-    ``kubernetes`` client (configured in-cluster or from kubeconfig)."""
+    ``kubernetes`` client (configured in-cluster or from kubeconfig).
+
+    ``rate_window_s`` is the PromQL ``rate()`` window (``prescaler serve
+    --rate-window-seconds``); at least ~4 scrape intervals of the vLLM targets.
+    """
+    format_window(rate_window_s)  # a bad window fails here, not at the first query
 
     def factory(spec: SourceSpec) -> MetricSource:
         if spec.kind == "prometheus":

@@ -5,31 +5,45 @@ grouped by the plan's labels. A selection's value is the sum over the groups
 its matchers accept. Matching is done once per refresh for the union of
 groups, with an index on the first equality matcher of each selection, so
 1,000 ScaledObjects over 1,000 groups stay cheap.
+
+Missing is never zero (design.md, "The decision"):
+
+- a group whose value is NaN/Inf makes that signal unknown for the
+  selections that match the group only (NaN gauge, ``None`` rate/KV); other
+  ScaledObjects on the same Prometheus read normally;
+- replicas present (``replicas``) but a gauge absent: that gauge is NaN;
+- lost replicas (``lost``: scrape failing, target still there): waiting is
+  NaN and rates ``None`` (the policy may raise but never lower:
+  ``partial_hold``); ``running`` is the readable replicas' sum, a lower
+  bound, so traffic seen still keeps IsActive true; with no replica left at
+  all, no reading (stale hold, then fallback);
+- no series and no lost replica at all: a fleet scaled to zero, read as
+  zero demand so scale-to-zero and forecast-driven scale-from-zero work.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from scaler.sources.model import History, Reading, Selection, SourceError
+from scaler.sources.model import History, Reading, Selection, SourceError, usable
 from scaler.sources.promql import QueryPlan
 
 GroupKey = tuple[str, ...]
 
 
 def parse_value(raw: Any, signal: str) -> float:
-    """A Prometheus sample value (a string) as a float; NaN/Inf is a ``SourceError``."""
+    """A Prometheus sample value (a string) as a float; NaN/Inf come back as NaN
+    (unknown, for the matching selections only); a non-number is a ``SourceError``."""
     try:
         value = float(raw)
     except (TypeError, ValueError) as exc:
         raise SourceError(f"{signal}: value {raw!r} is not a number") from exc
-    if not math.isfinite(value):
-        raise SourceError(f"{signal}: value is {raw!r}")
-    return value
+    return value if math.isfinite(value) else math.nan
 
 
 def _groups(
@@ -115,9 +129,8 @@ def split_range(
                 t = round(float(ts), 3)
                 if t not in per_time:
                     continue
-                value = float(raw)
-                if not math.isfinite(value):
-                    continue  # a NaN in history is a gap for that group, not a failure
+                # NaN/Inf: unknown for the selections matching this group (as live)
+                value = parse_value(raw, signal)
                 bucket = per_time[t].setdefault(signal, {})
                 bucket[key] = bucket.get(key, 0.0) + value
     out: dict[Selection, list[Reading]] = {s: [] for s in selections}
@@ -207,12 +220,15 @@ def split_history(
             np.nan,
             np.nan_to_num(prompt) + np.nan_to_num(generation),
         )
+        waiting = total("waiting", my_keys)
+        # replicas but no waiting gauge: unknown, as in a live reading
+        waiting = np.where(np.isnan(waiting) & empty, 0.0, np.maximum(waiting, 0.0))
         out[selection] = History(
             times=times,
             requests_per_s=arrival,
             tokens_per_s=tokens,
             ready=ready,
-            waiting=np.maximum(np.nan_to_num(total("waiting", my_keys), nan=0.0), 0.0),
+            waiting=waiting,
             completions_per_s=completions,
         )
     return out
@@ -221,9 +237,35 @@ def split_history(
 def _total(
     grouped: Mapping[str, Mapping[GroupKey, float]], signal: str, keys: list[GroupKey]
 ) -> float | None:
+    """Sum over the matched groups: ``None`` when none has a series, NaN when
+    one of them is NaN (unknown)."""
     values = grouped.get(signal, {})
     present = [values[k] for k in keys if k in values]
     return sum(present) if present else None
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _signal(
+    totals: Mapping[str, float | None], empty_fleet: bool, incomplete: bool, signal: str
+) -> float | None:
+    """One selection's value of ``signal``, ``None`` when unknown (see the module doc)."""
+    if incomplete:
+        return None
+    value = totals.get(signal)
+    if value is None:
+        return 0.0 if empty_fleet else None
+    return max(0.0, value) if math.isfinite(value) else None
+
+
+def _gauge(
+    totals: Mapping[str, float | None], empty_fleet: bool, incomplete: bool, signal: str
+) -> float:
+    """Like ``_signal`` with NaN for unknown (``Reading.waiting``/``running`` are floats)."""
+    value = _signal(totals, empty_fleet, incomplete, signal)
+    return math.nan if value is None else value
 
 
 def _readings(
@@ -240,36 +282,44 @@ def _readings(
     out: dict[Selection, Reading] = {}
     for selection, my_keys in matched.items():
         totals = {signal: _total(grouped, signal, my_keys) for signal in grouped}
-        ready = round(totals.get("replicas") or 0.0)
-        # No series at all for a rate: an empty fleet has none (zero demand);
-        # a running one lacks the counter (old vLLM) or a window (just started).
-        empty_fleet = 0.0 if ready == 0 else None
+        replicas = totals.get("replicas")
+        if replicas is not None and not math.isfinite(replicas):
+            continue  # fleet size unknown: no reading (hold)
+        ready = round(replicas or 0.0)
+        lost = totals.get("lost")
+        incomplete = lost is not None and not (math.isfinite(lost) and lost <= 0)
+        if incomplete and ready == 0:
+            continue  # every replica it had is unreachable: missing, never idle
+        # No series for a signal: an empty fleet has none (zero demand); a
+        # running one lacks the gauge/counter (old vLLM) or a window (just started).
+        empty_fleet = ready == 0
 
-        def rate(
-            signal: str, totals: dict[str, float | None] = totals, empty: float | None = empty_fleet
-        ) -> float | None:
-            value = totals.get(signal)
-            return max(0.0, value) if value is not None else empty
-
-        def total(signal: str, totals: dict[str, float | None] = totals) -> float | None:
-            return totals.get(signal)
-
-        kv_sum, kv_count = total("kv_sum"), total("kv_count")
+        rate = partial(_signal, totals, empty_fleet, incomplete)
+        gauge = partial(_gauge, totals, empty_fleet, incomplete)
+        kv_sum, kv_count = totals.get("kv_sum"), totals.get("kv_count")
+        kv = None
+        if _known(kv_sum) and _known(kv_count) and kv_count:
+            assert kv_sum is not None and kv_count is not None
+            kv = kv_sum / kv_count
         completions = rate("completions")
-        delta = total("in_system_delta")
+        delta = totals.get("in_system_delta")
         arrival = None
-        if completions is not None:
+        if completions is not None and (delta is None or math.isfinite(delta)):
             arrival = max(0.0, completions + (delta or 0.0) / window)
-        out[selection] = Reading(
+        reading = Reading(
             time_s=time_s,
             ready_replicas=ready,
-            waiting=max(0.0, total("waiting") or 0.0),
-            running=max(0.0, total("running") or 0.0),
-            kv_usage=(kv_sum / kv_count) if kv_sum is not None and kv_count else None,
+            waiting=gauge("waiting"),
+            # incomplete: the readable replicas' sum, a lower bound that still
+            # says "traffic present" (IsActive), which NaN would not
+            running=partial(_gauge, totals, empty_fleet, False)("running"),
+            kv_usage=kv,
             arrival_rate_rps=arrival,
             completion_rate_rps=completions,
             prompt_tokens_per_s=rate("prompt_tokens"),
             generation_tokens_per_s=rate("generation_tokens"),
             preemptions_per_s=rate("preemptions"),
         )
+        if usable(reading):
+            out[selection] = reading
     return out

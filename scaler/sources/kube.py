@@ -1,12 +1,22 @@
-"""Kubernetes discovery: the Ready pods of a label selector -> scrape URLs.
+"""Kubernetes discovery: the pods of a label selector -> scrape URLs.
 
 Only this module talks to the Kubernetes API (the official ``kubernetes``
 client, synchronous, so calls run in a thread executor). For each
 ``(namespace, podSelector)`` it lists pods (cached for ``discovery_interval_s``
-to spare the API server), scrapes the Ready ones directly, and reports how
+to spare the API server), scrapes every Running pod that has an IP and is
+not being deleted, and reports how
 long pods took from creation to Ready: the measured lead time behind
 ``leadTimeSeconds: auto`` (it includes waiting for a node, pulling the image
 and loading the model).
+
+Readiness decides what counts, not what is read: only Ready pods are ready
+replicas, but a Running pod that is not Ready (readiness timing out under
+load, a crash loop) still holds a queue, so its page is summed in. A Ready
+pod that cannot be scraped makes its ScaledObjects get no reading (hold); a
+not-Ready pod that cannot be scraped is ignored while it is starting (never
+scraped before), and makes the reading *incomplete* (unknown queue: NaN) when
+it served within the last ``scrape.FORGET_AFTER_S``. No pod at all is an
+empty fleet: zero demand.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from scaler.sources.model import History, Reading, Selection, SourceError, SourceSpec
-from scaler.sources.scrape import ScrapeSource
+from scaler.sources.scrape import ScrapeSource, aggregate
 
 DEFAULT_VLLM_PORT = 8000
 _PORT_NAMES = ("metrics", "http", "http-metrics")
@@ -37,6 +47,8 @@ class PodInfo:
     port: int
     created_s: float | None
     ready_s: float | None
+    running: bool = False
+    """Running with an IP and not being deleted: scraped, Ready or not."""
 
     @property
     def metrics_url(self) -> str:
@@ -79,13 +91,15 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
             port = chosen
     deleting = bool(meta.get("deletionTimestamp"))
     ip = status.get("podIP") or ""
+    running = bool(ip) and not deleting and status.get("phase") == "Running"
     return PodInfo(
         name=str(meta.get("name", "")),
         ip=str(ip),
-        ready=ready and bool(ip) and not deleting and status.get("phase") == "Running",
+        ready=ready and running,
         port=port,
         created_s=_timestamp(meta.get("creationTimestamp")),
         ready_s=ready_s,
+        running=running,
     )
 
 
@@ -189,20 +203,28 @@ class KubernetesSource:
         if groups and not pods_of:
             first = next(a for a in answers if isinstance(a, BaseException))
             raise SourceError(str(first))
-        concrete: dict[Selection, Selection] = {}
+        urls = [p.metrics_url for group in groups for p in pods_of.get(group, ()) if p.running]
+        good = await self.scraper.scrape_urls(urls, at_s)
+        out: dict[Selection, Reading] = {}
         for selection in selections:
             pods = pods_of.get((selection.namespace, selection.pod_selector))
             if pods is None:
                 continue
-            urls = tuple(sorted(p.metrics_url for p in pods if p.ready))
-            concrete[selection] = replace(selection, urls=urls)
-        readings = await self.scraper.read(list(concrete.values()), at_s)
-        out: dict[Selection, Reading] = {}
-        for selection, scrape_selection in concrete.items():
-            reading = readings.get(scrape_selection)
+            scraped = [p for p in pods if p.running and p.metrics_url in good]
+            failed = [p for p in pods if p.running and p.metrics_url not in good]
+            if any(p.ready for p in failed):
+                continue  # a serving replica could not be read: no reading (hold)
+            # a not-Ready pod that answered before holds a queue we cannot see now
+            lost = any(self.scraper.known(p.metrics_url) for p in failed)
+            reading = aggregate(
+                selection,
+                [good[p.metrics_url] for p in scraped],
+                at_s,
+                ready=[p.ready for p in scraped],
+                incomplete=lost,
+            )
             if reading is None:
                 continue
-            pods = pods_of[(selection.namespace, selection.pod_selector)]
             samples = tuple(s for p in pods if (s := p.startup_s) is not None)
             out[selection] = replace(reading, lead_time_samples_s=samples)
         return out

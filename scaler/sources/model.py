@@ -100,8 +100,13 @@ class Reading:
     """What the fleet of one ScaledObject looked like at ``time_s``.
 
     Rates are per second over the source's rate window (Prometheus) or since
-    the previous scrape (direct); ``None`` means "not measurable yet" (first
-    scrape, or the counter is absent on that vLLM version).
+    the previous scrape (direct); ``None`` means "not measurable" (first
+    scrape, a restart, the counter is absent on that vLLM version, or some
+    replica could not be read). ``waiting`` is NaN when unknown (a replica
+    could not be read, or the gauge is absent); ``running`` is NaN when the
+    gauge is absent, and the readable replicas' sum (a lower bound) when some
+    replica could not be read. Missing data is never reported as zero, which
+    the policy would read as an idle fleet.
     ``arrival_rate_rps`` = finished requests per second + growth of requests
     in the system (waiting + running) per second: an exact balance over the
     window, and unlike completions alone it rises the moment a burst queues.
@@ -118,6 +123,18 @@ class Reading:
     generation_tokens_per_s: float | None = None
     preemptions_per_s: float | None = None
     lead_time_samples_s: tuple[float, ...] = field(default=(), compare=False)
+
+
+def usable(reading: Reading) -> bool:
+    """Whether the policy can act on ``reading``: it knows the queue or KV usage.
+
+    Sources drop readings that know neither, so the state sees "no reading"
+    and the data's age keeps growing (stale hold, then ``fallbackReplicas``);
+    a NaN-only reading would look fresh yet never reach the fallback.
+    """
+    return math.isfinite(reading.waiting) or (
+        reading.kv_usage is not None and math.isfinite(reading.kv_usage)
+    )
 
 
 def finite_or_error(value: float, what: str) -> float:

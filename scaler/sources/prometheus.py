@@ -22,7 +22,7 @@ from urllib3.util.retry import Retry
 
 from scaler.sources.grouping import HISTORY_SIGNALS, split_history, split_instant, split_range
 from scaler.sources.model import History, Reading, Selection, SourceError, SourceSpec
-from scaler.sources.promql import SIGNALS, build_plan
+from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, SIGNALS, build_plan
 
 _EPOCH = datetime.fromtimestamp(0, tz=UTC)  # placeholder; params carry the real range
 
@@ -35,7 +35,7 @@ class PrometheusSource:
         address: str,
         *,
         timeout_s: float = 3.0,
-        rate_window_s: float = 60.0,
+        rate_window_s: float = DEFAULT_RATE_WINDOW_S,
         executor: concurrent.futures.Executor | None = None,
         max_range_points: int = 10_000,
     ) -> None:

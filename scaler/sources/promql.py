@@ -25,8 +25,21 @@ never a grouping label):
   arrivals = completions + delta / W (exact balance, and it rises as soon as
   a burst queues, long before completions do).
 - ``prompt_tokens``, ``generation_tokens``, ``preemptions``: counter rates.
+- ``lost``: replicas whose vLLM series vanished while their target is still
+  scraped: series seen in the last ``lost_lookback_s`` (default 1 h) that are
+  absent now, on an ``(instance, job)`` that still has an ``up`` series. That
+  is a failing scrape (``up == 0``: crash loop, overload, NetworkPolicy) or a
+  replica that stopped exposing the gauges, never a removed pod (its ``up``
+  goes stale with it). A selection with lost replicas reads as *incomplete*
+  (``scaler.sources.grouping``): missing data, not an idle fleet; a fleet
+  scaled to zero has no targets and still reads as zero demand.
 - ``health``: ``count(up)``: a Prometheus that knows no targets at all (or a
   proxy answering empty) is "down", not "zero traffic".
+
+The rate window (``rate_window_s``, default 120 s, ``prescaler serve
+--rate-window-seconds``) must span at least ~4 scrape intervals: with 60 s
+and the default 1 min scrape interval, ``rate()`` often sees a single sample
+of a target and drops it from the sum.
 """
 
 from __future__ import annotations
@@ -48,8 +61,14 @@ SIGNALS: tuple[str, ...] = (
     "prompt_tokens",
     "generation_tokens",
     "preemptions",
+    "lost",
     "health",
 )
+
+DEFAULT_RATE_WINDOW_S = 120.0
+"""Four 30 s scrapes or two 60 s ones (see the module docstring)."""
+LOST_LOOKBACK_S = 3600.0
+"""How long a replica whose scrape fails keeps counting as lost (``lost``)."""
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 
@@ -97,13 +116,18 @@ def _agg(op: str, labels: Sequence[str], expr: str) -> str:
     return f"{op}{by} ({expr})"
 
 
-def build_plan(selections: Sequence[Selection], rate_window_s: float = 60.0) -> QueryPlan:
+def build_plan(
+    selections: Sequence[Selection],
+    rate_window_s: float = DEFAULT_RATE_WINDOW_S,
+    lost_lookback_s: float = LOST_LOOKBACK_S,
+) -> QueryPlan:
     """All queries for ``selections`` (non-empty), one per signal."""
     if not selections:
         raise ValueError("build_plan needs at least one selection")
     labels = group_labels_for(selections)
     flt = _filter_for(selections)
     window = format_window(rate_window_s)
+    lookback = format_window(lost_lookback_s)
     per_instance = list(labels) if "instance" in labels else [*labels, "instance"]
 
     def metric(name: str) -> str:
@@ -134,6 +158,16 @@ def build_plan(selections: Sequence[Selection], rate_window_s: float = 60.0) -> 
         ),
         "preemptions": _agg(
             "sum", labels, f"rate({metric('vllm:num_preemptions_total')}[{window}])"
+        ),
+        "lost": _agg(
+            "count",
+            labels,
+            _agg(
+                "count",
+                per_instance,
+                f"(last_over_time({metric('vllm:num_requests_running')}[{lookback}])"
+                f" unless {metric('vllm:num_requests_running')}) and on (instance, job) up",
+            ),
         ),
         "health": "count(up)",
     }

@@ -3,9 +3,11 @@
 For clusters without Prometheus, or when its scrape interval is too coarse.
 Every distinct URL is scraped once per refresh however many ScaledObjects
 list it (aiohttp, one timeout for all). Rates come from successive scrapes
-of the same URL. A ScaledObject whose URLs did not all answer with vLLM
-metrics gets no reading this time: the state holds its last good data
-rather than reading a dead replica as an idle one.
+of the same URL (only between pages of the same process: see
+``scaler.sources.vllm_text``). A ScaledObject whose URLs did not all answer
+with vLLM metrics *for its selection* gets no reading this time: the state
+holds its last good data rather than reading a dead replica, or a URL that
+serves another model, as an idle one.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from scaler.sources.model import History, Reading, Selection, SourceSpec
+from scaler.sources.model import History, Reading, Selection, SourceSpec, usable
 from scaler.sources.vllm_text import Page, page_rates, parse_vllm_text, select
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024
@@ -73,6 +75,10 @@ class ScrapeSource:
         except (UnicodeDecodeError, ValueError) as exc:
             raise ScrapeError(f"{url}: {exc}") from exc
 
+    def known(self, url: str) -> bool:
+        """Whether ``url`` gave a vLLM page within the last ``FORGET_AFTER_S``."""
+        return url in self._targets
+
     async def scrape_urls(self, urls: Sequence[str], at_s: float) -> dict[str, TargetState]:
         """Scrape ``urls`` concurrently; the URLs that answered, with their state."""
         unique = list(dict.fromkeys(urls))
@@ -98,7 +104,9 @@ class ScrapeSource:
         out: dict[Selection, Reading] = {}
         for selection in dict.fromkeys(selections):
             if all(u in good for u in selection.urls):
-                out[selection] = aggregate(selection, [good[u] for u in selection.urls], at_s)
+                reading = aggregate(selection, [good[u] for u in selection.urls], at_s)
+                if reading is not None:
+                    out[selection] = reading
         return out
 
     async def read_range(
@@ -117,20 +125,39 @@ class ScrapeSource:
             self._session = None
 
 
-def aggregate(selection: Selection, targets: Sequence[TargetState], at_s: float) -> Reading:
-    """Sum one selection's series over its replicas (and over ``engine``)."""
+def aggregate(
+    selection: Selection,
+    targets: Sequence[TargetState],
+    at_s: float,
+    *,
+    ready: Sequence[bool] | None = None,
+    incomplete: bool = False,
+) -> Reading | None:
+    """Sum one selection's series over its replicas (and over ``engine``).
+
+    ``ready[i]`` says whether ``targets[i]`` counts as a ready replica (all do
+    by default; Kubernetes passes pod readiness: a Running-but-not-Ready pod's
+    queue is real demand, but it is no serving capacity). ``None`` when a
+    target has no series for the selection (a wrong URL or model is missing
+    data, not an idle replica). ``incomplete`` (a replica known to exist could
+    not be read) makes waiting NaN and rates unknown: the policy may then
+    raise the answer but never lower it (``running`` stays the readable
+    replicas' sum, a lower bound). No targets at all is an empty fleet: zero
+    demand.
+    """
     accept = selection.matches
-    ready = 0
+    counted = ready if ready is not None else [True] * len(targets)
+    replicas = 0
     waiting = running = 0.0
     kv_values: list[float] = []
     rate_sums: dict[str, float] = {}
-    rates_known = bool(targets)
-    for target in targets:
+    rates_known = bool(targets) and not incomplete
+    for target, is_ready in zip(targets, counted, strict=True):
         values = target.page.values
         running_here = list(select(values, "vllm:num_requests_running", accept))
         if not running_here:
-            continue  # this replica serves another model
-        ready += 1
+            return None  # this URL serves another model (or none): not "idle"
+        replicas += int(is_ready)
         running += sum(running_here)
         waiting += sum(select(values, "vllm:num_requests_waiting", accept))
         kv_here = list(select(values, "vllm:kv_cache_usage_perc", accept)) or list(
@@ -152,7 +179,7 @@ def aggregate(selection: Selection, targets: Sequence[TargetState], at_s: float)
                 rate_sums[name] = rate_sums.get(name, 0.0) + value
 
     def rate(name: str) -> float | None:
-        if ready == 0:
+        if not targets and not incomplete:
             return 0.0
         if not rates_known:
             return None
@@ -168,11 +195,11 @@ def aggregate(selection: Selection, targets: Sequence[TargetState], at_s: float)
     kv = sum(kv_values) / len(kv_values) if kv_values else None
     if kv is not None and not math.isfinite(kv):
         kv = None
-    return Reading(
+    reading = Reading(
         time_s=at_s,
-        ready_replicas=ready,
-        waiting=max(0.0, waiting),
-        running=max(0.0, running),
+        ready_replicas=replicas,
+        waiting=math.nan if incomplete else max(0.0, waiting),
+        running=max(0.0, running),  # incomplete: a lower bound (traffic seen is traffic)
         kv_usage=kv,
         arrival_rate_rps=arrival,
         completion_rate_rps=completions,
@@ -180,3 +207,4 @@ def aggregate(selection: Selection, targets: Sequence[TargetState], at_s: float)
         generation_tokens_per_s=rate("vllm:generation_tokens_total"),
         preemptions_per_s=rate("vllm:num_preemptions_total"),
     )
+    return reading if usable(reading) else None

@@ -127,7 +127,10 @@ def test_every_panel_query_returns_data(
          emu_support.running_emulators(1, served_model_name=MODEL, metrics_version="v0",
                                        max_num_seqs=2) as v0_urls:
         urls = v1_urls + v0_urls
-        targets = [prom_support.Target(u.removeprefix("http://"), {"pod": f"vllm-{i}"})
+        # the ScaledObject's namespace, as ServiceMonitor relabelling adds it: the
+        # scaler confines its Prometheus queries to it
+        targets = [prom_support.Target(u.removeprefix("http://"),
+                                       {"pod": f"vllm-{i}", "namespace": SO_NAMESPACE})
                    for i, u in enumerate(urls)]
         targets.append(prom_support.Target(f"127.0.0.1:{scaler_ports[1]}", {"pod": "prescaler"}))
         with prom_support.running_prometheus(targets, scrape_interval_s=0.5,

@@ -140,6 +140,54 @@ async def test_range_read_equals_instant_reads_at_the_same_times(prom: Prometheu
         await source.close()
 
 
+def test_failing_scrapes_read_as_missing_never_as_idle() -> None:
+    """Review #1 against a real Prometheus: when a replica's scrape fails
+    (``up == 0``) its vLLM series go stale at once. The ``lost`` query still
+    sees it, so the reading is partial (waiting NaN), and with every replica
+    failing there is no reading at all, instead of "0 replicas, 0 waiting"."""
+    import asyncio
+    import math
+
+    a = FakeVllm(model="llama", engines=[Engine(waiting=4, running=2, kv=0.5)]).start()
+    b = FakeVllm(model="llama", engines=[Engine(waiting=6, running=2, kv=0.7)]).start()
+    try:
+        targets = [Target(r.address, {"namespace": "llm"}) for r in (a, b)]
+        with running_prometheus(targets) as server:
+            server.wait_for_targets_up(2)
+            server.wait_for("vllm:num_requests_running", min_series=2)
+            llama, idle = sel('namespace="llm"', "llama"), sel('namespace="idle"')
+
+            def read() -> dict[Selection, object]:
+                async def go() -> dict[Selection, object]:
+                    source = PrometheusSource(server.url, rate_window_s=5)
+                    try:
+                        return await source.read([llama, idle], time.time())  # type: ignore[return-value]
+                    finally:
+                        await source.close()
+
+                return asyncio.run(go())
+
+            whole = read()[llama]
+            assert (whole.ready_replicas, whole.waiting) == (2, 10.0)  # type: ignore[attr-defined]
+            b.mode = "refuse"
+            server.wait_for("up == 0", min_series=1)
+            time.sleep(0.5)
+            readings = read()
+            partial = readings[llama]
+            assert partial.ready_replicas == 1  # type: ignore[attr-defined]
+            assert math.isnan(partial.waiting)  # type: ignore[attr-defined]
+            assert partial.kv_usage == 0.5  # type: ignore[attr-defined]
+            # a namespace with no vLLM at all is still an empty fleet: zero
+            assert readings[idle].waiting == 0.0  # type: ignore[attr-defined]
+            a.mode = "refuse"
+            server.wait_for("up == 0", min_series=2)
+            time.sleep(0.5)
+            assert llama not in read()
+    finally:
+        a.stop()
+        b.stop()
+
+
 def test_real_emulators_of_both_generations_are_read() -> None:
     """The engine emulator (V1 and V0 text) through a real Prometheus."""
     import asyncio

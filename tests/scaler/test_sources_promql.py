@@ -162,14 +162,36 @@ def test_a_selection_with_no_series_reads_as_an_empty_fleet() -> None:
     assert (reading.ready_replicas, reading.waiting, reading.arrival_rate_rps) == (0, 0.0, 0.0)
 
 
-@pytest.mark.parametrize("bad", ["NaN", "+Inf", "banana"])
-def test_non_finite_values_are_a_source_error(bad: str) -> None:
-    """NaN or Inf from Prometheus is 'no trustworthy data', never a number."""
+def test_a_non_number_from_prometheus_is_a_source_error() -> None:
+    """A value that is not a number at all is a broken answer, not data."""
     sel = _sel('namespace="a"')
     plan = build_plan([sel], 60)
-    answers = _answers({("a", "llama"): {"waiting": bad, "replicas": "1"}})
+    answers = _answers({("a", "llama"): {"waiting": "banana", "replicas": "1"}})
     with pytest.raises(SourceError):
         split_instant(plan, answers, [sel], 1.0)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf"])
+def test_a_non_finite_group_spoils_only_the_selections_that_match_it(bad: str) -> None:
+    """Review #4: team-b's NaN KV group must not stop team-a's reading (before:
+    SourceError for every ScaledObject on that Prometheus)."""
+    a, b = _sel('namespace="a"'), _sel('namespace="b"')
+    plan = build_plan([a, b], 60)
+    common = {"waiting": "2", "running": "1", "replicas": "1", "completions": "1"}
+    answers = _answers(
+        {
+            ("a", "llama"): {**common, "kv_sum": "0.5", "kv_count": "1"},
+            ("b", "llama"): {**common, "kv_sum": bad, "kv_count": "1", "waiting": bad},
+        }
+    )
+    readings = split_instant(plan, answers, [a, b], 1.0)
+    assert readings[a].kv_usage == 0.5 and readings[a].waiting == 2.0
+    # team-b: its bad signals are unknown (never a number), the rest still reads;
+    # with neither waiting nor KV known it gets no reading at all (hold)
+    assert b not in readings
+    answers["waiting"][1]["value"] = [100.0, "3"]
+    got = split_instant(plan, answers, [a, b], 1.0)[b]
+    assert got.waiting == 3.0 and got.kv_usage is None and got.completion_rate_rps == 1.0
 
 
 def test_an_empty_health_answer_is_a_source_error() -> None:
@@ -191,9 +213,15 @@ def test_split_range_gives_one_reading_per_evaluation_time() -> None:
     answers["waiting"] = [{"metric": labels, "values": [[10, "2"], [15, "NaN"], [20, "7"]]}]
     answers["replicas"] = [{"metric": labels, "values": [[10, "1"], [15, "1"], [20, "2"]]}]
     out = split_range(plan, answers, [sel])[sel]
+    # a NaN queue with no KV usage either is a gap (missing), never a zero
+    assert [r.time_s for r in out] == [10.0, 20.0]
+    assert [r.waiting for r in out] == [2.0, 7.0]
+    assert [r.ready_replicas for r in out] == [1, 2]
+    answers["kv_sum"] = [{"metric": labels, "values": [[10, "0.1"], [15, "0.2"], [20, "0.4"]]}]
+    answers["kv_count"] = [{"metric": labels, "values": [[10, "1"], [15, "1"], [20, "2"]]}]
+    out = split_range(plan, answers, [sel])[sel]
     assert [r.time_s for r in out] == [10.0, 15.0, 20.0]
-    assert [r.waiting for r in out] == [2.0, 0.0, 7.0]
-    assert [r.ready_replicas for r in out] == [1, 1, 2]
+    assert math.isnan(out[1].waiting) and out[1].kv_usage == 0.2
 
 
 @settings(max_examples=60, deadline=None)
@@ -259,3 +287,161 @@ def _tokens_of(r: object) -> float | None:
     parts = [r.prompt_tokens_per_s, r.generation_tokens_per_s]  # type: ignore[attr-defined]
     known = [p for p in parts if p is not None]
     return sum(known) if known else None
+
+
+# ------------------------------------------------- missing data is never idle (review #1)
+
+
+def _decide(reading: object) -> object:
+    from scaler.policy import Decision, ReplicaCapacity, decide
+    from scaler.settings import parse_settings
+    from scaler.state import observation_from
+
+    settings = parse_settings(
+        {
+            "prometheusAddress": "http://p:9090",
+            "forecast": "off",
+            "scaleDownStabilizationSeconds": "0",
+        }
+    )
+    history = [Decision(90.0, 10, "queue", {"recommendation": 10.0})]
+    obs = None if reading is None else observation_from(reading, 100.0)  # type: ignore[arg-type]
+    return decide(obs, None, settings, history, ReplicaCapacity.unknown(), now=100.0)
+
+
+def test_every_replica_lost_gives_no_reading_so_the_policy_holds() -> None:
+    """Review #1: every vLLM scrape fails (``up == 0``): the vLLM series are gone
+    but ``lost`` counts the replicas still scraped. Before: ready 0, waiting 0
+    -> decide said 0 'idle'. Now: no reading -> stale hold at 10."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    answers = _answers({("a", "llama"): {"lost": "4"}})
+    readings = split_instant(plan, answers, [sel], 100.0)
+    assert sel not in readings
+    decision = _decide(readings.get(sel))
+    assert (decision.replicas, decision.reason) == (10, "stale_hold")  # type: ignore[attr-defined]
+
+
+def test_some_replicas_lost_makes_the_reading_partial() -> None:
+    """Two of four replicas unreadable: their queue is unknown, so waiting is NaN
+    and rates unknown; the policy may raise, never lower (partial_hold)."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    answers = _answers(
+        {
+            ("a", "llama"): {
+                "lost": "2",
+                "replicas": "2",
+                "waiting": "0",
+                "running": "3",
+                "kv_sum": "0.2",
+                "kv_count": "2",
+                "completions": "0",
+            }
+        }
+    )
+    reading = split_instant(plan, answers, [sel], 100.0)[sel]
+    assert reading.ready_replicas == 2 and math.isnan(reading.waiting)
+    assert reading.arrival_rate_rps is None and reading.kv_usage == pytest.approx(0.1)
+    assert reading.running == 3.0  # the readable replicas' sum: traffic seen keeps IsActive
+    decision = _decide(reading)
+    assert (decision.replicas, decision.reason) == (10, "partial_hold")  # type: ignore[attr-defined]
+
+
+def test_replicas_without_the_waiting_gauge_read_waiting_as_unknown() -> None:
+    """Replicas present but the vLLM queue gauge absent: unknown, not zero."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel], 60)
+    answers = _answers({("a", "llama"): {"replicas": "3", "kv_sum": "0.3", "kv_count": "3"}})
+    reading = split_instant(plan, answers, [sel], 100.0)[sel]
+    assert math.isnan(reading.waiting) and math.isnan(reading.running)
+    assert reading.arrival_rate_rps is None
+    assert _decide(reading).reason == "partial_hold"  # type: ignore[attr-defined]
+
+
+def test_a_fleet_scaled_to_zero_still_reads_as_zero_demand() -> None:
+    """No series and nothing lost (pods deleted, Prometheus healthy): zero, so
+    scale-to-zero and forecast-driven scale-from-zero keep working."""
+    sel = _sel('namespace="a"')
+    plan = build_plan([sel, _sel('namespace="b"')], 60)
+    answers = _answers({("b", "llama"): {"lost": "1"}})  # another tenant's trouble
+    reading = split_instant(plan, answers, [sel], 100.0)[sel]
+    assert (reading.ready_replicas, reading.waiting, reading.arrival_rate_rps) == (0, 0.0, 0.0)
+
+
+def test_lost_query_counts_vanished_series_of_targets_still_scraped() -> None:
+    plan = build_plan([_sel('namespace="llm"', model="m")], 60)
+    assert plan.queries["lost"] == (
+        "count by (model_name, namespace) (count by (model_name, namespace, instance) "
+        '((last_over_time(vllm:num_requests_running{namespace="llm",model_name="m"}[3600s]) '
+        'unless vllm:num_requests_running{namespace="llm",model_name="m"}) '
+        "and on (instance, job) up))"
+    )
+
+
+# ------------------------------------------------------ tenancy and window (#2, #3)
+
+
+def test_prometheus_selection_is_confined_to_the_scaledobject_namespace() -> None:
+    """Review #2: ``model`` alone used to sum every namespace's queue."""
+    from scaler.settings import parse_settings
+    from scaler.sources import selection_for
+
+    prom = {"prometheusAddress": "http://p:9090", "model": "meta-llama/Meta-Llama-3-8B-Instruct"}
+    _, selection = selection_for(parse_settings(prom), "team-a")
+    plan = build_plan([selection], 120)
+    assert plan.queries["waiting"] == (
+        "sum by (model_name, namespace) (vllm:num_requests_waiting"
+        '{namespace="team-a",model_name="meta-llama/Meta-Llama-3-8B-Instruct"})'
+    )
+    assert selection.matches({"namespace": "team-a", "model_name": prom["model"]})
+    assert not selection.matches({"namespace": "team-b", "model_name": prom["model"]})
+    # a selector that names namespace is the user's choice: nothing is added
+    _, chosen = selection_for(parse_settings({**prom, "selector": 'namespace=~"a|b"'}), "team-a")
+    assert [m.name for m in chosen.matchers] == ["namespace", "model_name"]
+    assert chosen.matches({"namespace": "b", "model_name": prom["model"]})
+    # direct scrapes carry no namespace label: not filtered on it
+    _, scraped = selection_for(parse_settings({"metricsUrls": "http://v:8000/metrics"}), "team-a")
+    assert scraped.matchers == ()
+
+
+def test_default_rate_window_is_two_minutes() -> None:
+    """Review #3: 60 s dropped targets scraped every 60 s from rate()."""
+    from scaler.sources.prometheus import PrometheusSource
+
+    plan = build_plan([_sel('namespace="a"')])
+    assert "[120s]" in plan.queries["completions"] and plan.rate_window_s == 120
+    assert PrometheusSource("http://p:9090").rate_window_s == 120
+
+
+def test_serve_rate_window_flag_reaches_the_prometheus_source() -> None:
+    """Review #3: ``prescaler serve --rate-window-seconds`` configures the window."""
+    import argparse
+    import asyncio
+
+    from scaler.cli import register, serve_command
+    from scaler.sources import SourceSpec
+    from scaler.sources.prometheus import PrometheusSource
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert parser.parse_args(["serve"]).rate_window_seconds == 120.0
+    assert serve_command(parser.parse_args(["serve", "--rate-window-seconds", "0.5"])) == 2
+
+    class Captured(Exception):
+        pass
+
+    seen: dict[str, object] = {}
+
+    def state_factory(**kwargs: object) -> object:
+        seen.update(kwargs)
+        raise Captured
+
+    with pytest.raises(Captured):
+        serve_command(
+            parser.parse_args(["serve", "--rate-window-seconds", "300"]),
+            state_factory=state_factory,
+        )
+    source = seen["source_factory"](SourceSpec("prometheus", "http://p:9090"))  # type: ignore[operator]
+    assert isinstance(source, PrometheusSource) and source.rate_window_s == 300.0
+    asyncio.run(source.close())

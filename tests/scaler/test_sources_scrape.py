@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,7 +49,9 @@ async def test_each_url_is_scraped_once_for_all_objects(fake_vllm: Callable[...,
         ]
         readings = await source.read(selections, 1.0)
         assert source.scrapes_sent == 1
-        assert readings[selections[0]].waiting == 3 and readings[selections[1]].ready_replicas == 0
+        assert readings[selections[0]].waiting == 3
+        # a listed URL with no series for the selection is missing data, not idle
+        assert selections[1] not in readings
     finally:
         await source.close()
 
@@ -150,10 +153,12 @@ def test_pod_info_reads_ready_port_and_startup_time() -> None:
     info = pod_info(pod("a", 8001))
     assert info.ready and info.metrics_url == "http://127.0.0.1:8001/metrics"
     assert info.startup_s == 150.0
-    assert not pod_info(pod("b", 8000, ready=False)).ready
+    not_ready = pod_info(pod("b", 8000, ready=False))
+    assert not not_ready.ready and not_ready.running  # scraped, not counted
     terminating = pod("c", 8000)
     terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:05:00Z"
-    assert not pod_info(terminating).ready
+    assert not pod_info(terminating).ready and not pod_info(terminating).running
+    assert not pod_info(pod("d", 8000, ip="")).running
     assert pod_info({"metadata": {}, "spec": {}, "status": {}}).port == 8000
 
 
@@ -188,5 +193,67 @@ async def test_discovery_failure_is_a_source_error(api_server: FakeApiServer) ->
     try:
         with pytest.raises(SourceError, match="Kubernetes API"):
             await source.read([Selection(namespace="llm", pod_selector="app=vllm")], 1.0)
+    finally:
+        await source.close()
+
+
+async def test_not_ready_pods_that_serve_count_their_queue(
+    api_server: FakeApiServer, fake_vllm: Callable[..., FakeVllm]
+) -> None:
+    """Review #1: 4 pods all NotReady (readiness timing out under load) used to
+    read as an empty fleet -> decide said 0 'idle'. Their queue is real demand."""
+    from scaler.policy import Decision, ReplicaCapacity, decide
+    from scaler.settings import parse_settings
+    from scaler.state import observation_from
+
+    replicas = [fake_vllm(engines=[Engine(waiting=8, running=4)]) for _ in range(4)]
+    api_server.pods = [
+        pod(f"p{i}", r.server.port, ready=False)  # type: ignore[union-attr]
+        for i, r in enumerate(replicas)
+    ]
+    discovery = PodDiscovery(lambda: api_for_host(api_server.server.url), discovery_interval_s=60)
+    source = KubernetesSource(discovery, ScrapeSource(timeout_s=2))
+    try:
+        selection = Selection(namespace="llm", pod_selector="app=vllm")
+        reading = (await source.read([selection], 600.0))[selection]
+        assert (reading.ready_replicas, reading.waiting, reading.running) == (0, 32.0, 16.0)
+        settings = parse_settings({"podSelector": "app=vllm", "forecast": "off"})
+        decision = decide(
+            observation_from(reading, 600.0),
+            None,
+            settings,
+            [Decision(590.0, 10, "queue", {"recommendation": 10.0})],
+            ReplicaCapacity.unknown(),
+            now=600.0,
+        )
+        assert decision.replicas >= 10 and decision.reason != "idle"
+    finally:
+        await source.close()
+
+
+async def test_a_not_ready_pod_that_served_before_makes_the_read_incomplete(
+    api_server: FakeApiServer, fake_vllm: Callable[..., FakeVllm]
+) -> None:
+    """A pod that answered before and now neither answers nor is Ready (crash
+    loop): its queue is unknown, so waiting is NaN (the policy holds); a pod
+    that never answered (starting) is ignored; no pods at all is zero demand."""
+    ok = fake_vllm(engines=[Engine(waiting=1, running=1, kv=0.5)])
+    flaky = fake_vllm(engines=[Engine(waiting=5, running=2, kv=0.9)])
+    port_ok, port_flaky = ok.server.port, flaky.server.port  # type: ignore[union-attr]
+    api_server.pods = [pod("ok", port_ok), pod("flaky", port_flaky), pod("new", 1, ready=False)]
+    discovery = PodDiscovery(lambda: api_for_host(api_server.server.url), discovery_interval_s=0)
+    source = KubernetesSource(discovery, ScrapeSource(timeout_s=1))
+    try:
+        selection = Selection(namespace="llm", pod_selector="app=vllm")
+        first = (await source.read([selection], 1.0))[selection]
+        assert (first.ready_replicas, first.waiting) == (2, 6.0)  # "new" ignored
+        flaky.stop()
+        api_server.pods[1] = pod("flaky", port_flaky, ready=False)
+        second = (await source.read([selection], 2.0))[selection]
+        assert second.ready_replicas == 1 and math.isnan(second.waiting)
+        assert second.arrival_rate_rps is None and second.kv_usage == 0.5
+        api_server.pods = []
+        empty = (await source.read([selection], 3.0))[selection]
+        assert (empty.ready_replicas, empty.waiting, empty.arrival_rate_rps) == (0, 0.0, 0.0)
     finally:
         await source.close()

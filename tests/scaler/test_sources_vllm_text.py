@@ -72,20 +72,51 @@ def test_rates_from_successive_scrapes_include_queue_growth() -> None:
     assert reading.preemptions_per_s == pytest.approx(1.0)
 
 
-def test_a_counter_reset_counts_from_zero() -> None:
+def test_a_counter_drop_gives_no_rate_for_that_interval() -> None:
+    """Review #6: a drop is a restart or another pod, never ``value / dt``."""
     fake = FakeVllm(engines=[Engine(success=100)])
     first = _state(fake.render(), 0.0)
     fake.engines[0].success = 4
-    reading = aggregate(Selection(), [_state(fake.render(), 2.0, first)], 2.0)
-    assert reading.completion_rate_rps == pytest.approx(2.0)
+    second = _state(fake.render(), 2.0, first)
+    reading = aggregate(Selection(), [second], 2.0)
+    assert reading is not None and reading.completion_rate_rps is None
+    assert reading.arrival_rate_rps is None and reading.waiting == 0.0
+    fake.engines[0].success = 10  # the next interval is comparable again
+    third = _state(fake.render(), 4.0, second)
+    assert aggregate(Selection(), [third], 4.0).completion_rate_rps == 3.0  # type: ignore[union-attr]
 
 
-def test_model_selector_skips_replicas_of_other_models() -> None:
+def _with_start(text: str, start: float) -> str:
+    return text + f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start}\n"
+
+
+def test_a_load_balanced_url_alternating_between_pods_gives_no_rate() -> None:
+    """Review #6 repro: a Service alternating between two pods 5 s apart. Before:
+    23,600 req/s; now rates are keyed on ``process_start_time_seconds``."""
+    pod_a = FakeVllm(engines=[Engine(success=118_000, generation=29_000_000)])
+    pod_b = FakeVllm(engines=[Engine(success=120, generation=30_000)])
+    a = _state(_with_start(pod_a.render(), 1_700_000_000.0), 0.0)
+    b = _state(_with_start(pod_b.render(), 1_700_050_000.0), 5.0, a)
+    assert b.page.start_time_s == 1_700_050_000.0 and b.rates is None
+    a2 = _state(_with_start(pod_a.render().replace("118000", "118100"), 1_700_000_000.0), 10.0, b)
+    assert a2.rates is None  # b -> a: the counter "rose", but it is another process
+    reading = aggregate(Selection(), [a2], 10.0)
+    assert reading is not None and reading.completion_rate_rps is None
+    assert reading.generation_tokens_per_s is None
+    # the same process twice: a normal rate
+    a3 = _state(_with_start(pod_a.render().replace("118000", "118200"), 1_700_000_000.0), 15.0, a2)
+    assert aggregate(Selection(), [a3], 15.0).completion_rate_rps == 20.0  # type: ignore[union-attr]
+
+
+def test_a_url_serving_another_model_is_missing_not_idle() -> None:
+    """Review #1: a listed URL with no series for the selection (wrong ``model``)
+    used to count as "another model", i.e. zero demand."""
     mine = FakeVllm(model="llama", engines=[Engine(waiting=3, running=1)])
     theirs = FakeVllm(model="mistral", engines=[Engine(waiting=9, running=9)])
     sel = Selection((LabelMatcher("model_name", "=", "llama"),))
-    reading = aggregate(sel, [_state(mine.render(), 1), _state(theirs.render(), 1)], 1)
-    assert (reading.ready_replicas, reading.waiting) == (1, 3.0)
+    assert aggregate(sel, [_state(mine.render(), 1), _state(theirs.render(), 1)], 1) is None
+    reading = aggregate(sel, [_state(mine.render(), 1)], 1)
+    assert reading is not None and (reading.ready_replicas, reading.waiting) == (1, 3.0)
 
 
 @pytest.mark.parametrize(
