@@ -215,7 +215,13 @@ def is_active(
         return True
     if not is_fresh(obs, settings):
         return previous
-    return has_traffic(obs) or _forecast_expects_requests(forecast, settings)
+    assert obs is not None
+    seen = has_traffic(obs) or _forecast_expects_requests(forecast, settings)
+    if not _finite(obs.waiting):
+        # Part of the fleet could not be read: what is seen may turn it on,
+        # what is missing never turns it off.
+        return previous or seen
+    return seen
 
 
 def burst_started(prev_obs: Observation | None, obs: Observation | None) -> bool:

@@ -137,6 +137,7 @@ class _Entry:
     active: bool = False
     last_obs: Observation | None = None
     last_fresh_obs: Observation | None = None
+    vanished_since_s: float | None = None
     last_time_s: float | None = None
     forecaster: object | None = None
     forecaster_method: str | None = None
@@ -670,6 +671,7 @@ class ScalerState:
             return False
         entry.last_time_s = t
         obs = observation_from(reading, now_s) if reading is not None else None
+        obs = self._unless_vanished(entry, t, obs)
         lead = self._lead_time(entry)
         if reading is not None:
             if reading.lead_time_samples_s:
@@ -726,6 +728,40 @@ class ScalerState:
             self._export(entry, decision, obs, forecast, lead)
             self._prewarm(entry, capacity, obs, t)
         return burst
+
+    @staticmethod
+    def _unless_vanished(entry: _Entry, t: float, obs: Observation | None) -> Observation | None:
+        """An empty fleet right after a serving one is an outage until proven otherwise.
+
+        Prometheus cannot tell "every pod was scaled away" from "the scrape
+        job vanished", "every pod crashed" or "a spot reclaim took the nodes":
+        all read as zero replicas and zero demand. KEDA only takes a fleet to
+        zero after we answered zero, so while we still ask for replicas an
+        empty reading is treated as no reading (the policy holds, then falls
+        back) for ``fallbackAfterSeconds``; after that it is believed, so a
+        fleet really at zero still gets forecast-driven scale-from-zero.
+        """
+        empty = (
+            obs is not None
+            and obs.ready_replicas <= 0
+            and not (obs.waiting > 0)
+            and not (obs.running > 0)
+        )
+        last = entry.last_fresh_obs
+        serving = last is not None and last.ready_replicas > 0 and entry.decision.replicas > 0
+        if not (empty and serving):
+            entry.vanished_since_s = None
+            return obs
+        if entry.vanished_since_s is None:
+            entry.vanished_since_s = t
+            log.warning(
+                "%s/%s: the fleet's series vanished while %d replicas are wanted; holding",
+                *entry.key,
+                entry.decision.replicas,
+            )
+        if t - entry.vanished_since_s < entry.settings.fallback_after_seconds:
+            return None
+        return obs
 
     # -------------------------------------------------------------- forecast
     def _forecaster(self, entry: _Entry) -> object | None:

@@ -18,7 +18,7 @@ from scaler.policy import (
     decide,
     is_active,
 )
-from scaler.settings import ScalerSettings
+from scaler.settings import ScalerSettings, parse_settings
 
 NAN = math.nan
 BASE = ScalerSettings(prometheus_address="http://p:9090")
@@ -402,3 +402,15 @@ def test_no_replicas_means_no_kv_signal_to_miss() -> None:
     last = Decision(0.0, 2, "queue", {"recommendation": 2.0})
     d = decide(obs(time_s=1000.0, ready_replicas=0, kv_usage=NAN), None, BASE, [last], UNKNOWN)
     assert (d.replicas, d.reason) == (0, "idle")
+
+
+def test_partial_data_turns_activity_on_but_never_off() -> None:
+    """Waiting unknown (a replica could not be read): previous activity is kept."""
+    s = parse_settings({"prometheusAddress": "http://p:9090", "minReplicas": "0"})
+    quiet = Observation(100.0, 2, NAN, 0.0, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert is_active(quiet, None, s, previous=True)
+    assert not is_active(quiet, None, s, previous=False)
+    busy = dataclasses.replace(quiet, running=3.0)
+    assert is_active(busy, None, s, previous=False)
+    full = dataclasses.replace(quiet, waiting=0.0)
+    assert not is_active(full, None, s, previous=True)

@@ -420,3 +420,85 @@ async def test_measured_pod_start_times_set_the_lead_time() -> None:
         assert float(lines[0].rsplit(" ", 1)[1]) == pytest.approx(170.0)
     finally:
         await state.stop()
+
+
+async def test_a_vanished_fleet_is_held_until_the_fallback_bound_then_believed() -> None:
+    """Series gone while replicas are wanted (crash, spot reclaim, scrape job
+    deleted): hold, never idle; after fallbackAfterSeconds the empty fleet is
+    believed, so a fleet really at zero can still be woken by the forecast."""
+    serving = queue_of(waiting=12, ready=2)
+
+    def empty(_selection: Selection, t: float) -> Reading:
+        return Reading(
+            time_s=t,
+            ready_replicas=0,
+            waiting=0.0,
+            running=0.0,
+            arrival_rate_rps=0.0,
+            completion_rate_rps=0.0,
+            prompt_tokens_per_s=0.0,
+            generation_tokens_per_s=0.0,
+            preemptions_per_s=0.0,
+        )
+
+    current: list[ReadingFn] = [serving]
+    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), lambda s, t: current[0](s, t))
+    state = make_state(source)
+    settings = parse_settings(
+        {
+            "prometheusAddress": "http://prom:9090",
+            "forecast": "off",
+            "scaleDownStabilizationSeconds": "0",
+            "staleAfterSeconds": "0.5",
+            "fallbackAfterSeconds": "1.5",
+            "maxReplicas": "20",
+        }
+    )
+    state.register("ns", "so", settings)
+    await state.start()
+    try:
+        await wait_until(lambda: state.decision("ns", "so").replicas == 4)
+        current[0] = empty
+        vanished_at = time.monotonic()
+        seen: list[tuple[float, int, str, bool]] = []
+        while time.monotonic() - vanished_at < 1.0:
+            d = state.decision("ns", "so")
+            seen.append(
+                (time.monotonic() - vanished_at, d.replicas, d.reason, state.is_active("ns", "so"))
+            )
+            await asyncio.sleep(0.05)
+        assert all(replicas == 4 and active for _, replicas, _, active in seen), seen
+        assert {"stale_hold"} & {reason for _, _, reason, _ in seen}, seen
+        await wait_until(lambda: state.decision("ns", "so").replicas == 0, 5.0)
+        assert time.monotonic() - vanished_at >= 1.4
+        assert state.decision("ns", "so").reason == "idle"
+    finally:
+        await state.stop()
+
+
+async def test_a_fleet_already_at_zero_reads_as_idle_at_once() -> None:
+    """No pods and nothing wanted: an empty reading is plain zero demand."""
+
+    def empty(_selection: Selection, t: float) -> Reading:
+        return Reading(
+            time_s=t,
+            ready_replicas=0,
+            waiting=0.0,
+            running=0.0,
+            arrival_rate_rps=0.0,
+            completion_rate_rps=0.0,
+            prompt_tokens_per_s=0.0,
+            generation_tokens_per_s=0.0,
+            preemptions_per_s=0.0,
+        )
+
+    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), empty)
+    state = make_state(source)
+    state.register("ns", "so", meta(fallbackReplicas="0"))
+    await state.start()
+    try:
+        await wait_until(lambda: state.decision("ns", "so").reason == "idle")
+        assert state.decision("ns", "so").replicas == 0
+        assert not state.is_active("ns", "so")
+    finally:
+        await state.stop()
