@@ -93,6 +93,21 @@ def queue_of(waiting: float, ready: int = 2, arrival: float = 1.0) -> ReadingFn:
     return reading
 
 
+def empty_fleet(_selection: Selection, t: float) -> Reading:
+    """No pod and no demand: what Prometheus shows for a fleet at zero."""
+    return Reading(
+        time_s=t,
+        ready_replicas=0,
+        waiting=0.0,
+        running=0.0,
+        arrival_rate_rps=0.0,
+        completion_rate_rps=0.0,
+        prompt_tokens_per_s=0.0,
+        generation_tokens_per_s=0.0,
+        preemptions_per_s=0.0,
+    )
+
+
 def meta(**extra: str) -> ScalerSettings:
     base = {
         "prometheusAddress": "http://prom:9090",
@@ -428,19 +443,6 @@ async def test_a_vanished_fleet_is_held_until_the_fallback_bound_then_believed()
     believed, so a fleet really at zero can still be woken by the forecast."""
     serving = queue_of(waiting=12, ready=2)
 
-    def empty(_selection: Selection, t: float) -> Reading:
-        return Reading(
-            time_s=t,
-            ready_replicas=0,
-            waiting=0.0,
-            running=0.0,
-            arrival_rate_rps=0.0,
-            completion_rate_rps=0.0,
-            prompt_tokens_per_s=0.0,
-            generation_tokens_per_s=0.0,
-            preemptions_per_s=0.0,
-        )
-
     current: list[ReadingFn] = [serving]
     source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), lambda s, t: current[0](s, t))
     state = make_state(source)
@@ -458,7 +460,7 @@ async def test_a_vanished_fleet_is_held_until_the_fallback_bound_then_believed()
     await state.start()
     try:
         await wait_until(lambda: state.decision("ns", "so").replicas == 4)
-        current[0] = empty
+        current[0] = empty_fleet
         vanished_at = time.monotonic()
         seen: list[tuple[float, int, str, bool]] = []
         while time.monotonic() - vanished_at < 1.0:
@@ -479,20 +481,7 @@ async def test_a_vanished_fleet_is_held_until_the_fallback_bound_then_believed()
 async def test_a_fleet_already_at_zero_reads_as_idle_at_once() -> None:
     """No pods and nothing wanted: an empty reading is plain zero demand."""
 
-    def empty(_selection: Selection, t: float) -> Reading:
-        return Reading(
-            time_s=t,
-            ready_replicas=0,
-            waiting=0.0,
-            running=0.0,
-            arrival_rate_rps=0.0,
-            completion_rate_rps=0.0,
-            prompt_tokens_per_s=0.0,
-            generation_tokens_per_s=0.0,
-            preemptions_per_s=0.0,
-        )
-
-    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), empty)
+    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), empty_fleet)
     state = make_state(source)
     state.register("ns", "so", meta(fallbackReplicas="0"))
     await state.start()
