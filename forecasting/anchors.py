@@ -116,6 +116,20 @@ def _quiet_forecast(res: Any, horizon_steps: int) -> np.ndarray:
         ctx.__exit__(None, None, None)
 
 
+def _forecast_or_last(fitted: Any, history: np.ndarray, horizon_steps: int) -> np.ndarray:
+    """The fitted model's forecast, or the last value where there is no usable fit.
+
+    A statsmodels fit that failed or diverged must not leave the anchor
+    without an answer: the field's planners fall back to "same as now".
+    """
+    if fitted is None:
+        return np.full(horizon_steps, history[-1])
+    out = _quiet_forecast(fitted, horizon_steps)
+    if not np.all(np.isfinite(out)):
+        return np.full(horizon_steps, history[-1])
+    return out
+
+
 class HoltWinters(_Base):
     """statsmodels ExponentialSmoothing as the Predictive HPA runs it."""
 
@@ -183,12 +197,7 @@ class HoltWinters(_Base):
             ctx.__exit__(None, None, None)
 
     def _point(self, horizon_steps: int) -> np.ndarray:
-        if self._fitted is None:
-            return np.full(horizon_steps, self._require()[-1])
-        out = _quiet_forecast(self._fitted, horizon_steps)
-        if not np.all(np.isfinite(out)):
-            return np.full(horizon_steps, self._require()[-1])
-        return out
+        return _forecast_or_last(self._fitted, self._require(), horizon_steps)
 
 
 class _StateSpace(_Base):
@@ -233,12 +242,7 @@ class _StateSpace(_Base):
             ctx.__exit__(None, None, None)
 
     def _point(self, horizon_steps: int) -> np.ndarray:
-        if self._res is None:
-            return np.full(horizon_steps, self._require()[-1])
-        out = _quiet_forecast(self._res, horizon_steps)
-        if not np.all(np.isfinite(out)):
-            return np.full(horizon_steps, self._require()[-1])
-        return out
+        return _forecast_or_last(self._res, self._require(), horizon_steps)
 
 
 class Arima(_StateSpace):
