@@ -45,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how often forecasters are refitted (default 300)",
     )
     p.add_argument(
+        "--forecast-step-seconds",
+        type=float,
+        default=None,
+        help="forecast bin width, a multiple of --refresh-seconds (default max(15, refresh))",
+    )
+    p.add_argument(
         "--rate-window-seconds",
         type=float,
         default=120.0,
@@ -65,6 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=serve_command)
 
 
+def _is_multiple(value: float, of: float) -> bool:
+    ratio = value / of
+    return ratio >= 1 and abs(ratio - round(ratio)) < 1e-9
+
+
 def _check(args: argparse.Namespace) -> str | None:
     if not 0 <= args.port <= 65535:
         return f"--port must be 0-65535, got {args.port}"
@@ -77,6 +88,9 @@ def _check(args: argparse.Namespace) -> str | None:
     for flag in ("refresh_seconds", "refit_seconds"):
         if not getattr(args, flag) > 0:
             return f"--{flag.replace('_', '-')} must be > 0"
+    step = args.forecast_step_seconds
+    if step is not None and not (step > 0 and _is_multiple(step, args.refresh_seconds)):
+        return "--forecast-step-seconds must be a positive multiple of --refresh-seconds"
     if not args.rate_window_seconds >= 1:
         return "--rate-window-seconds must be >= 1"
     if args.grace_seconds < 0:
@@ -121,6 +135,11 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         refresh_interval_s=args.refresh_seconds,
         refit_interval_s=args.refit_seconds,
         source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
+        **(
+            {"forecast_step_s": args.forecast_step_seconds}
+            if args.forecast_step_seconds is not None
+            else {}
+        ),
     )
     try:
         return asyncio.run(

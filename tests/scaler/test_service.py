@@ -403,6 +403,8 @@ def test_serve_flag_errors() -> None:
         ["serve", "--port", "70000"],
         ["serve", "--client-ca", "ca.pem"],
         ["serve", "--refresh-seconds", "0"],
+        ["serve", "--refresh-seconds", "2", "--forecast-step-seconds", "3"],
+        ["serve", "--forecast-step-seconds", "0"],
         ["serve", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
     ):
         assert serve_command(parser.parse_args(argv), state_factory=FakeState) == 2, argv
