@@ -49,12 +49,17 @@ class BinnedSeries:
         self._last_r = 0.0
         self._last_t = 0.0
         self._n = 0
+        # Bumped whenever the closed bins change; keys tokens_per_request's
+        # cache (asked every refresh, changes only when a bin closes).
+        self._version = 0
+        self._tpr_cache: dict[int, tuple[int, float | None]] = {}
 
     def _push(self, end: float, requests: float, tokens: float) -> None:
         i = self._head
         self._ends[i], self._requests[i], self._tokens[i] = end, requests, tokens
         self._head = (i + 1) % self.capacity
         self._count = min(self._count + 1, self.capacity)
+        self._version += 1
 
     def _ordered(self, values: np.ndarray) -> np.ndarray:
         if self._count < self.capacity:
@@ -140,6 +145,7 @@ class BinnedSeries:
         self._count = keep
         self._head = keep % self.capacity
         self._open_end = round(float(grid[-1] + 1) * self.step_s, 6)
+        self._version += 1
 
     def __len__(self) -> int:
         return self._count
@@ -164,11 +170,20 @@ class BinnedSeries:
         return np.array(ordered[start:stop], dtype=float)
 
     def tokens_per_request(self, last: int) -> float | None:
-        """Mean tokens per request over the last ``last`` bins (None when no requests)."""
+        """Mean tokens per request over the last ``last`` bins (None when no requests).
+
+        Cached until a bin closes: the scaler asks every refresh (several
+        times), bins close only every forecast step.
+        """
+        cached = self._tpr_cache.get(last)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
         r = self.requests(last=last)
         t = self.tokens(last=last)
         total = float(np.sum(r))
-        return float(np.sum(t)) / total if total > 0 else None
+        value = float(np.sum(t)) / total if total > 0 else None
+        self._tpr_cache[last] = (self._version, value)
+        return value
 
 
 class SaturationCapacity:
@@ -182,6 +197,9 @@ class SaturationCapacity:
     def __init__(self, window_s: float = 3600.0, max_samples: int = 720) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, float, float]] = deque(maxlen=max_samples)
+        # The medians, kept until a sample is added or expires (estimate is
+        # asked every refresh; samples change far less often).
+        self._estimate: tuple[float | None, float | None] | None = None
 
     def add(
         self,
@@ -200,6 +218,7 @@ class SaturationCapacity:
             tokens_per_s / ready if math.isfinite(tokens_per_s) and tokens_per_s > 0 else math.nan
         )
         self._samples.append((time_s, requests_per_s / ready, tokens))
+        self._estimate = None
 
     def load(
         self,
@@ -226,11 +245,17 @@ class SaturationCapacity:
         """(requests/s, tokens/s) per replica, or Nones when never saturated lately."""
         while self._samples and now_s - self._samples[0][0] > self.window_s:
             self._samples.popleft()
+            self._estimate = None
+        if self._estimate is not None:
+            return self._estimate
         if not self._samples:
-            return None, None
-        reqs = float(np.median([s[1] for s in self._samples]))
-        toks = [s[2] for s in self._samples if math.isfinite(s[2])]
-        return reqs, (float(np.median(toks)) if toks else None)
+            result: tuple[float | None, float | None] = (None, None)
+        else:
+            reqs = float(np.median([s[1] for s in self._samples]))
+            toks = [s[2] for s in self._samples if math.isfinite(s[2])]
+            result = (reqs, (float(np.median(toks)) if toks else None))
+        self._estimate = result
+        return result
 
 
 def lead_time_from_samples(

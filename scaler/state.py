@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import math
 import sys
@@ -89,8 +90,6 @@ def _nan(value: float | None) -> float:
 
 def observation_from(reading: Reading, now_s: float) -> Observation:
     """The policy's view of one reading (unknowns become NaN)."""
-    tokens = _tokens(reading)
-    del tokens
     return Observation(
         time_s=reading.time_s,
         ready_replicas=reading.ready_replicas,
@@ -103,6 +102,18 @@ def observation_from(reading: Reading, now_s: float) -> Observation:
         preemptions_per_s=_nan(reading.preemptions_per_s),
         data_age_s=max(0.0, now_s - reading.time_s),
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _profile_lead_time(profile: str) -> float | None:
+    """A profile's cold-start time (None when it cannot be resolved); profiles
+    are static, so resolve each once, not every refresh."""
+    try:
+        from engine.profiles import get_profile
+
+        return float(get_profile(profile).startup.total_s)
+    except (ImportError, KeyError, ValueError, AttributeError):
+        return None
 
 
 def _tokens(reading: Reading) -> float:
@@ -152,6 +163,9 @@ class _Entry:
     balloons_applied: bool = False
     last_seen_s: float = field(default_factory=time.monotonic)
     predicted_bin: float | None = None
+    # Caches of things that change only with the settings or new samples.
+    configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
+    measured_lead: tuple[tuple[float, ...], float | None] | None = None
 
 
 class ScalerState:
@@ -626,16 +640,19 @@ class ScalerState:
         settings = entry.settings
         if settings.lead_time_seconds is not None:
             return float(settings.lead_time_seconds)
-        measured = lead_time_from_samples(tuple(entry.lead_samples))
+        samples = tuple(entry.lead_samples)
+        cached = entry.measured_lead
+        if cached is not None and cached[0] == samples:
+            measured = cached[1]
+        else:
+            measured = lead_time_from_samples(samples)
+            entry.measured_lead = (samples, measured)
         if measured is not None:
             return measured
         if settings.profile:
-            try:
-                from engine.profiles import get_profile
-
-                return float(get_profile(settings.profile).startup.total_s)
-            except (ImportError, KeyError, ValueError, AttributeError):
-                pass
+            profile_lead = _profile_lead_time(settings.profile)
+            if profile_lead is not None:
+                return profile_lead
         return DEFAULT_LEAD_TIME_S
 
     def _capacity(self, entry: _Entry, now_s: float) -> ReplicaCapacity:
@@ -644,7 +661,12 @@ class ScalerState:
         Token capacity alone is turned into requests/s with the observed
         tokens per request, so the request-rate forecast can use it too.
         """
-        configured = capacity_for(entry.settings)
+        cached = entry.configured_capacity
+        if cached is not None and cached[0] is entry.settings:
+            configured = cached[1]
+        else:
+            configured = capacity_for(entry.settings)
+            entry.configured_capacity = (entry.settings, configured)
         learned_r, learned_t = entry.capacity_learner.estimate(now_s)
         requests = configured.requests_per_s
         tokens = configured.tokens_per_s
@@ -860,8 +882,7 @@ class ScalerState:
             if obs is not None
             else (entry.last_fresh_obs.ready_replicas if entry.last_fresh_obs is not None else 0)
         )
-        tel.record_decision(ns, name, decision, ready)
-        tel.record_lead_time(ns, name, lead_s)
+        demand: list[tuple[str, float]] = []
         if obs is not None:
             for signal, value in (
                 ("requests_per_s", obs.arrival_rate_rps),
@@ -872,12 +893,13 @@ class ScalerState:
                 ("preemptions_per_s", obs.preemptions_per_s),
             ):
                 if math.isfinite(value):
-                    tel.record_demand(ns, name, signal, value)
+                    demand.append((signal, value))
+        forecasts: list[tuple[str, float, float, float]] = []
         if forecast is not None:
-            tel.record_forecast(
-                ns, name, SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s
-            )
-            tel.record_forecast(ns, name, SIGNAL, 0.5, lead_s, forecast.median_requests_per_s)
+            forecasts.append((SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s))
+            forecasts.append((SIGNAL, 0.5, lead_s, forecast.median_requests_per_s))
+        # One lock acquisition per object, not ten.
+        tel.record_refresh(ns, name, decision, ready, lead_s, demand, forecasts)
 
     def _export_accuracy(self, entry: _Entry, settings: ScalerSettings) -> None:
         ns, name = entry.key

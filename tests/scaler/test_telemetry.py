@@ -111,3 +111,20 @@ def test_ledger_edge_cases() -> None:
     assert math.isnan(ForecastLedger().coverage("x", 0.9))
     with pytest.raises(ValueError):
         ForecastLedger(window=0)
+
+
+def test_record_refresh_equals_the_separate_calls() -> None:
+    """The one-lock refresh path exposes exactly what the separate calls do."""
+    decision = Decision(10.0, 5, "forecast", {"forecast": 5.0}, data_stale=False)
+    demand = [("requests_per_s", 2.5), ("kv_cache_usage", 0.4)]
+    forecasts = [("requests_per_s", 0.5, 150.0, 3.0), ("requests_per_s", 0.9, 150.0, 4.5)]
+    one, separate = ScalerTelemetry(), ScalerTelemetry()
+    one.record_refresh("llm", "so", decision, 3, 150.0, demand, forecasts)
+    separate.record_decision("llm", "so", decision, 3)
+    separate.record_lead_time("llm", "so", 150.0)
+    for signal, value in demand:
+        separate.record_demand("llm", "so", signal, value)
+    for signal, q, h, v in forecasts:
+        separate.record_forecast("llm", "so", signal, q, h, v)
+    assert one.render() == separate.render()
+    assert b'prescaler_forecast{horizon_seconds="150"' in one.render()
