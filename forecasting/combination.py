@@ -68,6 +68,39 @@ def lfilter(b: list[float], a: list[float], x: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
+def _filter_last(b: list[float], a: list[float], d: list[float]) -> float:
+    """``lfilter(b, a, d)[-1]`` for ``len(a) == 3``, without storing the path.
+
+    Same operations in the same order as :func:`lfilter`, so bit-equal; used
+    where only the state at the end of the history is read (predict).
+    """
+    b0, b1, b2 = float(b[0]), float(b[1]), 0.0
+    a1, a2 = float(a[1]), float(a[2])
+    z0 = z1 = 0.0
+    yn = 0.0
+    for xn in d:
+        yn = z0 + b0 * xn
+        z0 = z1 + xn * b1 - yn * a1
+        z1 = xn * b2 - yn * a2
+    return yn
+
+
+def _holt_filters(
+    alpha: float, beta: float, phi: float
+) -> tuple[list[float], list[float], list[float]]:
+    """(level numerator, trend numerator, denominator) of damped Holt (see holt_state)."""
+    a, b = alpha, beta
+    # State x_t = A x_{t-1} + B y_t with x = (level, trend).
+    m = np.array([[1 - a, (1 - a) * phi], [-a * b, phi * (1 - a * b)]])
+    v = np.array([a, a * b])
+    tr, det = m[0, 0] + m[1, 1], m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
+    den = [1.0, float(-tr), float(det)]
+    # Numerators: (I - M z^-1)^-1 v = adj(I - M z^-1) v / det(...)
+    num_l = [float(v[0]), float(-(m[1, 1] * v[0] - m[0, 1] * v[1]))]
+    num_b = [float(v[1]), float(-(m[0, 0] * v[1] - m[1, 0] * v[0]))]
+    return num_l, num_b, den
+
+
 @dataclass(frozen=True)
 class SmoothingParams:
     """Fitted parameters of the smoothing candidates."""
@@ -99,15 +132,7 @@ def holt_state(
     """
     if y.size == 0:
         return np.asarray(y, dtype=float), np.zeros(0)
-    a, b = alpha, beta
-    # State x_t = A x_{t-1} + B y_t with x = (level, trend).
-    m = np.array([[1 - a, (1 - a) * phi], [-a * b, phi * (1 - a * b)]])
-    v = np.array([a, a * b])
-    tr, det = m[0, 0] + m[1, 1], m[0, 0] * m[1, 1] - m[0, 1] * m[1, 0]
-    den = [1.0, -tr, det]
-    # Numerators: (I - M z^-1)^-1 v = adj(I - M z^-1) v / det(...)
-    num_l = [v[0], -(m[1, 1] * v[0] - m[0, 1] * v[1])]
-    num_b = [v[1], -(m[0, 0] * v[1] - m[1, 0] * v[0])]
+    num_l, num_b, den = _holt_filters(alpha, beta, phi)
     d = y - y[0]
     level = np.asarray(lfilter(num_l, den, d)) + y[0]
     trend = np.asarray(lfilter(num_b, den, d))
@@ -135,6 +160,8 @@ class SmoothingBank:
         self.y = np.asarray(y, dtype=float)
         self._ses: dict[float, np.ndarray] = {}
         self._holt: dict[tuple[float, float], tuple[np.ndarray, np.ndarray]] = {}
+        self._ses_end: dict[float, float] = {}
+        self._holt_end: dict[tuple[float, float], tuple[float, float]] = {}
 
     def ses(self, alpha: float) -> np.ndarray:
         if alpha not in self._ses:
@@ -174,6 +201,52 @@ class SmoothingBank:
         lv, tr = self.holt(params.holt_alpha, params.holt_beta)
         holt = lv[idx] + damped_sum(h, params.damping) * tr[idx]
         return np.vstack([self.y[idx], self.ses(params.ses_alpha)[idx], np.maximum(holt, 0.0)])
+
+    def last_forecasts(self, params: SmoothingParams, h: int) -> np.ndarray:
+        """``forecasts(params, [n - 1], h)[:, 0]``, bit for bit, from the end state only.
+
+        Why: predict reads only the smoothers' state after the last
+        observation; this runs each filter once without materialising its
+        path (and level and trend share one pass's input list).
+        """
+        y = self.y
+        n = y.size
+        if n == 0:
+            return self.forecasts(params, np.array([n - 1]), h)[:, 0]
+        y0 = y[0]
+        d: list[float] | None = None
+        a = params.ses_alpha
+        if a in self._ses:
+            ses = float(self._ses[a][-1])
+        elif a not in self._ses_end:
+            if a >= 1.0:
+                self._ses_end[a] = float(y[-1])
+            else:
+                d = (y - y0).tolist()
+                # lfilter's first-order loop: z' = x * 0.0 - y * a1 (b1 padded to 0).
+                b0, a1 = float(a), float(a - 1.0)
+                z = yn = 0.0
+                for xn in d:
+                    yn = z + b0 * xn
+                    z = xn * 0.0 - yn * a1
+                self._ses_end[a] = float(np.float64(yn) + y0)
+            ses = self._ses_end[a]
+        else:
+            ses = self._ses_end[a]
+        key = (params.holt_alpha, params.holt_beta)
+        if key in self._holt:
+            lv_path, tr_path = self._holt[key]
+            lv, tr = float(lv_path[-1]), float(tr_path[-1])
+        else:
+            if key not in self._holt_end:
+                num_l, num_b, den = _holt_filters(key[0], key[1], HOLT_DAMPING)
+                if d is None:
+                    d = (y - y0).tolist()
+                level = float(np.float64(_filter_last(num_l, den, d)) + y0)
+                self._holt_end[key] = (level, _filter_last(num_b, den, d))
+            lv, tr = self._holt_end[key]
+        holt = lv + damped_sum(h, params.damping) * tr
+        return np.array([float(y[-1]), ses, max(holt, 0.0)])
 
 
 def inverse_error_weights(abs_err: np.ndarray, power: float = 2.0) -> np.ndarray:

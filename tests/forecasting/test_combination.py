@@ -17,7 +17,7 @@ from forecasting.combination import (
     min_abs_error_weights,
     ses_level,
 )
-from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster, _sorted_quantile
 
 
 def _holt_loop(y: np.ndarray, a: float, b: float, phi: float) -> tuple[np.ndarray, np.ndarray]:
@@ -181,3 +181,34 @@ def test_own_lfilter_matches_scipy(values: list[float], alpha: float, beta: floa
         ([alpha, 0.0], [1.0, -(1.0 - alpha) * (1 + beta), beta * (1.0 - alpha)]),
     ):
         np.testing.assert_allclose(lfilter(b, a, x), scipy_lfilter(b, a, x), rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=1, max_size=60),
+    st.sampled_from((0.05, 0.2, 0.5)),
+    st.sampled_from((0.1, 0.8)),
+    st.sampled_from((0.02, 0.2)),
+    st.integers(1, 13),
+)
+def test_last_forecasts_equal_the_full_paths_bit_for_bit(
+    values: list[float], alpha: float, h_alpha: float, h_beta: float, h: int
+) -> None:
+    """predict's end-state shortcut must not change a single forecast bit."""
+    y = np.asarray(values)
+    params = SmoothingParams(alpha, h_alpha, h_beta)
+    full = SmoothingBank(y).forecasts(params, np.array([y.size - 1]), h)[:, 0]
+    fresh = SmoothingBank(y)
+    assert np.array_equal(fresh.last_forecasts(params, h), full)
+    assert np.array_equal(fresh.last_forecasts(params, h), full)  # cached end state
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=80),
+    st.floats(0.0, 1.0),
+)
+def test_sorted_quantile_is_numpys_linear_quantile(values: list[float], q: float) -> None:
+    """The rank shortcut on presorted residuals reproduces np.quantile exactly."""
+    xs = np.sort(np.asarray(values))
+    assert _sorted_quantile(xs, q) == float(np.quantile(xs, q))
