@@ -23,8 +23,8 @@ the fits because the anchors are scored as they ship, warnings included.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -101,19 +101,28 @@ class SeasonalNaive(_Base):
         return y[idx]
 
 
-def _quiet() -> Any:
-    ctx = warnings.catch_warnings()
-    ctx.__enter__()
-    warnings.simplefilter("ignore")
-    return ctx
+T = TypeVar("T")
+
+
+def _quietly(fit: Callable[[], T]) -> T | None:
+    """``fit()`` with statsmodels' warnings silenced; None when it cannot fit.
+
+    Convergence and frequency warnings are expected on short or flat
+    windows; a model that fails outright leaves the anchor on its
+    last-value fallback instead of raising mid-backtest.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return fit()
+        except (ValueError, np.linalg.LinAlgError):
+            return None
 
 
 def _quiet_forecast(res: Any, horizon_steps: int) -> np.ndarray:
-    ctx = _quiet()
-    try:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         return np.asarray(res.forecast(horizon_steps), dtype=float)
-    finally:
-        ctx.__exit__(None, None, None)
 
 
 def _forecast_or_last(fitted: Any, history: np.ndarray, horizon_steps: int) -> np.ndarray:
@@ -166,19 +175,14 @@ class HoltWinters(_Base):
         self._params = None
         if arr.size < 4:
             return
-        ctx = _quiet()
-        try:
-            res = self._model(arr).fit()
-            self._fitted = res
+        res = _quietly(self._model(arr).fit)
+        self._fitted = res
+        if res is not None:
             self._params = {
                 k: float(res.params[k])
                 for k in ("smoothing_level", "smoothing_trend", "smoothing_seasonal")
                 if res.params.get(k) is not None and np.isfinite(res.params[k])
             }
-        except (ValueError, np.linalg.LinAlgError):
-            self._fitted = None
-        finally:
-            ctx.__exit__(None, None, None)
 
     def update(self, y: np.ndarray) -> None:
         arr = check_history(y, self._step_s)
@@ -188,13 +192,8 @@ class HoltWinters(_Base):
             self.fit(arr, self._step_s)
             return
         self._y = arr
-        ctx = _quiet()
-        try:
-            self._fitted = self._model(arr).fit(optimized=False, **self._params)
-        except (ValueError, np.linalg.LinAlgError):
-            self._fitted = None
-        finally:
-            ctx.__exit__(None, None, None)
+        params = self._params
+        self._fitted = _quietly(lambda: self._model(arr).fit(optimized=False, **params))
 
     def _point(self, horizon_steps: int) -> np.ndarray:
         return _forecast_or_last(self._fitted, self._require(), horizon_steps)
@@ -213,19 +212,17 @@ class _StateSpace(_Base):
     def _build(self, y: np.ndarray) -> Any:
         raise NotImplementedError
 
+    def _fit_model(self, model: Any) -> Any:
+        return model.fit(disp=False)
+
     def fit(self, y: np.ndarray, step_s: float) -> None:
         super().fit(y, step_s)
         arr = self._require()
         self._res = None
         if arr.size < self.min_points or np.ptp(arr[-self.window :]) == 0:
             return
-        ctx = _quiet()
-        try:
-            self._res = self._build(arr[-self.window :]).fit(disp=False)
-        except (ValueError, np.linalg.LinAlgError):
-            self._res = None
-        finally:
-            ctx.__exit__(None, None, None)
+        window = arr[-self.window :]
+        self._res = _quietly(lambda: self._fit_model(self._build(window)))
 
     def update(self, y: np.ndarray) -> None:
         arr = check_history(y, self._step_s)
@@ -233,13 +230,8 @@ class _StateSpace(_Base):
             self.fit(arr, self._step_s)
             return
         self._y = arr
-        ctx = _quiet()
-        try:
-            self._res = self._res.apply(arr[-self.window :])
-        except (ValueError, np.linalg.LinAlgError):
-            self._res = None
-        finally:
-            ctx.__exit__(None, None, None)
+        res, window = self._res, arr[-self.window :]
+        self._res = _quietly(lambda: res.apply(window))
 
     def _point(self, horizon_steps: int) -> np.ndarray:
         return _forecast_or_last(self._res, self._require(), horizon_steps)
@@ -256,20 +248,8 @@ class Arima(_StateSpace):
 
         return ARIMA(y, order=self.order)
 
-    def fit(self, y: np.ndarray, step_s: float) -> None:
-        # ARIMA's fit() takes no ``disp``; adapt the shared path.
-        _Base.fit(self, y, step_s)
-        arr = self._require()
-        self._res = None
-        if arr.size < self.min_points or np.ptp(arr[-self.window :]) == 0:
-            return
-        ctx = _quiet()
-        try:
-            self._res = self._build(arr[-self.window :]).fit()
-        except (ValueError, np.linalg.LinAlgError):
-            self._res = None
-        finally:
-            ctx.__exit__(None, None, None)
+    def _fit_model(self, model: Any) -> Any:
+        return model.fit()  # ARIMA's fit() takes no ``disp``
 
 
 class Kalman(_StateSpace):
