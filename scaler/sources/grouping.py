@@ -148,6 +148,7 @@ HISTORY_SIGNALS: tuple[str, ...] = (
     "in_system_delta",
     "prompt_tokens",
     "generation_tokens",
+    "lost",
 )
 
 
@@ -203,13 +204,22 @@ def split_history(
     out: dict[Selection, History] = {}
     for selection, my_keys in matched.items():
         ready = np.nan_to_num(total("replicas", my_keys), nan=0.0).round()
-        empty = ready == 0
+        # Lost replicas (scrape failing, target still there) make the point
+        # unknown, as in a live reading: a backfilled scaler must not learn
+        # an outage as a quiet spell, nor count the readable replicas' load
+        # as the whole demand.
+        lost = total("lost", my_keys)
+        incomplete = np.isfinite(lost) & (lost > 0)
+        empty = (ready == 0) & ~incomplete
 
         def rate(
-            signal: str, keys: list[GroupKey] = my_keys, empty: np.ndarray = empty
+            signal: str,
+            keys: list[GroupKey] = my_keys,
+            empty: np.ndarray = empty,
+            incomplete: np.ndarray = incomplete,
         ) -> np.ndarray:
             value = np.maximum(total(signal, keys), 0.0)
-            return np.where(np.isnan(value) & empty, 0.0, value)
+            return np.where(incomplete, np.nan, np.where(np.isnan(value) & empty, 0.0, value))
 
         completions = rate("completions")
         delta = np.nan_to_num(total("in_system_delta", my_keys), nan=0.0)
@@ -223,6 +233,8 @@ def split_history(
         waiting = total("waiting", my_keys)
         # replicas but no waiting gauge: unknown, as in a live reading
         waiting = np.where(np.isnan(waiting) & empty, 0.0, np.maximum(waiting, 0.0))
+        waiting = np.where(incomplete, np.nan, waiting)
+        arrival = np.where(incomplete, np.nan, arrival)
         out[selection] = History(
             times=times,
             requests_per_s=arrival,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -281,6 +282,54 @@ def test_history_arrays_match_range_readings() -> None:
                 (h.tokens_per_s[i], _tokens_of(r)),
             ):
                 assert (math.isnan(got) and want is None) or got == pytest.approx(want)
+
+
+def test_history_treats_lost_replicas_as_unknown_like_live_readings() -> None:
+    """A backfill must not learn a failing scrape as a quiet spell: points with
+    lost replicas are unknown (NaN) in history, as they are in live readings."""
+    from scaler.sources.grouping import split_history
+
+    a = _sel('namespace="a"')
+    plan = build_plan([a], 10)
+    la = {"namespace": "a", "model_name": "m"}
+
+    def series(values: list[str], labels: dict[str, str] = la) -> dict[str, object]:
+        return {"metric": labels, "values": [[10 + 5 * i, v] for i, v in enumerate(values)]}
+
+    answers: dict[str, list[dict[str, object]]] = {s: [] for s in SIGNALS}
+    answers["health"] = [series(["1", "1", "1", "1"], {})]
+    answers["replicas"] = [series(["2", "1", "1", "2"])]
+    answers["waiting"] = [series(["3", "0", "0", "1"])]
+    answers["completions"] = [series(["2", "0.5", "0.5", "2"])]
+    answers["in_system_delta"] = [series(["0", "0", "0", "0"])]
+    answers["prompt_tokens"] = [series(["100", "20", "20", "100"])]
+    answers["running"] = [series(["2", "1", "1", "2"])]
+    answers["lost"] = [series(["0", "1", "1", "0"])]
+    answers["kv_sum"] = [series(["0.2", "NaN", "0.1", "0.4"])]
+    answers["kv_count"] = [series(["2", "1", "1", "2"])]
+    # at 15 s the live reading knows nothing usable (no reading at all); at
+    # 20 s it knows KV usage only (partial hold: waiting and rates unknown)
+    readings = {r.time_s: r for r in split_range(plan, answers, [a])[a]}
+    h = split_history(plan, answers, [a])[a]
+    assert sorted(readings) == [10.0, 20.0, 25.0]
+
+    def same(got: float, want: float | None) -> bool:
+        if want is None or math.isnan(want):
+            return math.isnan(got)
+        return got == pytest.approx(want)
+
+    for i, t in enumerate(h.times.tolist()):
+        r = readings.get(t)
+        if r is None:
+            assert math.isnan(h.waiting[i]) and math.isnan(h.requests_per_s[i])
+            continue
+        assert same(h.waiting[i], r.waiting)
+        assert same(h.requests_per_s[i], r.arrival_rate_rps)
+        assert same(h.completions_per_s[i], r.completion_rate_rps)
+        assert same(h.tokens_per_s[i], _tokens_of(r))
+    # the two lost points are unknown, the others known
+    assert np.isnan(h.requests_per_s).tolist() == [False, True, True, False]
+    assert np.isnan(h.waiting).tolist() == [False, True, True, False]
 
 
 def _tokens_of(r: object) -> float | None:
