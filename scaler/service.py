@@ -47,6 +47,7 @@ from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
 from scaler.policy import Decision
 from scaler.settings import ScalerSettings, SettingsError, parse_settings
+from scaler.sources import foreign_namespace_key
 from scaler.telemetry import MetricsServer, ScalerTelemetry
 from scaler.tls import ServerTls, server_credentials
 
@@ -201,10 +202,12 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         telemetry: ScalerTelemetry,
         *,
         settings_cache: SettingsCache | None = None,
+        allow_cross_namespace: bool = False,
     ) -> None:
         self.state = state
         self.telemetry = telemetry
         self.settings_cache = settings_cache or SettingsCache()
+        self.allow_cross_namespace = allow_cross_namespace
 
     # -- helpers -------------------------------------------------------------
     def _resolve(self, ref: pb.ScaledObjectRef) -> tuple[str, str, ScalerSettings]:
@@ -219,6 +222,13 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             settings = self.settings_cache.get(ref.scalerMetadata)
         except SettingsError as exc:
             raise _InvalidArgument(f"scalerMetadata.{exc}") from None
+        if not self.allow_cross_namespace:
+            key = foreign_namespace_key(settings, namespace)
+            if key is not None:
+                raise _InvalidArgument(
+                    f"scalerMetadata.{key}: reads series outside the ScaledObject's namespace "
+                    f"{namespace!r}; the scaler must run with --allow-cross-namespace for that"
+                )
         self.state.register(namespace, name, settings)
         return namespace, name, settings
 
@@ -387,10 +397,11 @@ async def start_server(
     host: str = "0.0.0.0",
     port: int = 9090,
     tls: ServerTls | None = None,
+    allow_cross_namespace: bool = False,
 ) -> RunningServer:
     """Build, bind and start the gRPC server (port 0 picks a free port)."""
     server = grpc.aio.server(options=_SERVER_OPTIONS)
-    service = ExternalScalerService(state, telemetry)
+    service = ExternalScalerService(state, telemetry, allow_cross_namespace=allow_cross_namespace)
     add_service(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -426,6 +437,7 @@ async def run_server(
     grace_s: float = 10.0,
     stop: asyncio.Event | None = None,
     on_ready: Callable[[RunningServer, MetricsServer | None], Awaitable[None] | None] | None = None,
+    allow_cross_namespace: bool = False,
 ) -> int:
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
 
@@ -444,7 +456,14 @@ async def run_server(
     running: RunningServer | None = None
     try:
         await state.start()
-        running = await start_server(state, telemetry, host=host, port=port, tls=tls)
+        running = await start_server(
+            state,
+            telemetry,
+            host=host,
+            port=port,
+            tls=tls,
+            allow_cross_namespace=allow_cross_namespace,
+        )
         if metrics_port is not None:
             metrics = await telemetry.serve(host, metrics_port)
         log.info(

@@ -9,8 +9,12 @@
 
 Tenancy: a Prometheus selection is confined to the ScaledObject's own
 namespace: ``namespace="<its namespace>"`` is added to its matchers unless
-its ``selector`` already names ``namespace`` (then the user chose; e.g.
-``namespace=~"team-a|team-b"``). Without it, ``model: meta-llama/...`` would
+its ``selector`` already names ``namespace``. Naming another namespace
+(``namespace=~"team-a|team-b"`` in ``selector``, or a ``namespace`` key
+beside ``podSelector``) lets one tenant read another's load, so the service
+refuses it (INVALID_ARGUMENT, see ``foreign_namespace_key``) unless the
+operator runs ``prescaler serve --allow-cross-namespace``. Without the
+confinement, ``model: meta-llama/...`` would
 sum every tenant's queue behind that Prometheus. The vLLM series must then
 carry a ``namespace`` label, as ServiceMonitor/PodMonitor and the usual
 ``kubernetes_sd`` relabelling add. Direct scrapes (``metricsUrls``,
@@ -45,6 +49,7 @@ __all__ = [
     "SourceFactory",
     "SourceSpec",
     "default_source_factory",
+    "foreign_namespace_key",
     "selection_for",
 ]
 
@@ -75,6 +80,24 @@ def selection_for(settings: ScalerSettings, namespace: str) -> tuple[SourceSpec,
             pod_selector=settings.pod_selector,
         )
     raise ValueError("settings name no data source (prometheusAddress, metricsUrls, podSelector)")
+
+
+def foreign_namespace_key(settings: ScalerSettings, namespace: str) -> str | None:
+    """The metadata key that reaches outside ``namespace`` (the ScaledObject's), if any.
+
+    A ScaledObject's metadata is written by whoever may create ScaledObjects
+    in its namespace; without this check, that tenant could read (and scale
+    on) every other tenant's series behind a shared Prometheus or cluster.
+    Only ``namespace="<its own>"`` is allowed in ``selector``: a regex or a
+    negation can match other namespaces.
+    """
+    if settings.pod_selector and settings.namespace not in (None, namespace):
+        return "namespace"
+    if settings.prometheus_address is not None:
+        for m in settings.selector:
+            if m.name == "namespace" and not (m.op == "=" and m.value == namespace):
+                return "selector"
+    return None
 
 
 def default_source_factory(

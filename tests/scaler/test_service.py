@@ -483,3 +483,50 @@ async def test_rpc_answers_while_a_metrics_scrape_is_rendering() -> None:
         await client.close()
         await metrics.stop()
         await running.server.stop(0)
+
+
+FOREIGN = [
+    ({"selector": 'namespace=~"llm|other"'}, "scalerMetadata.selector"),
+    ({"selector": 'namespace!="llm"'}, "scalerMetadata.selector"),
+    ({"selector": 'namespace="other"'}, "scalerMetadata.selector"),
+    (
+        {"prometheusAddress": "", "podSelector": "app=vllm", "namespace": "other"},
+        "scalerMetadata.namespace",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), FOREIGN)
+async def test_another_namespace_is_refused_unless_the_operator_allows_it(
+    extra: dict[str, str], needle: str
+) -> None:
+    """A tenant's metadata cannot read another namespace's series by default."""
+    meta = {k: v for k, v in {**META, **extra}.items() if v}
+    foreign = ref("llama", "llm", meta)
+    for allowed in (False, True):
+        state, telemetry = FakeState(), ScalerTelemetry()
+        running = await start_server(
+            state, telemetry, host="127.0.0.1", port=0, allow_cross_namespace=allowed
+        )
+        client = KedaClient(f"127.0.0.1:{running.port}")
+        try:
+            if allowed:
+                assert len(await client.get_metric_spec(foreign)) == 1
+                assert ("llm", "llama") in state.registered
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await client.stub.GetMetricSpec(foreign)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert err.value.details().startswith(needle)
+                assert "--allow-cross-namespace" in err.value.details()
+                assert not state.registered
+        finally:
+            await client.close()
+            await running.server.stop(0)
+
+
+async def test_own_namespace_named_explicitly_is_fine(harness: Harness) -> None:
+    own = ref("llama", "llm", {**META, "selector": 'namespace="llm",app="vllm"'})
+    assert len(await harness.client.get_metric_spec(own)) == 1
+    kube = {"scalerAddress": "x:9090", "podSelector": "app=vllm", "namespace": "llm"}
+    assert len(await harness.client.get_metric_spec(ref("k", "llm", kube))) == 1
