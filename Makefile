@@ -34,7 +34,7 @@ bench: protos
 
 lint: protos
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy engine forecasting scaler/policy.py scaler/settings.py simulations
+	$(VENV)/bin/mypy engine forecasting scaler/policy.py scaler/settings.py scaler/forecast_worker.py simulations
 	$(VENV)/bin/lint-imports
 
 clean:

@@ -63,6 +63,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="drain time for in-flight calls on SIGTERM (default 10)",
     )
     p.add_argument(
+        "--allow-cross-namespace",
+        action="store_true",
+        help="let a ScaledObject read series of other namespaces (a namespace matcher "
+        "in selector other than its own, or namespace beside podSelector); off by "
+        "default so one tenant cannot scale on another's load",
+    )
+    p.add_argument(
+        "--forecast-worker",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fit and predict in a child process, so forecasting never delays "
+        "an RPC (default on; --no-forecast-worker keeps one process)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -100,7 +114,7 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | None = None) -> int:
     """Run the scaler until SIGTERM; ``state_factory(telemetry=, refresh_interval_s=,
-    refit_interval_s=, source_factory=)`` replaces ``scaler.state.ScalerState``
+    refit_interval_s=, source_factory=, forecast_worker=)`` replaces ``scaler.state.ScalerState``
     (for embedding/tests)."""
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -135,6 +149,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         refresh_interval_s=args.refresh_seconds,
         refit_interval_s=args.refit_seconds,
         source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
+        forecast_worker=args.forecast_worker,
         **(
             {"forecast_step_s": args.forecast_step_seconds}
             if args.forecast_step_seconds is not None
@@ -151,6 +166,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
                 metrics_port=None if args.metrics_port < 0 else args.metrics_port,
                 tls=tls,
                 grace_s=args.grace_seconds,
+                allow_cross_namespace=args.allow_cross_namespace,
             )
         )
     except OSError as exc:

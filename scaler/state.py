@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from scaler.capacity import capacity_for
+from scaler.forecast_worker import ForecastWorker
 from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 from scaler.policy import (
     Decision,
@@ -191,6 +192,11 @@ class ScalerState:
     - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like
       (``apply(namespace, deployment, replicas)``), created on first use.
     - ``expire_after_s``: objects no RPC asked about for this long are dropped.
+    - ``forecast_worker``: fit and predict in a child process
+      (``scaler.forecast_worker``) instead of the compute thread, so the
+      numeric work never holds the GIL the gRPC handlers need. ``prescaler
+      serve`` turns it on; the default (off) keeps library use and tests
+      single-process. Decisions are the same either way.
     """
 
     def __init__(
@@ -207,6 +213,7 @@ class ScalerState:
         capacity_window_s: float = 3600.0,
         balloon_controller: Any = None,
         expire_after_s: float = 3600.0,
+        forecast_worker: bool = False,
     ) -> None:
         if refresh_interval_s <= 0:
             raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
@@ -231,6 +238,7 @@ class ScalerState:
         self._balloon_controller = balloon_controller
         self.expire_after_s = float(expire_after_s)
         self._source_was_up: dict[SourceSpec, bool] = {}
+        self._worker: ForecastWorker | None = ForecastWorker() if forecast_worker else None
         self._balloon_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="prescaler-balloon"
         )
@@ -367,6 +375,8 @@ class ScalerState:
         self._sources.clear()
         self._compute_pool.shutdown(wait=False, cancel_futures=True)
         self._balloon_pool.shutdown(wait=False, cancel_futures=True)
+        if self._worker is not None:
+            await asyncio.to_thread(self._worker.close)
 
     def _grid(self, now_s: float) -> float:
         """The latest grid time whose samples have surely landed."""
@@ -789,9 +799,12 @@ class ScalerState:
     def _forecaster(self, entry: _Entry) -> object | None:
         method = "prescaler" if entry.settings.forecast == "auto" else entry.settings.forecast
         if entry.forecaster is None or entry.forecaster_method != method:
-            from forecasting import make_forecaster
+            if self._worker is not None:
+                entry.forecaster = self._worker.forecaster(method)
+            else:
+                from forecasting import make_forecaster
 
-            entry.forecaster = make_forecaster(method)
+                entry.forecaster = make_forecaster(method)
             entry.forecaster_method = method
             entry.fit_boundary_s = None
         return entry.forecaster
