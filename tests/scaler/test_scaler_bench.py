@@ -33,7 +33,6 @@ import asyncio
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import time
@@ -72,8 +71,8 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
 
     telemetry = TimedTelemetry()
     # Production defaults (refresh 5 s, forecast bins 15 s, refit 300 s, 2 h
-    # history, Prometheus rate window 60 s) as `prescaler serve` runs them.
-    state = ScalerState(telemetry=telemetry)
+    # history, forecasting in a child process) as `prescaler serve` runs them.
+    state = ScalerState(telemetry=telemetry, forecast_worker=True)
     tasks: list[asyncio.Task[None]] = []
 
     async def write_status() -> None:
@@ -104,37 +103,43 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
         metrics_port=metrics_port,
         grace_s=1.0,
         on_ready=report,
+        allow_cross_namespace=True,  # 20 teams' objects read 10 vLLM namespaces
     )
 
 
 # ------------------------------------------------------------------ client
 
+LOADGEN_DIR = Path(__file__).resolve().parent / "loadgen"
+LOADGEN = ROOT / "bench-results" / "keda-loadgen"
 
-async def _client(
-    port: int, first: int, count: int, seconds: float, prometheus: str, out: Path, start_at: float
-) -> None:
-    from tests.scaler.keda_client import KedaClient, ref
 
-    client = KedaClient(f"127.0.0.1:{port}")
-    latencies: dict[str, list[tuple[float, float]]] = {
-        "GetMetricSpec": [],
-        "GetMetrics": [],
-        "IsActive": [],
-    }
-    errors: list[str] = []
-    warming = 0  # UNAVAILABLE "warming_up": the scaler's answer until backfilled
-    polls = 0
-    values: dict[str, float] = {}
-    # all client processes start polling at the same wall-clock instant
-    start = time.monotonic() + max(0.0, start_at - time.time())
-    end = start + seconds
+def _loadgen() -> Path:
+    """KEDA's own client stack (grpc-go), built once; the Python client costs
+    as much CPU per RPC as the server it would be measuring."""
+    source = LOADGEN_DIR / "main.go"
+    if not LOADGEN.exists() or LOADGEN.stat().st_mtime < source.stat().st_mtime:
+        LOADGEN.parent.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run(
+            ["sh", str(LOADGEN_DIR / "build.sh"), str(LOADGEN)], capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            pytest.fail(f"building keda-loadgen failed:\n{built.stderr[-2000:]}")
+    return LOADGEN
 
-    async def loop(i: int) -> None:
-        nonlocal polls, warming
-        so = ref(
-            f"so-{i}",
-            f"team-{i % 20}",
-            {
+
+def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: float) -> str:
+    """The loadgen's input: every object's requests, serialized by our protos."""
+    import base64
+
+    from protos import externalscaler_pb2 as pb
+    from scaler.service import METRIC_NAME
+
+    items = []
+    for i in range(objects):
+        ref = pb.ScaledObjectRef(
+            name=f"so-{i}",
+            namespace=f"team-{i % 20}",
+            scalerMetadata={
                 "scalerAddress": f"127.0.0.1:{port}",
                 "prometheusAddress": prometheus,
                 "selector": f'namespace="ns-{i % GROUPS}"',
@@ -142,38 +147,83 @@ async def _client(
                 "scaleDownStabilizationSeconds": "60",
             },
         )
-        next_at = start + random.random()  # KEDA's pollers are not synchronised
-        while next_at < end:
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-            at = round(time.monotonic() - start, 3)  # when the poll began
-            try:
-                result = await client.poll(so, timeout=10.0)
-            except Exception as exc:
-                if "warming_up" in repr(exc):
-                    warming += 1
-                else:
-                    errors.append(repr(exc)[:200])
-            else:
-                polls += 1
-                values[so.name] = result.value
-                for method, seconds_taken in result.latency_s.items():
-                    latencies[method].append((at, seconds_taken))
-            next_at += 1.0
-
-    await asyncio.gather(*(loop(i) for i in range(first, first + count)))
-    await client.close()
-    out.write_text(
-        json.dumps(
+        request = pb.GetMetricsRequest(scaledObjectRef=ref, metricName=METRIC_NAME)
+        items.append(
             {
-                "polls": polls,
-                "errors": len(errors),
-                "warming_up": warming,
-                "error_samples": errors[:5],
-                "latencies": latencies,
-                "nonzero_values": sum(1 for v in values.values() if v > 0),
+                "name": ref.name,
+                "ref": base64.b64encode(ref.SerializeToString()).decode(),
+                "metrics_request": base64.b64encode(request.SerializeToString()).decode(),
             }
         )
+    return json.dumps(
+        {
+            "address": f"127.0.0.1:{port}",
+            "start_at": start_at,
+            "seconds": seconds,
+            "timeout_s": 10.0,
+            "seed": 1,
+            "objects": items,
+        }
     )
+
+
+def _start_loadgen(plan: str, out: Path) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [str(_loadgen())], stdin=subprocess.PIPE, stdout=out.open("wb"), cwd=ROOT
+    )
+    assert process.stdin is not None
+    process.stdin.write(plan.encode())
+    process.stdin.close()
+    return process
+
+
+def _loadgen_result(out: Path) -> dict[str, Any]:
+    """The loadgen's JSON, with the GetMetrics replies decoded (values > 0)."""
+    import base64
+
+    from protos import externalscaler_pb2 as pb
+
+    result = dict(json.loads(out.read_text()))
+    values = {}
+    for name, raw in result.pop("last_metrics").items():
+        reply = pb.GetMetricsResponse.FromString(base64.b64decode(raw))
+        values[name] = sum(v.metricValueFloat for v in reply.metricValues)
+    result["nonzero_values"] = sum(1 for v in values.values() if v > 0)
+    return result
+
+
+async def _serve_noop(port: int) -> None:
+    """The floor: grpc.aio answering constant replies, no work at all."""
+    import grpc
+
+    from protos import externalscaler_pb2 as pb
+    from protos import externalscaler_pb2_grpc as pb_grpc
+    from scaler.service import METRIC_NAME
+
+    spec = pb.GetMetricSpecResponse(
+        metricSpecs=[pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)]
+    )
+    metrics = pb.GetMetricsResponse(
+        metricValues=[pb.MetricValue(metricName=METRIC_NAME, metricValue=1, metricValueFloat=1.0)]
+    )
+    active = pb.IsActiveResponse(result=True)
+
+    class Noop(pb_grpc.ExternalScalerServicer):
+        async def GetMetricSpec(self, request: Any, context: Any) -> Any:
+            return spec
+
+        async def GetMetrics(self, request: Any, context: Any) -> Any:
+            return metrics
+
+        async def IsActive(self, request: Any, context: Any) -> Any:
+            return active
+
+    server = grpc.aio.server()
+    pb_grpc.add_ExternalScalerServicer_to_server(Noop(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print("READY", flush=True)
+    await server.wait_for_termination()
 
 
 def _main(argv: list[str]) -> None:
@@ -183,29 +233,13 @@ def _main(argv: list[str]) -> None:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--metrics-port", type=int, required=True)
     s.add_argument("--status", type=Path, default=None)
-    c = sub.add_parser("client")
-    c.add_argument("--port", type=int, required=True)
-    c.add_argument("--first", type=int, required=True)
-    c.add_argument("--count", type=int, required=True)
-    c.add_argument("--start-at", type=float, required=True)
-    c.add_argument("--seconds", type=float, required=True)
-    c.add_argument("--prometheus", required=True)
-    c.add_argument("--out", type=Path, required=True)
+    n = sub.add_parser("noop-server")
+    n.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     if args.role == "server":
         asyncio.run(_serve(args.port, args.metrics_port, args.status))
     else:
-        asyncio.run(
-            _client(
-                args.port,
-                args.first,
-                args.count,
-                args.seconds,
-                args.prometheus,
-                args.out,
-                args.start_at,
-            )
-        )
+        asyncio.run(_serve_noop(args.port))
 
 
 # ------------------------------------------------------------------ history
@@ -308,16 +342,42 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (the scaler and its forecast worker)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
 def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of the scaler, its child processes included."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _metric(url: str, name: str) -> list[tuple[str, float]]:
@@ -353,6 +413,55 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+FLOOR_SECONDS = 20.0
+
+
+def _latency_floor(objects: int, env: dict[str, str], tmp_path: Path) -> dict[str, float]:
+    """The same loadgen against a grpc.aio server that does nothing: what
+    Python gRPC alone costs on this machine at this call rate."""
+    from tests.support.prometheus import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.scaler.test_scaler_bench",
+            "noop-server",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "READY"
+        out = tmp_path / "floor.json"
+        start_at = time.time() + 2.0
+        cpu_before = _cpu_seconds(server.pid)
+        loadgen = _start_loadgen(
+            _plan(port, "http://127.0.0.1:1", objects, FLOOR_SECONDS, start_at), out
+        )
+        assert loadgen.wait(FLOOR_SECONDS + 60) == 0
+        cpu = (_cpu_seconds(server.pid) - cpu_before) / (FLOOR_SECONDS + 2.0)
+    finally:
+        server.terminate()
+        server.wait(15)
+        if server.stdout is not None:
+            server.stdout.close()
+    result = _loadgen_result(out)
+    lat = [x for t, x in result["latencies"]["GetMetrics"] if t >= WARMUP_S]
+    return {
+        "floor_noop_server_errors": result["errors"],
+        "floor_noop_server_getmetrics_p50_ms": _ms(_percentile(lat, 0.50)),
+        "floor_noop_server_getmetrics_p99_ms": _ms(_percentile(lat, 0.99)),
+        "floor_noop_server_cpu_cores": round(cpu, 3),
+    }
+
+
 @pytest.mark.bench
 @pytest.mark.timeout(1200)
 def test_thousand_scaled_objects(tmp_path: Path) -> None:
@@ -367,12 +476,15 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
 
     objects = int(os.environ.get("BENCH_SCALER_OBJECTS", "1000"))
     seconds = float(os.environ.get("BENCH_SCALER_SECONDS", "60"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    _loadgen()  # build (or fail) before anything starts
+    floor = _latency_floor(objects, env, tmp_path)
+
     history_end = time.time() - 2.0
     histories = [_synthetic_history(k, history_end) for k in range(GROUPS)]
     replicas = [
         FakeVllm(model="llama", engines=[_engine(k, histories[k])]).start() for k in range(GROUPS)
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server: subprocess.Popen[str] | None = None
     status_path = tmp_path / "status.json"
     samples_path = status_path.with_suffix(".samples")
@@ -383,38 +495,6 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     t0 = time.monotonic()
     backfill_openmetrics(openmetrics, prom_dir / "data")  # PrometheusServer's storage
     blocks_s = time.monotonic() - t0
-
-    def clients_for(ranges: list[tuple[int, int]], seconds_: float, tag: str) -> tuple:
-        start_at = time.time() + 3.0
-        outs = [tmp_path / f"{tag}-{k}.json" for k in range(len(ranges))]
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.scaler.test_scaler_bench",
-                    "client",
-                    "--port",
-                    str(port),
-                    "--first",
-                    str(first),
-                    "--count",
-                    str(count),
-                    "--seconds",
-                    str(seconds_),
-                    "--start-at",
-                    str(start_at),
-                    "--prometheus",
-                    proxy.url,
-                    "--out",
-                    str(out),
-                ],
-                cwd=ROOT,
-                env=env,
-            )
-            for (first, count), out in zip(ranges, outs, strict=True)
-        ]
-        return start_at, outs, procs
 
     try:
         targets = [Target(r.address, {"namespace": f"ns-{k}"}) for k, r in enumerate(replicas)]
@@ -448,7 +528,9 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
 
             # Phase 1: KEDA's first poll of every object registers it; the
             # scaler backfills 2 h+ from Prometheus and fits a forecaster each.
-            reg_at, reg_outs, reg = clients_for([(0, objects)], 1.0, "register")
+            reg_at = time.time() + 1.0
+            reg_out = tmp_path / "register.json"
+            reg = _start_loadgen(_plan(port, proxy.url, objects, 1.0, reg_at), reg_out)
             peak_rss = idle_rss
             deadline = time.monotonic() + 600.0
             fitted_at: float | None = None
@@ -457,46 +539,38 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
                 peak_rss = max(peak_rss, _rss_mb(server.pid))
                 status = _status(status_path)
                 if (
-                    all(c.poll() is not None for c in reg)
+                    reg.poll() is not None
                     and status.get("objects_ready", 0) >= objects
                     and status.get("forecasters_fitted", 0) >= objects
                 ):
                     fitted_at = status["at"]
                     break
                 time.sleep(0.25)
-            assert all(c.wait(60) == 0 for c in reg)
+            assert reg.wait(60) == 0
             backfill_s = (fitted_at or time.time()) - reg_at
-            registered = [json.loads(o.read_text()) for o in reg_outs]
+            registered = _loadgen_result(reg_out)
             # The first poll of an object is answered "warming_up" (UNAVAILABLE,
             # KEDA keeps the replica count) until it is backfilled: expected.
-            register_errors = sum(r["errors"] for r in registered)
-            register_warming = sum(r["warming_up"] for r in registered)
+            register_errors = registered["errors"]
+            register_warming = registered["warming_up"]
             time.sleep(2.0)
             forecasting_rss = _rss_mb(server.pid)
 
-            # Phase 2: the steady state, every object polled once a second.
-            # Load generators carry most objects; a probe process polls the
-            # rest and, lightly loaded itself, measures latency as KEDA (Go)
-            # would see it. Every object is polled by exactly one of them.
-            probes = max(1, objects // 20)
-            loaders = 2
-            share = (objects - probes) // loaders
-            ranges = [
-                (k * share, share if k < loaders - 1 else objects - probes - k * share)
-                for k in range(loaders)
-            ]
-            ranges.append((objects - probes, probes))
+            # Phase 2: the steady state, every object polled once a second by
+            # one loadgen process over one connection, as KEDA's operator does.
             queries_before = len(proxy.queries)
             started = time.monotonic()
             cpu_before = _cpu_seconds(server.pid)
-            start_at, outs, clients = clients_for(ranges, seconds, "client")
+            start_at = time.time() + 3.0
+            out = tmp_path / "steady.json"
+            loadgen = _start_loadgen(_plan(port, proxy.url, objects, seconds, start_at), out)
             queries_at: list[tuple[float, int]] = []
-            while any(c.poll() is None for c in clients):
+            while loadgen.poll() is None:
                 peak_rss = max(peak_rss, _rss_mb(server.pid))
                 queries_at.append((time.monotonic() - started, len(proxy.queries)))
                 time.sleep(1.0)
             server_cpu = (_cpu_seconds(server.pid) - cpu_before) / (time.monotonic() - started)
-            assert all(c.returncode == 0 for c in clients)
+            assert loadgen.returncode == 0
             wall = time.monotonic() - started
             peak_rss = max(peak_rss, _rss_mb(server.pid))
             time.sleep(1.0)  # the last handler times reach the file
@@ -518,16 +592,14 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         for r in replicas:
             r.stop()
 
-    parts = [json.loads(out.read_text()) for out in outs]
-    probe, loads = parts[-1], parts[:-1]
+    steady_run = _loadgen_result(out)
     # Steady state excludes the first WARMUP_S (the channel connects).
-    lat = {m: [x for t, x in v if t >= WARMUP_S] for m, v in probe["latencies"].items()}
-    lat_all = {m: [x for _, x in v] for m, v in probe["latencies"].items()}
-    loaded = [x for p in loads for t, x in p["latencies"]["GetMetrics"] if t >= WARMUP_S]
+    lat = {m: [x for t, x in v if t >= WARMUP_S] for m, v in steady_run["latencies"].items()}
+    lat_all = {m: [x for _, x in v] for m, v in steady_run["latencies"].items()}
     server_steady = _server_times(samples_path, start_at + WARMUP_S)
     server_backfill = _server_times(samples_path, reg_at, reg_at + backfill_s)
     # In the steady state every answer must be a real one: warming_up counts.
-    errors = sum(p["errors"] + p["warming_up"] for p in parts) + register_errors
+    errors = steady_run["errors"] + steady_run["warming_up"] + register_errors
     # Steady state: queries per refresh = queries per 5 s window (the first
     # 15 s excluded: a refresh that overlapped the backfill may catch up).
     steady = [(t, n) for t, n in queries_at if t > 15]
@@ -541,6 +613,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "objects": objects,
         "seconds": seconds,
         "wall_s": round(wall, 1),
+        "client": "keda-loadgen: grpc-go (KEDA's client stack), one connection",
         "history_s": HISTORY_S,
         "history_samples_backfilled": history_samples,
         "history_points_per_series_min": history_points,
@@ -550,8 +623,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "forecasters_fitted_at_end": final.get("forecasters_fitted"),
         "objects_exporting_forecasts": len(forecast_objects),
         "backfill_fit_s": round(backfill_s, 1),
-        "polls": sum(p["polls"] for p in parts),
-        "rpcs": sum(p["polls"] for p in parts) * 3,
+        "polls": steady_run["polls"],
+        "rpcs": steady_run["polls"] * 3,
         "errors": errors,
         "first_polls_answered_warming_up": register_warming,
         "warmup_excluded_s": WARMUP_S,
@@ -560,10 +633,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "getmetrics_max_ms": _ms(max(lat["GetMetrics"])),
         "getmetricspec_p99_ms": _ms(_percentile(lat["GetMetricSpec"], 0.99)),
         "isactive_p99_ms": _ms(_percentile(lat["IsActive"], 0.99)),
-        "probe_objects": probes,
-        "loadgen_getmetrics_p50_ms": _ms(_percentile(loaded, 0.50)),
-        "loadgen_getmetrics_p99_ms": _ms(_percentile(loaded, 0.99)),
         "getmetrics_p99_ms_including_warmup": _ms(_percentile(lat_all["GetMetrics"], 0.99)),
+        **floor,
         "server_getmetrics_p50_ms": _ms(_percentile(server_steady, 0.50)),
         "server_getmetrics_p99_ms": _ms(_percentile(server_steady, 0.99)),
         "server_getmetrics_max_ms": _ms(max(server_steady, default=math.nan)),
@@ -578,13 +649,12 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "prometheus_queries_steady": len([q for q in queries[queries_before:] if q]),
         "prometheus_queries_per_refresh": round(per_refresh, 2),
         "queries_per_refresh_by_design": len(SIGNALS),
-        "objects_with_traffic_seen": sum(p["nonzero_values"] for p in parts),
+        "objects_with_traffic_seen": steady_run["nonzero_values"],
         "source_up": [v for _, v in up],
         "decisions_team0": len(refreshes),
-        "error_samples": [e for p in [*registered, *parts] for e in p["error_samples"]][:5],
+        "error_samples": [*registered["error_samples"], *steady_run["error_samples"]][:5],
         **_forecast_costs(),
     }
-    small_machine = (os.cpu_count() or 1) < 4
     checks = {
         "zero errors": summary["errors"] == 0,
         f"every object polled ~1/s (>= {int(0.9 * objects * seconds)} polls)": summary["polls"]
@@ -593,7 +663,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             summary["forecasters_fitted_after_backfill"] == objects
             and summary["forecasters_fitted_at_end"] == objects
         ),
-        "RSS peak < 300 MB with forecasting": summary["rss_peak_mb"] < 300,
+        "RSS peak < 300 MB with forecasting (worker included)": summary["rss_peak_mb"] < 300,
         f"queries/refresh independent of objects (<= {len(SIGNALS) * 1.5:g})": (
             per_refresh <= len(SIGNALS) * 1.5
         ),
@@ -611,10 +681,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             print(f"  {key:<{width}}  {value}")
     print("targets:")
     for name, ok in checks.items():
-        verdict = "MET" if ok else "NOT MET"
-        if not ok and name.startswith("client-side") and small_machine:
-            verdict = f"NOT MET (xfail: {os.cpu_count()} shared cores)"
-        print(f"  {verdict:<9}  {name}")
+        print(f"  {'MET' if ok else 'NOT MET':<9}  {name}")
 
     assert summary["errors"] == 0, summary["error_samples"]
     assert summary["polls"] >= 0.9 * objects * seconds
@@ -628,13 +695,10 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     assert all(v == 1.0 for v in summary["source_up"])
     # the handlers themselves, timed by the scaler
     assert summary["server_getmetrics_p99_ms"] < 5.0
-    if summary["getmetrics_p99_ms"] >= 5.0 and small_machine:
-        pytest.xfail(
-            f"end-to-end GetMetrics p99 {summary['getmetrics_p99_ms']} ms on "
-            f"{os.cpu_count()} shared cores: Python gRPC costs ~0.4 ms CPU per RPC on each "
-            "side, and 3,000 RPC/s of server + load generators exceed the machine"
-        )
-    assert summary["getmetrics_p99_ms"] < 5.0
+    assert summary["getmetrics_p99_ms"] < 5.0, (
+        f"end-to-end GetMetrics p99 {summary['getmetrics_p99_ms']} ms; a no-op grpc.aio "
+        f"server gives {summary['floor_noop_server_getmetrics_p99_ms']} ms here"
+    )
 
 
 def _forecast_costs() -> dict[str, float]:
