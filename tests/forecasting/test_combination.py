@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forecasting.combination import (
+    CANDIDATES,
     SmoothingBank,
     SmoothingParams,
     damped_sum,
@@ -67,10 +68,11 @@ def test_trend_is_fitted_and_extrapolated() -> None:
     y = 10.0 + 2.0 * np.arange(200)
     bank = SmoothingBank(y)
     params = bank.select(5, y.size)
-    last, ses, holt = bank.forecasts(params, np.array([199]), 5)[:, 0]
+    last, ses, holt, trend = bank.forecasts(params, np.array([199]), 5)[:, 0]
     assert last == y[-1]
     assert ses < y[-1]  # a level lags a trend
     assert y[-1] + 2.0 < holt <= y[-1] + 2.0 * 5 + 1.0  # a damped trend: part of the way
+    assert abs(trend - (y[-1] + 2.0 * 5)) < 1e-6  # a least-squares line: all the way
 
 
 def test_inverse_weights_favour_the_smaller_error() -> None:
@@ -96,7 +98,7 @@ def test_combination_weights_are_a_convex_mix_and_forecasts_sane() -> None:
     f.fit(y, 60)
     for h in range(1, 13):
         w = f._weights_for(h)
-        assert w is not None and w.shape == (4,)
+        assert w is not None and w.shape == (len(CANDIDATES) + 1,)
         assert abs(w.sum() - 1) < 1e-9 and np.all(w >= 0)
     fc = f.predict(10, (0.1, 0.5, 0.9))
     assert np.all(np.diff(fc.values, axis=0) >= 0)
@@ -194,13 +196,16 @@ def test_own_lfilter_matches_scipy(values: list[float], alpha: float, beta: floa
 def test_last_forecasts_equal_the_full_paths_bit_for_bit(
     values: list[float], alpha: float, h_alpha: float, h_beta: float, h: int
 ) -> None:
-    """predict's end-state shortcut must not change a single forecast bit."""
+    """predict's end-state shortcut must not change a single forecast bit (the
+    recursive smoothers) or more than rounding (the least-squares trend)."""
     y = np.asarray(values)
     params = SmoothingParams(alpha, h_alpha, h_beta)
     full = SmoothingBank(y).forecasts(params, np.array([y.size - 1]), h)[:, 0]
     fresh = SmoothingBank(y)
-    assert np.array_equal(fresh.last_forecasts(params, h), full)
-    assert np.array_equal(fresh.last_forecasts(params, h), full)  # cached end state
+    for _ in range(2):  # the second call reads the cached end states
+        short = fresh.last_forecasts(params, h)
+        assert np.array_equal(short[:3], full[:3])
+        assert abs(short[3] - full[3]) <= 1e-6 * (1.0 + float(np.abs(y).max()))
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,145 @@
+"""Short histories: the least-squares trend candidate, the rolling-origin
+holdout that weighs the pool, and the band's coverage calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from forecasting.combination import confidence_set_weights, trend_last, trend_state
+from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+
+
+def _wls_line(y: np.ndarray, lam: float) -> tuple[float, float]:
+    """The discounted least-squares line at the end of ``y``, solved directly."""
+    age = np.arange(y.size)[::-1].astype(float)
+    w = lam**age
+    if y.size == 1:
+        return float(y[0]), 0.0
+    x = np.column_stack([np.ones(y.size), -age])
+    level, slope = np.linalg.solve(x.T @ (x * w[:, None]), x.T @ (w * y))
+    return float(level), float(slope)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1000.0, allow_nan=False), min_size=1, max_size=40),
+    st.sampled_from((0.7, 0.9, 0.99)),
+)
+def test_trend_state_is_the_discounted_least_squares_line(values: list[float], lam: float) -> None:
+    y = np.asarray(values)
+    level, slope = trend_state(y, lam)
+    for t in {0, y.size // 2, y.size - 1}:
+        ref_level, ref_slope = _wls_line(y[: t + 1], lam)
+        tol = 1e-6 * (1.0 + float(np.abs(y).max()))
+        assert abs(level[t] - ref_level) <= tol * (t + 1)
+        assert abs(slope[t] - ref_slope) <= tol
+    end = trend_last(y, lam)
+    assert abs(end[0] - level[-1]) <= 1e-6 * (1.0 + float(np.abs(y).max()))
+
+
+def test_a_short_history_already_weighs_its_pool() -> None:
+    """30 steps: the rolling-origin holdout has enough origins for h = 1..3
+    (a single split at two thirds would have left the ridge alone)."""
+    rng = np.random.default_rng(4)
+    y = 50 + 0.5 * np.arange(30) + rng.normal(0, 2, 30)
+    f = PrescalerForecaster()
+    f.fit(y, 30.0)
+    for h in (1, 2, 3):
+        w = f._weights[h]
+        assert w is not None and abs(float(w.sum()) - 1.0) < 1e-9 and np.all(w >= 0)
+    fc = f.predict(5, (0.1, 0.5, 0.9))
+    assert np.all(np.diff(fc.values, axis=0) >= 0)
+    # A drifting level: the pool's trend members carry the median upward.
+    assert fc.values[1, -1] > float(np.mean(y[-5:]))
+
+
+def test_tail_factor_moves_the_level_toward_the_target() -> None:
+    f = PrescalerForecaster(PrescalerConfig(calibrate_rows=100))
+    # The factor scales tail probabilities: missing too often shrinks them
+    # (a wider band), covering too often grows them.
+    under = f._tail_factor(0.80, 10_000)  # missed twice as often as allowed
+    over = f._tail_factor(0.99, 10_000)
+    assert under < 1.0 < over
+    assert f._tail_factor(0.90, 10_000) == 1.0
+    assert under < f._tail_factor(0.80, 10) < 1.0  # little evidence, small step
+    assert f._tail_factor(0.0, 10**9) == 0.5  # clipped: at most doubles the band's reach
+    assert 1.99 < f._tail_factor(1.0, 10**9) <= 2.0
+    f._tail = {1: under}
+    assert f._calibrated(0.9, 1) > 0.9 and f._calibrated(0.1, 1) < 0.1
+    assert f._calibrated(0.5, 1) == 0.5
+    assert f._calibrated(0.9, 3) == f._calibrated(0.9, 1)  # borrowed from a shorter horizon
+
+
+def test_calibration_keeps_white_noise_bands_near_their_level() -> None:
+    rng = np.random.default_rng(7)
+    y = rng.normal(100, 10, 3000)
+    f = PrescalerForecaster(PrescalerConfig(calibrate_rows=200))
+    f.fit(y[:2000], 60.0)
+    hits = []
+    for t in range(2000, 2990, 10):
+        f.update(y[:t])
+        hits.append(y[t + 1] <= f.predict(2, (0.5, 0.9)).values[1, 1])
+    assert 0.8 <= float(np.mean(hits)) <= 0.97
+
+
+def test_members_outside_the_ridge_band_sit_out_a_forecast() -> None:
+    """After a level shift the slow smoothers lag; the guard drops them."""
+    rng = np.random.default_rng(5)
+    y = 100 + rng.normal(0, 2, 500)
+    f = PrescalerForecaster()
+    f.fit(y, 60)
+    w = np.full(5, 0.2)
+    centre = float(np.log(100.0 + f._c))
+    inside = np.array([100.0, 100.5, 99.5, 101.0, 99.0])
+    assert np.array_equal(f._plausible(w, inside, centre, 1, 1.0), w)
+    lagging = np.array([100.0, 100.5, 160.0, 101.0, 40.0])
+    kept = f._plausible(w, lagging, centre, 1, 1.0)
+    assert kept[2] == 0.0 and kept[4] == 0.0 and abs(kept.sum() - 1.0) < 1e-12
+    only_outliers = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
+    assert np.array_equal(f._plausible(only_outliers, lagging, centre, 1, 1.0), [1, 0, 0, 0, 0])
+    off = PrescalerForecaster(PrescalerConfig(guard=0.0))
+    off.fit(y, 60)
+    assert np.array_equal(off._plausible(w, lagging, centre, 1, 1.0), w)
+    # End to end: 20 steps after a jump to 300 the median has followed it.
+    f.update(np.concatenate([y, np.full(20, 300.0)]))
+    assert f.predict(1).median[0] > 250
+
+
+def test_confidence_set_keeps_the_members_within_noise_of_the_best() -> None:
+    rng = np.random.default_rng(2)
+    base = np.abs(rng.normal(0, 1, 400))
+    err = np.vstack([base, base + 0.01 * rng.normal(0, 1, 400), base + 1.0])
+    w = confidence_set_weights(err, 2.0)
+    assert w[2] == 0.0 and w[0] == w[1] == 0.5
+    # A short, noisy holdout: a small mean gap is not significant, both stay.
+    short = np.vstack([base[:10], base[:10] + 0.2 + rng.normal(0, 1, 10)])
+    assert np.array_equal(confidence_set_weights(short, 2.0), [0.5, 0.5])
+    # Overlapping h-step errors count as fewer samples: wider tolerance.
+    gap = np.vstack([base[:100], base[:100] + 0.15 + rng.normal(0, 0.5, 100)])
+    assert confidence_set_weights(gap, 2.0, h=1)[1] <= confidence_set_weights(gap, 2.0, h=10)[1]
+
+
+def test_equal_weighting_weighs_every_member_alike() -> None:
+    rng = np.random.default_rng(6)
+    y = 100 + rng.normal(0, 3, 400)
+    f = PrescalerForecaster(PrescalerConfig(weighting="equal"))
+    f.fit(y, 60)
+    for h in range(1, 13):
+        w = f._weights[h]
+        assert w is not None and np.allclose(w, 1.0 / w.size)
+
+
+def test_confidence_weighting_drops_the_clearly_worse_members() -> None:
+    """On a clean daily cycle the lagging smoothers are significantly worse."""
+    t = np.arange(int(4.3 * 144))
+    y = 100 + 50 * np.sin(2 * np.pi * t / 144)
+    f = PrescalerForecaster(PrescalerConfig(weighting="confidence"))
+    f.fit(y, 600.0)
+    w = f._weights[1]
+    assert w is not None and int(np.count_nonzero(w)) < w.size
+    assert np.all((w == 0) | np.isclose(w, w.max()))  # equal over the set
+    with pytest.raises(ValueError, match="confidence_z"):
+        PrescalerConfig(confidence_z=0.0)
