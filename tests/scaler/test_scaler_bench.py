@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -70,6 +71,17 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
                 self.samples.append((time.time(), seconds))
 
     telemetry = TimedTelemetry()
+    # Garbage-collector pauses hold the GIL: record each collection's length.
+    gc_pauses: list[tuple[int, float]] = []
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_pauses.append((info["generation"], time.perf_counter() - gc_started[0]))
+
+    gc.callbacks.append(on_gc)
     # Production defaults (refresh 5 s, forecast bins 15 s, refit 300 s, 2 h
     # history, forecasting in a child process) as `prescaler serve` runs them.
     state = ScalerState(telemetry=telemetry, forecast_worker=True)
@@ -86,7 +98,16 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
             if new:
                 with status_path.with_suffix(".samples").open("a") as out:
                     out.write("".join(f"{t:.3f} {d:.7f}\n" for t, d in new))
-            tmp.write_text(json.dumps({**state.status(), "at": time.time()}))
+            pauses = list(gc_pauses)
+            gc_stats = {
+                f"gc_gen{g}_{k}": v
+                for g in (0, 1, 2)
+                for k, v in (
+                    ("count", float(sum(1 for gen, _ in pauses if gen == g))),
+                    ("max_ms", 1000 * max((d for gen, d in pauses if gen == g), default=0.0)),
+                )
+            }
+            tmp.write_text(json.dumps({**state.status(), **gc_stats, "at": time.time()}))
             tmp.replace(status_path)
             await asyncio.sleep(0.5)
 
@@ -642,6 +663,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "server_cpu_cores": round(server_cpu, 3),
         "refresh_seconds_max": round(final.get("refresh_seconds_max", math.nan), 3),
         "refresh_seconds_mean": round(final.get("refresh_seconds_mean", math.nan), 3),
+        **{k: round(v, 2) for k, v in final.items() if k.startswith("gc_gen")},
+        "gc_gen2_count_steady": final.get("gc_gen2_count", 0) - status.get("gc_gen2_count", 0),
         "rss_idle_mb": round(idle_rss, 1),
         "rss_idle_forecasting_mb": round(forecasting_rss, 1),
         "rss_peak_mb": round(peak_rss, 1),
