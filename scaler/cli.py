@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--refit-seconds",
         type=float,
-        default=300.0,
-        help="how often forecasters are refitted (default 300)",
+        default=600.0,
+        help="how often forecasters are refitted (default 600)",
     )
     p.add_argument(
         "--forecast-step-seconds",
