@@ -442,6 +442,20 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 3)
 
 
+def _start_role(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """This module run as a server role in its own process, once it says READY."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.scaler.test_scaler_bench", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "READY"
+    return process
+
+
 FLOOR_SECONDS = 20.0
 
 
@@ -451,23 +465,8 @@ def _latency_floor(objects: int, env: dict[str, str], tmp_path: Path) -> dict[st
     from tests.support.prometheus import free_port
 
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.scaler.test_scaler_bench",
-            "noop-server",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    server = _start_role(["noop-server", "--port", str(port)], env)
     try:
-        assert server.stdout is not None
-        assert server.stdout.readline().strip() == "READY"
         out = tmp_path / "floor.json"
         start_at = time.time() + 2.0
         cpu_before = _cpu_seconds(server.pid)
@@ -534,11 +533,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             history_points = min(float(item["value"][1]) for item in stored)
             proxy = PrometheusProxy(prom.url)
             port, metrics_port = free_port(), free_port()
-            server = subprocess.Popen(
+            server = _start_role(
                 [
-                    sys.executable,
-                    "-m",
-                    "tests.scaler.test_scaler_bench",
                     "server",
                     "--port",
                     str(port),
@@ -547,13 +543,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
                     "--status",
                     str(status_path),
                 ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
+                env,
             )
-            assert server.stdout is not None
-            assert server.stdout.readline().strip() == "READY"
             idle_rss = _rss_mb(server.pid)
 
             # Phase 1: KEDA's first poll of every object registers it; the
