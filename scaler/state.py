@@ -199,7 +199,6 @@ class CpuPacer:
         self._cpu = cpu
         self._sleep = sleep
         self._mark = cpu()
-        self.slept_s = 0.0
 
     def tick(self) -> None:
         if self.share >= 1:
@@ -208,7 +207,6 @@ class CpuPacer:
         if used >= self.slice_s:
             pause = used * (1 - self.share) / self.share
             self._sleep(pause)
-            self.slept_s += pause
             self._mark = self._cpu()
 
 
@@ -288,7 +286,8 @@ class ScalerState:
         self.expire_after_s = float(expire_after_s)
         self._source_was_up: dict[SourceSpec, bool] = {}
         self._worker: ForecastWorker | None = ForecastWorker() if forecast_worker else None
-        CpuPacer(compute_share)  # validate once, here
+        if not 0 < compute_share <= 1:
+            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
         self.compute_share = float(compute_share)
         self._balloon_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="prescaler-balloon"
