@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections import deque
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -66,7 +67,9 @@ class ForecastWorker:
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._ids = itertools.count(1)
-        self._drops: list[int] = []
+        # Finalizers append from any thread, without the lock: a deque's
+        # append/popleft are atomic, so no drop is lost between calls.
+        self._drops: deque[int] = deque()
         self.starts = 0
         self._closed = False
 
@@ -110,7 +113,7 @@ class ForecastWorker:
             if self._closed:
                 raise ForecastWorkerError("the forecast worker is closed")
             conn = self._ensure()
-            drops, self._drops = self._drops, []
+            drops = [self._drops.popleft() for _ in range(len(self._drops))]
             try:
                 conn.send((op, fid, args, drops))
                 if not conn.poll(self.timeout_s):
