@@ -176,8 +176,8 @@ class CpuPacer:
     Why: the compute thread and the gRPC handlers share one GIL, which
     Python hands over every switch interval, so a busy compute thread takes
     about half of the interpreter while it runs and RPCs queue behind it
-    (with 1,000 objects a refresh is ~0.2 s of Python: a 50-100 ms spike in
-    KEDA's latency every refresh). Refresh work has seconds of slack (until
+    (with 1,000 objects a refresh was ~0.16 s of Python and KEDA's latency
+    spiked by 50-130 ms at every refresh). Refresh work has seconds of slack (until
     the next refresh); an RPC has milliseconds. So after every ``slice_s`` of
     its own CPU time the thread sleeps long enough to use at most ``share``
     of the interpreter. Waiting on the forecast worker is not CPU time and is

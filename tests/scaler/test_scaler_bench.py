@@ -197,9 +197,8 @@ def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: fl
 
 
 def _start_loadgen(plan: str, out: Path) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [str(_loadgen())], stdin=subprocess.PIPE, stdout=out.open("wb"), cwd=ROOT
-    )
+    with out.open("wb") as sink:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen([str(_loadgen())], stdin=subprocess.PIPE, stdout=sink, cwd=ROOT)
     assert process.stdin is not None
     process.stdin.write(plan.encode())
     process.stdin.close()
