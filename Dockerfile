@@ -1,8 +1,10 @@
 # prescaler: the KEDA external scaler image the manifests deploy.
 #   docker build -t ghcr.io/<you>/prescaler:0.1.0 .
-# Two stages: the build stage generates the gRPC code from
-# protos/externalscaler.proto (never committed) and builds a wheel; the
-# runtime stage installs only that wheel and runs as an unprivileged user.
+# Three stages: the build stage generates the gRPC code from
+# protos/externalscaler.proto (never committed) and builds a wheel; the front
+# stage builds prescaler-front (the compiled gRPC front, Go and grpc-go from
+# Debian); the runtime stage installs only those and runs as an unprivileged
+# user. `prescaler serve` finds prescaler-front on the PATH.
 
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -10,7 +12,15 @@ WORKDIR /src
 RUN pip install "grpcio-tools>=1.60" "setuptools>=68" wheel
 COPY . .
 RUN python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. protos/externalscaler.proto \
+    && python -m grpc_tools.protoc -I. --python_out=. protos/front.proto \
     && pip wheel --no-deps --wheel-dir /wheels .
+
+FROM python:3.11.11-slim-bookworm AS front
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends golang-go golang-google-grpc-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY front/ /src/front/
+RUN CGO_ENABLED=0 GOCACHE=/tmp/go-cache sh /src/front/build.sh /out/prescaler-front
 
 FROM python:3.11.11-slim-bookworm
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -22,6 +32,7 @@ RUN groupadd --system --gid 10001 prescaler \
        --shell /usr/sbin/nologin prescaler
 COPY --from=build /wheels /wheels
 RUN pip install /wheels/*.whl && rm -rf /wheels
+COPY --from=front /out/prescaler-front /usr/local/bin/prescaler-front
 USER 10001:10001
 # 9090 gRPC (KEDA external scaler + grpc.health.v1), 9091 Prometheus /metrics.
 EXPOSE 9090 9091

@@ -77,6 +77,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "an RPC (default on; --no-forecast-worker keeps one process)",
     )
     p.add_argument(
+        "--front",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="answer KEDA's polls from the compiled gRPC front (prescaler-front, built by "
+        "`make front`), which forwards the rest to this process: on = required, auto = "
+        "when the binary is found (default), off = Python gRPC alone",
+    )
+    p.add_argument(
+        "--front-binary",
+        default=None,
+        help="path of prescaler-front (default: $PRESCALER_FRONT, the PATH, then "
+        "build/prescaler-front of a source checkout)",
+    )
+    p.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -126,6 +140,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         print(f"prescaler serve: {problem}", file=sys.stderr)
         return 2
 
+    from scaler.front import FrontOptions, find_front_binary
     from scaler.service import run_server
     from scaler.telemetry import ScalerTelemetry
     from scaler.tls import TlsError, load_server_tls
@@ -137,6 +152,23 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         except TlsError as exc:
             print(f"prescaler serve: {exc}", file=sys.stderr)
             return 2
+    front = None
+    if args.front != "off":
+        binary = find_front_binary(args.front_binary)
+        if binary is not None:
+            front = FrontOptions(binary)
+        elif args.front == "on" or args.front_binary:
+            where = args.front_binary or "$PRESCALER_FRONT, the PATH or build/"
+            print(
+                f"prescaler serve: prescaler-front not found ({where}); build it with `make front`",
+                file=sys.stderr,
+            )
+            return 2
+        else:
+            logging.getLogger(__name__).warning(
+                "prescaler-front not found (make front builds it): serving gRPC from Python, "
+                "which costs ~0.25 ms of CPU per call"
+            )
     if state_factory is None:
         from scaler.state import ScalerState
 
@@ -167,6 +199,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
                 tls=tls,
                 grace_s=args.grace_seconds,
                 allow_cross_namespace=args.allow_cross_namespace,
+                front=front,
             )
         )
     except OSError as exc:

@@ -36,6 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
@@ -45,6 +46,15 @@ from grpc_reflection.v1alpha import reflection
 
 from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
+from scaler.front import (
+    OBJECT_TRAILER,
+    FrontOptions,
+    FrontProcess,
+    FrontTable,
+    add_front_service,
+    private_socket_dir,
+    remove_private_dir,
+)
 from scaler.policy import Decision
 from scaler.settings import ScalerSettings, SettingsError, parse_settings
 from scaler.sources import foreign_namespace_key
@@ -103,6 +113,9 @@ class _Unavailable(Exception):
     """
 
 
+FRONT_ANSWERED = frozenset({"GetMetricSpec", "GetMetrics", "IsActive"})
+"""The calls the compiled front answers (and times) itself."""
+
 NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
 """Decision reasons that mean "nothing was ever observed" for this object."""
 
@@ -119,6 +132,33 @@ def _settled(decision: Decision, settings: ScalerSettings) -> Decision:
     ):
         raise _Unavailable(f"no data yet ({decision.reason}); KEDA keeps the current replica count")
     return decision
+
+
+def _metrics_response(decision: Decision, settings: ScalerSettings) -> pb.GetMetricsResponse:
+    """GetMetrics' answer for a decision (raises :class:`_Unavailable`)."""
+    replicas = _settled(decision, settings).replicas
+    value = float(replicas) if math.isfinite(replicas) and replicas > 0 else 0.0
+    mv = pb.MetricValue(
+        metricName=METRIC_NAME, metricValue=math.ceil(value), metricValueFloat=value
+    )
+    return pb.GetMetricsResponse(metricValues=[mv])
+
+
+def _metric_spec_response() -> pb.GetMetricSpecResponse:
+    spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)
+    return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+
+def front_answers(
+    decision: Decision, settings: ScalerSettings, active: bool
+) -> tuple[bool, bytes, bytes]:
+    """What the compiled front may answer for one object, serialized here so
+    its bytes are exactly what the Python handlers would send."""
+    try:
+        metrics = _metrics_response(decision, settings)
+    except _Unavailable:
+        return False, b"", b""
+    return True, metrics.SerializeToString(), pb.IsActiveResponse(result=active).SerializeToString()
 
 
 @dataclass(frozen=True)
@@ -203,14 +243,20 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         *,
         settings_cache: SettingsCache | None = None,
         allow_cross_namespace: bool = False,
+        front_table: FrontTable | None = None,
     ) -> None:
         self.state = state
         self.telemetry = telemetry
         self.settings_cache = settings_cache or SettingsCache()
         self.allow_cross_namespace = allow_cross_namespace
+        # Behind the compiled front, successful calls name their object (so
+        # the front can answer the next ones itself) and the front times them.
+        self.front_table = front_table
 
     # -- helpers -------------------------------------------------------------
-    def _resolve(self, ref: pb.ScaledObjectRef) -> tuple[str, str, ScalerSettings]:
+    def _resolve(
+        self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext | None = None
+    ) -> tuple[str, str, ScalerSettings]:
         _decoded(ref)
         name, namespace = ref.name, ref.namespace
         for key, value in (("name", name), ("namespace", namespace)):
@@ -223,13 +269,16 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         except SettingsError as exc:
             raise _InvalidArgument(f"scalerMetadata.{exc}") from None
         if not self.allow_cross_namespace:
-            key = foreign_namespace_key(settings, namespace)
-            if key is not None:
+            foreign = foreign_namespace_key(settings, namespace)
+            if foreign is not None:
                 raise _InvalidArgument(
-                    f"scalerMetadata.{key}: reads series outside the ScaledObject's namespace "
+                    f"scalerMetadata.{foreign}: reads series outside the ScaledObject's namespace "
                     f"{namespace!r}; the scaler must run with --allow-cross-namespace for that"
                 )
         self.state.register(namespace, name, settings)
+        if self.front_table is not None and context is not None:
+            oid = self.front_table.id_for(namespace, name, settings)
+            context.set_trailing_metadata(((OBJECT_TRAILER, str(oid)),))
         return namespace, name, settings
 
     async def _call(
@@ -248,7 +297,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 grpc.StatusCode.INTERNAL, f"{method}: internal error (see scaler logs)"
             )
         finally:
-            self.telemetry.observe_rpc(method, time.perf_counter() - start)
+            if self.front_table is None or method not in FRONT_ANSWERED:
+                self.telemetry.observe_rpc(method, time.perf_counter() - start)
         raise AssertionError("unreachable")  # context.abort raises
 
     # -- RPCs ----------------------------------------------------------------
@@ -256,9 +306,8 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricSpecResponse:
         def body() -> pb.GetMetricSpecResponse:
-            self._resolve(request)
-            spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)
-            return pb.GetMetricSpecResponse(metricSpecs=[spec])
+            self._resolve(request, context)
+            return _metric_spec_response()
 
         return await self._call("GetMetricSpec", context, body)
 
@@ -266,19 +315,14 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricsResponse:
         def body() -> pb.GetMetricsResponse:
-            namespace, name, settings = self._resolve(_decoded(request).scaledObjectRef)
+            namespace, name, settings = self._resolve(_decoded(request).scaledObjectRef, context)
             metric = request.metricName
             # KEDA strips its s{index}- prefix; accept it unstripped too.
             if metric and metric != METRIC_NAME and _PREFIXED.fullmatch(metric) is None:
                 raise _InvalidArgument(
                     f"metricName: unknown metric {metric!r}; this scaler serves {METRIC_NAME!r}"
                 )
-            replicas = _settled(self.state.decision(namespace, name), settings).replicas
-            value = float(replicas) if math.isfinite(replicas) and replicas > 0 else 0.0
-            mv = pb.MetricValue(
-                metricName=METRIC_NAME, metricValue=math.ceil(value), metricValueFloat=value
-            )
-            return pb.GetMetricsResponse(metricValues=[mv])
+            return _metrics_response(self.state.decision(namespace, name), settings)
 
         return await self._call("GetMetrics", context, body)
 
@@ -286,7 +330,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.IsActiveResponse:
         def body() -> pb.IsActiveResponse:
-            namespace, name, settings = self._resolve(request)
+            namespace, name, settings = self._resolve(request, context)
             _settled(self.state.decision(namespace, name), settings)
             return pb.IsActiveResponse(result=bool(self.state.is_active(namespace, name)))
 
@@ -377,17 +421,42 @@ def add_service(service: ExternalScalerService, server: grpc.aio.Server) -> None
 
 @dataclass
 class RunningServer:
-    """A started gRPC server with its health servicer and bound port."""
+    """A started gRPC server with its health servicer and bound port.
+
+    With the compiled front, ``port`` is the front's (what KEDA dials) and
+    ``server`` listens only on a private unix socket behind it.
+    """
 
     server: grpc.aio.Server
     port: int
     health: Any  # grpc_health.aio.HealthServicer
     service: ExternalScalerService
+    front: FrontProcess | None = None
+    private_dir: Path | None = None
 
     async def drain(self, grace_s: float) -> None:
-        """Health NOT_SERVING, then stop accepting and let calls finish."""
+        """Health NOT_SERVING, then stop accepting and let calls finish.
+
+        The front drains first (its in-flight calls may be forwarded ones,
+        which this server still answers), then this server.
+        """
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace_s)
+        try:
+            if self.front is not None:
+                await self.front.stop()
+                grace_s = min(grace_s, 1.0)
+            await self.server.stop(grace_s)
+        finally:
+            remove_private_dir(self.private_dir)
+
+    async def close(self) -> None:
+        """Stop at once, without draining (tests, aborted starts)."""
+        try:
+            if self.front is not None:
+                await self.front.kill()
+            await self.server.stop(0)
+        finally:
+            remove_private_dir(self.private_dir)
 
 
 async def start_server(
@@ -398,10 +467,23 @@ async def start_server(
     port: int = 9090,
     tls: ServerTls | None = None,
     allow_cross_namespace: bool = False,
+    front: FrontOptions | None = None,
+    grace_s: float = 10.0,
 ) -> RunningServer:
-    """Build, bind and start the gRPC server (port 0 picks a free port)."""
+    """Build, bind and start the gRPC server (port 0 picks a free port).
+
+    With ``front``, the compiled front (``scaler.front``) binds ``host:port``
+    (with ``tls``) and this server a private unix socket behind it.
+    """
     server = grpc.aio.server(options=_SERVER_OPTIONS)
-    service = ExternalScalerService(state, telemetry, allow_cross_namespace=allow_cross_namespace)
+    table = (
+        FrontTable(state, front_answers, _metric_spec_response().SerializeToString())
+        if front is not None
+        else None
+    )
+    service = ExternalScalerService(
+        state, telemetry, allow_cross_namespace=allow_cross_namespace, front_table=table
+    )
     add_service(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -413,6 +495,30 @@ async def start_server(
         ),
         server,
     )
+    if front is not None and table is not None:
+        add_front_service(table, telemetry, server)
+        private_dir, socket_path = private_socket_dir()
+        try:
+            if server.add_insecure_port(f"unix:{socket_path}") == 0:
+                raise OSError(f"cannot bind the front's backend socket {socket_path}")
+            await server.start()
+            await health.set("", health_pb2.HealthCheckResponse.SERVING)
+            await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            process = FrontProcess(
+                front,
+                host=host,
+                port=port,
+                backend=socket_path,
+                private_dir=private_dir,
+                tls=tls,
+                grace_s=grace_s,
+            )
+            bound = await process.start()
+        except BaseException:
+            await server.stop(0)
+            remove_private_dir(private_dir)
+            raise
+        return RunningServer(server, bound, health, service, process, private_dir)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if tls is None:
         bound = server.add_insecure_port(address)
@@ -438,6 +544,7 @@ async def run_server(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[RunningServer, MetricsServer | None], Awaitable[None] | None] | None = None,
     allow_cross_namespace: bool = False,
+    front: FrontOptions | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
 
@@ -463,14 +570,17 @@ async def run_server(
             port=port,
             tls=tls,
             allow_cross_namespace=allow_cross_namespace,
+            front=front,
+            grace_s=grace_s,
         )
         if metrics_port is not None:
             metrics = await telemetry.serve(host, metrics_port)
         log.info(
-            "prescaler serving gRPC on %s:%d%s%s",
+            "prescaler serving gRPC on %s:%d%s%s%s",
             host,
             running.port,
             " (TLS)" if tls and not tls.mutual else " (mTLS)" if tls else "",
+            " through prescaler-front" if running.front else " (Python gRPC)",
             f", metrics on :{metrics.port}" if metrics else "",
         )
         if on_ready is not None:

@@ -234,6 +234,21 @@ class ScalerTelemetry(Collector):
                 hist = self._rpc[method] = _Histogram()
             hist.observe(seconds)
 
+    def add_rpc_counts(self, method: str, counts: list[int], total_s: float) -> None:
+        """Fold in latencies observed elsewhere (the compiled gRPC front,
+        ``scaler.front``): per-bucket counts over :data:`RPC_BUCKETS` + Inf."""
+        if len(counts) != len(RPC_BUCKETS) + 1 or any(c < 0 for c in counts):
+            raise ValueError(
+                f"{method}: {len(counts)} bucket counts, expected {len(RPC_BUCKETS) + 1}"
+            )
+        with self._lock:
+            hist = self._rpc.get(method)
+            if hist is None:
+                hist = self._rpc[method] = _Histogram()
+            for i, count in enumerate(counts):
+                hist.counts[i] += count
+            hist.sum += total_s
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of one ScaledObject (it was deleted)."""
         obj = (namespace, name)

@@ -77,3 +77,16 @@ def test_entrypoint_is_prescaler_serve() -> None:
 def test_ports_exposed(port: str) -> None:
     exposed = " ".join(args for ins, args in instructions() if ins == "EXPOSE").split()
     assert port in exposed
+
+
+def test_the_compiled_front_is_on_the_runtime_path() -> None:
+    """`prescaler serve --front auto` finds prescaler-front on the PATH."""
+    ins = instructions()
+    stages = [args.split() for name, args in ins if name == "FROM"]
+    assert any(parts[-1] == "front" for parts in stages if len(parts) == 3)
+    last_from = max(i for i, (name, _) in enumerate(ins) if name == "FROM")
+    copies = [args.split() for name, args in ins[last_from:] if name == "COPY"]
+    assert ["--from=front", "/out/prescaler-front", "/usr/local/bin/prescaler-front"] in copies
+    runs = " ".join(args for name, args in ins if name == "RUN")
+    assert "front/build.sh /out/prescaler-front" in runs
+    assert "protos/front.proto" in runs

@@ -55,13 +55,16 @@ WARMUP_S = 5.0
 
 
 async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None:
+    from scaler.front import FrontOptions, find_front_binary
     from scaler.service import run_server
     from scaler.state import ScalerState
-    from scaler.telemetry import ScalerTelemetry
+    from scaler.telemetry import RPC_BUCKETS, ScalerTelemetry
 
     class TimedTelemetry(ScalerTelemetry):
         """Keeps every GetMetrics handler time (the histogram's buckets are too
-        coarse for a p99), with the wall time it ended at."""
+        coarse for a p99), with the wall time it ended at. Behind the compiled
+        front the handler times come back as the front's bucket counts: kept
+        as the time of each call's bucket's upper bound (an upper bound)."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -71,6 +74,14 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
             super().observe_rpc(method, seconds)
             if method == "GetMetrics":
                 self.samples.append((time.time(), seconds))
+
+        def add_rpc_counts(self, method: str, counts: list[int], total_s: float) -> None:
+            super().add_rpc_counts(method, counts, total_s)
+            if method == "GetMetrics":
+                now = time.time()
+                bounds = [*RPC_BUCKETS, 10.0]
+                for bound, count in zip(bounds, counts, strict=True):
+                    self.samples.extend([(now, bound)] * count)
 
     telemetry = TimedTelemetry()
     # Garbage-collector pauses hold the GIL: record each collection's length.
@@ -123,6 +134,11 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
             tasks.append(asyncio.create_task(write_status()))
         print("READY", flush=True)
 
+    front = None
+    if os.environ.get("BENCH_SCALER_FRONT", "on") != "off":  # `prescaler serve`'s default
+        binary = find_front_binary()
+        assert binary is not None, "build/prescaler-front is missing: make front"
+        front = FrontOptions(binary)
     await run_server(
         state,
         telemetry,
@@ -132,6 +148,7 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
         grace_s=1.0,
         on_ready=report,
         allow_cross_namespace=True,  # 20 teams' objects read 10 vLLM namespaces
+        front=front,
     )
 
 
@@ -153,6 +170,21 @@ def _loadgen() -> Path:
         if built.returncode != 0:
             pytest.fail(f"building keda-loadgen failed:\n{built.stderr[-2000:]}")
     return LOADGEN
+
+
+FRONT = ROOT / "build" / "prescaler-front"
+
+
+def _front() -> Path:
+    """The scaler's compiled gRPC front (``make front``), built if missing."""
+    source = ROOT / "front" / "main.go"
+    if not FRONT.exists() or FRONT.stat().st_mtime < source.stat().st_mtime:
+        built = subprocess.run(
+            ["sh", str(ROOT / "front" / "build.sh"), str(FRONT)], capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            pytest.fail(f"building prescaler-front failed:\n{built.stderr[-2000:]}")
+    return FRONT
 
 
 def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: float) -> str:
@@ -506,6 +538,9 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     fitted_expected = 0 if os.environ.get("BENCH_SCALER_FORECAST") == "off" else objects
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     _loadgen()  # build (or fail) before anything starts
+    front = os.environ.get("BENCH_SCALER_FRONT", "on") != "off"
+    if front:
+        _front()
     floor = _latency_floor(objects, env, tmp_path)
 
     history_end = time.time() - 2.0
@@ -634,6 +669,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "seconds": seconds,
         "wall_s": round(wall, 1),
         "client": "keda-loadgen: grpc-go (KEDA's client stack), one connection",
+        "server": "prescaler-front (Go) + Python scaler" if front else "Python grpc.aio alone",
         "history_s": HISTORY_S,
         "history_samples_backfilled": history_samples,
         "history_points_per_series_min": history_points,

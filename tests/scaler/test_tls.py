@@ -16,10 +16,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from scaler.front import FrontOptions
 from scaler.service import start_server
 from scaler.telemetry import ScalerTelemetry
 from scaler.tls import TlsError, load_server_tls
 from tests.scaler.fake_state import FakeState
+from tests.scaler.front_support import front_options
 from tests.scaler.keda_client import KedaClient, TlsConfig, ref
 
 SO = ref("llama", "llm", {"scalerAddress": "prescaler:9090", "prometheusAddress": "http://p:9090"})
@@ -139,16 +141,27 @@ def _write(tmp: Path, pki: Pki, *, mutual: bool) -> tuple[Path, Path, Path | Non
     return cert, key, (ca if mutual else None)
 
 
+@pytest.fixture(params=["python", "front"])
+def front(request: pytest.FixtureRequest) -> FrontOptions | None:
+    """Every TLS case twice: Python's grpcio terminating TLS, and the compiled front."""
+    return front_options() if request.param == "front" else None
+
+
 @pytest.fixture
-async def mtls_port(tmp_path: Path, pki: Pki) -> AsyncIterator[int]:
+async def mtls_port(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> AsyncIterator[int]:
     cert, key, ca = _write(tmp_path, pki, mutual=True)
     running = await start_server(
-        FakeState(), ScalerTelemetry(), host="127.0.0.1", port=0, tls=load_server_tls(cert, key, ca)
+        FakeState(),
+        ScalerTelemetry(),
+        host="127.0.0.1",
+        port=0,
+        tls=load_server_tls(cert, key, ca),
+        front=front,
     )
     try:
         yield running.port
     finally:
-        await running.server.stop(0)
+        await running.close()
 
 
 async def _poll(port: int, tls: TlsConfig | None) -> int:
@@ -183,11 +196,16 @@ async def test_mtls_refuses_plaintext(mtls_port: int) -> None:
     assert await _refused(mtls_port, None) == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_tls_server_auth_only(tmp_path: Path, pki: Pki) -> None:
+async def test_tls_server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> None:
     """Without --client-ca any client that trusts our CA connects; others do not."""
     cert, key, _ = _write(tmp_path, pki, mutual=False)
     running = await start_server(
-        FakeState(), ScalerTelemetry(), host="127.0.0.1", port=0, tls=load_server_tls(cert, key)
+        FakeState(),
+        ScalerTelemetry(),
+        host="127.0.0.1",
+        port=0,
+        tls=load_server_tls(cert, key),
+        front=front,
     )
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
@@ -196,14 +214,21 @@ async def test_tls_server_auth_only(tmp_path: Path, pki: Pki) -> None:
             == grpc.StatusCode.UNAVAILABLE
         )
     finally:
-        await running.server.stop(0)
+        await running.close()
 
 
-async def test_rotated_certificate_is_picked_up(tmp_path: Path, pki: Pki) -> None:
+async def test_rotated_certificate_is_picked_up(
+    tmp_path: Path, pki: Pki, front: FrontOptions | None
+) -> None:
     """cert-manager rewrites the files in place: new handshakes use the new cert."""
     cert, key, _ = _write(tmp_path, pki, mutual=False)
     running = await start_server(
-        FakeState(), ScalerTelemetry(), host="127.0.0.1", port=0, tls=load_server_tls(cert, key)
+        FakeState(),
+        ScalerTelemetry(),
+        host="127.0.0.1",
+        port=0,
+        tls=load_server_tls(cert, key),
+        front=front,
     )
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
@@ -214,7 +239,7 @@ async def test_rotated_certificate_is_picked_up(tmp_path: Path, pki: Pki) -> Non
         os.utime(key, (later, later))
         assert await _poll(running.port, TlsConfig(ca_cert=pki.rogue_ca.cert)) == 1000
     finally:
-        await running.server.stop(0)
+        await running.close()
 
 
 def test_load_server_tls_errors(tmp_path: Path, pki: Pki) -> None:
