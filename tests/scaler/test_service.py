@@ -23,6 +23,7 @@ from scaler.policy import Decision
 from scaler.service import METRIC_NAME, SERVICE_NAME, RunningServer, SettingsCache, start_server
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
+from tests.scaler.front_support import front_binary
 from tests.scaler.keda_client import HpaModel, KedaClient, ref
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,6 +298,7 @@ _STUB_SERVE = """
 import argparse, sys
 from scaler.cli import register, serve_command
 from tests.scaler.fake_state import FakeState
+from tests.scaler.front_support import front_binary
 parser = argparse.ArgumentParser()
 register(parser.add_subparsers())
 args = parser.parse_args(sys.argv[1:])
@@ -324,8 +326,9 @@ def _spawn(cmd: list[str]) -> tuple[subprocess.Popen[str], int, list[str]]:
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 
-async def _sigterm_drains(cmd: list[str]) -> None:
-    proc, port, _ = _spawn(cmd)
+async def _sigterm_drains(cmd: list[str], serving: str = "") -> None:
+    proc, port, lines = _spawn(cmd)
+    assert serving in lines[-1], lines[-1]
     try:
         async with KedaClient(f"127.0.0.1:{port}") as client:
             # The real state has no Prometheus here: GetMetrics answers UNAVAILABLE
@@ -371,8 +374,10 @@ async def test_sigterm_drains_and_exits_zero() -> None:
     )
 
 
-async def test_prescaler_serve_with_the_real_state() -> None:
-    pytest.importorskip("scaler.state")
+@pytest.mark.parametrize("front", ["on", "off"])
+async def test_prescaler_serve_with_the_real_state(front: str) -> None:
+    """Both ways of serving: through the compiled front, and Python gRPC alone."""
+    binary = ["--front-binary", str(front_binary())] if front == "on" else []
     await _sigterm_drains(
         [
             sys.executable,
@@ -387,7 +392,11 @@ async def test_prescaler_serve_with_the_real_state() -> None:
             "-1",
             "--grace-seconds",
             "1",
-        ]
+            "--front",
+            front,
+            *binary,
+        ],
+        serving="through prescaler-front" if front == "on" else "(Python gRPC)",
     )
 
 
@@ -406,6 +415,8 @@ def test_serve_flag_errors() -> None:
         ["serve", "--refresh-seconds", "2", "--forecast-step-seconds", "3"],
         ["serve", "--forecast-step-seconds", "0"],
         ["serve", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
+        ["serve", "--front", "on", "--front-binary", "/nonexistent/prescaler-front"],
+        ["serve", "--front-binary", "/nonexistent/prescaler-front"],
     ):
         assert serve_command(parser.parse_args(argv), state_factory=FakeState) == 2, argv
 
