@@ -182,6 +182,8 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         refit_interval_s=args.refit_seconds,
         source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
         forecast_worker=args.forecast_worker,
+        # Behind the front, RPCs do not wait for the GIL: the refresh runs unpaced.
+        compute_share=1.0 if front is not None else 0.25,
         **(
             {"forecast_step_s": args.forecast_step_seconds}
             if args.forecast_step_seconds is not None

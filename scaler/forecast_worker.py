@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -48,6 +49,33 @@ log = logging.getLogger(__name__)
 
 class ForecastWorkerError(RuntimeError):
     """The worker could not answer (it died, hung, or lost the forecaster)."""
+
+
+BatchItem = tuple[int, str, "np.ndarray | None", float, np.ndarray, int, Sequence[float]]
+"""(forecaster id, method, bins to refit on or None, step_s, bins up to the
+origin, horizon steps, quantiles)."""
+
+
+def _wire(item: BatchItem) -> tuple[Any, ...]:
+    fid, method, fit_y, step_s, y, steps, quantiles = item
+    return (
+        int(fid),
+        str(method),
+        None if fit_y is None else np.asarray(fit_y, dtype=float),
+        float(step_s),
+        np.asarray(y, dtype=float),
+        int(steps),
+        tuple(quantiles),
+    )
+
+
+def _sendable(exc: Exception) -> Any:
+    """The exception itself if it pickles, else its text."""
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return f"{type(exc).__name__}: {exc}"
+    return exc
 
 
 class ForecastWorker:
@@ -84,6 +112,20 @@ class ForecastWorker:
         self, fid: int, y: np.ndarray | None, steps: int, quantiles: Sequence[float]
     ) -> Any:
         return self._call("predict", fid, (y, int(steps), tuple(quantiles)))
+
+    def batch(self, items: Sequence[BatchItem]) -> list[Any]:
+        """Refit-if-asked, update and predict many forecasters in ONE round
+        trip: each item's forecast, or the exception it raised (the others
+        still answer). ``ForecastWorkerError`` if the worker itself is lost."""
+        answers = self._call("batch", 0, ([_wire(item) for item in items],))
+        return [
+            value
+            if status == "ok"
+            else value
+            if isinstance(value, BaseException)
+            else ForecastWorkerError(str(value))
+            for status, value in answers
+        ]
 
     def count(self) -> int:
         """How many forecasters the child holds (tests, status)."""
@@ -224,6 +266,9 @@ def _serve(conn: Connection) -> None:
                 if y is not None:
                     forecaster.update(y)
                 result = forecaster.predict(steps, quantiles=quantiles)
+            elif op == "batch":
+                (items,) = args
+                result = [_batch_one(forecasters, make_forecaster, *item) for item in items]
             elif op == "count":
                 result = len(forecasters)
             else:
@@ -235,6 +280,31 @@ def _serve(conn: Connection) -> None:
                 conn.send(("error", f"{type(exc).__name__}: {exc}"))
         else:
             conn.send(("ok", result))
+
+
+def _batch_one(
+    forecasters: dict[int, Any],
+    make_forecaster: Any,
+    fid: int,
+    method: str,
+    fit_y: np.ndarray | None,
+    step_s: float,
+    y: np.ndarray,
+    steps: int,
+    quantiles: tuple[float, ...],
+) -> tuple[str, Any]:
+    try:
+        if fit_y is not None:
+            fitted = make_forecaster(method)
+            fitted.fit(fit_y, step_s)
+            forecasters[fid] = fitted
+        forecaster = forecasters.get(fid)
+        if forecaster is None:
+            raise ForecastWorkerError(f"forecaster {fid} is not fitted in this worker")
+        forecaster.update(y)
+        return "ok", forecaster.predict(steps, quantiles=quantiles)
+    except Exception as exc:
+        return "error", _sendable(exc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,7 +33,9 @@ import functools
 import gc
 import logging
 import math
+import os
 import sys
+import threading
 import time
 import zlib
 from collections import deque
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from scaler.capacity import capacity_for
-from scaler.forecast_worker import ForecastWorker
+from scaler.forecast_worker import ForecastWorker, ForecastWorkerError
 from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 from scaler.policy import (
     Decision,
@@ -168,6 +170,39 @@ class _Entry:
     # Caches of things that change only with the settings or new samples.
     configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
     measured_lead: tuple[tuple[float, ...], float | None] | None = None
+
+
+COMPUTE_NICE = 5
+"""Niceness added to the compute thread (Linux: per thread). The threads
+that answer KEDA (the compiled front's, the event loop) run first when the
+node is busy; a refresh has seconds of slack."""
+
+
+def _lower_priority() -> None:
+    with contextlib.suppress(AttributeError, OSError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + COMPUTE_NICE)
+
+
+@dataclass(frozen=True)
+class _PredictRequest:
+    """One object's forecast to compute at a closed bin (see ``_predict_request``)."""
+
+    entry: _Entry
+    forecaster: Any
+    origin_s: float
+    lead_s: float
+    boundary: float
+    fit_y: np.ndarray | None  # refit on these bins first (a refit boundary passed)
+    y: np.ndarray
+    steps: int
+    quantile: float  # the upper quantile the policy provisions for
+    quantiles: tuple[float, float]
+
+
+PREDICT_CHUNK = 100
+"""Forecasts per round trip to the worker: big enough that 1,000 objects
+cost ten round trips, small enough that one message stays a few hundred KB."""
 
 
 class CpuPacer:
@@ -296,7 +331,7 @@ class ScalerState:
         self._entries: dict[ObjectKey, _Entry] = {}
         self._pending_backfill: set[ObjectKey] = set()
         self._compute_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="prescaler-state"
+            max_workers=1, thread_name_prefix="prescaler-state", initializer=_lower_priority
         )
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -551,15 +586,38 @@ class ScalerState:
     def _compute(
         self, work: Sequence[tuple[_Entry, Reading | None, int]], tick: float
     ) -> list[ObjectKey]:
+        """One live refresh of many objects, phase by phase (see :meth:`_step`):
+        the forecasts of every object whose bin closed go out in one batch, so
+        1,000 objects cost a few round trips to the worker, not 1,000."""
         now = self._clock()
         bursts: list[ObjectKey] = []
         pacer = CpuPacer(self.compute_share)
+        staged: list[tuple[_Entry, Observation | None, float]] = []
+        requests: list[_PredictRequest] = []
         for entry, reading, generation in work:
             pacer.tick()
             if entry.generation != generation or self._entries.get(entry.key) is not entry:
                 continue  # re-registered meanwhile; its new entry backfills itself
             try:
-                if self._step(entry, tick, reading, now, live=True):
+                ingested = self._ingest(entry, tick, reading, now, live=True)
+                if ingested is None:
+                    continue
+                obs, lead = ingested
+                request = self._wanted_prediction(entry, lead, live=True, decide_it=True)
+                if request is not None:
+                    requests.append(request)
+                staged.append((entry, obs, lead))
+            except Exception:
+                log.exception("updating %s/%s failed", *entry.key)
+        for request, result in zip(requests, self._run_predictions(requests, pacer), strict=True):
+            try:
+                self._predict_finish(request, result)
+            except Exception:
+                log.exception("forecast for %s/%s failed", *request.entry.key)
+        for entry, obs, lead in staged:
+            pacer.tick()
+            try:
+                if self._conclude(entry, tick, obs, lead, live=True, decide_it=True):
                     bursts.append(entry.key)
             except Exception:
                 log.exception("updating %s/%s failed", *entry.key)
@@ -756,10 +814,28 @@ class ScalerState:
         live: bool,
         decide_it: bool = True,
     ) -> bool:
-        """Advance one object to grid time ``t``; True when a burst starts."""
+        """Advance one object to grid time ``t``; True when a burst starts.
+
+        Three phases (a live refresh runs each over all objects in turn, so
+        the forecasts of every object go to the worker in one batch):
+        ingest the reading, predict if a bin closed, decide.
+        """
+        staged = self._ingest(entry, t, reading, now_s, live=live)
+        if staged is None:
+            return False
+        obs, lead = staged
+        request = self._wanted_prediction(entry, lead, live=live, decide_it=decide_it)
+        if request is not None:
+            self._predict_finish(request, self._run_predictions([request])[0])
+        return self._conclude(entry, t, obs, lead, live=live, decide_it=decide_it)
+
+    def _ingest(
+        self, entry: _Entry, t: float, reading: Reading | None, now_s: float, *, live: bool
+    ) -> tuple[Observation | None, float] | None:
+        """Take one reading into the object's history; ``None`` if ``t`` is old."""
         settings = entry.settings
         if entry.last_time_s is not None and t <= entry.last_time_s:
-            return False
+            return None
         entry.last_time_s = t
         obs = observation_from(reading, now_s) if reading is not None else None
         obs = self._unless_vanished(entry, t, obs)
@@ -784,16 +860,32 @@ class ScalerState:
                 settled = entry.ledger.settle(SIGNAL, b.end_s, b.requests_per_s)
                 if live and settled:
                     self._export_accuracy(entry, settings)
-        last_bin = entry.series.last_end
-        if (
-            settings.forecast != "off"
-            and (decide_it or live)
-            and last_bin is not None
-            and entry.predicted_bin != last_bin
-        ):
-            self._predict(entry, last_bin, lead, live)
-        if settings.forecast == "off":
+        return obs, lead
+
+    def _wanted_prediction(
+        self, entry: _Entry, lead_s: float, *, live: bool, decide_it: bool
+    ) -> _PredictRequest | None:
+        """The forecast to compute now (a bin closed since the last one), if any."""
+        if entry.settings.forecast == "off":
             entry.prediction = None
+            return None
+        last_bin = entry.series.last_end
+        if (decide_it or live) and last_bin is not None and entry.predicted_bin != last_bin:
+            return self._predict_request(entry, last_bin, lead_s)
+        return None
+
+    def _conclude(
+        self,
+        entry: _Entry,
+        t: float,
+        obs: Observation | None,
+        lead: float,
+        *,
+        live: bool,
+        decide_it: bool,
+    ) -> bool:
+        """Decide at ``t`` from the observation and the latest prediction."""
+        settings = entry.settings
         forecast = self._demand_forecast(entry, t, lead)
         entry.forecast = forecast
         if not decide_it:
@@ -872,36 +964,92 @@ class ScalerState:
         refit = self.refit_interval_s
         return math.floor(round((origin_s - entry.offset_s) / refit, 9)) * refit + entry.offset_s
 
-    def _predict(self, entry: _Entry, origin_s: float, lead_s: float, live: bool) -> None:
-        """Refit if a boundary passed, condition on the bins up to ``origin_s``, predict."""
+    def _predict_request(
+        self, entry: _Entry, origin_s: float, lead_s: float
+    ) -> _PredictRequest | None:
+        """What to ask the forecaster at bin ``origin_s``: a refit if a
+        boundary passed, then the bins up to ``origin_s`` and the horizon."""
         entry.predicted_bin = origin_s  # once per bin, even if it fails
         forecaster = self._forecaster(entry)
         if forecaster is None:
-            return
+            return None
         boundary = self._boundary(entry, origin_s)
+        fit_y = None
+        if entry.fit_boundary_s != boundary:
+            fit_y = entry.series.requests(until_s=boundary, last=self.fit_bins)
+            if fit_y.size < MIN_FIT_BINS:
+                entry.prediction = None
+                return None
+        y = entry.series.requests(until_s=origin_s, last=self.fit_bins)
+        horizon_s = max(
+            lead_s, entry.settings.node_lead_time_seconds if entry.settings.prewarm else 0.0
+        )
+        steps = math.ceil((horizon_s + self.forecast_step_s) / self.forecast_step_s) + 1
+        q = entry.settings.forecast_quantile
+        quantiles = (0.5, q) if q > 0.5 else (q, 0.5)
+        return _PredictRequest(
+            entry, forecaster, origin_s, lead_s, boundary, fit_y, y, steps, q, quantiles
+        )
+
+    def _run_predictions(
+        self, requests: Sequence[_PredictRequest], pacer: CpuPacer | None = None
+    ) -> list[Any]:
+        """Each request's forecast, or the exception it raised. With the worker,
+        one round trip per chunk of requests, not per object."""
+        if not requests:
+            return []
+        step = self.forecast_step_s
+        if self._worker is not None:
+            out: list[Any] = []
+            for start in range(0, len(requests), PREDICT_CHUNK):
+                chunk = requests[start : start + PREDICT_CHUNK]
+                items = [
+                    (
+                        r.forecaster.fid,
+                        r.forecaster.method,
+                        r.fit_y,
+                        step,
+                        r.y,
+                        r.steps,
+                        r.quantiles,
+                    )
+                    for r in chunk
+                ]
+                try:
+                    out.extend(self._worker.batch(items))
+                except ForecastWorkerError as exc:
+                    out.extend([exc] * len(chunk))
+            return out
+        results: list[Any] = []
+        for r in requests:
+            if pacer is not None:
+                pacer.tick()
+            try:
+                if r.fit_y is not None:
+                    r.forecaster.fit(r.fit_y, step)
+                r.forecaster.update(r.y)
+                results.append(r.forecaster.predict(r.steps, quantiles=r.quantiles))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    def _predict_finish(self, request: _PredictRequest, result: Any) -> None:
+        """Keep a forecast (and book it in the accuracy ledger), or drop the
+        prediction and refit next bin if it failed."""
+        entry, q = request.entry, request.quantile
         try:
-            if entry.fit_boundary_s != boundary:
-                history = entry.series.requests(until_s=boundary, last=self.fit_bins)
-                if history.size < MIN_FIT_BINS:
-                    entry.prediction = None
-                    return
-                forecaster.fit(history, self.forecast_step_s)  # type: ignore[attr-defined]
-                entry.fit_boundary_s = boundary
-            y = entry.series.requests(until_s=origin_s, last=self.fit_bins)
-            forecaster.update(y)  # type: ignore[attr-defined]
-            horizon_s = max(
-                lead_s, entry.settings.node_lead_time_seconds if entry.settings.prewarm else 0.0
-            )
-            steps = math.ceil((horizon_s + self.forecast_step_s) / self.forecast_step_s) + 1
-            q = entry.settings.forecast_quantile
-            fc = forecaster.predict(steps, quantiles=(0.5, q) if q > 0.5 else (q, 0.5))  # type: ignore[attr-defined]
-            upper = np.asarray(fc.quantile(q), dtype=float)
-            median = np.asarray(fc.quantile(0.5), dtype=float)
+            if isinstance(result, BaseException):
+                raise result
+            upper = np.asarray(result.quantile(q), dtype=float)
+            median = np.asarray(result.quantile(0.5), dtype=float)
         except Exception as exc:
             log.warning("forecast for %s/%s failed: %s", *entry.key, exc)
             entry.prediction = None
             entry.fit_boundary_s = None
             return
+        if request.fit_y is not None:
+            entry.fit_boundary_s = request.boundary
+        origin_s, lead_s = request.origin_s, request.lead_s
         entry.prediction = _Prediction(origin_s, self.forecast_step_s, q, upper, median)
         # The bin ending at origin + lead (index h-1 covers (origin+(h-1)s, origin+h s]).
         h = max(1, math.ceil(lead_s / self.forecast_step_s))

@@ -179,3 +179,85 @@ async def test_scaler_decisions_are_the_same_with_the_worker() -> None:
         runs.append(seen)
     assert any(isinstance(x, tuple) and len(x) == 2 for x in runs[0])  # forecasts were made
     assert runs[1] == runs[0]
+
+
+def test_a_batch_answers_like_single_calls_and_keeps_errors_apart(
+    worker: ForecastWorker,
+) -> None:
+    y = _series()
+    local = make_forecaster("prescaler")
+    local.fit(y[:300], 15.0)
+    local.update(y[:340])
+    expected = local.predict(13, quantiles=(0.5, 0.9))
+    fitted, never_fitted = worker.forecaster("prescaler"), worker.forecaster("prescaler")
+    answers = worker.batch(
+        [
+            (fitted.fid, "prescaler", y[:300], 15.0, y[:340], 13, (0.5, 0.9)),
+            (never_fitted.fid, "prescaler", None, 15.0, y[:340], 13, (0.5, 0.9)),
+            (fitted.fid, "prescaler", None, 15.0, y[:340], 13, (0.5, 0.9)),
+            (fitted.fid, "prescaler", np.array([1.0, math.nan]), 0.0, y[:340], 13, (0.5,)),
+        ]
+    )
+    np.testing.assert_array_equal(answers[0].values, expected.values)
+    assert isinstance(answers[1], ForecastWorkerError) and "not fitted" in str(answers[1])
+    np.testing.assert_array_equal(answers[2].values, expected.values)
+    assert isinstance(answers[3], ValueError)  # a failed refit keeps the old fit
+    again = worker.batch([(fitted.fid, "prescaler", None, 15.0, y[:340], 13, (0.5, 0.9))])
+    np.testing.assert_array_equal(again[0].values, expected.values)
+
+
+async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
+    """150 objects whose bin closes together: 2 round trips (chunks of 100), not 150."""
+    from scaler.state import PREDICT_CHUNK
+
+    def reading(_s: Selection, t: float) -> Reading:
+        rate = 5.0 + 4.0 * math.sin(t / 7.0)
+        return Reading(
+            time_s=t,
+            ready_replicas=2,
+            waiting=0.0,
+            running=3.0,
+            kv_usage=0.2,
+            arrival_rate_rps=rate,
+            completion_rate_rps=rate,
+            prompt_tokens_per_s=rate * 100,
+            generation_tokens_per_s=rate * 50,
+        )
+
+    clock = [1000.0]
+    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), reading)
+    state = make_state(source, ScalerTelemetry())
+    state = type(state)(
+        telemetry=ScalerTelemetry(),
+        source_factory=lambda spec, s=source: s,
+        refresh_interval_s=1.0,
+        forecast_step_s=2.0,
+        refit_interval_s=1000.0,
+        fit_window_s=60.0,
+        query_delay_s=0.0,
+        clock=lambda c=clock: c[0],
+        forecast_worker=True,
+    )
+    objects = 150
+    for i in range(objects):
+        state.register("ns", f"so-{i}", meta(forecast="auto", leadTimeSeconds="6"))
+    try:
+        while state._pending_backfill:  # in chunks
+            await state._backfill(clock[0])
+        assert state._worker is not None
+        calls: list[str] = []
+        real_call = state._worker._call
+
+        def counting(op: str, fid: int, args: tuple) -> object:
+            calls.append(f"{op}:{len(args[0]) if op == 'batch' else ''}")
+            return real_call(op, fid, args)
+
+        state._worker._call = counting  # type: ignore[method-assign]
+        for _ in range(2):  # one of two refreshes closes a 2 s bin
+            clock[0] += 1.0
+            await state.refresh(clock[0])
+        assert calls == [f"batch:{PREDICT_CHUNK}", f"batch:{objects - PREDICT_CHUNK}"]
+        fitted = sum(1 for e in state._entries.values() if e.prediction is not None)
+        assert fitted == objects
+    finally:
+        await state.stop()

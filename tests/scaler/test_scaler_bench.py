@@ -98,9 +98,15 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
     # Production defaults (refresh 5 s, forecast bins 15 s, refit 600 s, 2 h
     # history, forecasting in a child process) as `prescaler serve` runs them.
     step = os.environ.get("BENCH_SCALER_FORECAST_STEP")  # diagnostics only
+    front = None
+    if os.environ.get("BENCH_SCALER_FRONT", "on") != "off":  # `prescaler serve`'s default
+        binary = find_front_binary()
+        assert binary is not None, "build/prescaler-front is missing: make front"
+        front = FrontOptions(binary)
     state = ScalerState(
         telemetry=telemetry,
         forecast_worker=True,
+        compute_share=1.0 if front is not None else 0.25,  # as `prescaler serve` sets it
         **({"forecast_step_s": float(step)} if step else {}),
     )
     tasks: list[asyncio.Task[None]] = []
@@ -134,11 +140,6 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
             tasks.append(asyncio.create_task(write_status()))
         print("READY", flush=True)
 
-    front = None
-    if os.environ.get("BENCH_SCALER_FRONT", "on") != "off":  # `prescaler serve`'s default
-        binary = find_front_binary()
-        assert binary is not None, "build/prescaler-front is missing: make front"
-        front = FrontOptions(binary)
     await run_server(
         state,
         telemetry,
@@ -429,15 +430,31 @@ def _rss_mb(pid: int) -> float:
     return total
 
 
-def _cpu_seconds(pid: int) -> float:
-    total = 0.0
+def _cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds of the scaler's process tree, by role."""
+    out: dict[str, float] = {}
     for p in _tree(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        role = (
+            "scaler"
+            if p == pid
+            else "front"
+            if b"prescaler-front" in cmdline
+            else "forecast_worker"
+            if b"forecast_worker" in cmdline
+            else "other"
+        )
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[role] = out.get(role, 0.0) + seconds
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    return sum(_cpu_by_process(pid).values())
 
 
 def _metric(url: str, name: str) -> list[tuple[str, float]]:
@@ -616,6 +633,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             queries_before = len(proxy.queries)
             started = time.monotonic()
             cpu_before = _cpu_seconds(server.pid)
+            roles_before = _cpu_by_process(server.pid)
             start_at = time.time() + 3.0
             out = tmp_path / "steady.json"
             loadgen = _start_loadgen(_plan(port, proxy.url, objects, seconds, start_at), out)
@@ -625,6 +643,10 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
                 queries_at.append((time.monotonic() - started, len(proxy.queries)))
                 time.sleep(1.0)
             server_cpu = (_cpu_seconds(server.pid) - cpu_before) / (time.monotonic() - started)
+            server_cpu_by_role = {
+                role: round((spent - roles_before.get(role, 0.0)) / (time.monotonic() - started), 3)
+                for role, spent in _cpu_by_process(server.pid).items()
+            }
             assert loadgen.returncode == 0
             wall = time.monotonic() - started
             peak_rss = max(peak_rss, _rss_mb(server.pid))
@@ -696,6 +718,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "server_getmetrics_max_ms": _ms(max(server_steady, default=math.nan)),
         "server_getmetrics_p99_ms_during_backfill": _ms(_percentile(server_backfill, 0.99)),
         "server_cpu_cores": round(server_cpu, 3),
+        "server_cpu_cores_by_process": server_cpu_by_role,
         "refresh_seconds_max": round(final.get("refresh_seconds_max", math.nan), 3),
         "refresh_seconds_mean": round(final.get("refresh_seconds_mean", math.nan), 3),
         **{k: round(v, 2) for k, v in final.items() if k.startswith("gc_gen")},
