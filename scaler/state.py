@@ -200,6 +200,9 @@ class _PredictRequest:
     quantiles: tuple[float, float]
 
 
+MAX_CATCH_UP_S = 600.0
+"""The longest stretch of missed refreshes that is replayed tick by tick."""
+
 PREDICT_CHUNK = 100
 """Forecasts per round trip to the worker: big enough that 1,000 objects
 cost ten round trips, small enough that one message stays a few hundred KB."""
@@ -586,12 +589,22 @@ class ScalerState:
     def _compute(
         self, work: Sequence[tuple[_Entry, Reading | None, int]], tick: float
     ) -> list[ObjectKey]:
-        """One live refresh of many objects, phase by phase (see :meth:`_step`):
-        the forecasts of every object whose bin closed go out in one batch, so
-        1,000 objects cost a few round trips to the worker, not 1,000."""
-        now = self._clock()
+        """One live refresh of many objects (see :meth:`_advance`)."""
+        return self._advance(work, tick, self._clock(), CpuPacer(self.compute_share))
+
+    def _advance(
+        self,
+        work: Sequence[tuple[_Entry, Reading | None, int]],
+        t: float,
+        now: float,
+        pacer: CpuPacer,
+    ) -> list[ObjectKey]:
+        """Advance many objects to grid time ``t``, phase by phase (see
+        :meth:`_step`): the forecasts of every object whose bin closed go out
+        in one batch, so 1,000 objects cost a few round trips to the worker,
+        not 1,000. Objects are independent, so this is the same as stepping
+        each in turn."""
         bursts: list[ObjectKey] = []
-        pacer = CpuPacer(self.compute_share)
         staged: list[tuple[_Entry, Observation | None, float]] = []
         requests: list[_PredictRequest] = []
         for entry, reading, generation in work:
@@ -599,7 +612,7 @@ class ScalerState:
             if entry.generation != generation or self._entries.get(entry.key) is not entry:
                 continue  # re-registered meanwhile; its new entry backfills itself
             try:
-                ingested = self._ingest(entry, tick, reading, now, live=True)
+                ingested = self._ingest(entry, t, reading, now, live=True)
                 if ingested is None:
                     continue
                 obs, lead = ingested
@@ -617,11 +630,24 @@ class ScalerState:
         for entry, obs, lead in staged:
             pacer.tick()
             try:
-                if self._conclude(entry, tick, obs, lead, live=True, decide_it=True):
+                if self._conclude(entry, t, obs, lead, live=True, decide_it=True):
                     bursts.append(entry.key)
             except Exception:
                 log.exception("updating %s/%s failed", *entry.key)
         return bursts
+
+    def _fill(self, work: Sequence[tuple[_Entry, list[Reading], int]], tick: float) -> None:
+        """Missed refreshes, tick by tick across all objects (each tick's
+        forecasts in one batch), exported like live ones."""
+        by_time: dict[float, list[tuple[_Entry, Reading | None, int]]] = {}
+        for entry, readings, generation in work:
+            for reading in readings:
+                if reading.time_s >= tick:
+                    break
+                by_time.setdefault(reading.time_s, []).append((entry, reading, generation))
+        pacer = CpuPacer(self.compute_share)
+        for t in sorted(by_time):
+            self._advance(by_time[t], t, t + self.query_delay_s, pacer)
 
     async def _catch_up(self, last_tick: float, tick: float) -> None:
         """Fill refreshes the loop missed (a busy machine) from history, so the
@@ -632,10 +658,19 @@ class ScalerState:
         end = tick - self.refresh_interval_s
         if not entries or end < start:
             return
+        if end - start > MAX_CATCH_UP_S:  # a long stall: replay its end only
+            log.warning(
+                "refresh loop stalled for %.0f s; filling only the last %.0f s",
+                end - start,
+                MAX_CATCH_UP_S,
+            )
+            start = end - math.floor(MAX_CATCH_UP_S / self.refresh_interval_s) * (
+                self.refresh_interval_s
+            )
         by_spec: dict[SourceSpec, list[_Entry]] = {}
         for entry in entries:
             by_spec.setdefault(entry.spec, []).append(entry)
-        work: list[tuple[_Entry, list[Reading], Reading | None, int, History | None]] = []
+        work: list[tuple[_Entry, list[Reading], int]] = []
         for spec, group in by_spec.items():
             selections = list(dict.fromkeys(e.selection for e in group))
             try:
@@ -645,10 +680,10 @@ class ScalerState:
             except Exception as exc:
                 log.info("catch-up from %s failed: %s", self._source_label(spec), exc)
                 continue
-            work.extend((e, ranges.get(e.selection, []), None, e.generation, None) for e in group)
+            work.extend((e, ranges.get(e.selection, []), e.generation) for e in group)
         if work:
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._compute_pool, self._replay, work, tick, False)
+            await loop.run_in_executor(self._compute_pool, self._fill, work, tick)
 
     # --------------------------------------------------------------- backfill
     async def _backfill(self, tick: float) -> None:
@@ -711,8 +746,9 @@ class ScalerState:
         self,
         work: Sequence[tuple[_Entry, list[Reading], Reading | None, int, History | None]],
         tick: float,
-        finish: bool = True,
     ) -> list[ObjectKey]:
+        """Backfill: load each new object's history, replay its decisions over
+        the stabilization window, then decide at ``tick`` like a live refresh."""
         now = self._clock()
         bursts: list[ObjectKey] = []
         pacer = CpuPacer(self.compute_share)
@@ -727,19 +763,15 @@ class ScalerState:
                 for reading in readings:
                     if reading.time_s >= tick:
                         break
-                    # Backfill replays decisions only over the stabilization
-                    # window; a catch-up (finish=False) fills ticks a live
-                    # scaler missed, and exports them like live ones.
+                    # Decisions only matter over the stabilization window.
                     self._step(
                         entry,
                         reading.time_s,
                         reading,
                         reading.time_s + self.query_delay_s,
-                        live=not finish,
-                        decide_it=not finish or reading.time_s > tick - window,
+                        live=False,
+                        decide_it=reading.time_s > tick - window,
                     )
-                if not finish:
-                    continue
                 burst = self._step(entry, tick, current, now, live=True)
                 entry.ready = True
                 if burst:

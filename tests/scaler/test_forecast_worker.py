@@ -261,3 +261,68 @@ async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
         assert fitted == objects
     finally:
         await state.stop()
+
+
+async def test_missed_refreshes_are_filled_like_ones_that_ran() -> None:
+    """A scaler that misses refreshes (a busy node) catches up tick by tick,
+    each tick's forecasts in one batch: afterwards its decision history and
+    forecasts equal a scaler that ran every tick."""
+
+    def reading(_s: Selection, t: float) -> Reading:
+        rate = 5.0 + 4.0 * math.sin(t / 7.0) + (6.0 if 140 <= t % 200 < 160 else 0.0)
+        return Reading(
+            time_s=t,
+            ready_replicas=2,
+            waiting=max(0.0, rate - 8.0),
+            running=3.0,
+            kv_usage=0.2,
+            arrival_rate_rps=rate,
+            completion_rate_rps=min(rate, 8.0),
+            prompt_tokens_per_s=rate * 100,
+            generation_tokens_per_s=rate * 50,
+        )
+
+    def decisions(state: object) -> list[object]:
+        out = []
+        for entry in state._entries.values():  # type: ignore[attr-defined]
+            out.append([(d.time_s, d.replicas, d.reason) for d in entry.decisions])
+            f = entry.forecast
+            out.append(None if f is None else (f.upper_requests_per_s, f.median_requests_per_s))
+        return out
+
+    runs = []
+    for skip in (False, True):
+        clock = [1000.0]
+        source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), reading)
+        state = make_state(source, ScalerTelemetry())
+        state = type(state)(
+            telemetry=ScalerTelemetry(),
+            source_factory=lambda spec, s=source: s,
+            refresh_interval_s=1.0,
+            forecast_step_s=2.0,
+            refit_interval_s=20.0,
+            fit_window_s=60.0,
+            query_delay_s=0.0,
+            clock=lambda c=clock: c[0],
+        )
+        for i in range(3):
+            state.register(
+                "ns",
+                f"so-{i}",
+                meta(forecast="auto", leadTimeSeconds="6", scaleDownStabilizationSeconds="30"),
+            )
+        try:
+            await state._backfill(clock[0])
+            await state.refresh(clock[0])  # the loop's first tick
+            for n in range(1, 41):
+                clock[0] += 1.0
+                if skip and n % 8 != 0:
+                    continue  # the loop missed this refresh
+                if skip:
+                    await state._catch_up(state._last_tick_s, clock[0])
+                await state.refresh(clock[0])
+            runs.append(decisions(state))
+        finally:
+            await state.stop()
+    assert any(isinstance(x, tuple) for x in runs[0])  # forecasts were made
+    assert runs[1] == runs[0]
