@@ -143,3 +143,22 @@ def test_confidence_weighting_drops_the_clearly_worse_members() -> None:
     assert np.all((w == 0) | np.isclose(w, w.max()))  # equal over the set
     with pytest.raises(ValueError, match="confidence_z"):
         PrescalerConfig(confidence_z=0.0)
+
+
+def test_a_holdout_of_few_independent_errors_weighs_the_members_equally() -> None:
+    """40 steps: the 10-step holdout has ~20 origins but only ~2 independent
+    errors (neighbours share 9 of 10 future steps), so the members weigh
+    equally there; the 1-step holdout (~20 independent errors) is fitted."""
+    rng = np.random.default_rng(11)
+    y = 50 + np.cumsum(rng.normal(0, 1, 40))
+    f = PrescalerForecaster()
+    f.fit(y, 30.0)
+    w10, w1 = f._weights[10], f._weights[1]
+    assert w10 is not None and np.allclose(w10, 1.0 / w10.size)
+    assert w1 is not None and not np.allclose(w1, 1.0 / w1.size)
+    off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
+    off.fit(y, 30.0)
+    w10_off = off._weights[10]
+    assert w10_off is not None and not np.allclose(w10_off, 1.0 / w10_off.size)
+    with pytest.raises(ValueError, match="min_independent_errors"):
+        PrescalerConfig(min_independent_errors=-1.0)
