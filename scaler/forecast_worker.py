@@ -47,6 +47,16 @@ __all__ = ["ForecastWorker", "ForecastWorkerError", "RemoteForecaster"]
 log = logging.getLogger(__name__)
 
 
+ONE_BLAS_THREAD = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+"""The worker's numpy uses one thread: its arrays are a few hundred points,
+where BLAS threads only add spinning, and on a small node they would take
+the cores the gRPC front needs."""
+
+
 class ForecastWorkerError(RuntimeError):
     """The worker could not answer (it died, hung, or lost the forecaster)."""
 
@@ -189,6 +199,7 @@ class ForecastWorker:
                 ],
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **ONE_BLAS_THREAD},
             )
         finally:
             child.close()
