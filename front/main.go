@@ -33,6 +33,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -47,6 +48,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,6 +155,8 @@ func appendPart(key []byte, part []byte) []byte {
 	return append(key, part...)
 }
 
+type kv struct{ k, v []byte }
+
 // refKey is a canonical key of a ScaledObjectRef: name, namespace and the
 // metadata entries sorted by key. Anything unusual (unknown or repeated
 // fields, duplicate metadata keys) is not cacheable: such calls are always
@@ -160,8 +164,8 @@ func appendPart(key []byte, part []byte) []byte {
 func refKey(b []byte, key []byte) ([]byte, bool) {
 	var name, namespace []byte
 	seenName, seenNamespace := false, false
-	type entry struct{ k, v []byte }
-	var entries []entry
+	var buf [32]kv // KEDA's metadata has a handful of keys: no allocation
+	entries := buf[:0]
 	ok := fields(b, func(f field) bool {
 		if f.wt != 2 {
 			return false
@@ -178,7 +182,7 @@ func refKey(b []byte, key []byte) ([]byte, bool) {
 			}
 			namespace, seenNamespace = f.data, true
 		case 3:
-			var e entry
+			var e kv
 			var k, v bool
 			if !fields(f.data, func(g field) bool {
 				if g.wt != 2 || (g.num == 1 && k) || (g.num == 2 && v) {
@@ -205,9 +209,13 @@ func refKey(b []byte, key []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	sort.Slice(entries, func(i, j int) bool { return string(entries[i].k) < string(entries[j].k) })
+	for i := 1; i < len(entries); i++ { // insertion sort: few keys, no allocation
+		for j := i; j > 0 && bytes.Compare(entries[j].k, entries[j-1].k) < 0; j-- {
+			entries[j], entries[j-1] = entries[j-1], entries[j]
+		}
+	}
 	for i := 1; i < len(entries); i++ {
-		if string(entries[i].k) == string(entries[i-1].k) {
+		if bytes.Equal(entries[i].k, entries[i-1].k) {
 			return nil, false
 		}
 	}
@@ -223,13 +231,12 @@ func refKey(b []byte, key []byte) ([]byte, bool) {
 
 // requestKey is the canonical cache key of one call, or false if the call
 // must be forwarded.
-func requestKey(method string, req []byte) (string, bool) {
-	key := append(make([]byte, 0, len(method)+len(req)+16), method...)
+func requestKey(method string, req []byte, scratch []byte) ([]byte, bool) {
+	key := append(scratch[:0], method...)
 	key = append(key, 0)
 	switch method {
 	case mGetMetricSpec, mIsActive:
-		k, ok := refKey(req, key)
-		return string(k), ok
+		return refKey(req, key)
 	case mGetMetrics:
 		var ref, metric []byte
 		seenRef, seenMetric := false, false
@@ -247,13 +254,12 @@ func requestKey(method string, req []byte) (string, bool) {
 			}
 			return true
 		}) || !seenRef {
-			return "", false
+			return nil, false
 		}
 		key = appendPart(key, metric)
-		k, ok := refKey(ref, key)
-		return string(k), ok
+		return refKey(ref, key)
 	}
-	return "", false
+	return nil, false
 }
 
 // ---------------------------------------------------------------- the table
@@ -277,10 +283,10 @@ func newTable() *table {
 	return &table{answers: map[uint64]answer{}, keys: map[string]uint64{}, byID: map[uint64][]string{}}
 }
 
-func (t *table) lookup(method, key string) ([]byte, uint64, bool) {
+func (t *table) lookup(method string, key []byte) ([]byte, uint64, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	id, ok := t.keys[key]
+	id, ok := t.keys[string(key)] // no allocation: the compiler indexes with the bytes
 	if !ok {
 		return nil, 0, false
 	}
@@ -305,12 +311,13 @@ func (t *table) lookup(method, key string) ([]byte, uint64, bool) {
 	return nil, 0, false
 }
 
-func (t *table) learn(key string, id uint64) {
+func (t *table) learn(keyBytes []byte, id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old, ok := t.keys[key]; ok && old == id {
+	if old, ok := t.keys[string(keyBytes)]; ok && old == id {
 		return
 	}
+	key := string(keyBytes)
 	if len(t.keys) >= maxKeys { // bounded: forget every mapping, relearn on the next calls
 		t.keys, t.byID = map[string]uint64{}, map[uint64][]string{}
 	}
@@ -489,6 +496,10 @@ type front struct {
 
 var codec = rawCodec{}
 
+// keyPool recycles request-key buffers: the hot path allocates nothing but
+// the request itself, so Go's collector rarely runs.
+var keyPool = sync.Pool{New: func() interface{} { b := make([]byte, 0, 1024); return &b }}
+
 func forwardable(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)
 	out := metadata.MD{}
@@ -519,7 +530,12 @@ func (f *front) unary(ss grpc.ServerStream, method string) error {
 	if err := ss.RecvMsg(&req); err != nil {
 		return err
 	}
-	key, cacheable := requestKey(method, req)
+	scratch := keyPool.Get().(*[]byte)
+	defer keyPool.Put(scratch)
+	key, cacheable := requestKey(method, req, *scratch)
+	if key != nil {
+		*scratch = key[:0] // keep a grown buffer
+	}
 	if cacheable {
 		if resp, id, ok := f.table.lookup(method, key); ok {
 			err := ss.SendMsg(&resp)
@@ -757,6 +773,8 @@ func main() {
 	grace := flag.Duration("grace", 10*time.Second, "drain time for in-flight calls on SIGTERM")
 	flag.Parse()
 	log.SetPrefix("prescaler-front: ")
+	// Its live heap is a few MB: collect less often (fewer GC assists on the hot path).
+	debug.SetGCPercent(400)
 	if *backend == "" {
 		log.Fatal("--backend is required")
 	}
