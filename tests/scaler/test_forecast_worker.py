@@ -12,6 +12,7 @@ import math
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from forecasting import make_forecaster
 from scaler.forecast_worker import ForecastWorker, ForecastWorkerError
 from scaler.sources import Reading, Selection, SourceSpec
+from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.test_state import FakeSource, make_state, meta
 
@@ -30,6 +32,37 @@ def worker() -> Iterator[ForecastWorker]:
         yield w
     finally:
         w.close()
+
+
+def _wave(_s: Selection, t: float, *, bursts: bool = True) -> Reading:
+    """A 7-s sine of requests around 5/s, with a 20-s burst every 200 s."""
+    rate = 5.0 + 4.0 * math.sin(t / 7.0) + (6.0 if bursts and 140 <= t % 200 < 160 else 0.0)
+    return Reading(
+        time_s=t,
+        ready_replicas=2,
+        waiting=max(0.0, rate - 8.0),
+        running=3.0,
+        kv_usage=0.2,
+        arrival_rate_rps=rate,
+        completion_rate_rps=min(rate, 8.0),
+        prompt_tokens_per_s=rate * 100,
+        generation_tokens_per_s=rate * 50,
+    )
+
+
+def _clocked_state(clock: list[float], *, bursts: bool = True, **params: Any) -> ScalerState:
+    """A state over the wave on a hand-moved clock: 1-s refreshes, 2-s bins."""
+    source = FakeSource(
+        SourceSpec("prometheus", "http://prom:9090"), lambda s, t: _wave(s, t, bursts=bursts)
+    )
+    return make_state(
+        source,
+        ScalerTelemetry(),
+        refresh_interval_s=1.0,
+        forecast_step_s=2.0,
+        clock=lambda: clock[0],  # type: ignore[arg-type]
+        **params,
+    )
 
 
 def _series(n: int = 400) -> np.ndarray:
@@ -113,46 +146,12 @@ async def test_scaler_decisions_are_the_same_with_the_worker() -> None:
     """Backfill, then refresh across several forecast bins and refits: every
     decision and every forecast is identical in and out of process."""
 
-    def reading(_s: Selection, t: float) -> Reading:
-        rate = 5.0 + 4.0 * math.sin(t / 7.0) + (6.0 if 140 <= t % 200 < 160 else 0.0)
-        return Reading(
-            time_s=t,
-            ready_replicas=2,
-            waiting=max(0.0, rate - 8.0),
-            running=3.0,
-            kv_usage=0.2,
-            arrival_rate_rps=rate,
-            completion_rate_rps=min(rate, 8.0),
-            prompt_tokens_per_s=rate * 100,
-            generation_tokens_per_s=rate * 50,
-        )
-
     runs = []
     for in_worker in (False, True):
         clock = [1000.0]
-        source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), reading)
-        state = make_state(
-            source,
-            ScalerTelemetry(),
-            refresh_interval_s=1.0,
-            forecast_step_s=2.0,
-            refit_interval_s=20.0,
-            fit_window_s=120.0,
+        state = _clocked_state(
+            clock, refit_interval_s=20.0, fit_window_s=120.0, forecast_worker=in_worker
         )
-        if in_worker:
-            state = type(state)(
-                telemetry=ScalerTelemetry(),
-                source_factory=lambda spec, s=source: s,
-                refresh_interval_s=1.0,
-                forecast_step_s=2.0,
-                refit_interval_s=20.0,
-                fit_window_s=120.0,
-                query_delay_s=0.0,
-                clock=lambda c=clock: c[0],
-                forecast_worker=True,
-            )
-        else:
-            state._clock = lambda c=clock: c[0]  # type: ignore[method-assign]
         for name in ("a", "b"):
             state.register(
                 "ns",
@@ -210,33 +209,9 @@ async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
     """150 objects whose bin closes together: 2 round trips (chunks of 100), not 150."""
     from scaler.state import PREDICT_CHUNK
 
-    def reading(_s: Selection, t: float) -> Reading:
-        rate = 5.0 + 4.0 * math.sin(t / 7.0)
-        return Reading(
-            time_s=t,
-            ready_replicas=2,
-            waiting=0.0,
-            running=3.0,
-            kv_usage=0.2,
-            arrival_rate_rps=rate,
-            completion_rate_rps=rate,
-            prompt_tokens_per_s=rate * 100,
-            generation_tokens_per_s=rate * 50,
-        )
-
     clock = [1000.0]
-    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), reading)
-    state = make_state(source, ScalerTelemetry())
-    state = type(state)(
-        telemetry=ScalerTelemetry(),
-        source_factory=lambda spec, s=source: s,
-        refresh_interval_s=1.0,
-        forecast_step_s=2.0,
-        refit_interval_s=1000.0,
-        fit_window_s=60.0,
-        query_delay_s=0.0,
-        clock=lambda c=clock: c[0],
-        forecast_worker=True,
+    state = _clocked_state(
+        clock, bursts=False, refit_interval_s=1000.0, fit_window_s=60.0, forecast_worker=True
     )
     objects = 150
     for i in range(objects):
@@ -268,20 +243,6 @@ async def test_missed_refreshes_are_filled_like_ones_that_ran() -> None:
     each tick's forecasts in one batch: afterwards its decision history and
     forecasts equal a scaler that ran every tick."""
 
-    def reading(_s: Selection, t: float) -> Reading:
-        rate = 5.0 + 4.0 * math.sin(t / 7.0) + (6.0 if 140 <= t % 200 < 160 else 0.0)
-        return Reading(
-            time_s=t,
-            ready_replicas=2,
-            waiting=max(0.0, rate - 8.0),
-            running=3.0,
-            kv_usage=0.2,
-            arrival_rate_rps=rate,
-            completion_rate_rps=min(rate, 8.0),
-            prompt_tokens_per_s=rate * 100,
-            generation_tokens_per_s=rate * 50,
-        )
-
     def decisions(state: object) -> list[object]:
         out = []
         for entry in state._entries.values():  # type: ignore[attr-defined]
@@ -293,18 +254,7 @@ async def test_missed_refreshes_are_filled_like_ones_that_ran() -> None:
     runs = []
     for skip in (False, True):
         clock = [1000.0]
-        source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), reading)
-        state = make_state(source, ScalerTelemetry())
-        state = type(state)(
-            telemetry=ScalerTelemetry(),
-            source_factory=lambda spec, s=source: s,
-            refresh_interval_s=1.0,
-            forecast_step_s=2.0,
-            refit_interval_s=20.0,
-            fit_window_s=60.0,
-            query_delay_s=0.0,
-            clock=lambda c=clock: c[0],
-        )
+        state = _clocked_state(clock, refit_interval_s=20.0, fit_window_s=60.0)
         for i in range(3):
             state.register(
                 "ns",

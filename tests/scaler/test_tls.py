@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from scaler.front import FrontOptions
-from scaler.service import start_server
+from scaler.service import RunningServer, start_server
 from scaler.telemetry import ScalerTelemetry
 from scaler.tls import TlsError, load_server_tls
 from tests.scaler.fake_state import FakeState
@@ -164,6 +164,18 @@ async def mtls_port(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> Asy
         await running.close()
 
 
+async def _server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> RunningServer:
+    cert, key, _ = _write(tmp_path, pki, mutual=False)
+    return await start_server(
+        FakeState(),
+        ScalerTelemetry(),
+        host="127.0.0.1",
+        port=0,
+        tls=load_server_tls(cert, key),
+        front=front,
+    )
+
+
 async def _poll(port: int, tls: TlsConfig | None) -> int:
     async with KedaClient(f"127.0.0.1:{port}", tls=tls) as client:
         result = await client.poll(SO, timeout=5)
@@ -198,15 +210,7 @@ async def test_mtls_refuses_plaintext(mtls_port: int) -> None:
 
 async def test_tls_server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> None:
     """Without --client-ca any client that trusts our CA connects; others do not."""
-    cert, key, _ = _write(tmp_path, pki, mutual=False)
-    running = await start_server(
-        FakeState(),
-        ScalerTelemetry(),
-        host="127.0.0.1",
-        port=0,
-        tls=load_server_tls(cert, key),
-        front=front,
-    )
+    running = await _server_auth_only(tmp_path, pki, front)
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
         assert (
@@ -222,14 +226,7 @@ async def test_rotated_certificate_is_picked_up(
 ) -> None:
     """cert-manager rewrites the files in place: new handshakes use the new cert."""
     cert, key, _ = _write(tmp_path, pki, mutual=False)
-    running = await start_server(
-        FakeState(),
-        ScalerTelemetry(),
-        host="127.0.0.1",
-        port=0,
-        tls=load_server_tls(cert, key),
-        front=front,
-    )
+    running = await _server_auth_only(tmp_path, pki, front)
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
         cert.write_bytes(pki.other_server.cert)

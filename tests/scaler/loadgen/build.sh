@@ -1,21 +1,6 @@
 #!/bin/sh
 # Build keda-loadgen (KEDA's own gRPC client stack, grpc-go) for the scaler
-# bench: build.sh OUTPUT. Go and grpc-go come from Debian (golang-go,
-# golang-google-grpc-dev); as root they are installed when missing.
+# bench: build.sh OUTPUT. Same toolchain as prescaler-front (front/build.sh).
 set -e
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-grpc_src=/usr/share/gocode/src/google.golang.org/grpc
-if ! command -v go >/dev/null 2>&1 || [ ! -d "$grpc_src" ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y -qq --no-install-recommends golang-go golang-google-grpc-dev \
-            || { apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-                 golang-go golang-google-grpc-dev; }
-    else
-        echo "the scaler bench needs Go and grpc-go:" \
-             "sudo apt-get install golang-go golang-google-grpc-dev" >&2
-        exit 1
-    fi
-fi
-GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= go build -o "$out" "$here/main.go"
+exec sh "$here/../../../front/build.sh" "$1" "$here/main.go"
