@@ -146,26 +146,22 @@ class FrontTable:
             except Exception:
                 log.exception("re-registering %s/%s from the front's report failed", *known[0])
 
-    def _prune(self) -> None:
-        """Drop objects the state forgot (expired or deleted)."""
-        for oid, (key, _) in list(self._objects.items()):
-            try:
-                self._state.decision(*key)
-            except KeyError:
-                del self._objects[oid]
-                if self._ids.get(key) == oid:
-                    del self._ids[key]
-
     def changes(self, sent: dict[int, _Sent], *, full: bool) -> front_pb2.TableUpdate:
-        """What changed since ``sent`` (updated in place), as one message."""
-        self._prune()
+        """What changed since ``sent`` (updated in place), as one message.
+        Objects the state forgot (expired) are dropped here and sent as removed."""
         update = front_pb2.TableUpdate(reset=full)
         if full:
             sent.clear()
             update.metric_spec = self.metric_spec
-        for oid, (key, settings) in self._objects.items():
-            decision = self._state.decision(*key)
-            active = self._state.is_active(*key)
+        for oid, (key, settings) in list(self._objects.items()):
+            try:
+                decision = self._state.decision(*key)
+                active = self._state.is_active(*key)
+            except KeyError:
+                del self._objects[oid]
+                if self._ids.get(key) == oid:
+                    del self._ids[key]
+                continue
             prev = sent.get(oid)
             if (
                 prev is not None

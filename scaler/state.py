@@ -197,7 +197,12 @@ class _PredictRequest:
     y: np.ndarray
     steps: int
     quantile: float  # the upper quantile the policy provisions for
-    quantiles: tuple[float, float]
+
+    @property
+    def quantiles(self) -> tuple[float, float]:
+        """What to ask the forecaster for: the median and ``quantile``."""
+        q = self.quantile
+        return (0.5, q) if q > 0.5 else (q, 0.5)
 
 
 MAX_CATCH_UP_S = 600.0
@@ -1017,10 +1022,16 @@ class ScalerState:
             lead_s, entry.settings.node_lead_time_seconds if entry.settings.prewarm else 0.0
         )
         steps = math.ceil((horizon_s + self.forecast_step_s) / self.forecast_step_s) + 1
-        q = entry.settings.forecast_quantile
-        quantiles = (0.5, q) if q > 0.5 else (q, 0.5)
         return _PredictRequest(
-            entry, forecaster, origin_s, lead_s, boundary, fit_y, y, steps, q, quantiles
+            entry,
+            forecaster,
+            origin_s,
+            lead_s,
+            boundary,
+            fit_y,
+            y,
+            steps,
+            entry.settings.forecast_quantile,
         )
 
     def _run_predictions(
