@@ -24,6 +24,7 @@ import pytest
 from forecasting import ANCHORS, METHODS, make_forecaster
 from forecasting.backtest import backtest
 from forecasting.readers import read_series
+from forecasting.significance import block_length, mae_ratio_interval
 
 ROOT = Path(__file__).parents[2]
 TRACES = ROOT / ".." / "shared" / "traces"
@@ -50,7 +51,7 @@ def test_backtest_shipped_traces() -> None:
     ratios: list[float] = []
     lines = [
         f"{'series':34s} {'H(s)':>5s} {'best anchor':>14s} {'pin ratio':>9s} "
-        f"{'vs last':>7s} {'MAE p/best':>10s} {'cov p90':>7s}"
+        f"{'vs last':>7s} {'MAE p/best':>10s} {'90% interval':>13s} {'cov p90':>7s}"
     ]
     for name, step, horizons_s, window in CASES:
         series = read_series(TRACES / name, step)
@@ -63,8 +64,18 @@ def test_backtest_shipped_traces() -> None:
         for h_s, h in zip(horizons_s, hs, strict=True):
             sc = res.scores[h]
             best = res.best_anchor(h)
-            best_mae = min(sc[m].mae for m in ANCHORS)
+            best_mae_anchor = min(ANCHORS, key=lambda m: sc[m].mae)
+            best_mae = sc[best_mae_anchor].mae
             p = sc["prescaler"]
+            # Is a MAE ratio above (or below) 1 evidence or the luck of a few
+            # origins? Paired block bootstrap over the scored origins.
+            tr = res.trajectories[h]
+            mine, theirs = tr["prescaler"], tr[best_mae_anchor]
+            interval = mae_ratio_interval(
+                mine.actual - mine.median,
+                theirs.actual - theirs.median,
+                block=block_length(p.origins, h, res.stride),
+            )
             ratio = p.pinball_p90 / sc[best].pinball_p90
             ratios.append(ratio)
             key = f"{name}@{h_s}s"
@@ -79,19 +90,35 @@ def test_backtest_shipped_traces() -> None:
                 "pinball_ratio_to_best_anchor": ratio,
                 "pinball_ratio_to_last_value": p.pinball_p90 / sc["last_value"].pinball_p90,
                 "mae_ratio_to_best_anchor": p.mae / best_mae,
+                "best_mae_anchor": best_mae_anchor,
+                "mae_ratio_interval90": [interval.low, interval.high],
+                "mae_ratio_bootstrap_block": interval.block,
+                "mae_significantly_worse": interval.significantly_worse,
                 "methods": {m: s.as_contract() for m, s in sc.items()},
             }
             lines.append(
                 f"{name[:34]:34s} {h_s:5d} {best:>14s} {ratio:9.3f} "
                 f"{report[key]['pinball_ratio_to_last_value']:7.3f} "
-                f"{p.mae / best_mae:10.3f} {p.coverage_p90:7.2f}"
+                f"{p.mae / best_mae:10.3f} {interval.low:6.3f}-{interval.high:5.3f}"
+                f" {p.coverage_p90:7.2f}"
             )
+    mae_ratios = [float(r["mae_ratio_to_best_anchor"]) for r in report.values()]  # type: ignore[arg-type]
     summary = {
         "mean_pinball_ratio_to_best_anchor": float(np.mean(ratios)),
+        "mean_mae_ratio_to_best_anchor": float(np.mean(mae_ratios)),
+        "rows_mae_at_most_best_anchor": sum(r <= 1.0 for r in mae_ratios),
+        "rows_mae_significantly_worse": sum(
+            bool(r["mae_significantly_worse"]) for r in report.values()
+        ),
         "series": report,
     }
     (OUT / "forecasting_backtest.json").write_text(json.dumps(summary, indent=2))
     lines.append(f"mean pinball ratio to best anchor: {np.mean(ratios):.3f} (target <= 0.8)")
+    lines.append(
+        f"MAE <= best anchor on {summary['rows_mae_at_most_best_anchor']}/{len(mae_ratios)} rows "
+        f"(mean ratio {np.mean(mae_ratios):.3f}); significantly worse (90 % paired block "
+        f"bootstrap) on {summary['rows_mae_significantly_worse']}"
+    )
     print("\n" + "\n".join(lines))
     # The floor that must never break: prescaler never loses to last_value.
     for key, row in report.items():
