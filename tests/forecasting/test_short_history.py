@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forecasting.combination import confidence_set_weights, trend_last, trend_state
+from forecasting.combination import (
+    CANDIDATES,
+    SmoothingBank,
+    confidence_set_weights,
+    trend_last,
+    trend_state,
+)
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 
 
@@ -145,17 +151,23 @@ def test_confidence_weighting_drops_the_clearly_worse_members() -> None:
         PrescalerConfig(confidence_z=0.0)
 
 
-def test_a_holdout_of_few_independent_errors_weighs_the_members_equally() -> None:
+def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> None:
     """40 steps: the 10-step holdout has ~20 origins but only ~2 independent
-    errors (neighbours share 9 of 10 future steps), so the members weigh
-    equally there; the 1-step holdout (~20 independent errors) is fitted."""
+    errors (neighbours share 9 of 10 future steps), so the four smoothers
+    weigh equally there and the ridge (a regression on those few rows) sits
+    out; the 1-step holdout (~20 independent errors) is fitted."""
     rng = np.random.default_rng(11)
     y = 50 + np.cumsum(rng.normal(0, 1, 40))
     f = PrescalerForecaster()
     f.fit(y, 30.0)
     w10, w1 = f._weights[10], f._weights[1]
-    assert w10 is not None and np.allclose(w10, 1.0 / w10.size)
-    assert w1 is not None and not np.allclose(w1, 1.0 / w1.size)
+    assert w10 is not None and w10.size == len(CANDIDATES) + 1
+    assert w10[0] == 0.0 and np.allclose(w10[1:], 1.0 / len(CANDIDATES))
+    assert w1 is not None and w1[0] > 0.0 and not np.allclose(w1[1:], w1[1])
+    # The forecast 10 steps ahead is the smoothers' plain mean.
+    bank = SmoothingBank(y)
+    point = float(f.predict(10, (0.5,)).values[0, -1])
+    assert point == pytest.approx(float(np.mean(bank.last_forecasts(f._smooth[10], 10))))
     off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
     off.fit(y, 30.0)
     w10_off = off._weights[10]
