@@ -224,7 +224,9 @@ class PrescalerConfig:
     unseen rows 1.014); "confidence" 9/12 and 3/14 (1.030); "equal" 10/12
     and 5/14 (1.035), but a clean daily sine (level 100) is then off by 5.6
     (an equal share for lagging smoothers). The former design (four
-    members, one split, no guard or calibration): 7/12 and 4/14 (1.023)."""
+    members, one split, no guard or calibration): 7/12 and 4/14 (1.023).
+    Those figures predate ``min_independent_errors`` and the damped
+    ``trend`` member; with them, "blend" is 10/12 and 5/14 (1.012)."""
     min_holdout: int = 5
     """Fewer holdout origins than this and the default weights stand in."""
     min_independent_errors: float = 5.0
