@@ -247,7 +247,10 @@ class PrescalerConfig:
     fitted on tens of overlapping rows is the weakest member there): 30-s
     conversation @300 s 1.035 -> 1.015, Mooncake @60 s 1.036 -> 1.013; the
     14 unseen rows' geometric mean 1.0143 -> 1.0120, their worst 1.108 ->
-    1.082; long traces unaffected."""
+    1.082; long traces unaffected. A horizon whose holdout is shorter still
+    (under ``min_holdout`` origins) while a shorter horizon's is not gets
+    the same equal shares (it used to borrow the shorter horizon's fitted
+    weights): Mooncake @60 s 1.011 -> 1.001, unseen 1.0121 -> 1.0117."""
     combine_power: float = 2.0
     """Weights proportional to holdout MAE to the minus this power."""
     shrink_rows: float = 200.0
@@ -396,7 +399,14 @@ class PrescalerForecaster:
                 span = min(span, int(self.config.holdout_days * day))
             w_split = train.size - max(span, 1)
             for h in range(1, self.config.fit_horizon + 1):
-                self._weights[h] = self._holdout_weights(h, w_split, self._bank)
+                weights = self._holdout_weights(h, w_split, self._bank)
+                if weights is None and any(self._weights.get(k) is not None for k in range(1, h)):
+                    # Too short a holdout for this horizon, though not for a
+                    # shorter one: the fewest independent errors of all, so
+                    # the same rule as ``min_independent_errors`` (equal
+                    # smoothers), not a shorter horizon's fitted weights.
+                    weights = self._smoothers_equal(len(CANDIDATES) + 1)
+                self._weights[h] = weights
         for h in range(1, self.config.fit_horizon + 1):
             self._fit_h(h)
         # The smoothers' cached paths (tens of MB on long histories) are only

@@ -168,6 +168,18 @@ def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> N
     bank = SmoothingBank(y)
     point = float(f.predict(10, (0.5,)).values[0, -1])
     assert point == pytest.approx(float(np.mean(bank.last_forecasts(f._smooth[10], 10))))
+    # 16 steps: the 1-step holdout has 6 origins, the 2-step one 4 (under
+    # min_holdout); that horizon gets the equal shares too, not horizon 1's
+    # fitted weights.
+    g = PrescalerForecaster()
+    g.fit(y[:16], 30.0)
+    g1, g2 = g._weights[1], g._weights[2]
+    assert g1 is not None and g1[0] > 0.0
+    assert g2 is not None and g2[0] == 0.0 and np.allclose(g2[1:], 1.0 / len(CANDIDATES))
+    # With no holdout at all (10 steps) the ridge alone speaks.
+    r = PrescalerForecaster()
+    r.fit(y[:10], 30.0)
+    assert all(w is None for w in r._weights.values())
     off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
     off.fit(y, 30.0)
     w10_off = off._weights[10]
