@@ -250,7 +250,9 @@ class PrescalerConfig:
     1.082; long traces unaffected. A horizon whose holdout is shorter still
     (under ``min_holdout`` origins) while a shorter horizon's is not gets
     the same equal shares (it used to borrow the shorter horizon's fitted
-    weights): Mooncake @60 s 1.011 -> 1.001, unseen 1.0121 -> 1.0117."""
+    weights): Mooncake @60 s 1.011 -> 1.001, unseen 1.0121 -> 1.0117. The
+    same count decides when the smoothers' parameters are chosen on
+    one-step errors instead of h-step ones (``SmoothingBank.select``)."""
     combine_power: float = 2.0
     """Weights proportional to holdout MAE to the minus this power."""
     shrink_rows: float = 200.0
@@ -553,7 +555,9 @@ class PrescalerForecaster:
             if self._bank is None:
                 self._bank = SmoothingBank(self._train_y)
             if h not in self._smooth:
-                self._smooth[h] = self._bank.select(h, self._train_y.size)
+                self._smooth[h] = self._bank.select(
+                    h, self._train_y.size, self.config.min_independent_errors
+                )
             self._ridge_resid[h] = self._resid[h]
             if not (self.config.point_median and self.config.ridge_tails):
                 cands = np.vstack([ridge, self._bank.forecasts(self._smooth[h], idx, h)])
@@ -628,7 +632,8 @@ class PrescalerForecaster:
             ridge[lo:hi] = np.exp(centre + q50 * scale[rows]) - self._c
             upper = float(np.quantile((target[fit] - xf @ coef) / scale[fit], _CAL_Q))
             covered[lo:hi] = z[test[lo:hi] + h] <= centre + upper * scale[rows]
-            smooth[:, lo:hi] = bank.forecasts(bank.select(h, b), test[lo:hi], h)
+            params = bank.select(h, b, self.config.min_independent_errors)
+            smooth[:, lo:hi] = bank.forecasts(params, test[lo:hi], h)
         if self.config.calibrate_rows > 0:
             self._tail[h] = self._tail_factor(float(np.mean(covered)), test.size)
         cands = np.vstack([np.maximum(ridge, 0.0), smooth])

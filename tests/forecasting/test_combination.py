@@ -219,3 +219,14 @@ def test_sorted_quantile_is_numpys_linear_quantile(values: list[float], q: float
     """The rank shortcut on presorted residuals reproduces np.quantile exactly."""
     xs = np.sort(np.asarray(values))
     assert _sorted_quantile(xs, q) == float(np.quantile(xs, q))
+
+
+def test_few_independent_errors_choose_the_parameters_on_one_step_errors() -> None:
+    """40 steps hold ~3 independent 10-step errors: the smoothers' parameters
+    come from the one-step errors; 400 steps hold ~39: from the 10-step ones."""
+    rng = np.random.default_rng(5)
+    y = 50 + np.cumsum(rng.normal(0, 1, 400)) + rng.normal(0, 3, 400)
+    bank = SmoothingBank(y)
+    assert bank.select(10, 40, 5.0) == bank.select(1, 40)
+    assert bank.select(10, 40, 0.0) != bank.select(1, 40)  # the rule changes the choice here
+    assert bank.select(10, 400, 5.0) == bank.select(10, 400)
