@@ -12,6 +12,7 @@ from typing import Any
 from forecasting.backtest import BacktestResult, backtest
 from forecasting.readers import read_series
 from forecasting.registry import METHODS
+from forecasting.significance import RatioInterval, mae_ratios
 
 
 def register(subparsers: Any) -> None:
@@ -44,25 +45,55 @@ def register(subparsers: Any) -> None:
 
 
 def summary(result: BacktestResult, input_name: str, horizon: int) -> dict[str, Any]:
-    """The ``backtest --json`` contract."""
-    return {
+    """The ``backtest --json`` contract, extended (when ``prescaler`` and
+    another method were scored) by ``prescaler_mae_ratio``: per other method,
+    ``MAE(prescaler) / MAE(method)`` and its 90 % paired block-bootstrap
+    interval (``forecasting.significance``)."""
+    doc: dict[str, Any] = {
         "input": input_name,
         "step_s": round(result.step_s),
         "horizon_s": round(horizon * result.step_s),
         "methods": {m: s.as_contract() for m, s in result.scores[horizon].items()},
     }
+    ratios = _prescaler_ratios(result, horizon)
+    if ratios:
+        doc["prescaler_mae_ratio"] = {
+            m: {"ratio": r.ratio, "interval90": [r.low, r.high]} for m, r in ratios.items()
+        }
+    return doc
+
+
+def _prescaler_ratios(result: BacktestResult, horizon: int) -> dict[str, RatioInterval]:
+    if "prescaler" not in result.scores[horizon] or len(result.scores[horizon]) < 2:
+        return {}
+    return mae_ratios(result, horizon, "prescaler")
 
 
 def format_table(result: BacktestResult, horizon: int) -> str:
-    rows = [
+    """One row per method; with ``prescaler`` among them, a last column says
+    how its MAE compares with each method's, and whether beyond noise."""
+    ratios = _prescaler_ratios(result, horizon)
+    head = (
         f"{'method':15s} {'mae':>10s} {'mase':>7s} {'pinball_p90':>12s} "
         f"{'cov_p90':>8s} {'fit_s':>8s}"
-    ]
+    )
+    rows = [head + ("  prescaler MAE / this (90 % interval)" if ratios else "")]
     for name, s in result.scores[horizon].items():
-        rows.append(
+        row = (
             f"{name:15s} {s.mae:10.4g} {s.mase:7.3f} {s.pinball_p90:12.4g} "
             f"{s.coverage_p90:8.2f} {s.fit_seconds:8.4f}"
         )
+        if name in ratios:
+            r = ratios[name]
+            verdict = (
+                "better"
+                if r.significantly_better
+                else "worse"
+                if r.significantly_worse
+                else "within noise"
+            )
+            row += f"  {r.ratio:6.3f} ({r.low:.3f}-{r.high:.3f}) {verdict}"
+        rows.append(row)
     return "\n".join(rows)
 
 

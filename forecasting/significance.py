@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from forecasting.backtest import BacktestResult
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,23 @@ def _ratio(sum_a: float, sum_b: float) -> float:
     if sum_b > 0:
         return sum_a / sum_b
     return 1.0 if sum_a == 0 else math.inf
+
+
+def mae_ratios(
+    result: BacktestResult, horizon: int, method: str = "prescaler", *, level: float = 0.9
+) -> dict[str, RatioInterval]:
+    """``MAE(method) / MAE(other)`` with its interval, for every other method
+    the backtest scored at ``horizon`` (steps), over the same origins."""
+    trajectories = result.trajectories[horizon]
+    if method not in trajectories:
+        raise ValueError(f"{method!r} was not backtested; scored: {', '.join(trajectories)}")
+    mine = trajectories[method]
+    origins = mine.actual.size
+    block = block_length(origins, horizon, result.stride)
+    return {
+        other: mae_ratio_interval(
+            mine.actual - mine.median, theirs.actual - theirs.median, block=block, level=level
+        )
+        for other, theirs in trajectories.items()
+        if other != method
+    }

@@ -31,7 +31,15 @@ def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     assert code == 0
     doc = json.loads(out.read_text())
-    assert set(doc) == {"input", "step_s", "horizon_s", "methods"}
+    # The contract's four keys, extended by prescaler's MAE ratio to each method.
+    assert set(doc) == {"input", "step_s", "horizon_s", "methods", "prescaler_mae_ratio"}
+    ratios = doc["prescaler_mae_ratio"]
+    assert set(ratios) == NAMES - {"prescaler"}
+    for name, r in ratios.items():
+        assert r["ratio"] == pytest.approx(
+            doc["methods"]["prescaler"]["mae"] / doc["methods"][name]["mae"]
+        )
+        assert r["interval90"][0] <= r["interval90"][1]
     assert doc["step_s"] == 60 and doc["horizon_s"] == 180
     assert isinstance(doc["step_s"], int) and isinstance(doc["horizon_s"], int)
     assert set(doc["methods"]) == NAMES
@@ -41,6 +49,9 @@ def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixt
     assert png.stat().st_size > 1000
     table = capsys.readouterr().out
     assert "prescaler" in table and "pinball_p90" in table
+    assert "prescaler MAE / this (90 % interval)" in table
+    kalman_row = next(line for line in table.splitlines() if line.startswith("kalman"))
+    assert any(v in kalman_row for v in ("better", "worse", "within noise"))
 
 
 def test_backtest_methods_subset_and_step(tmp_path: Path) -> None:
@@ -62,6 +73,26 @@ def test_backtest_methods_subset_and_step(tmp_path: Path) -> None:
     assert code == 0
     doc = json.loads(out.read_text())
     assert set(doc["methods"]) == {"last_value", "prescaler"} and doc["step_s"] == 1
+    assert set(doc["prescaler_mae_ratio"]) == {"last_value"}
+    # Without prescaler among the methods there is nothing to compare it with.
+    assert (
+        main(
+            [
+                "backtest",
+                str(DATA / "mooncake_head.jsonl"),
+                "--horizon",
+                "2",
+                "--step",
+                "1",
+                "--methods",
+                "last_value,kalman",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert "prescaler_mae_ratio" not in json.loads(out.read_text())
 
 
 def test_backtest_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -90,3 +90,20 @@ def test_interval_is_ordered_and_reproducible(a: list[float], b: list[float], bl
     # interval lies within the per-origin extremes' envelope.
     assert iv.low >= 0.0
     assert mae_ratio_interval(ea, eb, block=block, draws=200) == iv
+
+
+def test_mae_ratios_compare_one_method_with_every_other() -> None:
+    from forecasting import DemandSeries
+    from forecasting.backtest import backtest
+    from forecasting.significance import mae_ratios
+
+    y = 10 + np.sin(np.arange(300) / 7.0) + np.random.default_rng(6).normal(0, 0.3, 300)
+    res = backtest(DemandSeries(0, 60, y, "requests_per_s", "t"), (3,), ["last_value", "kalman"])
+    ratios = mae_ratios(res, 3, "last_value")
+    assert set(ratios) == {"kalman"}
+    assert ratios["kalman"].ratio == pytest.approx(
+        res.scores[3]["last_value"].mae / res.scores[3]["kalman"].mae
+    )
+    assert ratios["kalman"].block == block_length(res.scores[3]["kalman"].origins, 3, res.stride)
+    with pytest.raises(ValueError, match="not backtested"):
+        mae_ratios(res, 3, "prescaler")
