@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,45 +55,21 @@ def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixt
     assert any(v in kalman_row for v in ("better", "worse", "within noise"))
 
 
+def _backtest_mooncake_head(methods: str, out: Path) -> dict[str, Any]:
+    """``prescaler backtest`` on the shipped Mooncake head at 1-s steps; its JSON."""
+    args = ["backtest", str(DATA / "mooncake_head.jsonl"), "--horizon", "2", "--step", "1"]
+    assert main([*args, "--methods", methods, "--json", str(out)]) == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
 def test_backtest_methods_subset_and_step(tmp_path: Path) -> None:
-    out = tmp_path / "bt.json"
-    code = main(
-        [
-            "backtest",
-            str(DATA / "mooncake_head.jsonl"),
-            "--horizon",
-            "2",
-            "--step",
-            "1",
-            "--methods",
-            "last_value,prescaler",
-            "--json",
-            str(out),
-        ]
-    )
-    assert code == 0
-    doc = json.loads(out.read_text())
+    doc = _backtest_mooncake_head("last_value,prescaler", tmp_path / "bt.json")
     assert set(doc["methods"]) == {"last_value", "prescaler"} and doc["step_s"] == 1
     assert set(doc["prescaler_mae_ratio"]) == {"last_value"}
     # Without prescaler among the methods there is nothing to compare it with.
-    assert (
-        main(
-            [
-                "backtest",
-                str(DATA / "mooncake_head.jsonl"),
-                "--horizon",
-                "2",
-                "--step",
-                "1",
-                "--methods",
-                "last_value,kalman",
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
-    )
-    assert "prescaler_mae_ratio" not in json.loads(out.read_text())
+    doc = _backtest_mooncake_head("last_value,kalman", tmp_path / "bt.json")
+    assert "prescaler_mae_ratio" not in doc
 
 
 def test_backtest_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
