@@ -402,7 +402,11 @@ class PrescalerForecaster:
             w_split = train.size - max(span, 1)
             for h in range(1, self.config.fit_horizon + 1):
                 weights = self._holdout_weights(h, w_split, self._bank)
-                if weights is None and any(self._weights.get(k) is not None for k in range(1, h)):
+                if (
+                    weights is None
+                    and self.config.min_independent_errors > 0
+                    and any(self._weights.get(k) is not None for k in range(1, h))
+                ):
                     # Too short a holdout for this horizon, though not for a
                     # shorter one: the fewest independent errors of all, so
                     # the same rule as ``min_independent_errors`` (equal

@@ -176,6 +176,10 @@ def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> N
     g1, g2 = g._weights[1], g._weights[2]
     assert g1 is not None and g1[0] > 0.0
     assert g2 is not None and g2[0] == 0.0 and np.allclose(g2[1:], 1.0 / len(CANDIDATES))
+    # The rule goes with min_independent_errors: off, horizon 2 borrows again.
+    g_off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
+    g_off.fit(y[:16], 30.0)
+    assert g_off._weights[2] is None
     # With no holdout at all (10 steps) the ridge alone speaks.
     r = PrescalerForecaster()
     r.fit(y[:10], 30.0)
