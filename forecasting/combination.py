@@ -257,6 +257,7 @@ class SmoothingBank:
         self._holt_end: dict[tuple[float, float], tuple[float, float]] = {}
         self._trend: dict[float, tuple[np.ndarray, np.ndarray]] = {}
         self._trend_end: dict[float, tuple[float, float]] = {}
+        self._selected: dict[tuple[int, int], SmoothingParams] = {}
 
     def ses(self, alpha: float) -> np.ndarray:
         if alpha not in self._ses:
@@ -289,7 +290,15 @@ class SmoothingBank:
         -> 1.009, the 14 unseen rows' 1.0117 -> 1.0089.
         """
         if h > 1 and max(end - h, 0) < min_independent_errors * h:
-            return self.select(1, end)
+            h = 1
+        key = (h, end)
+        if key not in self._selected:
+            self._selected[key] = self._select(h, end)
+        return self._selected[key]
+
+    def _select(self, h: int, end: int) -> SmoothingParams:
+        """:meth:`select`'s grid search (remembered per ``(h, end)``: with few
+        independent errors every horizon asks for the one-step choice)."""
         origins = np.arange(0, max(end - h, 0))
         if origins.size < 4:
             return SmoothingParams()
@@ -309,9 +318,10 @@ class SmoothingBank:
                 if mae < best:
                     best_h, best = (a, b), mae
         best_l, best = 0.9, math.inf
+        carry = damped_sum(h, TREND_DAMPING)
         for lam in _TREND_LAMBDAS:
             lv, sl = self.trend(lam)
-            fc = np.maximum(lv[origins] + damped_sum(h, TREND_DAMPING) * sl[origins], 0.0)
+            fc = np.maximum(lv[origins] + carry * sl[origins], 0.0)
             mae = float(np.mean(np.abs(actual - fc)))
             if mae < best:
                 best_l, best = lam, mae

@@ -230,3 +230,51 @@ def test_few_independent_errors_choose_the_parameters_on_one_step_errors() -> No
     assert bank.select(10, 40, 5.0) == bank.select(1, 40)
     assert bank.select(10, 40, 0.0) != bank.select(1, 40)  # the rule changes the choice here
     assert bank.select(10, 400, 5.0) == bank.select(10, 400)
+
+
+def _select_by_loops(bank: SmoothingBank, h: int, end: int) -> SmoothingParams:
+    """The grid search written as plain loops, one mean per grid point."""
+    from forecasting.combination import (
+        _HOLT_ALPHAS,
+        _HOLT_BETAS,
+        _SES_ALPHAS,
+        _TREND_LAMBDAS,
+        HOLT_DAMPING,
+    )
+
+    origins = np.arange(0, max(end - h, 0))
+    if origins.size < 4:
+        return SmoothingParams()
+    actual = bank.y[origins + h]
+
+    def mae(fc: np.ndarray) -> float:
+        return float(np.mean(np.abs(actual - fc)))
+
+    ses = min(_SES_ALPHAS, key=lambda a: mae(bank.ses(a)[origins]))
+    carry = damped_sum(h, HOLT_DAMPING)
+    holt = min(
+        ((a, b) for a in _HOLT_ALPHAS for b in _HOLT_BETAS),
+        key=lambda ab: mae(
+            np.maximum(bank.holt(*ab)[0][origins] + carry * bank.holt(*ab)[1][origins], 0.0)
+        ),
+    )
+    tcarry = damped_sum(h, TREND_DAMPING)
+    lam = min(
+        _TREND_LAMBDAS,
+        key=lambda v: mae(
+            np.maximum(bank.trend(v)[0][origins] + tcarry * bank.trend(v)[1][origins], 0.0)
+        ),
+    )
+    return SmoothingParams(ses, holt[0], holt[1], HOLT_DAMPING, lam)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 12), st.integers(5, 300))
+def test_select_equals_the_plain_grid_search(seed: int, h: int, end: int) -> None:
+    """The search picks what a plain scan of the grid picks (first minimum on
+    ties), and remembers it: a faster search must not move the backtest."""
+    rng = np.random.default_rng(seed)
+    y = np.maximum(20 + np.cumsum(rng.normal(0, 1, 300)) + rng.normal(0, 2, 300), 0.0)
+    bank = SmoothingBank(y)
+    assert bank.select(h, end) == _select_by_loops(bank, h, end)
+    assert bank.select(h, end) is bank.select(h, end)  # remembered per (h, end)
