@@ -44,18 +44,22 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def summary(result: BacktestResult, input_name: str, horizon: int) -> dict[str, Any]:
+def summary(
+    result: BacktestResult,
+    input_name: str,
+    horizon: int,
+    ratios: dict[str, RatioInterval],
+) -> dict[str, Any]:
     """The ``backtest --json`` contract, extended (when ``prescaler`` and
     another method were scored) by ``prescaler_mae_ratio``: per other method,
     ``MAE(prescaler) / MAE(method)`` and its 90 % paired block-bootstrap
-    interval (``forecasting.significance``)."""
+    interval (``forecasting.significance``; ``ratios`` from :func:`prescaler_ratios`)."""
     doc: dict[str, Any] = {
         "input": input_name,
         "step_s": round(result.step_s),
         "horizon_s": round(horizon * result.step_s),
         "methods": {m: s.as_contract() for m, s in result.scores[horizon].items()},
     }
-    ratios = _prescaler_ratios(result, horizon)
     if ratios:
         doc["prescaler_mae_ratio"] = {
             m: {"ratio": r.ratio, "interval90": [r.low, r.high]} for m, r in ratios.items()
@@ -63,16 +67,17 @@ def summary(result: BacktestResult, input_name: str, horizon: int) -> dict[str, 
     return doc
 
 
-def _prescaler_ratios(result: BacktestResult, horizon: int) -> dict[str, RatioInterval]:
+def prescaler_ratios(result: BacktestResult, horizon: int) -> dict[str, RatioInterval]:
+    """Prescaler's MAE ratio to each other method scored ({} without prescaler
+    or without another method); a bootstrap, so computed once per run."""
     if "prescaler" not in result.scores[horizon] or len(result.scores[horizon]) < 2:
         return {}
     return mae_ratios(result, horizon, "prescaler")
 
 
-def format_table(result: BacktestResult, horizon: int) -> str:
+def format_table(result: BacktestResult, horizon: int, ratios: dict[str, RatioInterval]) -> str:
     """One row per method; with ``prescaler`` among them, a last column says
     how its MAE compares with each method's, and whether beyond noise."""
-    ratios = _prescaler_ratios(result, horizon)
     head = (
         f"{'method':15s} {'mae':>10s} {'mase':>7s} {'pinball_p90':>12s} "
         f"{'cov_p90':>8s} {'fit_s':>8s}"
@@ -124,10 +129,11 @@ def run(args: argparse.Namespace) -> int:
         f"every {result.stride}, refit every "
         f"{result.refit_every} origins"
     )
-    print(format_table(result, horizon))
+    ratios = prescaler_ratios(result, horizon)
+    print(format_table(result, horizon, ratios))
     if args.json_path:
         Path(args.json_path).write_text(
-            json.dumps(summary(result, str(args.input), horizon), indent=2)
+            json.dumps(summary(result, str(args.input), horizon, ratios), indent=2)
         )
     if args.plot_path:
         from forecasting.plot import plot_backtest
