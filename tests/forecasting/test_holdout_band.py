@@ -1,0 +1,98 @@
+"""The holdout band: quantiles from the shipped point's own out-of-sample errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from forecasting.prescaler_model import _BAND_LEVELS, PrescalerConfig, PrescalerForecaster
+
+
+def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
+    f = PrescalerForecaster()
+    f._c = 2.0
+    rng = np.random.default_rng(1)
+    point = rng.uniform(5, 50, 400)
+    actual = point * np.exp(rng.normal(0, 0.2, 400))
+    scale = np.full(400, 0.5)
+    band = f._holdout_band(point, actual, scale)
+    err = (np.log(actual + 2.0) - np.log(point + 2.0)) / 0.5
+    assert band.shape == _BAND_LEVELS.shape
+    assert np.allclose(band, np.quantile(err, _BAND_LEVELS))
+    assert np.all(np.diff(band) >= 0)
+
+
+def test_horizons_with_enough_independent_errors_get_the_band() -> None:
+    """n holdout origins hold about n / h independent h-step errors."""
+    rng = np.random.default_rng(2)
+    y = rng.poisson(40.0, 600).astype(float)
+    # Not the default count: at 50 errors the longest eager horizon falls short.
+    f = PrescalerForecaster(PrescalerConfig(band_min_errors=50.0))
+    f.fit(y, 60.0)
+    assert 1 in f._band and 5 in f._band
+    assert 12 not in f._band  # 12 * 50 = 600 origins: more than the history holds
+    short = PrescalerForecaster()
+    short.fit(y[:25], 60.0)  # about 15 holdout origins
+    assert short._band == {}
+    off = PrescalerForecaster(PrescalerConfig(band_min_errors=0.0))
+    off.fit(y, 60.0)
+    assert off._band == {}
+
+
+def test_predict_puts_the_band_around_the_combined_point() -> None:
+    rng = np.random.default_rng(3)
+    y = rng.poisson(40.0, 600).astype(float)
+    f = PrescalerForecaster()
+    f.fit(y, 60.0)
+    assert not f._use_scale  # 600 rows: unscaled errors, so the arithmetic below is exact
+    f._band[1] = np.linspace(-0.3, 0.3, _BAND_LEVELS.size)
+    fc = f.predict(1, (0.1, 0.5, 0.9))
+    centre = math.log(fc.values[1, 0] + f._c)
+    assert fc.values[2, 0] == pytest.approx(math.exp(centre + 0.24) - f._c)
+    assert fc.values[0, 0] == pytest.approx(math.exp(centre - 0.24) - f._c)
+    # A biased law is clipped so that the band still holds the point.
+    f._band[1] = np.linspace(0.1, 0.2, _BAND_LEVELS.size)
+    fc = f.predict(1, (0.1, 0.5, 0.9))
+    assert fc.values[0, 0] == pytest.approx(fc.values[1, 0])
+    assert fc.values[2, 0] > fc.values[1, 0]
+
+
+def test_white_noise_band_covers_its_level() -> None:
+    """A day-long holdout of white noise: the 0.9 quantile covers ~90 %."""
+    rng = np.random.default_rng(7)
+    y = rng.normal(100, 10, 4000)
+    f = PrescalerForecaster()
+    f.fit(y[:2000], 60.0)
+    assert 2 in f._band
+    hits = []
+    for t in range(2000, 3990, 10):
+        f.update(y[:t])
+        hits.append(y[t + 1] <= f.predict(2, (0.5, 0.9)).values[1, 1])
+    assert 0.85 <= float(np.mean(hits)) <= 0.95
+
+
+def test_negative_band_min_errors_is_rejected() -> None:
+    with pytest.raises(ValueError, match="band_min_errors"):
+        PrescalerConfig(band_min_errors=-1.0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    y=arrays(
+        float,
+        st.integers(300, 700),
+        elements=st.one_of(st.just(0.0), st.floats(0, 1e4, allow_nan=False)),
+    ),
+    horizon=st.integers(1, 14),
+)
+def test_banded_forecasts_are_ordered_and_non_negative(y: np.ndarray, horizon: int) -> None:
+    f = PrescalerForecaster()
+    f.fit(y, 60.0)
+    fc = f.predict(horizon, (0.05, 0.1, 0.5, 0.9, 0.99))
+    assert np.all(np.isfinite(fc.values)) and np.all(fc.values >= 0)
+    assert np.all(np.diff(fc.values, axis=0) >= 0)
