@@ -501,9 +501,11 @@ class PrescalerForecaster:
         return np.log(np.maximum(y, 0.0) + self._c)
 
     def _features(
-        self, z: np.ndarray, idx: np.ndarray, h: int, cs: np.ndarray | None = None
+        self, z: np.ndarray, idx: np.ndarray, h: int | np.ndarray, cs: np.ndarray | None = None
     ) -> np.ndarray:
-        """Rows of features known at origins ``idx`` (last observed index)."""
+        """Rows of features known at origins ``idx`` (last observed index) for
+        horizon ``h``, or row by row for horizons ``h`` (an array like ``idx``:
+        predict() builds every horizon's row in one pass, not one per step)."""
         if cs is None:
             cs = np.concatenate(([0.0], np.cumsum(z)))
         last = z[idx]
@@ -825,10 +827,10 @@ class PrescalerForecaster:
             longest = max(longest, int(12 / max(self._alpha, 0.02)))
         tail = self._y[-longest:]
         z = self._z(tail)
-        t = np.array([z.size - 1])
         zz = z[-(_SCALE_WINDOW + 1) :]
         scale_now = float(self._local_scale(zz, np.array([zz.size - 1]))[0])
         cs = np.concatenate(([0.0], np.cumsum(z)))
+        rows = self._features(z, np.full(horizon, z.size - 1), np.arange(1, horizon + 1), cs)
         out = np.empty((len(qs), horizon))
         bank: SmoothingBank | None = None
         lazy = False
@@ -841,7 +843,7 @@ class PrescalerForecaster:
                 center = float(np.mean(z[-3:]))
                 spread = [_ppf(q) * self._diff_sd * math.sqrt(h) for q in qs]
             else:
-                center = float(z[-1] + self._features(z, t, h, cs)[0] @ coef)
+                center = float(z[-1] + rows[h - 1] @ coef)
                 ridge_center = center
                 weights = self._weights_for(h_used)
                 if weights is not None and h_used in self._ridge_q50:
