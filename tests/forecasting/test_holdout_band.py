@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from forecasting.prescaler_model import _BAND_LEVELS, PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler_model import (
+    _BAND_LEVELS,
+    PrescalerConfig,
+    PrescalerForecaster,
+    _sorted_quantile,
+)
 
 
 def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
@@ -96,3 +101,21 @@ def test_banded_forecasts_are_ordered_and_non_negative(y: np.ndarray, horizon: i
     fc = f.predict(horizon, (0.05, 0.1, 0.5, 0.9, 0.99))
     assert np.all(np.isfinite(fc.values)) and np.all(fc.values >= 0)
     assert np.all(np.diff(fc.values, axis=0) >= 0)
+
+
+def test_banded_horizons_keep_the_guard_quantiles_of_the_ridge_law_exactly() -> None:
+    """Where the band is the holdout's, the ridge's residual law shrinks to its
+    percent grid (memory), and the guard's 0.1 / 0.9 quantiles do not move."""
+    rng = np.random.default_rng(9)
+    y = rng.poisson(30.0, 600).astype(float)
+    banded = PrescalerForecaster()
+    banded.fit(y, 60.0)
+    full = PrescalerForecaster(PrescalerConfig(band_min_errors=0.0))
+    full.fit(y, 60.0)
+    assert 1 in banded._band
+    assert banded._ridge_resid[1].size == _BAND_LEVELS.size < full._ridge_resid[1].size
+    for q in (0.1, 0.9):
+        assert _sorted_quantile(banded._ridge_resid[1], q) == _sorted_quantile(
+            full._ridge_resid[1], q
+        )
+    assert np.array_equal(banded.predict(12, (0.5,)).values, full.predict(12, (0.5,)).values)
