@@ -700,7 +700,7 @@ class PrescalerForecaster:
         (as the ridge's residuals); kept as a quantile function on
         ``_BAND_LEVELS``.
         """
-        err = (np.log(actual + self._c) - np.log(np.maximum(point, 0.0) + self._c)) / scale
+        err = (self._z(actual) - self._z(point)) / scale
         return np.quantile(err, _BAND_LEVELS)
 
     def _member_weights(self, cands: np.ndarray, actual: np.ndarray, h: int) -> np.ndarray:

@@ -119,3 +119,16 @@ def test_banded_horizons_keep_the_guard_quantiles_of_the_ridge_law_exactly() -> 
             full._ridge_resid[1], q
         )
     assert np.array_equal(banded.predict(12, (0.5,)).values, full.predict(12, (0.5,)).values)
+
+
+def test_negative_history_values_read_as_zero_in_the_band() -> None:
+    """A history may hold negative rates (counter resets differenced upstream);
+    the band's errors clip them like the model's transform, never NaN."""
+    rng = np.random.default_rng(0)
+    y = rng.normal(5, 5, 600)
+    assert (y < 0).any()
+    f = PrescalerForecaster()
+    f.fit(y, 60.0)
+    assert 1 in f._band and np.all(np.isfinite(f._band[1]))
+    fc = f.predict(5, (0.1, 0.5, 0.9))
+    assert np.all(fc.values[2] > fc.values[1] + 1.0)
