@@ -16,6 +16,7 @@ from forecasting.prescaler_model import (
     PrescalerForecaster,
     _sorted_quantile,
 )
+from tests.support.coverage import rolling_coverage
 
 
 def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
@@ -74,11 +75,7 @@ def test_white_noise_band_covers_its_level() -> None:
     f = PrescalerForecaster()
     f.fit(y[:2000], 60.0)
     assert 2 in f._band
-    hits = []
-    for t in range(2000, 3990, 10):
-        f.update(y[:t])
-        hits.append(y[t + 1] <= f.predict(2, (0.5, 0.9)).values[1, 1])
-    assert 0.85 <= float(np.mean(hits)) <= 0.95
+    assert 0.85 <= rolling_coverage(f, y, range(2000, 3990, 10)) <= 0.95
 
 
 def test_negative_band_min_errors_is_rejected() -> None:
