@@ -635,7 +635,9 @@ class PrescalerForecaster:
 
     def _holdout_weights(self, h: int, split: int, bank: SmoothingBank) -> np.ndarray | None:
         """Combination weights from the candidates' holdout (see ``weighting``);
-        records the band's holdout coverage for ``_tail_factor`` on the way.
+        records on the way the ridge band's holdout coverage (for
+        ``_tail_factor``) and, given enough errors, the combined point's
+        holdout error law (``_holdout_band``, see ``band_min_errors``).
 
         Rolling origin inside the history (``holdout_refits`` > 0): every
         origin from ``split`` on is forecast by every candidate, the ridge
