@@ -62,9 +62,21 @@ def summary(
     }
     if ratios:
         doc["prescaler_mae_ratio"] = {
-            m: {"ratio": r.ratio, "interval90": [r.low, r.high]} for m, r in ratios.items()
+            m: {
+                "ratio": _json_number(r.ratio),
+                "interval90": [_json_number(r.low), _json_number(r.high)],
+            }
+            for m, r in ratios.items()
         }
     return doc
+
+
+def _json_number(x: float) -> float | None:
+    """``x``, or ``null`` where it is not finite: prescaler erred where the
+    other method never did (an infinite ratio). Why: ``json.dumps`` would
+    write the bare token ``Infinity``, which is not JSON, and strict parsers
+    (``jq``, browsers, Go's encoding/json) refuse the whole file."""
+    return x if math.isfinite(x) else None
 
 
 def prescaler_ratios(result: BacktestResult, horizon: int) -> dict[str, RatioInterval]:
@@ -133,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(result, horizon, ratios))
     if args.json_path:
         Path(args.json_path).write_text(
-            json.dumps(summary(result, str(args.input), horizon, ratios), indent=2)
+            json.dumps(summary(result, str(args.input), horizon, ratios), indent=2, allow_nan=False)
         )
     if args.plot_path:
         from forecasting.plot import plot_backtest

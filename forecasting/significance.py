@@ -21,6 +21,16 @@ if TYPE_CHECKING:
     from forecasting.backtest import BacktestResult
 
 
+FLOAT_DUST = 1e-9
+"""Errors below this fraction of the series' mean level count as none.
+
+Why: a forecaster that works through ``log``/``exp`` forecasts a constant
+series to within a few ulps (5.000000000000006 for 5), while ``last_value``
+is exact; the ratio of the two MAEs is then 1e-15 / 0 = inf, "infinitely
+worse", on a series where both are perfect. A billionth of the level is far
+above rounding and far below any error a platform would scale on."""
+
+
 @dataclass(frozen=True)
 class RatioInterval:
     """``MAE(a) / MAE(b)`` and its bootstrap interval."""
@@ -91,7 +101,15 @@ def mae_ratio_interval(
     sums_a, sums_b = a[idx].sum(axis=1), b[idx].sum(axis=1)
     ratios = np.array([_ratio(float(x), float(y)) for x, y in zip(sums_a, sums_b, strict=True)])
     tail = (1.0 - level) / 2.0
-    low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    if np.all(np.isfinite(ratios)):
+        low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    else:
+        # Draws in which ``b`` made no error at all have an infinite ratio;
+        # interpolating between two of them is inf - inf = NaN. The nearest
+        # draws outward (never narrower than the interpolated interval) are
+        # well defined: an infinite end says "worse than a perfect method".
+        low = np.quantile(ratios, tail, method="lower")
+        high = np.quantile(ratios, 1.0 - tail, method="higher")
     return RatioInterval(ratio, float(low), float(high), level, block, n)
 
 
@@ -113,10 +131,19 @@ def mae_ratios(
     mine = trajectories[method]
     origins = mine.actual.size
     block = block_length(origins, horizon, result.stride)
+    dust = FLOAT_DUST * float(np.mean(np.abs(mine.actual))) if origins else 0.0
     return {
         other: mae_ratio_interval(
-            mine.actual - mine.median, theirs.actual - theirs.median, block=block, level=level
+            _undusted(mine.actual - mine.median, dust),
+            _undusted(theirs.actual - theirs.median, dust),
+            block=block,
+            level=level,
         )
         for other, theirs in trajectories.items()
         if other != method
     }
+
+
+def _undusted(err: np.ndarray, dust: float) -> np.ndarray:
+    """``err`` with its rounding-size values set to zero (see ``FLOAT_DUST``)."""
+    return np.where(np.abs(err) <= dust, 0.0, err)

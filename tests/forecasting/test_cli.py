@@ -90,3 +90,25 @@ def test_backtest_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixt
         )
         == 2
     )
+
+
+def test_backtest_json_is_strict_json_when_a_ratio_is_infinite(tmp_path: Path) -> None:
+    """An infinite ratio (prescaler erred where the other method never did)
+    is written as null: ``Infinity`` is not JSON and strict parsers refuse the file."""
+    import math
+
+    import numpy as np
+
+    from forecasting import DemandSeries
+    from forecasting.backtest import backtest
+    from forecasting.cli import summary
+    from forecasting.significance import RatioInterval
+
+    y = np.full(60, 5.0)
+    res = backtest(DemandSeries(0, 60, y, "requests_per_s", "t"), (2,), ["last_value"])
+    doc = summary(res, "t", 2, {"last_value": RatioInterval(math.inf, 3.0, math.inf, 0.9, 2, 40)})
+    text = json.dumps(doc, allow_nan=False)
+    assert json.loads(text)["prescaler_mae_ratio"]["last_value"] == {
+        "ratio": None,
+        "interval90": [3.0, None],
+    }

@@ -107,3 +107,31 @@ def test_mae_ratios_compare_one_method_with_every_other() -> None:
     assert ratios["kalman"].block == block_length(res.scores[3]["kalman"].origins, 3, res.stride)
     with pytest.raises(ValueError, match="not backtested"):
         mae_ratios(res, 3, "prescaler")
+
+
+def test_draws_against_a_perfect_stretch_give_an_infinite_end_not_nan() -> None:
+    """Where ``b`` made no error over a whole resampled run, that draw's ratio
+    is infinite; the interval must then end at infinity, never at NaN (the
+    interpolation inf - inf), so that "worse" is still readable."""
+    a = np.ones(60)
+    b = np.zeros(60)
+    b[:5] = 1.0  # b errs only at the first origins: most draws miss them
+    iv = mae_ratio_interval(a, b, block=5, draws=500)
+    assert iv.ratio == pytest.approx(12.0)
+    assert not np.isnan(iv.low) and not np.isnan(iv.high)
+    assert iv.high == np.inf and iv.low <= iv.ratio
+    assert iv.significantly_worse
+
+
+def test_rounding_dust_is_no_error() -> None:
+    """A forecaster that goes through log/exp forecasts a constant series to a
+    few ulps; against an exact method that is a tie, not an infinite ratio."""
+    from forecasting import DemandSeries
+    from forecasting.backtest import backtest
+    from forecasting.significance import mae_ratios
+
+    y = np.full(120, 5.0)
+    res = backtest(DemandSeries(0, 60, y, "requests_per_s", "t"), (2,), ["prescaler", "last_value"])
+    assert res.scores[2]["last_value"].mae == 0.0
+    iv = mae_ratios(res, 2, "prescaler")["last_value"]
+    assert (iv.ratio, iv.low, iv.high) == (1.0, 1.0, 1.0)
