@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import statistics
 import sys
@@ -60,10 +61,12 @@ def load_schedule(duration_s: float, base_rate: float, seed: int = 0) -> list[Pl
     Prompts of 100-600 words and outputs of 32-192 tokens, from a fixed seed,
     so every run sends the same requests.
     """
-    if duration_s <= 0:
-        raise ValueError(f"duration must be > 0 seconds, got {duration_s}")
-    if base_rate <= 0:
-        raise ValueError(f"base rate must be > 0 requests/s, got {base_rate}")
+    # ``not x > 0`` also refuses NaN (every comparison with it is false: a
+    # NaN duration or rate used to loop for ever); inf would never end either.
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"duration must be a finite number of seconds > 0, got {duration_s}")
+    if not (math.isfinite(base_rate) and base_rate > 0):
+        raise ValueError(f"base rate must be a finite number of requests/s > 0, got {base_rate}")
     rng = random.Random(seed)
     out: list[PlannedRequest] = []
     t = 0.0
@@ -248,8 +251,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.duration <= 0:
-        print("prescaler demo: --duration must be > 0", file=sys.stderr)
+    if not (math.isfinite(args.duration) and args.duration > 0):
+        print(
+            f"prescaler demo: --duration must be a finite number > 0, got {args.duration}",
+            file=sys.stderr,
+        )
         return 2
     try:
         return asyncio.run(run_demo(args.profile, args.duration, args.rate, sys.stdout))

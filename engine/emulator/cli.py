@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     from engine.emulator.server import EmulatorSettings, serve_forever
 
+    if not 0 <= args.port <= 65535:
+        print(f"prescaler emulate: --port must be 0-65535, got {args.port}", file=sys.stderr)
+        return 2
     try:
         settings = EmulatorSettings(
             profile=args.profile,
@@ -64,6 +67,12 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError) as exc:
         print(f"prescaler emulate: {exc}", file=sys.stderr)
         return 2
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(settings, args.host, args.port))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_forever(settings, args.host, args.port))
+    except OSError as exc:
+        # The port is taken, the address is not this host's, ...: say so
+        # in one line, not a traceback.
+        print(f"prescaler emulate: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from prescaler.cli import main
@@ -31,12 +33,13 @@ def test_schedule_has_a_burst_and_is_reproducible() -> None:
     assert all(100 <= r.prompt_words <= 600 and 32 <= r.max_tokens <= 192 for r in plan)
 
 
-def test_schedule_rejects_bad_arguments() -> None:
-    """Durations and rates must be positive."""
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
+def test_schedule_rejects_bad_arguments(bad: float) -> None:
+    """Durations and rates must be finite and positive (a NaN one used to loop for ever)."""
     with pytest.raises(ValueError, match="duration"):
-        load_schedule(0, 1.0)
+        load_schedule(bad, 1.0)
     with pytest.raises(ValueError, match="rate"):
-        load_schedule(10, 0)
+        load_schedule(10, bad)
 
 
 def test_summary_and_excerpt_are_plain_text() -> None:
@@ -49,7 +52,13 @@ def test_summary_and_excerpt_are_plain_text() -> None:
     assert metrics_excerpt(text) == "vllm:num_requests_running 1.0"
 
 
-def test_demo_refuses_bad_duration(capsys: pytest.CaptureFixture[str]) -> None:
-    """--duration must be positive."""
-    assert main(["demo", "--duration", "0"]) == 2
+@pytest.mark.parametrize("bad", ["0", "nan", "inf"])
+def test_demo_refuses_bad_duration(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--duration must be a finite positive number."""
+    assert main(["demo", "--duration", bad]) == 2
     assert "--duration" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_nan_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--duration", "1", "--rate", "nan"]) == 2
+    assert "rate" in capsys.readouterr().err

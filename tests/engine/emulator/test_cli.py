@@ -47,3 +47,22 @@ def test_emulate_refuses_a_bad_metrics_version() -> None:
     """--metrics-version only takes v1 or v0."""
     with pytest.raises(SystemExit):
         build_parser().parse_args(["emulate", "--metrics-version", "v3"])
+
+
+@pytest.mark.parametrize("port", ["-1", "65536"])
+def test_emulate_refuses_a_port_out_of_range(port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emulate", "--port", port]) == 2
+    assert "--port must be 0-65535" in capsys.readouterr().err
+
+
+def test_emulate_reports_a_taken_port_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A port another socket holds is a one-line error (exit 1), not a traceback."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["emulate", "--host", "127.0.0.1", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot serve on 127.0.0.1:{port}" in err and "Traceback" not in err
