@@ -15,6 +15,29 @@ from forecasting.registry import METHODS
 from forecasting.significance import RatioInterval, mae_ratios
 
 
+def _seconds(text: str) -> float:
+    """A finite, positive number of seconds (argparse type): NaN or inf would
+    otherwise reach the step arithmetic and fail there, far from the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    """A whole number >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "backtest",
@@ -22,10 +45,10 @@ def register(subparsers: Any) -> None:
         description="Rolling-origin backtest (no look-ahead) of the forecasters on INPUT.",
     )
     p.add_argument("input", metavar="INPUT", help="trace or rate file (format from its header)")
-    p.add_argument("--horizon", type=float, required=True, help="forecast horizon, seconds")
+    p.add_argument("--horizon", type=_seconds, required=True, help="forecast horizon, seconds")
     p.add_argument(
         "--step",
-        type=float,
+        type=_seconds,
         default=None,
         help="step, seconds (default: native; 30 for per-request traces)",
     )
@@ -36,9 +59,9 @@ def register(subparsers: Any) -> None:
         help="requests_per_s, prompt_tokens_per_s, output_tokens_per_s",
     )
     p.add_argument(
-        "--window", type=float, default=None, help="only the last S seconds of the series"
+        "--window", type=_seconds, default=None, help="only the last S seconds of the series"
     )
-    p.add_argument("--max-origins", type=int, default=400, help="origins scored (evenly spaced)")
+    p.add_argument("--max-origins", type=_count, default=400, help="origins scored (evenly spaced)")
     p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
     p.add_argument("--plot", dest="plot_path", default=None, help="write a plot here (PNG)")
     p.set_defaults(func=run)
@@ -117,13 +140,21 @@ def format_table(result: BacktestResult, horizon: int, ratios: dict[str, RatioIn
 def run(args: argparse.Namespace) -> int:
     try:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if not methods:
+            raise ValueError(f"--methods names no method: {args.methods!r}")
+        for out in (args.json_path, args.plot_path):
+            # Fail before a minutes-long backtest, not after it.
+            if out is not None and not Path(out).resolve().parent.is_dir():
+                raise ValueError(f"{out}: no such directory to write into")
         series = read_series(args.input, args.step, args.signal)
-        if args.window:
-            series = series.window(int(args.window // series.step_s))
-        steps = args.horizon / series.step_s
-        horizon = max(1, math.ceil(steps - 1e-9))
-        if args.horizon <= 0:
-            raise ValueError(f"--horizon must be > 0 seconds, got {args.horizon}")
+        if args.window is not None:
+            last = int(args.window // series.step_s)
+            if last < 1:
+                raise ValueError(
+                    f"--window {args.window:g} s is shorter than one step ({series.step_s:g} s)"
+                )
+            series = series.window(last)
+        horizon = max(1, math.ceil(args.horizon / series.step_s - 1e-9))
         result = backtest(
             series,
             (horizon,),
@@ -143,12 +174,18 @@ def run(args: argparse.Namespace) -> int:
     )
     ratios = prescaler_ratios(result, horizon)
     print(format_table(result, horizon, ratios))
-    if args.json_path:
-        Path(args.json_path).write_text(
-            json.dumps(summary(result, str(args.input), horizon, ratios), indent=2, allow_nan=False)
-        )
-    if args.plot_path:
-        from forecasting.plot import plot_backtest
+    try:
+        if args.json_path:
+            Path(args.json_path).write_text(
+                json.dumps(
+                    summary(result, str(args.input), horizon, ratios), indent=2, allow_nan=False
+                )
+            )
+        if args.plot_path:
+            from forecasting.plot import plot_backtest
 
-        plot_backtest(result, horizon, args.plot_path)
+            plot_backtest(result, horizon, args.plot_path)
+    except OSError as exc:
+        print(f"prescaler backtest: error: cannot write: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -112,3 +112,53 @@ def test_backtest_json_is_strict_json_when_a_ratio_is_infinite(tmp_path: Path) -
         "ratio": None,
         "interval90": [3.0, None],
     }
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--horizon", "nan"],
+        ["--horizon", "inf"],
+        ["--horizon", "0"],
+        ["--horizon", "60", "--step", "-1"],
+        ["--horizon", "60", "--window", "nan"],
+        ["--horizon", "60", "--max-origins", "0"],
+    ],
+)
+def test_backtest_flags_are_validated_at_the_edge(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad number is argparse's usage error (exit 2), naming the flag."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["backtest", str(DATA / "per_minute_synthetic.csv"), *flags])
+    assert exit_info.value.code == 2
+    assert f"argument {flags[-2]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        (["--methods", " , "], "names no method"),
+        (["--window", "10"], "shorter than one step"),
+        (["--json", "/no/such/dir/bt.json"], "no such directory"),
+        (["--plot", "/no/such/dir/bt.png"], "no such directory"),
+    ],
+)
+def test_backtest_refuses_what_it_cannot_do_before_running(
+    flags: list[str], reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = str(DATA / "per_minute_synthetic.csv")
+    assert main(["backtest", csv, "--horizon", "60", *flags]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and "Traceback" not in err
+
+
+def test_backtest_reports_a_failed_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A target that cannot be written (here: a directory) is a one-line error, exit 1."""
+    csv = str(DATA / "per_minute_synthetic.csv")
+    args = ["backtest", csv, "--horizon", "60", "--methods", "last_value", "--max-origins", "5"]
+    assert main([*args, "--json", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
