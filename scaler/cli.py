@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -113,6 +114,18 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--tls-cert and --tls-key go together"
     if args.client_ca is not None and args.tls_cert is None:
         return "--client-ca (mTLS) needs --tls-cert and --tls-key"
+    for flag in (
+        "refresh_seconds",
+        "refit_seconds",
+        "forecast_step_seconds",
+        "rate_window_seconds",
+        "grace_seconds",
+    ):
+        value = getattr(args, flag)
+        if value is not None and not math.isfinite(value):
+            # inf would reach a PromQL range ("[infs]") or a sleep; NaN slips
+            # past every comparison below.
+            return f"--{flag.replace('_', '-')} must be a finite number, got {value}"
     for flag in ("refresh_seconds", "refit_seconds"):
         if not getattr(args, flag) > 0:
             return f"--{flag.replace('_', '-')} must be > 0"

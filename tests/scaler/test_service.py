@@ -417,6 +417,10 @@ def test_serve_flag_errors() -> None:
         ["serve", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
         ["serve", "--front", "on", "--front-binary", "/nonexistent/prescaler-front"],
         ["serve", "--front-binary", "/nonexistent/prescaler-front"],
+        ["serve", "--refresh-seconds", "nan"],
+        ["serve", "--refit-seconds", "inf"],
+        ["serve", "--rate-window-seconds", "inf"],
+        ["serve", "--grace-seconds", "nan"],
     ):
         assert serve_command(parser.parse_args(argv), state_factory=FakeState) == 2, argv
 
