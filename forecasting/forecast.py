@@ -12,6 +12,13 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+MAX_DEMAND = 1e15
+"""The largest demand value a history may hold (requests, tokens or counts
+per step or per second). Why: no fleet serves a quadrillion tokens a second;
+a value beyond it is a unit error or a corrupted sample, and past ~1e154 the
+squared errors that weigh the combination overflow to inf and every forecast
+turns NaN. One clear error at the boundary instead."""
+
 DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9)
 
 
@@ -109,6 +116,11 @@ def check_history(y: np.ndarray, step_s: float) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(
             "history contains NaN or infinite values; clean it with forecasting.series"
+        )
+    if arr.max() > MAX_DEMAND:
+        raise ValueError(
+            f"history holds {arr.max():g}, above the largest plausible demand "
+            f"{MAX_DEMAND:g} (a unit error or a corrupted sample?)"
         )
     if not step_s > 0:
         raise ValueError(f"step_s must be > 0, got {step_s}")

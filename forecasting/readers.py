@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from forecasting.forecast import MAX_DEMAND
 from forecasting.series import SIGNALS, DemandSeries, bin_events, regularize
 
 DEFAULT_EVENT_STEP_S = 30.0
@@ -127,6 +128,14 @@ def _numeric(
             row = int(np.flatnonzero(neg)[0])
             value = frame[col].iloc[row]
             raise ValueError(f"{path}: row {row + 1}: column {col!r}: negative value {value!r}")
+        huge = out > MAX_DEMAND
+        if huge.any():
+            row = int(np.flatnonzero(huge)[0])
+            value = frame[col].iloc[row]
+            raise ValueError(
+                f"{path}: row {row + 1}: column {col!r}: {value!r} is above the largest "
+                f"plausible demand {MAX_DEMAND:g}"
+            )
     return out
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from forecasting import METHODS, Forecast, Forecaster, make_forecaster
+from forecasting.forecast import MAX_DEMAND
 
 
 def test_forecast_clamps_negatives_and_uncrosses_quantiles() -> None:
@@ -58,3 +59,16 @@ def test_predict_before_fit_and_bad_history(name: str) -> None:
         f.fit(np.array([1.0, np.nan]), 60)
     with pytest.raises(ValueError, match="empty"):
         f.fit(np.array([]), 60)
+    # Past ~1e154 the combination's squared errors overflowed and prescaler's
+    # forecast turned NaN; an absurd value is refused at the boundary instead.
+    with pytest.raises(ValueError, match="largest plausible demand"):
+        f.fit(np.full(50, 1e200), 60)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_the_largest_plausible_demand_is_forecast(name: str) -> None:
+    """The bound itself is data: every method gives a finite, ordered forecast."""
+    f = make_forecaster(name)
+    f.fit(np.full(200, MAX_DEMAND), 60)
+    values = f.predict(3, (0.1, 0.5, 0.9)).values
+    assert np.all(np.isfinite(values)) and np.all(np.diff(values, axis=0) >= 0)

@@ -216,6 +216,13 @@ def test_negative_count_or_rate_names_file_row_and_column(
         read_series(p)
 
 
+def test_an_absurd_rate_names_file_row_and_column(tmp_path: Path) -> None:
+    """A value no fleet could serve (a unit error, a corrupted sample) is refused by row."""
+    p = _write(tmp_path, "h.csv", "timestamp_s,requests_per_s\n0,1\n60,1e300\n120,3\n")
+    with pytest.raises(ValueError, match=r"h\.csv: row 2: column 'requests_per_s'.*plausible"):
+        read_series(p)
+
+
 @pytest.mark.parametrize("field", ["timestamp", "input_length", "output_length"])
 def test_mooncake_missing_field_names_row(tmp_path: Path, field: str) -> None:
     """A record without a required field is an error, not an all-zero token series."""
