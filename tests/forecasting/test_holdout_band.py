@@ -15,12 +15,13 @@ from forecasting.prescaler_model import (
     PrescalerConfig,
     PrescalerForecaster,
     _sorted_quantile,
+    recency_quantiles,
 )
 from tests.support.coverage import rolling_coverage
 
 
 def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
-    f = PrescalerForecaster()
+    f = PrescalerForecaster(PrescalerConfig(band_half_life=0.0))  # every error alike
     f._c = 2.0
     rng = np.random.default_rng(1)
     point = rng.uniform(5, 50, 400)
@@ -31,6 +32,49 @@ def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
     assert band.shape == _BAND_LEVELS.shape
     assert np.allclose(band, np.quantile(err, _BAND_LEVELS))
     assert np.all(np.diff(band) >= 0)
+    weighted = PrescalerForecaster()
+    weighted._c = 2.0
+    half_life = weighted.config.band_half_life * err.size
+    assert np.allclose(
+        weighted._holdout_band(point, actual, scale),
+        recency_quantiles(err, half_life, _BAND_LEVELS),
+    )
+
+
+def test_recency_quantiles_with_equal_weights_are_hazens() -> None:
+    v = np.random.default_rng(7).normal(size=301)
+    assert np.allclose(
+        recency_quantiles(v, 1e15, _BAND_LEVELS), np.quantile(v, _BAND_LEVELS, method="hazen")
+    )
+
+
+def test_recent_errors_weigh_more_in_the_band() -> None:
+    """A holdout whose later errors are wider (traffic that turned burstier)
+    gives a wider weighted band than an unweighted one, and a narrower one
+    when the later errors are the calm ones."""
+    rng = np.random.default_rng(8)
+    calm, wild = rng.normal(0, 0.1, 300), rng.normal(0, 1.0, 300)
+    levels = np.array([0.1, 0.9])
+
+    def width(q: np.ndarray) -> float:
+        return float(q[1] - q[0])
+
+    late_wild = np.concatenate([calm, wild])
+    late_calm = np.concatenate([wild, calm])
+    plain = width(np.quantile(late_wild, levels, method="hazen"))
+    assert width(recency_quantiles(late_wild, 60.0, levels)) > 1.2 * plain
+    assert width(recency_quantiles(late_calm, 60.0, levels)) < 0.8 * plain
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    arrays(np.float64, st.integers(1, 200), elements=st.floats(-50, 50)),
+    st.floats(0.5, 1e6),
+)
+def test_recency_quantiles_are_ordered_and_within_the_data(v: np.ndarray, half_life: float) -> None:
+    q = recency_quantiles(v, half_life, _BAND_LEVELS)
+    assert np.all(np.diff(q) >= -1e-12)
+    assert q[0] >= v.min() - 1e-12 and q[-1] <= v.max() + 1e-12
 
 
 def test_horizons_with_enough_independent_errors_get_the_band() -> None:

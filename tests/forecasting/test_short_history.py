@@ -190,3 +190,37 @@ def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> N
     assert w10_off is not None and not np.allclose(w10_off, 1.0 / w10_off.size)
     with pytest.raises(ValueError, match="min_independent_errors"):
         PrescalerConfig(min_independent_errors=-1.0)
+
+
+def test_a_short_history_keeps_the_default_transform() -> None:
+    """Under ``min_independent_errors`` holdout rows per eager horizon (about
+    180 steps of history) the offset is not chosen: on such a holdout the
+    choice swings between near-multiplicative and near-additive with the
+    noise's seed, which is what this test shows happens without the rule."""
+    t = np.arange(179)
+    chosen = set()
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        y = 50 * (1.5 + np.sin(t / 20)) * np.exp(rng.normal(0, 0.3, t.size))
+        free = PrescalerForecaster(PrescalerConfig(min_independent_errors=0.0))
+        free.fit(y, 60.0)
+        chosen.add(round(free._c / free._level, 6))
+        ruled = PrescalerForecaster()
+        ruled.fit(y, 60.0)
+        assert ruled._c == pytest.approx(ruled.config.default_offset_fraction * ruled._level)
+    assert len(chosen) == 2  # without the rule, two seeds, two transforms
+
+
+def test_a_long_history_still_chooses_its_transform() -> None:
+    rng = np.random.default_rng(0)
+    y = 5 + np.arange(400) * 0.5 + rng.normal(0, 2, 400)  # a ramp: near-additive wins
+    f = PrescalerForecaster()
+    f.fit(y, 60.0)
+    assert f._c == pytest.approx(16.0 * f._level)
+
+
+def test_a_single_configured_offset_is_used_without_scoring() -> None:
+    rng = np.random.default_rng(1)
+    f = PrescalerForecaster(PrescalerConfig(offset_fractions=(4.0,)))
+    f.fit(rng.poisson(30.0, 400).astype(float), 60.0)
+    assert f._c == pytest.approx(4.0 * f._level)
