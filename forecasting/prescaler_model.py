@@ -276,7 +276,7 @@ class PrescalerConfig:
     best anchor: shipped rows at most 1 and their geometric mean; unseen
     rows at most 1, their geometric mean and worst): 5: 10/12, 0.9709;
     7/14, 1.0037, 1.085. 6: 11/12, 0.9707; 7/14, 1.0025, 1.073. 7: 12/12,
-    0.9693; 7/14, 1.0018, 1.080. **8**: 12/12, 0.9689; 7/14, 1.0033, 1.087.
+    0.9693; 7/14, 1.0018, 1.080. 8 (default): 12/12, 0.9689; 7/14, 1.0033, 1.087.
     10: 12/12, 0.9686; 7/14, 1.0033, 1.113. 12: 11/12; 7/14, 1.0080, 1.140.
     15: 11/12; 8/14, 1.0103, 1.127. 20: 11/12; 5/14, 1.0171, 1.186.
     Pinball and coverage barely move (shipped mean 0.752-0.755). Before the
@@ -475,12 +475,13 @@ class PrescalerForecaster:
         split = train.size - max(train.size // 3, 1)
         fractions = self.config.offset_fractions
         if train.size - split < self.config.min_independent_errors * self.config.fit_horizon:
-            # Fewer than a handful of independent errors at the longest
-            # eager horizon (``min_independent_errors``' count): choosing a
-            # transform on them picks the luckiest, so the default stands.
+            # Fewer than ``min_independent_errors`` independent errors at the
+            # longest eager horizon: choosing a transform on them picks the
+            # luckiest, so the default stands.
             fractions = (self.config.default_offset_fraction,)
+        choice = len(fractions) > 1 or bool(self.config.window_candidates)
         scores: dict[tuple[str, float], float] = {}
-        for frac in fractions if len(fractions) > 1 or self.config.window_candidates else ():
+        for frac in fractions if choice else ():
             self._prepare(train, frac)
             self._score, self._scored = 0.0, 0
             for h in range(1, self.config.fit_horizon + 1):
