@@ -92,7 +92,7 @@ def test_backtest_bad_input_exit_code(tmp_path: Path, capsys: pytest.CaptureFixt
     )
 
 
-def test_backtest_json_is_strict_json_when_a_ratio_is_infinite(tmp_path: Path) -> None:
+def test_backtest_json_is_strict_json_when_a_ratio_is_infinite() -> None:
     """An infinite ratio (prescaler erred where the other method never did)
     is written as null: ``Infinity`` is not JSON and strict parsers refuse the file."""
     import math
