@@ -271,6 +271,23 @@ def _clamp(x: int, settings: ScalerSettings) -> int:
     return min(settings.max_replicas, max(settings.min_replicas, x))
 
 
+def _never_observed(settings: ScalerSettings, history: Sequence[Decision], now: float) -> Decision:
+    """Nothing was ever read for this object: ``no_data`` (the service answers
+    UNAVAILABLE, so KEDA keeps the current count) until ``fallbackAfterSeconds``
+    have passed since the first such answer, then the user's
+    ``fallbackReplicas`` if set. ``no_data_since_s`` carries that start from
+    one decision to the next, so trimming the history never resets it."""
+    prior = history[-1] if history else None
+    since = now if prior is None else float(prior.proposals.get("no_data_since_s", prior.time_s))
+    fallback = settings.fallback_replicas
+    if fallback is not None and now - since >= settings.fallback_after_seconds:
+        replicas, reason = _clamp(fallback, settings), "fallback"
+    else:
+        replicas, reason = _clamp(fallback if fallback is not None else 0, settings), "no_data"
+    proposals = {"recommendation": float(replicas), "no_data_since_s": since}
+    return Decision(now, replicas, reason, proposals, data_stale=True)
+
+
 def _stale_decision(
     obs: Observation | None,
     settings: ScalerSettings,
@@ -278,7 +295,10 @@ def _stale_decision(
     now: float,
 ) -> Decision:
     age = data_age(obs, history, now)
-    last = history[-1] if history else None
+    # A history of nothing but ``no_data`` answers holds nothing: those
+    # replicas were never an observation (holding them would turn "never
+    # read" into minReplicas at the second refresh).
+    last = history[-1] if history and history[-1].reason != "no_data" else None
     if last is not None:
         held = last.replicas
     elif obs is not None and obs.ready_replicas >= 0:
@@ -286,9 +306,8 @@ def _stale_decision(
     else:
         held = -1  # nothing known at all
     if held < 0:
-        replicas = settings.fallback_replicas if settings.fallback_replicas is not None else 0
-        replicas, reason = _clamp(replicas, settings), "no_data"
-    elif age >= settings.fallback_after_seconds:
+        return _never_observed(settings, history, now)
+    if age >= settings.fallback_after_seconds:
         fallback = settings.fallback_replicas
         replicas, reason = _clamp(held if fallback is None else fallback, settings), "fallback"
     else:

@@ -123,13 +123,13 @@ NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
 def _settled(decision: Decision, settings: ScalerSettings) -> Decision:
     """The decision, or UNAVAILABLE while nothing has been observed.
 
-    ``no_data`` with an explicit ``fallbackReplicas`` is an answer the user
-    asked for; ``warming_up`` (seconds after a restart, before the backfill)
-    never is.
+    Neither ``warming_up`` (seconds after a restart, before the backfill) nor
+    ``no_data`` (nothing ever read) is an answer: ``minReplicas`` would tell
+    the HPA to shrink a fleet the scaler cannot see. The policy turns
+    ``no_data`` into ``fallback`` (answered) once ``fallbackAfterSeconds``
+    have passed, when the user set ``fallbackReplicas``.
     """
-    if decision.reason == "warming_up" or (
-        decision.reason in NO_ANSWER_REASONS and settings.fallback_replicas is None
-    ):
+    if decision.reason in NO_ANSWER_REASONS:
         raise _Unavailable(f"no data yet ({decision.reason}); KEDA keeps the current replica count")
     return decision
 

@@ -141,6 +141,31 @@ def test_no_data_at_all() -> None:
     assert decide(None, None, s, [], UNKNOWN).replicas == 2
 
 
+def test_never_observed_stays_no_data_until_the_fallback() -> None:
+    """A fleet never read keeps answering ``no_data`` (UNAVAILABLE to KEDA) at
+    every refresh: the earlier ``no_data`` answers are not held as if they were
+    observations (that gave minReplicas from the second refresh on)."""
+    s = dataclasses.replace(BASE, min_replicas=1, fallback_after_seconds=300)
+    history: list[Decision] = []
+    for t in range(0, 3000, 5):
+        d = decide(None, None, s, history, UNKNOWN, now=float(t))
+        assert d.reason == "no_data", t
+        history = [*history[-3:], d]  # trimmed like the live history
+    # a first real reading ends it
+    seen = decide(obs(time_s=3000.0, waiting=9.0), None, s, history, UNKNOWN)
+    assert (seen.reason, seen.replicas) == ("queue", 3)
+    fb = dataclasses.replace(s, fallback_replicas=4)
+    history = []
+    reasons = []
+    for t in range(0, 400, 5):
+        d = decide(None, None, fb, history, UNKNOWN, now=float(t))
+        reasons.append((t, d.reason, d.replicas))
+        history = [*history[-3:], d]
+    assert all(r == "no_data" for t, r, _ in reasons if t < 300)
+    assert all((r, n) == ("fallback", 4) for t, r, n in reasons if t == 300)
+    assert all(n == 4 for t, _, n in reasons if t >= 300)
+
+
 def test_missing_signal_may_raise_but_never_lower() -> None:
     last = decide(obs(time_s=0.0, waiting=30.0), None, BASE, [], UNKNOWN)
     far = BASE.scale_down_stabilization_seconds + 1

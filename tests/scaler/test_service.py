@@ -112,15 +112,20 @@ async def test_no_data_yet_is_unavailable_so_keda_keeps_the_scale(
         assert reason in (caught.value.details() or "")
 
 
-async def test_no_data_with_explicit_fallback_answers_the_fallback(harness: Harness) -> None:
-    """``fallbackReplicas`` set: with nothing observed the user's fallback is the answer."""
+async def test_no_data_is_unavailable_even_with_a_fallback(harness: Harness) -> None:
+    """Nothing ever read: UNAVAILABLE (KEDA keeps the count), also when
+    ``fallbackReplicas`` is set; the policy's ``fallback`` answer, once
+    ``fallbackAfterSeconds`` have passed, is what GetMetrics returns."""
     meta = dict(META, fallbackReplicas="4")
     so = ref("llama", "llm", meta)
     harness.state.register("llm", "llama", harness.running.service.settings_cache.get(meta))
     harness.state.decisions[("llm", "llama")] = Decision(1.0, 4, "no_data", {}, data_stale=True)
-    response = await harness.stub.GetMetrics(
-        pb.GetMetricsRequest(scaledObjectRef=so, metricName=METRIC_NAME)
-    )
+    request = pb.GetMetricsRequest(scaledObjectRef=so, metricName=METRIC_NAME)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await harness.stub.GetMetrics(request)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    harness.state.decisions[("llm", "llama")] = Decision(301.0, 4, "fallback", {}, data_stale=True)
+    response = await harness.stub.GetMetrics(request)
     assert response.metricValues[0].metricValue == 4
 
 
