@@ -8,7 +8,10 @@ in one background task:
   ``query_delay_s`` late so every sample up to the grid point has landed),
   each source is read ONCE for all its ScaledObjects (``scaler.sources``).
 - The readings are turned into observations, forecast bins, forecasts and
-  decisions in a single worker thread (``_compute``), off the event loop.
+  decisions in a single worker thread (``_compute``), off the event loop,
+  by one ``scaler.tracker.Tracker`` per object: the pure path from a
+  reading to a decision, which the simulator runs too. This module keeps the
+  I/O around it (sources, the forecast worker, telemetry, balloons).
 - A forecaster is refitted at per-object boundaries every
   ``refit_interval_s`` (staggered by a hash of the object's name so 1,000
   objects do not refit in the same refresh) on the bins up to that boundary;
@@ -29,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import gc
 import logging
 import math
@@ -37,26 +39,13 @@ import os
 import sys
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-import numpy as np
-
-from scaler.capacity import capacity_for
-from scaler.forecast_worker import ForecastWorker, ForecastWorkerError
-from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
-from scaler.policy import (
-    Decision,
-    DemandForecast,
-    Observation,
-    ReplicaCapacity,
-    burst_started,
-    decide,
-)
-from scaler.policy import is_active as policy_is_active
+from scaler.forecast_worker import ForecastWorker, ForecastWorkerError, RemoteForecaster
+from scaler.policy import Decision, DemandForecast, Observation
 from scaler.settings import ScalerSettings
 from scaler.sources import (
     History,
@@ -68,108 +57,92 @@ from scaler.sources import (
     default_source_factory,
     selection_for,
 )
-from scaler.telemetry import ForecastLedger, ScalerTelemetry
+from scaler.telemetry import ScalerTelemetry
+from scaler.tracker import (
+    DEFAULT_LEAD_TIME_S,
+    SIGNAL,
+    Pending,
+    Prediction,
+    PredictRequest,
+    Tracker,
+    TrackerConfig,
+    TrackerReading,
+    TrackerStep,
+    run_prediction,
+    warming_decision,
+)
+from scaler.tracker import observation_from as _tracker_observation
 
-__all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState"]
+__all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState", "observation_from", "tracker_reading"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LEAD_TIME_S = 150.0
-"""Lead time when ``leadTimeSeconds: auto`` has nothing measured and no
-profile: the optimised cold start of an 8B model on a new GPU node
-(engine.profiles: node 60 s + image 30 s + load 60 s)."""
-
-SIGNAL = "requests_per_s"
 BACKFILL_CHUNK = 100
-MIN_FIT_BINS = 8
-"""Fewer closed bins than this and no forecast is made (the policy then
-works on live signals alone)."""
 
 ObjectKey = tuple[str, str]
 
 
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-def observation_from(reading: Reading, now_s: float) -> Observation:
-    """The policy's view of one reading (unknowns become NaN)."""
-    return Observation(
+def tracker_reading(reading: Reading) -> TrackerReading:
+    """A source's reading as the tracker's plain data."""
+    return TrackerReading(
         time_s=reading.time_s,
         ready_replicas=reading.ready_replicas,
         waiting=reading.waiting,
         running=reading.running,
-        kv_usage=_nan(reading.kv_usage),
-        arrival_rate_rps=_nan(reading.arrival_rate_rps),
-        prompt_tokens_per_s=_nan(reading.prompt_tokens_per_s),
-        generation_tokens_per_s=_nan(reading.generation_tokens_per_s),
-        preemptions_per_s=_nan(reading.preemptions_per_s),
-        data_age_s=max(0.0, now_s - reading.time_s),
+        kv_usage=reading.kv_usage,
+        arrival_rate_rps=reading.arrival_rate_rps,
+        prompt_tokens_per_s=reading.prompt_tokens_per_s,
+        generation_tokens_per_s=reading.generation_tokens_per_s,
+        preemptions_per_s=reading.preemptions_per_s,
+        completion_rate_rps=reading.completion_rate_rps,
+        lead_time_samples_s=reading.lead_time_samples_s,
     )
 
 
-@functools.lru_cache(maxsize=256)
-def _profile_lead_time(profile: str) -> float | None:
-    """A profile's cold-start time (None when it cannot be resolved); profiles
-    are static, so resolve each once, not every refresh."""
-    try:
-        from engine.profiles import get_profile
-
-        return float(get_profile(profile).startup.total_s)
-    except (ImportError, KeyError, ValueError, AttributeError):
-        return None
-
-
-def _tokens(reading: Reading) -> float:
-    parts = [reading.prompt_tokens_per_s, reading.generation_tokens_per_s]
-    known = [p for p in parts if p is not None]
-    return sum(known) if known else math.nan
-
-
-@dataclass
-class _Prediction:
-    origin_s: float
-    step_s: float
-    quantile: float
-    upper: np.ndarray
-    median: np.ndarray
+def observation_from(reading: Reading, now_s: float) -> Observation:
+    """The policy's view of one reading (unknowns become NaN)."""
+    return _tracker_observation(tracker_reading(reading), now_s)
 
 
 @dataclass
 class _Entry:
-    """Everything the scaler keeps about one ScaledObject."""
+    """One ScaledObject: its tracker (the pure path to a decision) and the
+    live loop's bookkeeping around it (source, subscribers, balloons)."""
 
     key: ObjectKey
-    settings: ScalerSettings
     spec: SourceSpec
     selection: Selection
-    series: BinnedSeries
-    capacity_learner: SaturationCapacity
-    offset_s: float
-    decision: Decision
-    decisions: deque[Decision] = field(default_factory=deque)
+    tracker: Tracker
     ready: bool = False
-    active: bool = False
-    last_obs: Observation | None = None
-    last_fresh_obs: Observation | None = None
-    vanished_since_s: float | None = None
-    last_time_s: float | None = None
-    forecaster: object | None = None
-    forecaster_method: str | None = None
-    fit_boundary_s: float | None = None
-    prediction: _Prediction | None = None
-    forecast: DemandForecast | None = None
-    lead_samples: deque[float] = field(default_factory=lambda: deque(maxlen=256))
-    ledger: ForecastLedger = field(default_factory=lambda: ForecastLedger(max_pending=512))
     subscribers: set[asyncio.Queue[bool]] = field(default_factory=set)
     generation: int = 0
     balloons: int = 0
     balloons_applied: bool = False
     last_seen_s: float = field(default_factory=time.monotonic)
-    predicted_bin: float | None = None
-    # Caches of things that change only with the settings or new samples.
-    configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
-    measured_lead: tuple[tuple[float, ...], float | None] | None = None
+
+    @property
+    def settings(self) -> ScalerSettings:
+        return self.tracker.settings
+
+    @property
+    def decision(self) -> Decision:
+        return self.tracker.decision
+
+    @property
+    def active(self) -> bool:
+        return self.tracker.active
+
+    @property
+    def forecast(self) -> DemandForecast | None:
+        return self.tracker.forecast
+
+    @property
+    def prediction(self) -> Prediction | None:
+        return self.tracker.prediction
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return self.tracker.decisions
 
 
 COMPUTE_NICE = 5
@@ -182,27 +155,6 @@ def _lower_priority() -> None:
     with contextlib.suppress(AttributeError, OSError):
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + COMPUTE_NICE)
-
-
-@dataclass(frozen=True)
-class _PredictRequest:
-    """One object's forecast to compute at a closed bin (see ``_predict_request``)."""
-
-    entry: _Entry
-    forecaster: Any
-    origin_s: float
-    lead_s: float
-    boundary: float
-    fit_y: np.ndarray | None  # refit on these bins first (a refit boundary passed)
-    y: np.ndarray
-    steps: int
-    quantile: float  # the upper quantile the policy provisions for
-
-    @property
-    def quantiles(self) -> tuple[float, float]:
-        """What to ask the forecaster for: the median and ``quantile``."""
-        q = self.quantile
-        return (0.5, q) if q > 0.5 else (q, 0.5)
 
 
 MAX_CATCH_UP_S = 600.0
@@ -305,22 +257,18 @@ class ScalerState:
         forecast_worker: bool = False,
         compute_share: float = 0.25,
     ) -> None:
-        if refresh_interval_s <= 0:
-            raise ValueError(f"refresh_interval_s must be > 0, got {refresh_interval_s}")
-        if refit_interval_s <= 0:
-            raise ValueError(f"refit_interval_s must be > 0, got {refit_interval_s}")
-        step = forecast_step_s if forecast_step_s is not None else max(15.0, refresh_interval_s)
-        ratio = step / refresh_interval_s
-        if step <= 0 or abs(ratio - round(ratio)) > 1e-9:
-            raise ValueError(
-                f"forecast_step_s ({step}) must be a positive multiple of "
-                f"refresh_interval_s ({refresh_interval_s})"
-            )
+        self.tracker_config = TrackerConfig(
+            refresh_interval_s=float(refresh_interval_s),
+            refit_interval_s=float(refit_interval_s),
+            forecast_step_s=forecast_step_s,
+            fit_window_s=float(fit_window_s),
+            capacity_window_s=float(capacity_window_s),
+        )
         self.telemetry = telemetry
         self.refresh_interval_s = float(refresh_interval_s)
         self.refit_interval_s = float(refit_interval_s)
-        self.forecast_step_s = float(step)
-        self.fit_bins = max(MIN_FIT_BINS, int(fit_window_s / step))
+        self.forecast_step_s = self.tracker_config.step_s
+        self.fit_bins = self.tracker_config.fit_bins
         self.query_delay_s = float(query_delay_s)
         self.capacity_window_s = float(capacity_window_s)
         self._clock = clock
@@ -358,41 +306,21 @@ class ScalerState:
             return
         spec, selection = selection_for(settings, namespace)
         if entry is not None and entry.spec == spec and entry.selection == selection:
-            if entry.settings.forecast != settings.forecast:
-                entry.forecaster = None
-                entry.fit_boundary_s = None
-                entry.prediction = None
-            entry.settings = settings
+            entry.tracker.update_settings(settings)
             return
-        history_bins = (
-            self.fit_bins
-            + math.ceil(
-                (self.refit_interval_s + settings.scale_down_stabilization_seconds)
-                / self.forecast_step_s
-            )
-            + 2
-        )
-        offset = (zlib.crc32(f"{namespace}/{name}".encode()) % 10_000) / 10_000
-        offset_s = (
-            math.floor(offset * self.refit_interval_s / self.forecast_step_s) * self.forecast_step_s
-        )
-        warming = Decision(
-            time_s=self._clock(),
-            replicas=self._warming_replicas(settings, entry),
-            reason="warming_up",
-            proposals={},
-            data_stale=True,
+        tracker = Tracker(
+            key,
+            settings,
+            self.tracker_config,
+            self._worker.forecaster if self._worker is not None else None,
+            initial=warming_decision(settings, self._clock()) if entry is None else entry.decision,
+            active=entry.active if entry is not None else None,
         )
         new = _Entry(
             key=key,
-            settings=settings,
             spec=spec,
             selection=selection,
-            series=BinnedSeries(self.forecast_step_s, history_bins),
-            capacity_learner=SaturationCapacity(self.capacity_window_s),
-            offset_s=offset_s,
-            decision=warming if entry is None else entry.decision,
-            active=entry.active if entry is not None else settings.min_replicas > 0,
+            tracker=tracker,
             subscribers=entry.subscribers if entry is not None else set(),
             generation=(entry.generation + 1) if entry is not None else 0,
         )
@@ -407,14 +335,6 @@ class ScalerState:
                 self._wake.set()
             else:
                 self._loop.call_soon_threadsafe(self._wake.set)
-
-    @staticmethod
-    def _warming_replicas(settings: ScalerSettings, entry: _Entry | None) -> int:
-        if entry is not None:
-            return entry.decision.replicas
-        if settings.fallback_replicas is not None:
-            return settings.fallback_replicas
-        return max(settings.min_replicas, 1 if settings.max_replicas >= 1 else 0)
 
     def decision(self, namespace: str, name: str) -> Decision:
         """The latest decision (from memory; never blocks). ``KeyError`` if unknown."""
@@ -567,7 +487,7 @@ class ScalerState:
         entries = [
             e
             for e in self._entries.values()
-            if e.ready and (e.last_time_s is None or e.last_time_s < tick)
+            if e.ready and (e.tracker.last_time_s is None or e.tracker.last_time_s < tick)
         ]
         self._last_tick_s = tick
         if not entries:
@@ -610,32 +530,32 @@ class ScalerState:
         not 1,000. Objects are independent, so this is the same as stepping
         each in turn."""
         bursts: list[ObjectKey] = []
-        staged: list[tuple[_Entry, Observation | None, float]] = []
-        requests: list[_PredictRequest] = []
+        staged: list[tuple[_Entry, Pending]] = []
+        requests: list[tuple[_Entry, PredictRequest]] = []
         for entry, reading, generation in work:
             pacer.tick()
             if entry.generation != generation or self._entries.get(entry.key) is not entry:
                 continue  # re-registered meanwhile; its new entry backfills itself
             try:
-                ingested = self._ingest(entry, t, reading, now, live=True)
-                if ingested is None:
+                pending = self._ingest(entry, t, reading, now, live=True)
+                if pending is None:
                     continue
-                obs, lead = ingested
-                request = self._wanted_prediction(entry, lead, live=True, decide_it=True)
+                request = entry.tracker.prediction_request(pending)
                 if request is not None:
-                    requests.append(request)
-                staged.append((entry, obs, lead))
+                    requests.append((entry, request))
+                staged.append((entry, pending))
             except Exception:
                 log.exception("updating %s/%s failed", *entry.key)
-        for request, result in zip(requests, self._run_predictions(requests, pacer), strict=True):
+        results = self._run_predictions([r for _, r in requests], pacer)
+        for (entry, request), result in zip(requests, results, strict=True):
             try:
-                self._predict_finish(request, result)
+                entry.tracker.finish_prediction(request, result)
             except Exception:
-                log.exception("forecast for %s/%s failed", *request.entry.key)
-        for entry, obs, lead in staged:
+                log.exception("forecast for %s/%s failed", *entry.key)
+        for entry, pending in staged:
             pacer.tick()
             try:
-                if self._conclude(entry, t, obs, lead, live=True, decide_it=True):
+                if self._conclude(entry, pending, live=True):
                     bursts.append(entry.key)
             except Exception:
                 log.exception("updating %s/%s failed", *entry.key)
@@ -713,7 +633,7 @@ class ScalerState:
         for spec, group in by_spec.items():
             window = max(self._replay_window(e) for e in group)
             history_end = math.floor(round((tick - window) / fs, 9)) * fs
-            history_start = history_end - (max(e.series.capacity for e in group) - 1) * fs
+            history_start = history_end - (max(e.tracker.series.capacity for e in group) - 1) * fs
             selections = list(dict.fromkeys(e.selection for e in group))
             source = self._source(spec)
             try:
@@ -787,60 +707,16 @@ class ScalerState:
         return bursts
 
     def _load_history(self, entry: _Entry, history: History) -> None:
-        entry.series.load(history.times, history.requests_per_s, history.tokens_per_s)
-        entry.capacity_learner.load(
+        entry.tracker.load_history(
             history.times,
+            history.requests_per_s,
+            history.tokens_per_s,
             history.ready,
             history.waiting,
             history.completions_per_s,
-            history.tokens_per_s,
-            entry.settings.target_waiting_per_replica,
-            until_s=float(history.times[-1]),
         )
-        entry.last_time_s = float(history.times[-1])
 
     # ----------------------------------------------------------------- a step
-    def _lead_time(self, entry: _Entry) -> float:
-        settings = entry.settings
-        if settings.lead_time_seconds is not None:
-            return float(settings.lead_time_seconds)
-        samples = tuple(entry.lead_samples)
-        cached = entry.measured_lead
-        if cached is not None and cached[0] == samples:
-            measured = cached[1]
-        else:
-            measured = lead_time_from_samples(samples)
-            entry.measured_lead = (samples, measured)
-        if measured is not None:
-            return measured
-        if settings.profile:
-            profile_lead = _profile_lead_time(settings.profile)
-            if profile_lead is not None:
-                return profile_lead
-        return DEFAULT_LEAD_TIME_S
-
-    def _capacity(self, entry: _Entry, now_s: float) -> ReplicaCapacity:
-        """Profile or ``capacityTokensPerSecond`` (scaler.capacity), else learned.
-
-        Token capacity alone is turned into requests/s with the observed
-        tokens per request, so the request-rate forecast can use it too.
-        """
-        cached = entry.configured_capacity
-        if cached is not None and cached[0] is entry.settings:
-            configured = cached[1]
-        else:
-            configured = capacity_for(entry.settings)
-            entry.configured_capacity = (entry.settings, configured)
-        learned_r, learned_t = entry.capacity_learner.estimate(now_s)
-        requests = configured.requests_per_s
-        tokens = configured.tokens_per_s
-        if requests is None and tokens is not None:
-            per_request = entry.series.tokens_per_request(self.fit_bins)
-            requests = tokens / per_request if per_request else None
-        if requests is None and tokens is None:
-            requests, tokens = learned_r, learned_t
-        return ReplicaCapacity(requests_per_s=requests, tokens_per_s=tokens)
-
     def _step(
         self,
         entry: _Entry,
@@ -853,211 +729,62 @@ class ScalerState:
     ) -> bool:
         """Advance one object to grid time ``t``; True when a burst starts.
 
-        Three phases (a live refresh runs each over all objects in turn, so
-        the forecasts of every object go to the worker in one batch):
-        ingest the reading, predict if a bin closed, decide.
+        The tracker's phases (a live refresh runs each over all objects in
+        turn, so the forecasts of every object go to the worker in one
+        batch): ingest the reading, predict if a bin closed, decide.
         """
-        staged = self._ingest(entry, t, reading, now_s, live=live)
-        if staged is None:
+        pending = self._ingest(entry, t, reading, now_s, live=live, decide_it=decide_it)
+        if pending is None:
             return False
-        obs, lead = staged
-        request = self._wanted_prediction(entry, lead, live=live, decide_it=decide_it)
+        request = entry.tracker.prediction_request(pending)
         if request is not None:
-            self._predict_finish(request, self._run_predictions([request])[0])
-        return self._conclude(entry, t, obs, lead, live=live, decide_it=decide_it)
+            entry.tracker.finish_prediction(request, self._run_predictions([request])[0])
+        return self._conclude(entry, pending, live=live)
 
     def _ingest(
-        self, entry: _Entry, t: float, reading: Reading | None, now_s: float, *, live: bool
-    ) -> tuple[Observation | None, float] | None:
-        """Take one reading into the object's history; ``None`` if ``t`` is old."""
-        settings = entry.settings
-        if entry.last_time_s is not None and t <= entry.last_time_s:
-            return None
-        entry.last_time_s = t
-        obs = observation_from(reading, now_s) if reading is not None else None
-        obs = self._unless_vanished(entry, t, obs)
-        lead = self._lead_time(entry)
-        if reading is not None:
-            if reading.lead_time_samples_s:
-                # creation -> Ready of the pods Ready now: the recent starts
-                entry.lead_samples = deque(reading.lead_time_samples_s, maxlen=256)
-            tokens = _tokens(reading)
-            arrival = _nan(reading.arrival_rate_rps)
-            at_bin_end = abs(entry.series.bin_end(t) - t) < 1e-6
-            if at_bin_end:  # the same samples a backfill sees (history at the bin step)
-                entry.capacity_learner.add(
-                    t,
-                    reading.ready_replicas,
-                    reading.waiting,
-                    _nan(reading.completion_rate_rps),
-                    tokens,
-                    settings.target_waiting_per_replica,
-                )
-            for b in entry.series.add(t, arrival, tokens):
-                settled = entry.ledger.settle(SIGNAL, b.end_s, b.requests_per_s)
-                if live and settled:
-                    self._export_accuracy(entry, settings)
-        return obs, lead
-
-    def _wanted_prediction(
-        self, entry: _Entry, lead_s: float, *, live: bool, decide_it: bool
-    ) -> _PredictRequest | None:
-        """The forecast to compute now (a bin closed since the last one), if any."""
-        if entry.settings.forecast == "off":
-            entry.prediction = None
-            return None
-        last_bin = entry.series.last_end
-        if (decide_it or live) and last_bin is not None and entry.predicted_bin != last_bin:
-            return self._predict_request(entry, last_bin, lead_s)
-        return None
-
-    def _conclude(
         self,
         entry: _Entry,
         t: float,
-        obs: Observation | None,
-        lead: float,
+        reading: Reading | None,
+        now_s: float,
         *,
         live: bool,
-        decide_it: bool,
-    ) -> bool:
-        """Decide at ``t`` from the observation and the latest prediction."""
-        settings = entry.settings
-        forecast = self._demand_forecast(entry, t, lead)
-        entry.forecast = forecast
-        if not decide_it:
+        decide_it: bool = True,
+    ) -> Pending | None:
+        """Take one reading into the object's tracker; ``None`` if ``t`` is old."""
+        converted = tracker_reading(reading) if reading is not None else None
+        pending = entry.tracker.ingest(t, converted, now_s, decide=decide_it)
+        if pending is not None and live and pending.settled:
+            self._export_accuracy(entry)
+        return pending
+
+    def _conclude(self, entry: _Entry, pending: Pending, *, live: bool) -> bool:
+        """Decide (see ``Tracker.conclude``), then export and pre-warm if live."""
+        step = entry.tracker.conclude(pending)
+        if step is None:
             return False
-        capacity = self._capacity(entry, t)
-        decision = decide(obs, forecast, settings, entry.decisions, capacity, now=t)
-        entry.decisions.append(decision)
-        _trim(
-            entry.decisions, t, settings.scale_down_stabilization_seconds + self.refresh_interval_s
-        )
-        previous_active = entry.active
-        entry.active = policy_is_active(obs, forecast, settings, previous=previous_active)
-        burst = False
-        if obs is not None and policy_is_active(obs, forecast, settings):
-            burst = burst_started(entry.last_fresh_obs, obs) or (
-                entry.active and not previous_active
-            )
-        if obs is not None:
-            entry.last_fresh_obs = obs
-        entry.last_obs = obs
-        entry.decision = decision
         if live:
-            self._export(entry, decision, obs, forecast, lead)
-            self._prewarm(entry, capacity, obs, t)
-        return burst
-
-    @staticmethod
-    def _unless_vanished(entry: _Entry, t: float, obs: Observation | None) -> Observation | None:
-        """An empty fleet right after a serving one is an outage until proven otherwise.
-
-        Prometheus cannot tell "every pod was scaled away" from "the scrape
-        job vanished", "every pod crashed" or "a spot reclaim took the nodes":
-        all read as zero replicas and zero demand. KEDA only takes a fleet to
-        zero after we answered zero, so while we still ask for replicas an
-        empty reading is treated as no reading (the policy holds, then falls
-        back) for ``fallbackAfterSeconds``; after that it is believed, so a
-        fleet really at zero still gets forecast-driven scale-from-zero.
-        """
-        empty = (
-            obs is not None
-            and obs.ready_replicas <= 0
-            and not (obs.waiting > 0)
-            and not (obs.running > 0)
-        )
-        last = entry.last_fresh_obs
-        serving = last is not None and last.ready_replicas > 0 and entry.decision.replicas > 0
-        if not (empty and serving):
-            entry.vanished_since_s = None
-            return obs
-        if entry.vanished_since_s is None:
-            entry.vanished_since_s = t
-            log.warning(
-                "%s/%s: the fleet's series vanished while %d replicas are wanted; holding",
-                *entry.key,
-                entry.decision.replicas,
-            )
-        if t - entry.vanished_since_s < entry.settings.fallback_after_seconds:
-            return None
-        return obs
-
-    # -------------------------------------------------------------- forecast
-    def _forecaster(self, entry: _Entry) -> object | None:
-        method = "prescaler" if entry.settings.forecast == "auto" else entry.settings.forecast
-        if entry.forecaster is None or entry.forecaster_method != method:
-            if self._worker is not None:
-                entry.forecaster = self._worker.forecaster(method)
-            else:
-                from forecasting import make_forecaster
-
-                entry.forecaster = make_forecaster(method)
-            entry.forecaster_method = method
-            entry.fit_boundary_s = None
-        return entry.forecaster
-
-    def _boundary(self, entry: _Entry, origin_s: float) -> float:
-        refit = self.refit_interval_s
-        return math.floor(round((origin_s - entry.offset_s) / refit, 9)) * refit + entry.offset_s
-
-    def _predict_request(
-        self, entry: _Entry, origin_s: float, lead_s: float
-    ) -> _PredictRequest | None:
-        """What to ask the forecaster at bin ``origin_s``: a refit if a
-        boundary passed, then the bins up to ``origin_s`` and the horizon."""
-        entry.predicted_bin = origin_s  # once per bin, even if it fails
-        forecaster = self._forecaster(entry)
-        if forecaster is None:
-            return None
-        boundary = self._boundary(entry, origin_s)
-        fit_y = None
-        if entry.fit_boundary_s != boundary:
-            fit_y = entry.series.requests(until_s=boundary, last=self.fit_bins)
-            if fit_y.size < MIN_FIT_BINS:
-                entry.prediction = None
-                return None
-        y = entry.series.requests(until_s=origin_s, last=self.fit_bins)
-        horizon_s = max(
-            lead_s, entry.settings.node_lead_time_seconds if entry.settings.prewarm else 0.0
-        )
-        steps = math.ceil((horizon_s + self.forecast_step_s) / self.forecast_step_s) + 1
-        return _PredictRequest(
-            entry,
-            forecaster,
-            origin_s,
-            lead_s,
-            boundary,
-            fit_y,
-            y,
-            steps,
-            entry.settings.forecast_quantile,
-        )
+            self._export(entry, step)
+            self._prewarm(entry, step, pending.t)
+        return step.burst
 
     def _run_predictions(
-        self, requests: Sequence[_PredictRequest], pacer: CpuPacer | None = None
+        self, requests: Sequence[PredictRequest], pacer: CpuPacer | None = None
     ) -> list[Any]:
         """Each request's forecast, or the exception it raised. With the worker,
         one round trip per chunk of requests, not per object."""
         if not requests:
             return []
-        step = self.forecast_step_s
         if self._worker is not None:
             out: list[Any] = []
             for start in range(0, len(requests), PREDICT_CHUNK):
                 chunk = requests[start : start + PREDICT_CHUNK]
-                items = [
-                    (
-                        r.forecaster.fid,
-                        r.forecaster.method,
-                        r.fit_y,
-                        step,
-                        r.y,
-                        r.steps,
-                        r.quantiles,
+                items = []
+                for r in chunk:
+                    remote = cast(RemoteForecaster, r.forecaster)
+                    items.append(
+                        (remote.fid, remote.method, r.fit_y, r.step_s, r.y, r.steps, r.quantiles)
                     )
-                    for r in chunk
-                ]
                 try:
                     out.extend(self._worker.batch(items))
                 except ForecastWorkerError as exc:
@@ -1067,83 +794,18 @@ class ScalerState:
         for r in requests:
             if pacer is not None:
                 pacer.tick()
-            try:
-                if r.fit_y is not None:
-                    r.forecaster.fit(r.fit_y, step)
-                r.forecaster.update(r.y)
-                results.append(r.forecaster.predict(r.steps, quantiles=r.quantiles))
-            except Exception as exc:
-                results.append(exc)
+            results.append(run_prediction(r))
         return results
 
-    def _predict_finish(self, request: _PredictRequest, result: Any) -> None:
-        """Keep a forecast (and book it in the accuracy ledger), or drop the
-        prediction and refit next bin if it failed."""
-        entry, q = request.entry, request.quantile
-        try:
-            if isinstance(result, BaseException):
-                raise result
-            upper = np.asarray(result.quantile(q), dtype=float)
-            median = np.asarray(result.quantile(0.5), dtype=float)
-        except Exception as exc:
-            log.warning("forecast for %s/%s failed: %s", *entry.key, exc)
-            entry.prediction = None
-            entry.fit_boundary_s = None
-            return
-        if request.fit_y is not None:
-            entry.fit_boundary_s = request.boundary
-        origin_s, lead_s = request.origin_s, request.lead_s
-        entry.prediction = _Prediction(origin_s, self.forecast_step_s, q, upper, median)
-        # The bin ending at origin + lead (index h-1 covers (origin+(h-1)s, origin+h s]).
-        h = max(1, math.ceil(lead_s / self.forecast_step_s))
-        if h <= upper.size:
-            entry.ledger.add(
-                SIGNAL,
-                h * self.forecast_step_s,
-                q,
-                origin_s,
-                float(median[h - 1]),
-                float(upper[h - 1]),
-            )
-        entry.ledger.add(
-            SIGNAL, self.forecast_step_s, q, origin_s, float(median[0]), float(upper[0])
-        )
-
-    def _demand_forecast(self, entry: _Entry, t: float, lead_s: float) -> DemandForecast | None:
-        """Max of the forecast over ``[t, t + lead]`` from the latest prediction."""
-        p = entry.prediction
-        if p is None:
-            return None
-        first = max(0, math.floor((t - p.origin_s) / p.step_s))
-        last = max(first, math.ceil((t + lead_s - p.origin_s) / p.step_s) - 1)
-        if first >= p.upper.size:
-            return None
-        upper = float(np.max(p.upper[first : last + 1]))
-        median = float(np.max(p.median[first : last + 1]))
-        per_request = entry.series.tokens_per_request(self.fit_bins)
-        return DemandForecast(
-            horizon_s=lead_s,
-            quantile=p.quantile,
-            upper_requests_per_s=upper,
-            median_requests_per_s=median,
-            upper_tokens_per_s=upper * per_request if per_request else None,
-        )
-
     # ------------------------------------------------------------ telemetry
-    def _export(
-        self,
-        entry: _Entry,
-        decision: Decision,
-        obs: Observation | None,
-        forecast: DemandForecast | None,
-        lead_s: float,
-    ) -> None:
+    def _export(self, entry: _Entry, step: TrackerStep) -> None:
         ns, name = entry.key
-        tel = self.telemetry
+        obs, forecast, lead_s = step.observation, step.forecast, step.lead_s
+        last_fresh = entry.tracker.last_fresh_observation
         ready = (
             obs.ready_replicas
             if obs is not None
-            else (entry.last_fresh_obs.ready_replicas if entry.last_fresh_obs is not None else 0)
+            else (last_fresh.ready_replicas if last_fresh is not None else 0)
         )
         demand: list[tuple[str, float]] = []
         if obs is not None:
@@ -1162,25 +824,20 @@ class ScalerState:
             forecasts.append((SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s))
             forecasts.append((SIGNAL, 0.5, lead_s, forecast.median_requests_per_s))
         # One lock acquisition per object, not ten.
-        tel.record_refresh(ns, name, decision, ready, lead_s, demand, forecasts)
+        self.telemetry.record_refresh(ns, name, step.decision, ready, lead_s, demand, forecasts)
 
-    def _export_accuracy(self, entry: _Entry, settings: ScalerSettings) -> None:
+    def _export_accuracy(self, entry: _Entry) -> None:
         ns, name = entry.key
-        for signal, horizon, quantile in entry.ledger.keys():  # noqa: SIM118 (not a dict)
-            ape = entry.ledger.mean_ape(signal, horizon)
+        ledger = entry.tracker.ledger
+        for signal, horizon, quantile in ledger.keys():  # noqa: SIM118 (not a dict)
+            ape = ledger.mean_ape(signal, horizon)
             if math.isfinite(ape):
                 self.telemetry.record_forecast_error(ns, name, signal, horizon, ape)
-            coverage = entry.ledger.coverage(signal, quantile)
+            coverage = ledger.coverage(signal, quantile)
             if math.isfinite(coverage):
                 self.telemetry.record_coverage(ns, name, signal, quantile, coverage)
 
-    def _prewarm(
-        self,
-        entry: _Entry,
-        capacity: ReplicaCapacity,
-        obs: Observation | None,
-        t: float,
-    ) -> None:
+    def _prewarm(self, entry: _Entry, step: TrackerStep, t: float) -> None:
         """Node pre-warming: size the balloon Deployment one node lead time ahead.
 
         The sizing is ``scaler.prewarm.plan_balloons`` (pure); the PATCH goes
@@ -1192,14 +849,15 @@ class ScalerState:
             return
         from scaler.prewarm import plan_balloons
 
-        forecast = self._demand_forecast(entry, t, settings.node_lead_time_seconds)
+        forecast = entry.tracker.demand_forecast(t, settings.node_lead_time_seconds)
+        obs = step.observation
         ready = obs.ready_replicas if obs is not None else 0
         plan = plan_balloons(
             settings=settings,
             forecast=forecast,
-            capacity=capacity,
+            capacity=step.capacity,
             ready_replicas=ready,
-            desired_replicas=entry.decision.replicas,
+            desired_replicas=step.decision.replicas,
             current_balloons=entry.balloons,
         )
         if plan.replicas == entry.balloons and entry.balloons_applied:
@@ -1235,23 +893,8 @@ class ScalerState:
             "objects": float(len(entries)),
             "objects_ready": float(sum(1 for e in entries if e.ready)),
             # fitted and predicting: the objects whose decisions use a forecast
-            "forecasters_fitted": float(
-                sum(1 for e in entries if e.fit_boundary_s is not None and e.prediction is not None)
-            ),
+            "forecasters_fitted": float(sum(1 for e in entries if e.tracker.fitted)),
             "refreshes": float(self.refreshes),
             "refresh_seconds_max": max(times) if times else math.nan,
             "refresh_seconds_mean": (sum(times) / len(times)) if times else math.nan,
         }
-
-
-def _trim(decisions: deque[Decision], now_s: float, window_s: float) -> None:
-    """Drop decisions older than the stabilization window, but keep the last
-    one made on fresh data: the policy measures staleness from it."""
-    last_fresh = next((d for d in reversed(decisions) if not d.data_stale), None)
-    while len(decisions) > 1 and now_s - decisions[0].time_s > window_s:
-        if decisions[0] is last_fresh:
-            if len(decisions) > 2 and now_s - decisions[1].time_s > window_s:
-                del decisions[1]
-                continue
-            break
-        decisions.popleft()

@@ -1,0 +1,507 @@
+"""Request workloads for the simulator: replayed traces, generated curves, synthetic tests.
+
+A :class:`Workload` is what the simulator consumes: sorted arrival times from 0
+and the prompt/output token counts of each request, as numpy arrays.
+
+Where they come from (the file format is detected by :mod:`forecasting.readers`,
+the same code the forecaster uses, so both read a file the same way):
+
+- **Per-request traces** (Azure LLM inference CSV, BurstGPT, Mooncake JSONL) are
+  replayed as recorded: times relative to the earliest request, shifted by
+  ``start_s`` and cut to ``duration_s``, with their own token counts. A token
+  count of 0 (the readers already reject negative ones) becomes 1, because an
+  engine cannot serve an empty request; how many were raised is kept in
+  :attr:`Workload.clamped_tokens` rather than dropping those requests.
+- **Rate and count curves** (ServeGen rate CSV, per-minute and 10-second counts,
+  plain rate CSV) say how many requests a window held, not when. Arrivals are
+  drawn inside each window: a Poisson process at the window's rate, or with
+  ``arrivals="gamma"`` a gamma renewal process with coefficient of variation
+  ``cv`` (burstier than Poisson when ``cv > 1``), run in the time scale where
+  the rate is 1 and mapped back through the cumulative rate so it follows the
+  curve. Token counts are drawn jointly (prompt and output of one real request
+  together, keeping their correlation) from the per-request trace
+  ``tokens_from``; when a ServeGen ``*_tokens_*.csv`` file sits beside the rate
+  file, each draw is rescaled so its window's mean matches that file.
+
+``rate_scale`` multiplies the load: a curve's rate is multiplied; a per-request
+trace is thinned (each request kept with probability ``rate_scale``) below 1,
+and above 1 it is the superposition of ``ceil(rate_scale)`` copies, each
+thinned to ``rate_scale / ceil(rate_scale)`` and shifted by a uniform jitter of
+up to :data:`JITTER_S` seconds so copies do not arrive in lockstep.
+
+Everything is drawn from one ``numpy.random.Generator`` seeded by
+``TrafficOptions.seed``: the same file and options give the same workload.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from forecasting.readers import Events, detect_format, read_events, read_series
+from forecasting.series import DemandSeries
+
+__all__ = [
+    "DEFAULT_TOKENS_TRACE",
+    "JITTER_S",
+    "TrafficOptions",
+    "Workload",
+    "load_workload",
+    "synthetic_workload",
+    "true_rate",
+]
+
+DEFAULT_TOKENS_TRACE: Path = Path(__file__).resolve().parent / "data" / "azure_llm_2023_conv.csv"
+"""Azure LLM inference 2023 conversation trace (CC-BY-4.0), shipped for token lengths."""
+
+JITTER_S = 1.0
+"""Width (s) of the uniform jitter applied to the extra copies of an up-scaled trace.
+
+Small next to a 15 s control loop, large enough to break up identical stamps."""
+
+_PER_REQUEST = ("azure", "burstgpt", "mooncake")
+_CURVES = ("servegen_rate", "minute_counts", "counts_10s", "plain_rate")
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Requests sorted by arrival; all arrays have one entry per request.
+
+    ``arrival_s`` lies in ``[0, duration_s)``; token counts are int64 >= 1.
+    ``clamped_tokens`` counts token values raised to 1 (zero in the trace).
+    """
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    name: str
+    duration_s: float
+    clamped_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.duration_s) and self.duration_s > 0):
+            raise ValueError(
+                f"{self.name}: duration_s must be finite and > 0, got {self.duration_s}"
+            )
+        arrival = np.array(self.arrival_s, dtype=np.float64)
+        prompt = np.array(self.prompt_tokens, dtype=np.int64)
+        output = np.array(self.output_tokens, dtype=np.int64)
+        if not (arrival.ndim == prompt.ndim == output.ndim == 1):
+            raise ValueError(f"{self.name}: arrays must be 1-D")
+        if not (arrival.size == prompt.size == output.size):
+            raise ValueError(
+                f"{self.name}: arrays differ in length "
+                f"({arrival.size}, {prompt.size}, {output.size})"
+            )
+        if arrival.size:
+            if not np.all(np.isfinite(arrival)):
+                raise ValueError(f"{self.name}: arrival times must be finite")
+            if np.any(np.diff(arrival) < 0):
+                raise ValueError(f"{self.name}: arrival times must be sorted")
+            if arrival[0] < 0 or arrival[-1] >= self.duration_s:
+                raise ValueError(f"{self.name}: arrival times must lie in [0, {self.duration_s:g})")
+            if prompt.min() < 1 or output.min() < 1:
+                raise ValueError(f"{self.name}: token counts must be >= 1")
+        if self.clamped_tokens < 0:
+            raise ValueError(f"{self.name}: clamped_tokens must be >= 0")
+        for arr in (arrival, prompt, output):
+            arr.setflags(write=False)
+        object.__setattr__(self, "arrival_s", arrival)
+        object.__setattr__(self, "prompt_tokens", prompt)
+        object.__setattr__(self, "output_tokens", output)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+
+@dataclass(frozen=True)
+class TrafficOptions:
+    """How to turn a trace into a workload (see the module docstring)."""
+
+    rate_scale: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    seed: int = 0
+    arrivals: Literal["poisson", "gamma"] = "poisson"
+    cv: float = 1.0
+    tokens_from: Path | None = None
+    """Per-request trace token lengths are drawn from for curves; None = DEFAULT_TOKENS_TRACE."""
+
+    def __post_init__(self) -> None:
+        _positive("rate_scale", self.rate_scale)
+        _positive("cv", self.cv)
+        if not (isinstance(self.start_s, int | float) and math.isfinite(self.start_s)):
+            raise ValueError(f"start_s must be a finite number >= 0, got {self.start_s!r}")
+        if self.start_s < 0:
+            raise ValueError(f"start_s must be >= 0, got {self.start_s!r}")
+        if self.duration_s is not None:
+            _positive("duration_s", self.duration_s)
+        if self.arrivals not in ("poisson", "gamma"):
+            raise ValueError(f"arrivals must be 'poisson' or 'gamma', got {self.arrivals!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+
+
+def _positive(name: str, value: object) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------
+
+
+def load_workload(path: str | Path, options: TrafficOptions | None = None) -> Workload:
+    """Any supported trace file -> a :class:`Workload` (rules in the module docstring)."""
+    opts = TrafficOptions() if options is None else options
+    p = Path(path)
+    kind = detect_format(p)
+    rng = np.random.default_rng(opts.seed)
+    if kind in _PER_REQUEST:
+        if opts.arrivals != "poisson":
+            raise ValueError(
+                f"{p}: arrivals={opts.arrivals!r} applies to rate curves; "
+                "a per-request trace is replayed with its recorded arrival times"
+            )
+        return _replay(p, read_events(p), opts, rng)
+    if kind in _CURVES:
+        return _from_curve(p, read_series(p), opts, rng)
+    raise ValueError(f"{p}: format {kind!r} cannot be turned into a workload")  # pragma: no cover
+
+
+def _window(
+    path: Path, start_s: float, duration_s: float | None, end_s: float
+) -> tuple[float, float]:
+    """(start, duration) of the replayed window; an error if it leaves the trace."""
+    if start_s >= end_s:
+        raise ValueError(f"{path}: start_s {start_s:g} s is past the trace end ({end_s:g} s long)")
+    duration = end_s - start_s if duration_s is None else float(duration_s)
+    if start_s + duration > end_s * (1 + 1e-12):
+        raise ValueError(
+            f"{path}: window [{start_s:g}, {start_s + duration:g}) s runs past the trace end "
+            f"({end_s:g} s long); shorten duration_s or start_s"
+        )
+    return start_s, duration
+
+
+def _tokens(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Token counts as int64 >= 1, and how many were raised to 1."""
+    out = np.rint(np.asarray(values, dtype=np.float64)).astype(np.int64)
+    low = out < 1
+    n = int(np.count_nonzero(low))
+    if n:
+        out[low] = 1
+    return out, n
+
+
+def _replay(path: Path, events: Events, opts: TrafficOptions, rng: np.random.Generator) -> Workload:
+    """A per-request trace as recorded, thinned or superposed by ``rate_scale``."""
+    order = np.argsort(events.times_s, kind="stable")
+    times = events.times_s[order] - events.times_s[order[0]]
+    prompt = events.prompt_tokens[order]
+    output = events.output_tokens[order]
+    # The trace ends at the end of the second holding its last request, so
+    # that request lies inside [0, duration).
+    end = float(math.floor(times[-1]) + 1.0)
+    start, duration = _window(path, float(opts.start_s), opts.duration_s, end)
+
+    scale = float(opts.rate_scale)
+    copies = max(1, math.ceil(scale))
+    keep_p = scale / copies
+    parts_t: list[np.ndarray] = []
+    parts_i: list[np.ndarray] = []
+    idx = np.arange(times.size)
+    for c in range(copies):
+        t = times
+        if c > 0:
+            t = times + rng.uniform(-JITTER_S / 2, JITTER_S / 2, size=times.size)
+        keep = rng.random(times.size) < keep_p if keep_p < 1.0 else np.ones(times.size, bool)
+        parts_t.append(t[keep])
+        parts_i.append(idx[keep])
+    t_all = np.concatenate(parts_t)
+    i_all = np.concatenate(parts_i)
+    inside = (t_all >= start) & (t_all < start + duration)
+    t_all, i_all = t_all[inside] - start, i_all[inside]
+    srt = np.argsort(t_all, kind="stable")
+    t_all, i_all = t_all[srt], i_all[srt]
+    p_tok, n_p = _tokens(prompt[i_all])
+    o_tok, n_o = _tokens(output[i_all])
+    return Workload(t_all, p_tok, o_tok, path.stem, duration, n_p + n_o)
+
+
+def _from_curve(
+    path: Path, series: DemandSeries, opts: TrafficOptions, rng: np.random.Generator
+) -> Workload:
+    """Arrivals drawn inside each window of a rate curve, tokens sampled."""
+    step = series.step_s
+    n = len(series)
+    start, duration = _window(path, float(opts.start_s), opts.duration_s, n * step)
+    end = start + duration
+    first = math.floor(start / step + 1e-9)
+    last = min(n, math.ceil(end / step - 1e-9))
+    win = np.arange(first, last)
+    seg_lo = np.maximum(win * step, start) - start
+    seg_hi = np.minimum((win + 1) * step, end) - start
+    seg_len = np.maximum(seg_hi - seg_lo, 0.0)
+    rate = series.values[first:last] * float(opts.rate_scale)
+
+    if opts.arrivals == "poisson":
+        arrival = _poisson(seg_lo, seg_len, rate, rng)
+    else:
+        arrival = _gamma(seg_lo, seg_len, rate, float(opts.cv), rng)
+    arrival = arrival[arrival < duration]  # float rounding at the last edge
+
+    tokens_path = DEFAULT_TOKENS_TRACE if opts.tokens_from is None else Path(opts.tokens_from)
+    prompt, output, clamped = _sample_tokens(
+        tokens_path, arrival + start + series.start_s, _companion_means(path), rng
+    )
+    return Workload(arrival, prompt, output, path.stem, duration, clamped)
+
+
+def _poisson(
+    seg_lo: np.ndarray, seg_len: np.ndarray, rate: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Poisson arrivals: a Poisson count per window, placed uniformly inside it."""
+    counts = rng.poisson(rate * seg_len)
+    lo = np.repeat(seg_lo, counts)
+    width = np.repeat(seg_len, counts)
+    return np.sort(lo + rng.random(lo.size) * width)
+
+
+def _gamma(
+    seg_lo: np.ndarray,
+    seg_len: np.ndarray,
+    rate: np.ndarray,
+    cv: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Gamma renewal arrivals following a piecewise-constant rate (time rescaling).
+
+    Intervals are gamma with mean 1 and coefficient of variation ``cv`` in the
+    time where the cumulative rate grows by 1 per unit; the first arrival is
+    the stationary forward recurrence time (uniform share of a length-biased
+    interval), so the process looks the same at the start as later on.
+    """
+    mass = rate * seg_len
+    cum = np.concatenate(([0.0], np.cumsum(mass)))
+    total = float(cum[-1])
+    if total <= 0:
+        return np.empty(0)
+    shape = 1.0 / (cv * cv)
+    scale = cv * cv
+    first = rng.random() * rng.gamma(shape + 1.0, scale)
+    chunks = [np.array([first])]
+    reached = first
+    while reached < total:
+        need = total - reached
+        k = int(need + 6.0 * cv * math.sqrt(need) + 64)
+        gaps = rng.gamma(shape, scale, size=k)
+        more = reached + np.cumsum(gaps)
+        chunks.append(more)
+        reached = float(more[-1])
+    u = np.concatenate(chunks)
+    u = u[u < total]
+    # Window j holds u in [cum[j], cum[j+1]); empty windows have cum[j] == cum[j+1]
+    # and so are never picked by side="right".
+    j = np.searchsorted(cum[:-1], u, side="right") - 1
+    r = rate[j]
+    offset = np.where(r > 0, (u - cum[j]) / np.where(r > 0, r, 1.0), 0.0)
+    return np.sort(seg_lo[j] + np.minimum(offset, seg_len[j]))
+
+
+# --------------------------------------------------------------------------
+# Token lengths for curves
+# --------------------------------------------------------------------------
+
+_RATE_NAME = re.compile(r"^(?P<prefix>.+)_rate(?:_[^_]+)?$")
+
+
+@dataclass(frozen=True, eq=False)
+class _TokenMeans:
+    """Mean prompt/output tokens per window, on the rate file's time axis."""
+
+    start_s: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    source: str
+
+
+def _companion_means(rate_path: Path) -> _TokenMeans | None:
+    """The ServeGen ``<prefix>_tokens_*.csv`` beside ``<prefix>_rate_*.csv``, if any."""
+    m = _RATE_NAME.match(rate_path.stem)
+    if m is None:
+        return None
+    found = sorted(rate_path.parent.glob(f"{m.group('prefix')}_tokens_*.csv"))
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(f.name for f in found)
+        raise ValueError(f"{rate_path}: several token files beside it ({names}); keep one")
+    return _read_means(found[0])
+
+
+def _read_means(path: Path) -> _TokenMeans:
+    """A ServeGen token-means file: ``window_start_s``, ``mean_input_tokens`` (or,
+    for multimodal models, the sum of the ``mean_*_tokens`` input columns),
+    ``mean_output_tokens``."""
+    frame = pd.read_csv(path)
+    frame.columns = [str(c).strip().lower() for c in frame.columns]
+    if "window_start_s" not in frame or "mean_output_tokens" not in frame:
+        raise ValueError(f"{path}: a token file needs window_start_s and mean_output_tokens")
+    if "mean_input_tokens" in frame:
+        inputs = ["mean_input_tokens"]
+    else:
+        inputs = [
+            c
+            for c in frame.columns
+            if c.startswith("mean_") and c.endswith("_tokens") and c != "mean_output_tokens"
+        ]
+        if not inputs:
+            raise ValueError(f"{path}: no mean_input_tokens (or mean_*_tokens) column")
+    cols = ["window_start_s", *inputs, "mean_output_tokens"]
+    values = frame[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise ValueError(f"{path}: token means must be numbers (no empty cells)")
+    if np.any(values[:, 1:] < 0):
+        raise ValueError(f"{path}: token means must be >= 0")
+    order = np.argsort(values[:, 0], kind="stable")
+    values = values[order]
+    return _TokenMeans(values[:, 0], values[:, 1:-1].sum(axis=1), values[:, -1], str(path))
+
+
+def _sample_tokens(
+    tokens_path: Path,
+    abs_times: np.ndarray,
+    means: _TokenMeans | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Bootstrap (prompt, output) pairs from a per-request trace; rescale to window means."""
+    kind = detect_format(tokens_path)
+    if kind not in _PER_REQUEST:
+        raise ValueError(
+            f"{tokens_path}: tokens_from must be a per-request trace (Azure, BurstGPT, "
+            f"Mooncake), got a {kind} file"
+        )
+    events = read_events(tokens_path)
+    pick = rng.integers(0, events.times_s.size, size=abs_times.size)
+    prompt = events.prompt_tokens[pick].astype(np.float64)
+    output = events.output_tokens[pick].astype(np.float64)
+    if means is not None and abs_times.size:
+        w = np.clip(np.searchsorted(means.start_s, abs_times, side="right") - 1, 0, None)
+        base_p = float(np.mean(events.prompt_tokens)) or 1.0
+        base_o = float(np.mean(events.output_tokens)) or 1.0
+        prompt = prompt * (means.prompt[w] / base_p)
+        output = output * (means.output[w] / base_o)
+    p, n_p = _tokens(prompt)
+    o, n_o = _tokens(output)
+    return p, o, n_p + n_o
+
+
+# --------------------------------------------------------------------------
+# Synthetic workloads (tests, demos)
+# --------------------------------------------------------------------------
+
+
+def synthetic_workload(
+    *,
+    duration_s: float,
+    base_rps: float,
+    seed: int = 0,
+    daily_amplitude: float = 0.0,
+    period_s: float = 86_400.0,
+    phase_s: float = 0.0,
+    bursts: Sequence[tuple[float, float, float]] = (),
+    on_off: tuple[float, float] | None = None,
+    prompt_tokens: tuple[float, float] = (1024.0, 1.0),
+    output_tokens: tuple[float, float] = (256.0, 1.0),
+    name: str = "synthetic",
+) -> Workload:
+    """A Poisson workload with a known shape, for tests and demos.
+
+    The rate is ``base_rps * (1 + daily_amplitude * sin(2 pi (t + phase_s) / period_s))``,
+    multiplied by ``multiplier`` inside each burst ``(start_s, duration_s,
+    multiplier)``, and zero in the off part of ``on_off = (on_s, off_s)``
+    (cycles start on). Arrivals are an exact inhomogeneous Poisson process
+    (thinning of a homogeneous one at the peak rate). Token counts are
+    lognormal with ``(mean, cv)`` (``cv = 0``: always the mean), rounded, >= 1.
+    """
+    _positive("duration_s", duration_s)
+    if not (math.isfinite(base_rps) and base_rps >= 0):
+        raise ValueError(f"base_rps must be a finite number >= 0, got {base_rps!r}")
+    if not (0.0 <= daily_amplitude <= 1.0):
+        raise ValueError(f"daily_amplitude must lie in [0, 1], got {daily_amplitude!r}")
+    _positive("period_s", period_s)
+    if not math.isfinite(phase_s):
+        raise ValueError(f"phase_s must be finite, got {phase_s!r}")
+    peak_mult = 1.0
+    for b in bursts:
+        if len(b) != 3:
+            raise ValueError(f"a burst is (start_s, duration_s, multiplier), got {b!r}")
+        b_start, b_len, b_mult = (float(x) for x in b)
+        if not (math.isfinite(b_start) and b_start >= 0):
+            raise ValueError(f"burst start_s must be finite and >= 0, got {b!r}")
+        _positive("burst duration_s", b_len)
+        if not (math.isfinite(b_mult) and b_mult >= 0):
+            raise ValueError(f"burst multiplier must be finite and >= 0, got {b!r}")
+        peak_mult = max(peak_mult, b_mult)
+    if on_off is not None:
+        _positive("on_off on_s", on_off[0])
+        _positive("on_off off_s", on_off[1])
+    for label, (mean, cv) in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
+        if not (math.isfinite(mean) and mean >= 1 and math.isfinite(cv) and cv >= 0):
+            raise ValueError(f"{label} is (mean >= 1, cv >= 0), got {(mean, cv)!r}")
+
+    rng = np.random.default_rng(seed)
+    peak = base_rps * (1.0 + daily_amplitude) * peak_mult
+    n = int(rng.poisson(peak * duration_s)) if peak > 0 else 0
+    t = np.sort(rng.random(n) * duration_s)
+    rate = base_rps * (1.0 + daily_amplitude * np.sin(2 * np.pi * (t + phase_s) / period_s))
+    for b_start, b_len, b_mult in bursts:
+        inside = (t >= b_start) & (t < b_start + b_len)
+        rate = np.where(inside, rate * b_mult, rate)
+    if on_off is not None:
+        on_s, off_s = on_off
+        rate = np.where(np.mod(t, on_s + off_s) < on_s, rate, 0.0)
+    keep = rng.random(n) * peak < rate
+    t = t[keep]
+    prompt = _lognormal(rng, prompt_tokens, t.size)
+    output = _lognormal(rng, output_tokens, t.size)
+    return Workload(t, prompt, output, name, float(duration_s))
+
+
+def _lognormal(rng: np.random.Generator, mean_cv: tuple[float, float], size: int) -> np.ndarray:
+    mean, cv = mean_cv
+    if cv == 0:
+        return np.full(size, max(1, round(mean)), dtype=np.int64)
+    sigma2 = math.log1p(cv * cv)
+    draws = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), size)
+    return np.maximum(np.rint(draws), 1).astype(np.int64)
+
+
+def true_rate(workload: Workload, step_s: float) -> np.ndarray:
+    """Arrivals per second in each ``step_s`` bin from 0 to the workload's end.
+
+    The oracle policy reads the demand it will face from here. The last bin
+    may be shorter than ``step_s``; it is divided by its own width so that its
+    rate is not biased low.
+    """
+    _positive("step_s", step_s)
+    n = max(1, math.ceil(workload.duration_s / step_s - 1e-9))
+    slot = np.minimum((workload.arrival_s // step_s).astype(np.int64), n - 1)
+    counts = np.bincount(slot, minlength=n).astype(np.float64)
+    widths = np.full(n, float(step_s))
+    widths[-1] = workload.duration_s - (n - 1) * step_s
+    return counts / widths
