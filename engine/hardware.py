@@ -1,9 +1,10 @@
 """Accelerators and the EC2 instance types that carry them.
 
-Spec figures are calibration.md §1; the efficiency factors (``eta_*``,
+Spec figures are docs/facts.md section 2; the efficiency factors (``eta_*``,
 ``step_overhead_s``) are this project's calibration, fitted so that
 ``tests/engine/test_calibration_bench.py`` reproduces the measured points of
-calibration.md §2-§3 within 15 %. Prices are §6 (us-east-1 on-demand from the
+docs/facts.md sections 3-4 within 15 % (its held-out error says how well the
+fit carries to a source it did not see). Prices are section 7 (us-east-1 on-demand from the
 Karpenter price table, spot = on-demand x (1 - Spot Advisor savings)).
 """
 
@@ -66,10 +67,10 @@ A10G = HardwareSpec(
     name="a10g",
     memory_gib=22.0,  # "22.02 GiB total capacity" in CUDA OOM messages on g5
     bandwidth_gbps=600.0,
-    bf16_tflops=70.0,  # the usually quoted figure (calibration §1: unverified)
+    bf16_tflops=70.0,  # the usually quoted figure (docs/facts.md: unverified)
     fp8_tflops=None,
     # Fitted jointly to the TGI Llama-2-7B rows at TP 1 and TP 4 and the vLLM
-    # TP 2 ShareGPT run (calibration bench): 0.6 x 70 TF is the §3 estimate.
+    # TP 2 ShareGPT run (calibration bench): 0.6 x 70 TF is the prefill estimate.
     eta_mem=0.80,
     eta_compute=0.60,
     step_overhead_s=0.0015,
@@ -95,7 +96,7 @@ L4 = HardwareSpec(
 
 A100_80G = HardwareSpec(
     name="a100-80g",
-    memory_gib=79.15,  # vllm PR #10909 log
+    memory_gib=79.15,  # log in https://github.com/vllm-project/vllm/pull/10909
     bandwidth_gbps=2039.0,
     bf16_tflops=312.0,
     fp8_tflops=None,
@@ -125,8 +126,8 @@ INFERENTIA2 = HardwareSpec(
     bandwidth_gbps=820.0 * GIB / 1e9,  # 820 GiB/s
     bf16_tflops=190.0,
     fp8_tflops=None,
-    eta_mem=0.60,  # no published per-chip curve: a cautious guess (§2 floor 18-20 ms)
-    eta_compute=0.50,  # calibration §3: "about 0.5 x 190 TF"
+    eta_mem=0.60,  # no published per-chip curve: a cautious guess (floor 18-20 ms)
+    eta_compute=0.50,  # docs/facts.md prefill: "about 0.5 x 190 TF"
     step_overhead_s=0.002,
     interconnect_gbps=100.0,
     allreduce_latency_s=20e-6,

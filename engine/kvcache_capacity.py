@@ -3,7 +3,7 @@
 vLLM profiles a forward pass at ``max_num_batched_tokens``, then gives the KV
 cache whatever is left of ``gpu_memory_utilization x total memory`` after the
 weights, that activation peak, non-torch allocations (CUDA context, NCCL) and
-the CUDA-graph pool (calibration.md §4). Each tensor-parallel rank holds its
+the CUDA-graph pool (docs/facts.md section 5). Each tensor-parallel rank holds its
 share of the KV heads, so capacity is computed per device. Inferentia2 has no
 paged cache: its KV is a static tensor of compiled batch x sequence.
 """
@@ -16,7 +16,7 @@ from engine.hardware import GIB, HardwareSpec
 from engine.models import ModelSpec
 from engine.steptime import kv_bytes_per_token_per_device, weight_bytes
 
-NON_TORCH_GIB = 0.35  # CUDA context, NCCL buffers (calibration §4)
+NON_TORCH_GIB = 0.35  # CUDA context, NCCL buffers (docs/facts.md section 5)
 CUDA_GRAPH_GIB = 0.5  # recent vLLM reserves graph memory before sizing the cache
 LOGITS_DTYPE_BYTES = 4.0  # the sampler's fp32 logits
 

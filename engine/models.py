@@ -3,7 +3,7 @@
 A replica's speed is set by how many bytes it must stream per step (weights
 plus the KV cache it reads) and how many FLOPs it must do; both follow from
 the architecture alone, so a model is plain data here. Figures come from the
-models' Hugging Face configs (calibration.md §0).
+models' Hugging Face configs (docs/facts.md section 1).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class ModelSpec:
     def activation_bytes_per_token(self) -> float:
         """Activation bytes one batched token needs in the peak of a forward pass.
 
-        Fitted to the RTX 3090 anchor of calibration.md §4 (about 0.1 GiB per
+        Fitted to the RTX 3090 anchor of docs/facts.md section 5 (about 0.1 GiB per
         1k batched tokens for Llama-3-8B): the gate/up output (2 x intermediate)
         plus a few hidden-sized buffers, in bf16.
         """
@@ -127,7 +127,7 @@ LLAMA_3_70B = ModelSpec(
     max_position=8192,
 )
 
-# Calibration proxy only: the A10G TGI measurements (calibration.md §2) were
+# Calibration proxy only: the A10G TGI measurements (docs/facts.md section 3) were
 # taken with Llama-2-7B, whose multi-head attention stores 4x the KV per token
 # of Llama-3-8B. Modelling it directly beats rescaling its curve.
 LLAMA_2_7B = ModelSpec(

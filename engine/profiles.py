@@ -44,7 +44,7 @@ from engine.throughput import (
 
 @dataclass(frozen=True)
 class StartupTimes:
-    """Cold-start phases of a replica on a new node, in seconds (calibration §5, §7, §8).
+    """Cold-start phases of a replica on a new node, in seconds (docs/facts.md section 6).
 
     ``node_ready_s``: Karpenter launch until the device plugin advertises the
     accelerator; ``image_pull_s``: pull and extract the serving image;
@@ -266,21 +266,21 @@ class Profile:
 
 # -- catalogue -------------------------------------------------------------------
 
-# Optimised cold-start defaults (calibration §8: about 2.5 min total for 8B on a
-# new node): Karpenter node to allocatable GPU 60 s (§7: 30-40 s best case plus
-# the device plugin), image pull 30 s (pre-cached/lazy-loaded image, §5),
-# vLLM start 60 s with compile and weight caches (§5: 60-90 s).
+# Optimised cold-start defaults (docs/facts.md section 6: about 2.5 min total
+# for 8B on a new node): Karpenter node to allocatable GPU 60 s (30-40 s best
+# case plus the device plugin), image pull 30 s (pre-cached/lazy-loaded image),
+# vLLM start 60 s with compile and weight caches (60-90 s).
 _STARTUP_SMALL_GPU = StartupTimes(node_ready_s=60.0, image_pull_s=30.0, model_load_s=60.0)
-# Large instances boot slower in EC2 (§7, amazon-eks-ami #1099).
+# Large instances boot slower in EC2 (https://github.com/awslabs/amazon-eks-ami/issues/1099).
 _STARTUP_BIG_GPU = StartupTimes(node_ready_s=90.0, image_pull_s=30.0, model_load_s=60.0)
 # 70B at TP 8: P2P check 60 s + weights 10 s + dynamo 15 s + compile 70 s +
-# graphs 60 s (§5, vllm #19824).
+# graphs 60 s (https://github.com/vllm-project/vllm/issues/19824).
 _STARTUP_70B_P5 = StartupTimes(node_ready_s=90.0, image_pull_s=30.0, model_load_s=215.0)
 # 70B AWQ (about 40 GB) on 4 x A10G: no NVLink P2P check, but 40 GB from the
 # cache volume plus compile and graphs for 4 ranks: estimated 150 s.
 _STARTUP_70B_G5 = StartupTimes(node_ready_s=60.0, image_pull_s=30.0, model_load_s=150.0)
 # Inferentia2 with pre-compiled Neuron artefacts: about 40 s of weight load
-# (§5, transformers-neuronx #80) plus runtime start: 60 s.
+# (https://github.com/aws-neuron/transformers-neuronx/issues/80) plus runtime start: 60 s.
 _STARTUP_INF2 = StartupTimes(node_ready_s=60.0, image_pull_s=30.0, model_load_s=60.0)
 
 # 24 GB cards: Llama-3's 8k context fits; 8192 batched tokens matches vLLM V1's default.

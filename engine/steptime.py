@@ -182,7 +182,7 @@ def linear_time_s(
     """Kernel time of the transformer layers' linear ops alone for ``tokens`` batched tokens.
 
     No attention, LM head, sampler, launch overhead or all-reduce: the quantity
-    Vidur profiles (calibration.md §2-§3), so the bench can compare like with like.
+    Vidur profiles (docs/facts.md sections 3-4), so the bench can compare like with like.
     """
     if tokens < 0:
         raise ValueError(f"linear_time_s: tokens must be >= 0, got {tokens}")

@@ -14,7 +14,8 @@ ever see ``y[:t]``, so a coarse refit cadence introduces no look-ahead.
 Metrics per method and horizon: MAE of the median; MASE (MAE divided by the
 in-sample one-step naive MAE over ``y[:initial]``, Hyndman & Koehler); pinball
 loss at q = 0.9; coverage of the 0.9 quantile (share of actuals at or below
-it); mean seconds per full fit. Anchors' quantiles all equal their point.
+it); mean seconds per full fit. Anchors' quantiles all equal their point;
+the statsforecast baselines' are their own prediction intervals.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from forecasting.forecast import Forecaster
-from forecasting.registry import ANCHORS, METHODS, make_forecaster
+from forecasting.registry import ANCHORS, BASELINES, METHODS, make_forecaster
 from forecasting.series import DemandSeries
 
 BAND_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -80,6 +81,13 @@ class BacktestResult:
         if not anchors:
             raise ValueError("no anchor method in this backtest")
         return min(anchors, key=lambda m: getattr(anchors[m], metric))
+
+    def best_baseline(self, horizon: int, metric: str = "pinball_p90") -> str | None:
+        """The best statsforecast baseline scored (None when none was)."""
+        scored = {m: s for m, s in self.scores[horizon].items() if m in BASELINES}
+        if not scored:
+            return None
+        return min(scored, key=lambda m: getattr(scored[m], metric))
 
 
 def pinball(actual: np.ndarray, forecast: np.ndarray, q: float) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 
 from forecasting.backtest import BacktestResult, backtest
 from forecasting.readers import read_series
-from forecasting.registry import METHODS
+from forecasting.registry import backtest_methods
 from forecasting.significance import RatioInterval, mae_ratios
 
 
@@ -52,7 +52,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="step, seconds (default: native; 30 for per-request traces)",
     )
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
+    p.add_argument(
+        "--methods",
+        default=",".join(backtest_methods()),
+        help="comma-separated methods (default: the anchors, the sf_* statsforecast "
+        "baselines when installed, prescaler)",
+    )
     p.add_argument(
         "--signal",
         default="requests_per_s",

@@ -8,19 +8,37 @@ import sys
 from collections.abc import Sequence
 
 # Each module exposes ``register(subparsers)``; it adds its subcommands and sets
-# ``func`` on them. Imported lazily so that ``prescaler engine profiles`` does
-# not pay for grpc or statsmodels.
+# ``func`` on them. They are imported when the parser is built, not when this
+# module is, so importing ``prescaler.cli`` stays cheap. Every one ships with
+# the package, so a module that fails to import is a broken install or a bug,
+# never an optional feature: the error names the module instead of the
+# subcommand silently vanishing from --help.
 _COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli",
     "engine.emulator.cli",
     "forecasting.cli",
     "scaler.cli",
     "simulations.cli",
+    "simulations.tune_cli",
+    "stack.cli",
     "prescaler.demo",
 )
 
 
+class CommandModuleError(ImportError):
+    """A subcommand module failed to import; ``module`` names it."""
+
+    def __init__(self, module: str, cause: BaseException) -> None:
+        super().__init__(
+            f"prescaler: subcommand module {module!r} failed to import: "
+            f"{type(cause).__name__}: {cause}",
+            name=module,
+        )
+        self.module = module
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every package's subcommands; raises CommandModuleError naming a module that fails."""
     parser = argparse.ArgumentParser(
         prog="prescaler",
         description="Predictive autoscaler for vLLM on Kubernetes (KEDA external scaler).",
@@ -30,18 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # A package whose subcommands are not built yet; anything else
-            # missing (a broken import inside the module) still raises.
-            missing = exc.name or ""
-            if not (name == missing or name.startswith(missing + ".")):
-                raise
-            continue
+        except Exception as exc:
+            raise CommandModuleError(name, exc) from exc
         module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen subcommand; its result is the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     result = args.func(args)

@@ -1,10 +1,18 @@
-"""`prescaler demo`: one emulated vLLM replica under a short bursty streaming load.
+"""`prescaler demo`: what `make demo` runs.
 
-What `make demo` runs. Everything is local and needs no GPU: the emulator
-(`engine.emulator`) starts in-process on a free port, a built-in load sends
-streaming completions through real HTTP (a calm phase, a 4x burst, calm
-again), and the demo prints what a client saw (TTFT, TPOT, throughput) next
-to what the replica itself exports on /metrics, the numbers the scaler reads.
+By default it replays the shipped trace (the Azure LLM inference 2023
+conversation trace, ~19k requests over an hour) through the simulator for
+llama-3-8b on g5.xlarge under four policies (a static fleet, the seeds'
+reactive KEDA ScaledObject, prescaler's predictive one, and the oracle that
+sees the future), prints the comparison table and writes the plots and the
+summary JSON to ``./demo-results/`` (``--out``). Two processes; well under a
+minute on two cores.
+
+``prescaler demo --emulator`` is the earlier demo: one emulated vLLM replica
+(`engine.emulator`) started in-process on a free port, a built-in load sent
+as streaming completions through real HTTP (a calm phase, a 4x burst, calm
+again), and what a client saw (TTFT, TPOT, throughput) next to what the
+replica itself exports on /metrics, the numbers the scaler reads.
 """
 
 from __future__ import annotations
@@ -234,31 +242,94 @@ def _default_rate(prof: object) -> float:
     return max(0.2, round(32 / per_request_s / 2.0, 2))
 
 
+DEFAULT_OUT = "demo-results"
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="emulated vLLM replica under a short bursty load (what `make demo` runs)",
-        description="Start an emulated replica, stream a calm/burst/calm load through "
-        "HTTP, print TTFT/TPOT/throughput and the replica's own /metrics.",
+        help="replay the shipped trace under four scaling policies (what `make demo` runs)",
+        description="Replay the shipped Azure conversation trace through the simulator under "
+        "static, reactive, predictive and oracle scaling; print the comparison table and write "
+        "plots. With --emulator: start an emulated replica and stream a bursty load through HTTP.",
     )
-    p.add_argument("--duration", type=float, default=DEFAULT_DURATION_S,
-                   help="seconds of load (default %(default)s)")  # fmt: skip
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help="folder for the plots and summary JSON (default %(default)s)")  # fmt: skip
+    p.add_argument("--jobs", type=int, default=2, help="parallel processes (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--emulator", action="store_true",
+                   help="the emulator demo instead: one replica behind real HTTP")  # fmt: skip
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of trace to replay (default: all); with --emulator: "
+                        f"seconds of load (default {DEFAULT_DURATION_S:g})")  # fmt: skip
     p.add_argument("--profile", default=DEFAULT_PROFILE,
                    help="engine profile (default %(default)s)")  # fmt: skip
     p.add_argument("--rate", type=float, default=None,
-                   help="calm-phase requests/s (default: from the profile)")  # fmt: skip
+                   help="--emulator: calm-phase requests/s (default: from profile)")  # fmt: skip
     p.set_defaults(func=_run)
 
 
+def run_simulator_demo(
+    profile: str,
+    out_dir: str,
+    jobs: int,
+    quiet: bool,
+    out: TextIO,
+    duration_s: float | None = None,
+) -> int:
+    """The shipped trace under the four policies; table to ``out``, files to ``out_dir``."""
+    from pathlib import Path
+
+    from simulations.cli import SimulateOptions, simulate
+    from simulations.traffic import DEFAULT_TOKENS_TRACE
+
+    folder = Path(out_dir)
+    print(
+        f"prescaler demo: replaying {DEFAULT_TOKENS_TRACE.name} for {profile} under static, "
+        "reactive (the seeds' KEDA ScaledObject), predictive (prescaler) and oracle scaling",
+        file=out,
+        flush=True,
+    )
+    opts = SimulateOptions(
+        trace=str(DEFAULT_TOKENS_TRACE),
+        profile=profile,
+        json_path=str(folder / "summary.json"),
+        plot_path=str(folder / "timeline.png"),
+        jobs=jobs,
+        quiet=quiet,
+        duration_s=duration_s,
+    )
+    doc = simulate(opts, out)
+    print(
+        f"summary: {folder / 'summary.json'} (wall {doc['wall_s']:.1f} s). "
+        "next: `prescaler simulate TRACE --policy ...` on your own trace, "
+        "`prescaler serve` runs the scaler for real.",
+        file=out,
+    )
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
-    if not (math.isfinite(args.duration) and args.duration > 0):
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         print(
             f"prescaler demo: --duration must be a finite number > 0, got {args.duration}",
             file=sys.stderr,
         )
         return 2
+    if not args.emulator:
+        if args.jobs < 1:
+            print(f"prescaler demo: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+            return 2
+        try:
+            return run_simulator_demo(
+                args.profile, args.out, args.jobs, args.quiet, sys.stdout, args.duration
+            )
+        except (ValueError, KeyError, OSError) as exc:
+            print(f"prescaler demo: {exc}", file=sys.stderr)
+            return 2
+    duration = DEFAULT_DURATION_S if args.duration is None else args.duration
     try:
-        return asyncio.run(run_demo(args.profile, args.duration, args.rate, sys.stdout))
+        return asyncio.run(run_demo(args.profile, duration, args.rate, sys.stdout))
     except (ValueError, KeyError) as exc:
         print(f"prescaler demo: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from scaler.capacity import capacity_for
+from scaler.forecast_ledger import ForecastLedger
 from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 from scaler.policy import (
     Decision,
@@ -48,7 +49,6 @@ from scaler.policy import (
 )
 from scaler.policy import is_active as policy_is_active
 from scaler.settings import ScalerSettings
-from scaler.telemetry import ForecastLedger
 
 __all__ = [
     "DEFAULT_LEAD_TIME_S",

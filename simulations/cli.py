@@ -1,9 +1,338 @@
-"""Subcommands of the simulator (``simulate``, ``tune``): added by the simulator issue."""
+"""``prescaler simulate``: replay a trace under several scaling policies and compare them.
+
+Thin: flags are validated here (NaN, infinities and negatives are usage
+errors, bad input is a one-line error), then :func:`simulate` does the work
+and is what ``prescaler demo`` calls too.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["DEFAULT_POLICIES", "DEFAULT_PROFILE", "SimulateOptions", "register", "simulate"]
+
+DEFAULT_POLICIES = ("static", "reactive", "predictive", "oracle")
+DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
+_BUILTIN = frozenset(DEFAULT_POLICIES)
+
+
+class UsageError(ValueError):
+    """A flag value that makes no sense (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """Everything ``prescaler simulate`` was asked for."""
+
+    trace: str
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    profile: str = DEFAULT_PROFILE
+    slo_ttft_s: float = 1.0
+    timeout_s: float = 60.0
+    json_path: str | None = None
+    plot_path: str | None = None
+    jobs: int = 1
+    tokens_from: str | None = None
+    rate_scale: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    seed: int = 0
+    arrivals: str = "poisson"
+    cv: float = 1.0
+    forecaster: str | None = None
+    scaledobjects: tuple[str, ...] = ()
+    static_replicas: int | None = None
+    spot: bool = False
+    quiet: bool = False
+    scrape_interval_s: float = 15.0
+    rate_window_s: float = 120.0
+
+
+def _finite(name: str, lo: float = 0.0, *, strict: bool = True) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or (value <= lo if strict else value < lo):
+            cmp = ">" if strict else ">="
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a finite number {cmp} {lo:g}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _int(name: str, lo: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
+        return value
+
+    return parse
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """No simulator subcommands yet; kept so the dispatcher's list is complete."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="replay a trace under static/reactive/predictive/oracle scaling and compare",
+        description="Replay a request trace through emulated vLLM replicas, a Karpenter-like "
+        "cluster and KEDA + HPA, under each policy; print a comparison table.",
+    )
+    add_simulate_arguments(p)
+    p.set_defaults(func=_run)
+
+
+def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) -> None:
+    """The simulate flags (``prescaler demo`` reuses most of them)."""
+    if trace:
+        p.add_argument("trace", metavar="TRACE", help="trace or rate file (format from its header)")
+        p.add_argument(
+            "--policy",
+            default=",".join(DEFAULT_POLICIES),
+            help="comma-separated policies (default %(default)s)",
+        )
+    p.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="engine profile (default %(default)s)"
+    )
+    p.add_argument(
+        "--slo-ttft",
+        type=_finite("--slo-ttft"),
+        default=1.0,
+        help="TTFT SLO in seconds (default %(default)s)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_finite("--timeout"),
+        default=60.0,
+        help="client time-out without a first token, s (default %(default)s)",
+    )
+    p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
+    p.add_argument(
+        "--plot",
+        dest="plot_path",
+        default=None,
+        help="write the timeline PNG here (and NAME-ttft.png beside it)",
+    )
+    p.add_argument(
+        "--jobs", type=_int("--jobs", 1), default=1, help="policies run in parallel processes"
+    )
+    p.add_argument(
+        "--tokens-from", default=None, help="per-request trace to draw token lengths from"
+    )
+    p.add_argument(
+        "--rate-scale", type=_finite("--rate-scale"), default=1.0, help="multiply the arrival rate"
+    )
+    p.add_argument(
+        "--start",
+        dest="start_s",
+        type=_finite("--start", 0.0, strict=False),
+        default=0.0,
+        help="skip this many seconds of the trace",
+    )
+    p.add_argument(
+        "--duration",
+        dest="duration_s",
+        type=_finite("--duration"),
+        default=None,
+        help="replay only this many seconds",
+    )
+    p.add_argument("--seed", type=_int("--seed", 0), default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--arrivals",
+        choices=("poisson", "gamma"),
+        default="poisson",
+        help="arrival process for rate curves",
+    )
+    p.add_argument(
+        "--cv", type=_finite("--cv"), default=1.0, help="gamma arrivals' coefficient of variation"
+    )
+    p.add_argument(
+        "--forecaster", default=None, help="predictive: forecast method (trigger `forecast:`)"
+    )
+    p.add_argument(
+        "--scaledobject",
+        dest="scaledobjects",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also run this ScaledObject (named by metadata.name)",
+    )
+    p.add_argument(
+        "--static-replicas",
+        type=_int("--static-replicas", 1),
+        default=None,
+        help="static fleet size (default: the smallest meeting 99%% SLO attainment)",
+    )
+    p.add_argument("--spot", action="store_true", help="spot NodePool first, on-demand fallback")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--scrape-interval", type=_finite("--scrape-interval"), default=15.0,
+                   help="Prometheus scrape interval, s (default %(default)s)")  # fmt: skip
+    p.add_argument("--rate-window", type=_finite("--rate-window"), default=120.0,
+                   help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
+
+
+def options_from(args: argparse.Namespace) -> SimulateOptions:
+    policies = tuple(p.strip() for p in args.policy.split(",") if p.strip())
+    unknown = [p for p in policies if p not in _BUILTIN]
+    if unknown:
+        raise UsageError(
+            f"--policy: unknown policy {unknown[0]!r} (known: {', '.join(DEFAULT_POLICIES)})"
+        )
+    if not policies and not args.scaledobjects:
+        raise UsageError("--policy: no policy given")
+    return SimulateOptions(
+        trace=args.trace,
+        policies=policies,
+        profile=args.profile,
+        slo_ttft_s=args.slo_ttft,
+        timeout_s=args.timeout,
+        json_path=args.json_path,
+        plot_path=args.plot_path,
+        jobs=args.jobs,
+        tokens_from=args.tokens_from,
+        rate_scale=args.rate_scale,
+        start_s=args.start_s,
+        duration_s=args.duration_s,
+        seed=args.seed,
+        arrivals=args.arrivals,
+        cv=args.cv,
+        forecaster=args.forecaster,
+        scaledobjects=tuple(args.scaledobjects),
+        static_replicas=args.static_replicas,
+        spot=args.spot,
+        quiet=args.quiet,
+        scrape_interval_s=args.scrape_interval,
+        rate_window_s=args.rate_window,
+    )
+
+
+def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]:
+    """Load, run every policy, print the table, write JSON/plots; returns the summary."""
+    out = sys.stdout if out is None else out
+    from engine.profiles import get_profile
+    from simulations.policies import (
+        PolicySpec,
+        fleet_bound,
+        predictive_spec,
+        reactive_spec,
+        scaledobject_spec,
+    )
+    from simulations.report import plot, summary, table
+    from simulations.runner import run_policies
+    from simulations.scaledobject import load_scaledobject
+    from simulations.simulation import SimConfig
+    from simulations.traffic import TrafficOptions, load_workload
+
+    wall0 = time.perf_counter()
+    profile = get_profile(opts.profile)
+    traffic = TrafficOptions(
+        rate_scale=opts.rate_scale,
+        start_s=opts.start_s,
+        duration_s=opts.duration_s,
+        seed=opts.seed,
+        arrivals=opts.arrivals,  # type: ignore[arg-type]
+        cv=opts.cv,
+        tokens_from=Path(opts.tokens_from) if opts.tokens_from else None,
+    )
+    workload = load_workload(opts.trace, traffic)
+    if len(workload) == 0:
+        raise ValueError(f"{opts.trace}: no requests in the selected window")
+    bound = fleet_bound(workload, profile)
+    specs: list[PolicySpec] = []
+    for name in opts.policies:
+        if name == "static":
+            specs.append(PolicySpec("static", "static", replicas=opts.static_replicas))
+        elif name == "reactive":
+            specs.append(reactive_spec(bound))
+        elif name == "predictive":
+            specs.append(
+                predictive_spec(profile.name, max_replicas=bound, forecaster=opts.forecaster)
+            )
+        elif name == "oracle":
+            specs.append(PolicySpec("oracle", "oracle"))
+    for path in opts.scaledobjects:
+        specs.append(scaledobject_spec(load_scaledobject(path)))
+    config = SimConfig(
+        slo_ttft_s=opts.slo_ttft_s,
+        timeout_s=opts.timeout_s,
+        spot=opts.spot,
+        seed=opts.seed,
+        scrape_interval_s=opts.scrape_interval_s,
+        rate_window_s=opts.rate_window_s,
+    )
+
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(specs),
+        desc=f"simulating {len(workload)} requests",
+        unit="policy",
+        file=sys.stderr,
+        leave=False,
+        delay=2.0,
+        disable=opts.quiet or not sys.stderr.isatty(),
+    )
+
+    def done(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update(1)
+
+    try:
+        outcomes = run_policies(specs, workload, profile.name, config, jobs=opts.jobs, on_done=done)
+    finally:
+        bar.close()
+    doc = summary(
+        workload.name,
+        len(workload),
+        workload.duration_s,
+        time.perf_counter() - wall0,
+        outcomes,
+        tp=profile.tp,
+        extra={"profile": profile.name, "max_replicas_bound": bound},
+    )
+    print(table(doc), file=out)
+    if opts.json_path:
+        Path(opts.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.json_path).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    if opts.plot_path:
+        main_png, cdf_png = plot(outcomes, opts.plot_path)
+        print(f"plots: {main_png}, {cdf_png}", file=out)
+    return doc
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        opts = options_from(args)
+        simulate(opts)
+    except (ValueError, KeyError, OSError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"prescaler simulate: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m simulations.cli`` (the same as ``prescaler simulate``)."""
+    parser = argparse.ArgumentParser(prog="prescaler")
+    sub = parser.add_subparsers(dest="command", required=True)
+    register(sub)
+    args = parser.parse_args(["simulate", *(argv if argv is not None else sys.argv[1:])])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,10 +7,10 @@ examples on every run, which is where new counter-examples come from.
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import settings
+
+from tests.support.ci import in_ci
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
-settings.load_profile("ci" if os.environ.get("CI") == "true" else "dev")
+settings.load_profile("ci" if in_ci() else "dev")

@@ -33,7 +33,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--metrics-version",
         choices=METRICS_VERSIONS,
         default="v1",
-        help="vLLM metric names: v1 (>= 0.12) or v0 (0.6.x, Neuron) (default v1)",
+        help="vLLM metric set: v1 (0.12), v0.32 (0.32 and later: waiting by reason, "
+        "sleep state, admission rejections, cache config) or v0 (0.6.x, Neuron) (default v1)",
+    )
+    p.add_argument(
+        "--api-server-count",
+        type=int,
+        default=1,
+        help="as vLLM's flag: above 1, /metrics is a multiprocess registry with no "
+        "samples until the first request (default 1)",
     )
     p.add_argument("--max-num-seqs", type=int, default=None, help="override max_num_seqs")
     p.add_argument("--num-gpu-blocks", type=int, default=None, help="override the KV blocks")
@@ -43,6 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=128,
         help="output tokens when a request gives no max_tokens (default 128)",
+    )
+    p.add_argument(
+        "--max-num-queued-reqs",
+        type=int,
+        default=None,
+        help="as vLLM's flag: refuse (503) a request that would make more than this "
+        "many waiting + running, counted in vllm:admission_rejections_total",
     )
     p.set_defaults(func=_run)
 
@@ -62,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
             num_gpu_blocks=args.num_gpu_blocks,
             max_model_len=args.max_model_len,
             default_max_tokens=args.default_max_tokens,
+            api_server_count=args.api_server_count,
+            max_num_queued_reqs=args.max_num_queued_reqs,
         )
         settings.build_profile()
     except (ValueError, KeyError) as exc:

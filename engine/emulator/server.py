@@ -1,7 +1,8 @@
 """vLLM's HTTP API on a real socket, backed by the replica model (aiohttp.web).
 
 Endpoints: ``GET /health`` (200, empty body; 503 once the model clock died),
-``GET /metrics`` (vLLM's Prometheus text, V1 or V0 names), ``GET /v1/models``,
+``GET /metrics`` (vLLM's Prometheus text in the chosen generation's names and
+content type: ``engine.metrics``), ``GET /v1/models``,
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
 plain JSON). Errors use vLLM's body ``{"object": "error", "message", "type",
 "param": null, "code"}``: 400 ``BadRequestError`` for malformed JSON, bad
@@ -39,11 +40,22 @@ from aiohttp import web
 from engine.emulator import openai_format as fmt
 from engine.emulator.driver import EngineDead, ReplicaDriver, TokenStream
 from engine.emulator.tokens import count_chat_tokens, count_prompt_tokens, filler_text
-from engine.metrics import METRICS_CONTENT_TYPE, METRICS_VERSIONS, MetricsVersion, render_metrics
+from engine.metrics import (
+    METRICS_VERSIONS,
+    MetricsVersion,
+    ServerInfo,
+    content_type,
+    render_metrics,
+)
 from engine.profiles import Profile, get_profile
 from engine.replica import Replica, RequestRejected
 
 DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
+#: vLLM's message when admission control turns a request away (HTTP 503).
+QUEUE_FULL = (
+    "The engine is currently busy and cannot accept new requests. "
+    "Please try again later or on a different instance."
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,12 @@ class EmulatorSettings:
 
     `max_num_seqs`, `num_gpu_blocks`, `max_model_len` override the profile's
     vLLM settings (tests use a small `max_num_seqs` to make requests queue).
+    `api_server_count` > 1 serves /metrics as vLLM's multiprocess registry
+    does: no ``_created`` samples, and no scheduler-gauge samples before the
+    first request (only ``# HELP``/``# TYPE`` lines).
+    `max_num_queued_reqs` is vLLM's admission limit on requests in the system
+    (waiting + running): one more is refused with 503 and counted in
+    ``vllm:admission_rejections_total{reason="max_num_queued_reqs"}``.
     """
 
     profile: str = DEFAULT_PROFILE
@@ -61,6 +79,8 @@ class EmulatorSettings:
     num_gpu_blocks: int | None = None
     max_model_len: int | None = None
     default_max_tokens: int = 128
+    api_server_count: int = 1
+    max_num_queued_reqs: int | None = None
     overrides: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +91,10 @@ class EmulatorSettings:
             )
         if self.default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
+        if self.api_server_count < 1:
+            raise ValueError(f"api_server_count must be >= 1, got {self.api_server_count}")
+        if self.max_num_queued_reqs is not None and self.max_num_queued_reqs < 1:
+            raise ValueError(f"max_num_queued_reqs must be >= 1, got {self.max_num_queued_reqs}")
 
     def build_profile(self) -> Profile:
         """The profile with the overrides applied (ValueError naming a bad one)."""
@@ -123,6 +147,8 @@ def create_app(settings: EmulatorSettings) -> web.Application:
         "model": model,
         "root": profile.model.hf_id,
         "started": time.time(),
+        "stepped": False,
+        "rejections": {},
     }
     app[_STATE] = state
 
@@ -156,14 +182,29 @@ async def _health(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     driver = request.app[_DRIVER]
     state = request.app[_STATE]
+    settings: EmulatorSettings = state["settings"]
+    profile: Profile = state["profile"]
     driver.sync()
-    body = render_metrics(
-        driver.replica.metrics_snapshot(),
-        model_name=state["model"],
-        version=state["settings"].metrics_version,
-        created=state["started"],
+    replica = driver.replica
+    server = ServerInfo(
+        admission_rejections=tuple(state["rejections"].items()),
+        block_size=profile.vllm.block_size,
+        num_gpu_blocks=replica.limits.num_gpu_blocks,
+        gpu_memory_utilization=profile.vllm.gpu_memory_utilization,
+        max_model_len=profile.vllm.max_model_len,
     )
-    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+    body = render_metrics(
+        replica.metrics_snapshot(),
+        model_name=state["model"],
+        version=settings.metrics_version,
+        created=state["started"],
+        server=server,
+        multiprocess=settings.api_server_count > 1,
+        fresh=not state["stepped"],
+    )
+    return web.Response(
+        body=body, headers={"Content-Type": content_type(settings.metrics_version)}
+    )
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -244,7 +285,16 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         return _engine_error(EngineDead(driver.failure))
     if not driver.healthy:
         return _error("the engine is not running", 500, "InternalServerError")
+    limit = state["settings"].max_num_queued_reqs
+    if limit is not None:
+        driver.sync()
+        snap = driver.replica.metrics_snapshot()
+        if snap.num_requests_waiting + snap.num_requests_running + 1 > limit:
+            rejections = state["rejections"]
+            rejections["max_num_queued_reqs"] = rejections.get("max_num_queued_reqs", 0) + 1
+            return _error(QUEUE_FULL, 503, "ServiceUnavailableError")
     rid = driver.new_request_id("chatcmpl" if chat else "cmpl")
+    state["stepped"] = True  # the engine logs a step: multiprocess pages get samples
     try:
         stream = driver.submit(rid, prompt, out, reason)
     except RequestRejected as exc:
@@ -396,9 +446,11 @@ async def serve_forever(settings: EmulatorSettings, host: str, port: int) -> Non
 
     async with EmulatorServer.running(settings, host, port) as server:
         prof = server.app[_STATE]["profile"]
+        count = settings.api_server_count
+        servers = f", {count} API servers" if count > 1 else ""
         print(
             f"prescaler emulate: {prof.name} as {server.app[_STATE]['model']!r} "
-            f"(metrics {settings.metrics_version}) on {server.url}",
+            f"(metrics {settings.metrics_version}{servers}) on {server.url}",
             flush=True,
         )
         await asyncio.Event().wait()

@@ -3,7 +3,7 @@
 
 Why a script: the two dashboards share variables, label filters and panel
 boilerplate, and the metric names must match the scaler's contract
-(design.md, "Contracts") exactly. Writing them once here keeps them
+(docs/contracts.md) exactly. Writing them once here keeps them
 consistent; the JSON output is committed next to it (kustomize turns it into
 ConfigMaps) and a test checks that the committed JSON is what this script
 produces.

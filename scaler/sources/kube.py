@@ -11,12 +11,13 @@ and loading the model).
 
 Readiness decides what counts, not what is read: only Ready pods are ready
 replicas, but a Running pod that is not Ready (readiness timing out under
-load, a crash loop) still holds a queue, so its page is summed in. A Ready
-pod that cannot be scraped makes its ScaledObjects get no reading (hold); a
-not-Ready pod that cannot be scraped is ignored while it is starting (never
-scraped before), and makes the reading *incomplete* (unknown queue: NaN) when
-it served within the last ``scrape.FORGET_AFTER_S``. No pod at all is an
-empty fleet: zero demand.
+load, a crash loop) still holds a queue, so its page is summed in. A pod
+that cannot be scraped makes only itself unknown: a Ready one, or a
+not-Ready one that served within the last ``scrape.FORGET_AFTER_S``, makes
+the reading *incomplete* (unknown queue: NaN, so the answer may rise but not
+fall); a not-Ready one never scraped before (starting) is ignored. When no
+pod of a fleet could be read, its ScaledObjects get no reading (hold). No
+pod at all is an empty fleet: zero demand.
 """
 
 from __future__ import annotations
@@ -212,10 +213,11 @@ class KubernetesSource:
                 continue
             scraped = [p for p in pods if p.running and p.metrics_url in good]
             failed = [p for p in pods if p.running and p.metrics_url not in good]
-            if any(p.ready for p in failed):
-                continue  # a serving replica could not be read: no reading (hold)
-            # a not-Ready pod that answered before holds a queue we cannot see now
-            lost = any(self.scraper.known(p.metrics_url) for p in failed)
+            if failed and not scraped:
+                continue  # nothing of this fleet could be read: no reading (hold)
+            # a Ready pod that did not answer, or a not-Ready one that answered
+            # before, holds a queue we cannot see now: only that part is unknown
+            lost = any(p.ready or self.scraper.known(p.metrics_url) for p in failed)
             reading = aggregate(
                 selection,
                 [good[p.metrics_url] for p in scraped],

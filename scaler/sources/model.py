@@ -106,10 +106,24 @@ class Reading:
     could not be read, or the gauge is absent); ``running`` is NaN when the
     gauge is absent, and the readable replicas' sum (a lower bound) when some
     replica could not be read. Missing data is never reported as zero, which
-    the policy would read as an idle fleet.
+    the policy would read as an idle fleet. Where vLLM splits its queue by
+    reason, ``waiting`` is the part waiting for capacity (requests deferred by
+    LoRA budget or KV transfer do not ask for replicas).
     ``arrival_rate_rps`` = finished requests per second + growth of requests
-    in the system (waiting + running) per second: an exact balance over the
-    window, and unlike completions alone it rises the moment a burst queues.
+    in the system (the whole queue + running) per second: an exact balance
+    over the window, and unlike completions alone it rises the moment a burst
+    queues. The direct scrape also adds requests turned away at admission
+    (where vLLM counts them), and leaves finishes with
+    ``finished_reason="error"`` (an internal failure, answered 500) out of
+    ``completion_rate_rps`` while still balancing them in arrivals; the
+    Prometheus source counts every finish as a completion.
+
+    Optional, from newer vLLM metric sets (``None`` where the source or the
+    vLLM version does not say): ``rejections_per_s``, requests turned away
+    at admission (already inside ``arrival_rate_rps``: it is demand);
+    ``computed_prompt_tokens_per_s``, prompt tokens actually prefilled (not
+    served from a cache); ``kv_cache_tokens``, one replica's KV cache size in
+    tokens (the mean over replicas that state it).
     """
 
     time_s: float
@@ -123,6 +137,9 @@ class Reading:
     generation_tokens_per_s: float | None = None
     preemptions_per_s: float | None = None
     lead_time_samples_s: tuple[float, ...] = field(default=(), compare=False)
+    rejections_per_s: float | None = None
+    computed_prompt_tokens_per_s: float | None = None
+    kv_cache_tokens: float | None = None
 
 
 def usable(reading: Reading) -> bool:

@@ -13,7 +13,11 @@ metadata is ever pasted raw into PromQL. Label *names* are validated by
 Signals (both vLLM generations; ``engine`` is summed away because it is
 never a grouping label):
 
-- ``waiting``, ``running``: sums of the gauges.
+- ``waiting``, ``running``: sums of the gauges. Where a replica splits its
+  queue (vLLM >= 0.2x: ``vllm:num_requests_waiting_by_reason``), waiting is
+  the ``reason="capacity"`` part, series by series (``or ignoring(reason)``
+  falls back to the whole queue for replicas without the split): requests
+  deferred by LoRA budget or KV transfer do not ask for replicas.
 - ``replicas``: distinct scrape targets (``instance``) exposing
   ``vllm:num_requests_running`` (dead or removed targets go stale at once).
 - ``kv_sum`` / ``kv_count``: mean KV usage = sum / count of series;
@@ -111,6 +115,11 @@ def _filter_for(selections: Sequence[Selection]) -> str:
     return "{" + ",".join(m.promql() for m in matchers) + "}"
 
 
+def _with_matcher(name: str, flt: str, matcher: str) -> str:
+    """``name`` with the shared filter ``flt`` plus one fixed ``matcher``."""
+    return f"{name}{flt[:-1]},{matcher}}}" if flt else f"{name}{{{matcher}}}"
+
+
 def _agg(op: str, labels: Sequence[str], expr: str) -> str:
     by = f" by ({', '.join(labels)})" if labels else ""
     return f"{op}{by} ({expr})"
@@ -134,8 +143,15 @@ def build_plan(
         return f"{name}{flt}"
 
     kv = f"{metric('vllm:kv_cache_usage_perc')} or {metric('vllm:gpu_cache_usage_perc')}"
+    capacity = _with_matcher(
+        "vllm:num_requests_waiting_by_reason", flt, 'reason="capacity"'
+    )
     queries = {
-        "waiting": _agg("sum", labels, metric("vllm:num_requests_waiting")),
+        "waiting": _agg(
+            "sum",
+            labels,
+            f"{capacity} or ignoring(reason) {metric('vllm:num_requests_waiting')}",
+        ),
         "running": _agg("sum", labels, metric("vllm:num_requests_running")),
         "replicas": _agg(
             "count", labels, _agg("count", per_instance, metric("vllm:num_requests_running"))

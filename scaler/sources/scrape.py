@@ -4,23 +4,46 @@ For clusters without Prometheus, or when its scrape interval is too coarse.
 Every distinct URL is scraped once per refresh however many ScaledObjects
 list it (aiohttp, one timeout for all). Rates come from successive scrapes
 of the same URL (only between pages of the same process: see
-``scaler.sources.vllm_text``). A ScaledObject whose URLs did not all answer
-with vLLM metrics *for its selection* gets no reading this time: the state
-holds its last good data rather than reading a dead replica, or a URL that
-serves another model, as an idle one.
+``scaler.sources.vllm_text``). A URL that does not answer with vLLM metrics
+*for its selection* (down, garbage, another model) makes only that replica
+unknown: the reading is *incomplete* (waiting NaN, rates unknown, running a
+lower bound), so the policy may raise the answer but never lower it, and
+never reads a dead replica or a URL serving another model as an idle one.
+A ScaledObject none of whose URLs could be read gets no reading this time:
+the state holds its last good data. A replica that is still starting (its
+page declares vLLM's families but has no samples yet) is present and idle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
 from scaler.sources.model import History, Reading, Selection, SourceSpec, usable
-from scaler.sources.vllm_text import Page, page_rates, parse_vllm_text, select
+from scaler.sources.vllm_text import (
+    ADMISSION_REJECTIONS,
+    FAILED_REASONS,
+    GENERATION_TOKENS,
+    PREEMPTIONS,
+    PROMPT_BY_SOURCE,
+    PROMPT_TOKENS,
+    RUNNING,
+    SLEEP_STATE,
+    SUCCESS,
+    WAITING,
+    WAITING_BY_REASON,
+    Page,
+    SeriesKey,
+    page_rates,
+    parse_vllm_text,
+    select,
+    select_labelled,
+)
 
 MAX_PAGE_BYTES = 8 * 1024 * 1024
 FORGET_AFTER_S = 600.0
@@ -32,7 +55,7 @@ class TargetState:
 
     time_s: float
     page: Page
-    rates: dict[tuple[str, tuple[tuple[str, str], ...]], float] | None
+    rates: dict[SeriesKey, float] | None
 
 
 class ScrapeError(RuntimeError):
@@ -103,10 +126,14 @@ class ScrapeSource:
         good = await self.scrape_urls(urls, at_s)
         out: dict[Selection, Reading] = {}
         for selection in dict.fromkeys(selections):
-            if all(u in good for u in selection.urls):
-                reading = aggregate(selection, [good[u] for u in selection.urls], at_s)
-                if reading is not None:
-                    out[selection] = reading
+            urls = list(dict.fromkeys(selection.urls))
+            answered = [good[u] for u in urls if u in good]
+            if urls and not answered:
+                continue  # nothing of this fleet could be read: no reading (hold)
+            lost = len(answered) < len(urls)
+            reading = aggregate(selection, answered, at_s, incomplete=lost)
+            if reading is not None:
+                out[selection] = reading
         return out
 
     async def read_range(
@@ -137,29 +164,59 @@ def aggregate(
 
     ``ready[i]`` says whether ``targets[i]`` counts as a ready replica (all do
     by default; Kubernetes passes pod readiness: a Running-but-not-Ready pod's
-    queue is real demand, but it is no serving capacity). ``None`` when a
-    target has no series for the selection (a wrong URL or model is missing
-    data, not an idle replica). ``incomplete`` (a replica known to exist could
-    not be read) makes waiting NaN and rates unknown: the policy may then
-    raise the answer but never lower it (``running`` stays the readable
-    replicas' sum, a lower bound). No targets at all is an empty fleet: zero
-    demand.
+    queue is real demand, but it is no serving capacity). A replica whose
+    engines all sleep (``vllm:engine_sleep_state{sleep_state="awake"} == 0``)
+    is no serving capacity either. A fresh page (``Page.fresh``: families
+    declared, no samples yet) is a present, idle replica.
+
+    A target with series of another model only (a wrong URL or ``model``) is
+    missing data, not an idle replica: like ``incomplete`` (a replica known to
+    exist could not be read) it makes waiting NaN and rates unknown, so the
+    policy may raise the answer but never lower it (``running`` stays the
+    readable replicas' sum, a lower bound). ``None`` when no target could be
+    read for the selection. No targets at all is an empty fleet: zero demand.
+
+    Waiting is the capacity-limited queue when vLLM splits it
+    (``num_requests_waiting_by_reason{reason="capacity"}``): requests deferred
+    by LoRA budget or KV transfer do not ask for replicas. The arrival balance
+    counts every request that entered: all finishes (``error`` included, it
+    left the system), growth of the whole queue and batch, and admission
+    rejections (turned-away demand); ``completion_rate_rps`` leaves ``error``
+    finishes out, as they are no served request.
     """
     accept = selection.matches
     counted = ready if ready is not None else [True] * len(targets)
     replicas = 0
     waiting = running = 0.0
+    read = 0
     kv_values: list[float] = []
+    kv_sizes: list[float] = []
     rate_sums: dict[str, float] = {}
     rates_known = bool(targets) and not incomplete
     for target, is_ready in zip(targets, counted, strict=True):
-        values = target.page.values
-        running_here = list(select(values, "vllm:num_requests_running", accept))
-        if not running_here:
-            return None  # this URL serves another model (or none): not "idle"
-        replicas += int(is_ready)
+        page = target.page
+        values = page.values
+        running_here = list(select(values, RUNNING, accept))
+        if not running_here and not page.fresh:
+            incomplete = True  # this URL serves another model (or none): not "idle"
+            rates_known = False
+            continue
+        read += 1
+        if page.kv_cache_tokens is not None:
+            kv_sizes.append(page.kv_cache_tokens)
+        awake = list(
+            select(values, SLEEP_STATE, lambda labels: labels.get("sleep_state") == "awake"
+                   and accept(labels))
+        )  # fmt: skip
+        asleep = bool(awake) and not any(v > 0 for v in awake)
+        replicas += int(is_ready and not asleep)
         running += sum(running_here)
-        waiting += sum(select(values, "vllm:num_requests_waiting", accept))
+        capacity = [
+            v
+            for labels, v in select_labelled(values, WAITING_BY_REASON, accept)
+            if labels.get("reason") == "capacity"
+        ]
+        waiting += sum(capacity) if capacity else sum(select(values, WAITING, accept))
         kv_here = list(select(values, "vllm:kv_cache_usage_perc", accept)) or list(
             select(values, "vllm:gpu_cache_usage_perc", accept)
         )
@@ -167,16 +224,9 @@ def aggregate(
         if target.rates is None:
             rates_known = False
             continue
-        for name in (
-            "vllm:request_success_total",
-            "vllm:prompt_tokens_total",
-            "vllm:generation_tokens_total",
-            "vllm:num_preemptions_total",
-            "vllm:num_requests_waiting",
-            "vllm:num_requests_running",
-        ):
-            for value in select(target.rates, name, accept):
-                rate_sums[name] = rate_sums.get(name, 0.0) + value
+        _add_rates(rate_sums, target.rates, accept)
+    if targets and not read:
+        return None
 
     def rate(name: str) -> float | None:
         if not targets and not incomplete:
@@ -185,13 +235,20 @@ def aggregate(
             return None
         return max(0.0, rate_sums.get(name, 0.0))
 
-    completions = rate("vllm:request_success_total")
+    def optional(name: str) -> float | None:
+        """A rate of a family older vLLM versions lack: ``None`` when absent."""
+        return rate(name) if name in rate_sums or not targets else None
+
+    completions = rate("completions")
     arrival = None
     if completions is not None:
-        growth = rate_sums.get("vllm:num_requests_waiting", 0.0) + rate_sums.get(
-            "vllm:num_requests_running", 0.0
+        arrival = max(
+            0.0,
+            rate_sums.get("finished", 0.0)
+            + rate_sums.get(WAITING, 0.0)
+            + rate_sums.get(RUNNING, 0.0)
+            + rate_sums.get(ADMISSION_REJECTIONS, 0.0),
         )
-        arrival = max(0.0, completions + growth)
     kv = sum(kv_values) / len(kv_values) if kv_values else None
     if kv is not None and not math.isfinite(kv):
         kv = None
@@ -203,8 +260,33 @@ def aggregate(
         kv_usage=kv,
         arrival_rate_rps=arrival,
         completion_rate_rps=completions,
-        prompt_tokens_per_s=rate("vllm:prompt_tokens_total"),
-        generation_tokens_per_s=rate("vllm:generation_tokens_total"),
-        preemptions_per_s=rate("vllm:num_preemptions_total"),
+        prompt_tokens_per_s=rate(PROMPT_TOKENS),
+        generation_tokens_per_s=rate(GENERATION_TOKENS),
+        preemptions_per_s=rate(PREEMPTIONS),
+        rejections_per_s=optional(ADMISSION_REJECTIONS),
+        computed_prompt_tokens_per_s=optional("computed_prompt"),
+        kv_cache_tokens=sum(kv_sizes) / len(kv_sizes) if kv_sizes else None,
     )
     return reading if usable(reading) else None
+
+
+def _add_rates(sums: dict[str, float], rates: Mapping[SeriesKey, float], accept: Any) -> None:
+    """Add one target's per-series rates into ``sums`` under the aggregate's keys.
+
+    ``finished``: every finish; ``completions``: finishes that served the
+    request (not ``error``); the waiting slope is the whole queue's (capacity
+    and deferred), as deferred requests are in the system too;
+    ``computed_prompt``: prompt tokens prefilled here (not cache hits).
+    """
+    for name in (PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, WAITING, RUNNING):
+        for value in select(rates, name, accept):
+            sums[name] = sums.get(name, 0.0) + value
+    for labels, value in select_labelled(rates, SUCCESS, accept):
+        sums["finished"] = sums.get("finished", 0.0) + value
+        if labels.get("finished_reason") not in FAILED_REASONS:
+            sums["completions"] = sums.get("completions", 0.0) + value
+    for value in select(rates, ADMISSION_REJECTIONS, accept):
+        sums[ADMISSION_REJECTIONS] = sums.get(ADMISSION_REJECTIONS, 0.0) + value
+    for labels, value in select_labelled(rates, PROMPT_BY_SOURCE, accept):
+        if labels.get("source") == "local_compute":
+            sums["computed_prompt"] = sums.get("computed_prompt", 0.0) + value

@@ -3,15 +3,28 @@
 ``prometheus_client.parser`` names counter *families* without ``_total`` but
 keeps the sample name (``vllm:prompt_tokens_total``); we work on samples, so
 both V0 and V1 text read the same. Garbage (HTML, truncated lines) raises
-``ValueError``; a valid page without ``vllm:num_requests_running`` is not a
-vLLM replica and is rejected too, so a wrong URL is never read as "idle".
+``ValueError``; a valid page that does not even declare
+``vllm:num_requests_running`` is not a vLLM replica and is rejected too, so a
+wrong URL is never read as "idle".
+
+A page that *declares* vLLM's families (``# HELP``/``# TYPE``) but has no
+sample of ``vllm:num_requests_running`` is a fresh replica: vLLM started with
+more than one API server (``--api-server-count N``, the default when the
+data-parallel size is above 1) serves /metrics from prometheus_client's
+multiprocess registry, which lists every registered family but has no
+sample until the engine has logged its first step (and has no
+``process_start_time_seconds`` at all). Such a page is a present, idle
+replica (``Page.fresh``); rejecting it once made one starting pod blind the
+scaler to its whole fleet.
 
 Rates between two scrapes are only taken when both come from the same
 process: ``process_start_time_seconds`` (prometheus_client's process
-collector, which vLLM exposes) must be equal, and no counter may drop. A
-restart, or a load-balanced URL answering from another pod, gives *no* rate
-for that interval (``None``), never ``value / dt`` (which read a Service
-alternating between two pods as tens of thousands of requests per second).
+collector, which single-process vLLM exposes) must be equal, and no counter
+may drop. A restart, or a load-balanced URL answering from another pod, gives
+*no* rate for that interval (``None``), never ``value / dt`` (which read a
+Service alternating between two pods as tens of thousands of requests per
+second). A counter that first appears after a fresh page starts from zero
+(a multiprocess registry only writes a counter once it is incremented).
 """
 
 from __future__ import annotations
@@ -22,20 +35,39 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+SLEEP_STATE = "vllm:engine_sleep_state"
+CACHE_CONFIG = "vllm:cache_config_info"
+SUCCESS = "vllm:request_success_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
+
 GAUGES = (
-    "vllm:num_requests_waiting",
-    "vllm:num_requests_running",
+    WAITING,
+    RUNNING,
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
+    WAITING_BY_REASON,
+    SLEEP_STATE,
 )
 COUNTERS = (
-    "vllm:request_success_total",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:num_preemptions_total",
+    SUCCESS,
+    PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    PREEMPTIONS,
+    PROMPT_BY_SOURCE,
+    ADMISSION_REJECTIONS,
 )
 WANTED = frozenset(GAUGES + COUNTERS)
 START_TIME = "process_start_time_seconds"
+#: Finished reasons that are not a served request (vLLM >= 0.2x: ``error`` is
+#: a retryable internal failure, always answered 500).
+FAILED_REASONS = frozenset({"error"})
 
 Labels = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, Labels]
@@ -44,22 +76,39 @@ SeriesKey = tuple[str, Labels]
 @dataclass(frozen=True)
 class Page:
     """The wanted samples of one scrape, keyed by (sample name, sorted labels),
-    and the serving process' start time when the page has it."""
+    and the serving process' start time when the page has it.
+
+    ``fresh``: vLLM's families are declared but ``vllm:num_requests_running``
+    has no sample yet (a multiprocess registry before the first engine step):
+    a present, idle replica. ``kv_cache_tokens``: the KV cache's size in
+    tokens (``num_gpu_blocks x block_size`` of ``vllm:cache_config_info``,
+    summed over engines) when the page says it.
+    """
 
     values: Mapping[SeriesKey, float]
     start_time_s: float | None = None
+    fresh: bool = False
+    kv_cache_tokens: float | None = None
 
 
 def parse_vllm_text(text: str) -> Page:
     """Keep only the scaler's samples; ``ValueError`` when ``text`` is not vLLM metrics."""
     values: dict[SeriesKey, float] = {}
     start_time: float | None = None
+    declared = False
+    kv_tokens: float | None = None
     try:
         for family in text_string_to_metric_families(text):
+            if family.name == RUNNING:
+                declared = True
             for sample in family.samples:
                 if sample.name == START_TIME and not sample.labels:
                     start = float(sample.value)
                     start_time = start if math.isfinite(start) else None
+                elif sample.name == CACHE_CONFIG:
+                    size = _kv_tokens(sample.labels)
+                    if size is not None:
+                        kv_tokens = (kv_tokens or 0.0) + size
                 elif sample.name in WANTED:
                     value = float(sample.value)
                     if not math.isfinite(value) or value < 0:
@@ -68,9 +117,22 @@ def parse_vllm_text(text: str) -> Page:
                     values[key] = value
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise ValueError(f"not valid vLLM metrics text: {exc}") from exc
-    if not any(name == "vllm:num_requests_running" for name, _ in values):
-        raise ValueError("no vllm:num_requests_running sample: not a vLLM /metrics page")
-    return Page(values, start_time)
+    has_running = any(name == RUNNING for name, _ in values)
+    if not has_running and not declared:
+        raise ValueError(f"no {RUNNING} family: not a vLLM /metrics page")
+    return Page(values, start_time, fresh=not has_running, kv_cache_tokens=kv_tokens)
+
+
+def _kv_tokens(labels: Mapping[str, str]) -> float | None:
+    """``num_gpu_blocks x block_size`` from cache_config_info's labels (strings;
+    ``None`` before the engine profiled its memory)."""
+    try:
+        blocks = float(labels.get("num_gpu_blocks", ""))
+        block_size = float(labels.get("block_size", ""))
+    except ValueError:
+        return None
+    size = blocks * block_size
+    return size if math.isfinite(size) and size > 0 else None
 
 
 def page_rates(previous: Page, current: Page, dt_s: float) -> dict[SeriesKey, float] | None:
@@ -91,11 +153,13 @@ def page_rates(previous: Page, current: Page, dt_s: float) -> dict[SeriesKey, fl
         before = previous.values.get(key)
         if name in COUNTERS:
             if before is None:
-                continue
+                if not previous.fresh:
+                    continue
+                before = 0.0  # a fresh process' counters start at zero
             if value < before:
                 return None  # a reset or another process: unknowable this interval
             out[key] = (value - before) / dt_s
-        elif name in ("vllm:num_requests_waiting", "vllm:num_requests_running"):
+        elif name in (WAITING, RUNNING, WAITING_BY_REASON):
             out[key] = (value - (before or 0.0)) / dt_s
     return out
 
@@ -105,3 +169,14 @@ def select(values: Mapping[SeriesKey, float], name: str, accept: object) -> Iter
     for (sample, labels), value in values.items():
         if sample == name and accept(dict(labels)):  # type: ignore[operator]
             yield value
+
+
+def select_labelled(
+    values: Mapping[SeriesKey, float], name: str, accept: object
+) -> Iterable[tuple[dict[str, str], float]]:
+    """Like ``select`` but with each series' labels (for ``reason``/``source`` splits)."""
+    for (sample, labels), value in values.items():
+        if sample == name:
+            as_dict = dict(labels)
+            if accept(as_dict):  # type: ignore[operator]
+                yield as_dict, value

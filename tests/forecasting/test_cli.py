@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from forecasting.registry import METHODS, backtest_methods
 from prescaler.cli import main
 
 DATA = Path(__file__).parent / "data"
-NAMES = {"last_value", "seasonal_naive", "holt_winters", "arima", "kalman", "fft_max", "prescaler"}
+NAMES = {*METHODS, *(("sf_autoets",) if "sf_autoets" in backtest_methods() else ())}
+"""The anchors, prescaler, and one statsforecast baseline when installed (each
+baseline has its own tests; AutoARIMA's refits alone would take seconds here)."""
 
 
 def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -24,6 +27,8 @@ def test_backtest_json_shape_and_plot(tmp_path: Path, capsys: pytest.CaptureFixt
             "180",
             "--max-origins",
             "12",
+            "--methods",
+            ",".join(sorted(NAMES, key=lambda m: m == "prescaler")),
             "--json",
             str(out),
             "--plot",

@@ -10,13 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from forecasting.prescaler_model import (
-    _BAND_LEVELS,
-    PrescalerConfig,
-    PrescalerForecaster,
-    _sorted_quantile,
-    recency_quantiles,
-)
+from forecasting.prescaler_band import BAND_LEVELS as _BAND_LEVELS
+from forecasting.prescaler_band import recency_quantiles
+from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
+from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
 

@@ -140,27 +140,3 @@ def test_long_horizon_beyond_eager_fit() -> None:
     t = np.arange(y.size, y.size + 60)
     truth = 100 + 50 * np.sin(2 * np.pi * t / DAY)
     assert np.max(np.abs(fc.median - truth)) < 5.0
-
-
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"ses_feature": True, "prior_feature": 4},
-        {"loo_residuals": True},
-        {"lad_iterations": 2},
-        {"prior_rows": 5.0},
-        {"window_candidates": (12, 48)},
-        {"conformal": True},
-    ],
-)
-def test_prescaler_options_stay_sane(options: dict[str, object]) -> None:
-    """Every documented alternative still gives finite, ordered, sane bands."""
-    from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
-
-    rng = np.random.default_rng(11)
-    y = 50 + 10 * np.sin(np.arange(300) / 20) + rng.normal(0, 2, 300)
-    f = PrescalerForecaster(PrescalerConfig(**options))  # type: ignore[arg-type]
-    f.fit(y, 60)
-    fc = f.predict(5, (0.1, 0.5, 0.9))
-    assert np.all(np.diff(fc.values, axis=0) >= 0)
-    assert 20 < fc.median[0] < 80 and fc.quantile(0.9)[0] < 120

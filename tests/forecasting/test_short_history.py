@@ -15,6 +15,7 @@ from forecasting.combination import (
     trend_last,
     trend_state,
 )
+from forecasting.prescaler_band import calibrated, tail_factor
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
@@ -64,20 +65,17 @@ def test_a_short_history_already_weighs_its_pool() -> None:
 
 
 def test_tail_factor_moves_the_level_toward_the_target() -> None:
-    f = PrescalerForecaster(PrescalerConfig(calibrate_rows=100))
     # The factor scales tail probabilities: missing too often shrinks them
     # (a wider band), covering too often grows them.
-    under = f._tail_factor(0.80, 10_000)  # missed twice as often as allowed
-    over = f._tail_factor(0.99, 10_000)
+    under = tail_factor(0.80, 10_000, 100)  # missed twice as often as allowed
+    over = tail_factor(0.99, 10_000, 100)
     assert under < 1.0 < over
-    assert f._tail_factor(0.90, 10_000) == 1.0
-    assert under < f._tail_factor(0.80, 10) < 1.0  # little evidence, small step
-    assert f._tail_factor(0.0, 10**9) == 0.5  # clipped: at most doubles the band's reach
-    assert 1.99 < f._tail_factor(1.0, 10**9) <= 2.0
-    f._tail = {1: under}
-    assert f._calibrated(0.9, 1) > 0.9 and f._calibrated(0.1, 1) < 0.1
-    assert f._calibrated(0.5, 1) == 0.5
-    assert f._calibrated(0.9, 3) == f._calibrated(0.9, 1)  # borrowed from a shorter horizon
+    assert tail_factor(0.90, 10_000, 100) == 1.0
+    assert under < tail_factor(0.80, 10, 100) < 1.0  # little evidence, small step
+    assert tail_factor(0.0, 10**9, 100) == 0.5  # clipped: at most doubles the band's reach
+    assert 1.99 < tail_factor(1.0, 10**9, 100) <= 2.0
+    assert calibrated(0.9, under) > 0.9 and calibrated(0.1, under) < 0.1
+    assert calibrated(0.5, under) == 0.5
 
 
 def test_calibration_keeps_white_noise_bands_near_their_level() -> None:
@@ -126,29 +124,6 @@ def test_confidence_set_keeps_the_members_within_noise_of_the_best() -> None:
     # Overlapping h-step errors count as fewer samples: wider tolerance.
     gap = np.vstack([base[:100], base[:100] + 0.15 + rng.normal(0, 0.5, 100)])
     assert confidence_set_weights(gap, 2.0, h=1)[1] <= confidence_set_weights(gap, 2.0, h=10)[1]
-
-
-def test_equal_weighting_weighs_every_member_alike() -> None:
-    rng = np.random.default_rng(6)
-    y = 100 + rng.normal(0, 3, 400)
-    f = PrescalerForecaster(PrescalerConfig(weighting="equal"))
-    f.fit(y, 60)
-    for h in range(1, 13):
-        w = f._weights[h]
-        assert w is not None and np.allclose(w, 1.0 / w.size)
-
-
-def test_confidence_weighting_drops_the_clearly_worse_members() -> None:
-    """On a clean daily cycle the lagging smoothers are significantly worse."""
-    t = np.arange(int(4.3 * 144))
-    y = 100 + 50 * np.sin(2 * np.pi * t / 144)
-    f = PrescalerForecaster(PrescalerConfig(weighting="confidence"))
-    f.fit(y, 600.0)
-    w = f._weights[1]
-    assert w is not None and int(np.count_nonzero(w)) < w.size
-    assert np.all((w == 0) | np.isclose(w, w.max()))  # equal over the set
-    with pytest.raises(ValueError, match="confidence_z"):
-        PrescalerConfig(confidence_z=0.0)
 
 
 def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> None:

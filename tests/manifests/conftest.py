@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.manifests.validate import CrdIndex, load_crds, load_yaml_documents
+from tests.support.ci import in_ci
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
 DATA = Path(__file__).resolve().parent / "data"
-SHARED = ROOT / ".." / "shared"
 
 # Every directory a user may `kubectl apply -k`: the base and each overlay.
 OVERLAYS: dict[str, Path] = {
@@ -26,10 +25,6 @@ OVERLAYS: dict[str, Path] = {
         for p in sorted((MANIFESTS / "overlays").glob("*/kustomization.yaml"))
     },
 }
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def find_tool(name: str) -> str | None:

@@ -22,7 +22,7 @@ from tests.manifests.conftest import MANIFESTS, need_tool
 GRAFANA = MANIFESTS / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 
-# design.md, "Contracts": the scaler's own metrics.
+# docs/contracts.md, "The scaler's own metrics".
 CONTRACT_METRICS = {
     "prescaler_desired_replicas",
     "prescaler_ready_replicas",

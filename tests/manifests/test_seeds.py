@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.manifests.conftest import DATA, SHARED
+from tests.manifests.conftest import DATA
 from tests.manifests.validate import (
     CrdIndex,
     Problem,
@@ -15,6 +15,7 @@ from tests.manifests.validate import (
     load_yaml_documents,
     validate_object,
 )
+from tests.support.reference import reference_path
 
 SEEDS = DATA / "seeds"
 
@@ -75,9 +76,7 @@ def test_seed002_time_slicing_is_current_format(crds: CrdIndex) -> None:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SEEDS.glob("*.yaml")))
 def test_seed_data_is_verbatim(name: str) -> None:
-    seeds_dir = SHARED / "seeds"
-    if not seeds_dir.is_dir():
-        pytest.skip("../shared/seeds not beside the checkout")
+    seeds_dir = reference_path("seeds")
     text = (SEEDS / name).read_text(encoding="utf-8")
     sources = [p.read_text(encoding="utf-8") for p in Path(seeds_dir).glob("*.txt")]
     assert any(text in src for src in sources), f"{name} is not a verbatim excerpt of a seed"

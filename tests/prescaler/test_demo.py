@@ -1,8 +1,10 @@
-"""`prescaler demo`: runs end to end on a short duration and reports what it saw."""
+"""`prescaler demo`: the simulator comparison by default, the emulator demo behind a flag."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -10,9 +12,26 @@ from prescaler.cli import main
 from prescaler.demo import Outcome, load_schedule, metrics_excerpt, summary_table
 
 
-def test_demo_runs_short_and_prints_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    """A 2-second demo exits 0 with the client table and the emulator's metrics."""
-    code = main(["demo", "--duration", "2", "--profile", "llama-3-8b@p5.48xlarge", "--rate", "5"])
+def test_demo_replays_the_shipped_trace_under_four_policies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default demo (what `make demo` runs) compares static, reactive, predictive
+    and oracle on the shipped trace, prints the table and writes plots + JSON."""
+    code = main(["demo", "--duration", "240", "--out", str(tmp_path), "--quiet", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    header = out.splitlines()[2]
+    assert all(name in header for name in ("static", "reactive", "predictive", "oracle"))
+    assert "P99 TTFT" in out and "cost ratio to oracle" in out
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert list(doc["policies"]) == ["static", "reactive", "predictive", "oracle"]
+    assert (tmp_path / "timeline.png").exists() and (tmp_path / "timeline-ttft.png").exists()
+
+
+def test_emulator_demo_runs_short_and_prints_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """`demo --emulator`: a 2-second run exits 0 with the client table and the metrics."""
+    code = main(["demo", "--emulator", "--duration", "2", "--profile", "llama-3-8b@p5.48xlarge",
+                 "--rate", "5"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0
     assert "requests sent / completed" in out
@@ -55,10 +74,12 @@ def test_summary_and_excerpt_are_plain_text() -> None:
 @pytest.mark.parametrize("bad", ["0", "nan", "inf"])
 def test_demo_refuses_bad_duration(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     """--duration must be a finite positive number."""
+    assert main(["demo", "--emulator", "--duration", bad]) == 2
+    assert "--duration" in capsys.readouterr().err
     assert main(["demo", "--duration", bad]) == 2
     assert "--duration" in capsys.readouterr().err
 
 
 def test_demo_refuses_a_nan_rate(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--duration", "1", "--rate", "nan"]) == 2
+    assert main(["demo", "--emulator", "--duration", "1", "--rate", "nan"]) == 2
     assert "rate" in capsys.readouterr().err

@@ -2,19 +2,17 @@
 
 Without Go (a user who cloned only the project and has no root), the
 front's tests skip and ``prescaler serve`` uses Python gRPC alone; under
-``CI=true`` a front that cannot be built fails the run, never a silent skip.
+CI (``tests.support.ci``) a front that cannot be built fails the run, never a silent skip.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from scaler.front import FrontOptions, find_front_binary
+from tests.support.ci import fail_in_ci_else_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILT = ROOT / "build" / "prescaler-front"
@@ -39,9 +37,7 @@ def front_binary() -> Path:
     binary = built or find_front_binary()
     if binary is None:
         message = f"prescaler-front cannot be built (needs Go and grpc-go): {why}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        fail_in_ci_else_skip(message)
     return binary
 
 

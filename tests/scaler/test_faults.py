@@ -1,14 +1,22 @@
 """Faults: Prometheus stopped, slow, 500, NaN, empty, garbage; scrape targets
 refusing, timing out, returning garbage. Each time the RPC-facing answer comes
-from memory within 10 ms, ``prescaler_source_up`` drops to 0, the replica
-count never goes down because of it, and after ``fallbackAfterSeconds`` the
-answer is ``fallbackReplicas``; when the source heals, decisions resume."""
+from memory, ``prescaler_source_up`` drops to 0, the replica count never goes
+down because of it, and after ``fallbackAfterSeconds`` the answer is
+``fallbackReplicas``; when the source heals, decisions resume.
+
+How fast that in-memory answer is (p99 under 10 ms while the source is broken)
+is a wall-clock figure that depends on the machine, so the bench measures it
+(`make bench`, bench-results/scaler_faults.json); the default suite checks
+only behaviour."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +32,10 @@ pytestmark = pytest.mark.integration
 
 FALLBACK = 7
 FALLBACK_AFTER_S = 2.0
+RESULTS = Path(__file__).resolve().parents[2] / "bench-results" / "scaler_faults.json"
+P99_LIMIT_S = 0.010
+PROMETHEUS_MODES = ["slow", "error", "nan", "empty", "garbage"]
+SCRAPE_MODES = ["refuse", "slow", "garbage", "nan"]
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +88,10 @@ async def scenario(
     break_it: Callable[[], None],
     heal: Callable[[], None],
     detect_s: float = 4.0,
-) -> None:
-    """Healthy -> broken (hold, source down, fallback) -> healed."""
+) -> list[float]:
+    """Healthy -> broken (hold, source down, fallback) -> healed.
+
+    Returns the sorted latencies (s) of the decision reads made while broken."""
     await state.start()
     try:
         await wait_until(lambda: state.decision("llm", "so").reason == "queue", 15)
@@ -97,7 +111,6 @@ async def scenario(
             seen.append((decision.replicas, decision.reason))
             await asyncio.sleep(0.01)
         latencies.sort()
-        assert latencies[int(len(latencies) * 0.99)] < 0.010
         # never lower than the healthy answer before the fallback
         assert all(r >= healthy for r, _ in seen), seen
         assert {reason for _, reason in seen} <= {"queue", "stale_hold"}
@@ -108,6 +121,7 @@ async def scenario(
         await wait_until(lambda: source_up(telemetry) == [1.0], 5)
     finally:
         await state.stop()
+    return latencies
 
 
 def prometheus_state(url: str, telemetry: ScalerTelemetry) -> ScalerState:
@@ -124,8 +138,7 @@ def prometheus_state(url: str, telemetry: ScalerTelemetry) -> ScalerState:
     return state
 
 
-@pytest.mark.parametrize("mode", ["slow", "error", "nan", "empty", "garbage"])
-async def test_prometheus_misbehaving(prom: PrometheusServer, mode: str) -> None:
+async def prometheus_faults(prom: PrometheusServer, mode: str) -> list[float]:
     proxy = PrometheusProxy(prom.url)
     proxy.delay_s = 5.0
     telemetry = ScalerTelemetry()
@@ -138,9 +151,14 @@ async def test_prometheus_misbehaving(prom: PrometheusServer, mode: str) -> None
         def heal() -> None:
             proxy.mode = "pass"
 
-        await scenario(state, telemetry, break_it, heal)
+        return await scenario(state, telemetry, break_it, heal)
     finally:
         proxy.stop()
+
+
+@pytest.mark.parametrize("mode", PROMETHEUS_MODES)
+async def test_prometheus_misbehaving(prom: PrometheusServer, mode: str) -> None:
+    assert await prometheus_faults(prom, mode)
 
 
 async def test_prometheus_stopped_mid_run(prom: PrometheusServer) -> None:
@@ -152,8 +170,7 @@ async def test_prometheus_stopped_mid_run(prom: PrometheusServer) -> None:
         prom.start()
 
 
-@pytest.mark.parametrize("mode", ["refuse", "slow", "garbage", "nan"])
-async def test_scrape_target_misbehaving(fake_vllm: Callable[..., FakeVllm], mode: str) -> None:
+async def scrape_faults(fake_vllm: Callable[..., FakeVllm], mode: str) -> list[float]:
     target = fake_vllm(model="llama", engines=[Engine(waiting=12, running=4, kv=0.4)], delay_s=3.0)
     telemetry = ScalerTelemetry()
     state = ScalerState(
@@ -173,4 +190,45 @@ async def test_scrape_target_misbehaving(fake_vllm: Callable[..., FakeVllm], mod
     def heal() -> None:
         target.mode = "ok"
 
-    await scenario(state, telemetry, break_it, heal)
+    return await scenario(state, telemetry, break_it, heal)
+
+
+@pytest.mark.parametrize("mode", SCRAPE_MODES)
+async def test_scrape_target_misbehaving(fake_vllm: Callable[..., FakeVllm], mode: str) -> None:
+    assert await scrape_faults(fake_vllm, mode)
+
+
+def _figures(latencies: list[float]) -> dict[str, float]:
+    return {
+        "reads": len(latencies),
+        "p50_ms": statistics.median(latencies) * 1e3,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
+        "max_ms": latencies[-1] * 1e3,
+    }
+
+
+@pytest.mark.bench
+async def test_bench_decision_reads_stay_fast_while_sources_fail(
+    prom: PrometheusServer, fake_vllm: Callable[..., FakeVllm]
+) -> None:
+    """Bench: while a source is broken the decision comes from memory, p99 under 10 ms."""
+    report: dict[str, dict[str, dict[str, float]]] = {"prometheus": {}, "scrape": {}}
+    for mode in PROMETHEUS_MODES:
+        report["prometheus"][mode] = _figures(await prometheus_faults(prom, mode))
+    for mode in SCRAPE_MODES:
+        report["scrape"][mode] = _figures(await scrape_faults(fake_vllm, mode))
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(
+        json.dumps({"p99_limit_ms": P99_LIMIT_S * 1e3, "sources": report}, indent=2) + "\n"
+    )
+    print("\nscaler faults bench: decision read while the source is broken")
+    for kind, modes in report.items():
+        for mode, fig in modes.items():
+            print(f"  {kind:10s} {mode:8s} p50 {fig['p50_ms']:.3f} ms  p99 {fig['p99_ms']:.3f} ms")
+    slow = [
+        f"{kind}/{mode}: {fig['p99_ms']:.2f} ms"
+        for kind, modes in report.items()
+        for mode, fig in modes.items()
+        if fig["p99_ms"] >= P99_LIMIT_S * 1e3
+    ]
+    assert not slow, "p99 at or over 10 ms: " + "; ".join(slow)

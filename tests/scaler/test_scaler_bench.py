@@ -1,7 +1,7 @@
 """Benchmark: 1,000 ScaledObjects polled in KEDA's pattern once per second for
 60 s against ONE scaler process, with forecasting ON.
 
-Targets (issue 4): GetMetrics p99 < 5 ms (measured by the client, as KEDA
+Targets (the scaler's service levels): GetMetrics p99 < 5 ms (measured by the client, as KEDA
 sees it), zero errors, scaler resident memory < 300 MB, and the number of
 Prometheus queries per refresh independent of the number of ScaledObjects
 (counted by a proxy in front of a real Prometheus).
@@ -46,7 +46,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "bench-results" / "scaler.json"
+# BENCH_SCALER_RESULTS names another file, so a variant (front off, a shorter
+# interval) does not overwrite the default run's figures.
+RESULTS = ROOT / "bench-results" / os.environ.get("BENCH_SCALER_RESULTS", "scaler.json")
 GROUPS = 10  # fake vLLM replicas, one namespace each; objects select one of them
 WARMUP_S = 5.0
 
@@ -188,6 +190,13 @@ def _front() -> Path:
     return FRONT
 
 
+def _interval_s() -> float:
+    """Each object's poll interval: 1 s, or ``BENCH_SCALER_INTERVAL_S`` (0.2 is five
+    times the call rate: what 5,000 objects at 1 s would send, on 1,000 objects'
+    state), for measuring how far the server's headroom goes."""
+    return float(os.environ.get("BENCH_SCALER_INTERVAL_S", "1.0"))
+
+
 def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: float) -> str:
     """The loadgen's input: every object's requests, serialized by our protos."""
     import base64
@@ -222,6 +231,7 @@ def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: fl
             "address": f"127.0.0.1:{port}",
             "start_at": start_at,
             "seconds": seconds,
+            "interval_s": _interval_s(),
             "timeout_s": 10.0,
             "seed": 1,
             "objects": items,
@@ -689,6 +699,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     summary: dict[str, Any] = {
         "objects": objects,
         "seconds": seconds,
+        "poll_interval_s": _interval_s(),
         "wall_s": round(wall, 1),
         "client": "keda-loadgen: grpc-go (KEDA's client stack), one connection",
         "server": "prescaler-front (Go) + Python scaler" if front else "Python grpc.aio alone",
@@ -738,8 +749,9 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     }
     checks = {
         "zero errors": summary["errors"] == 0,
-        f"every object polled ~1/s (>= {int(0.9 * objects * seconds)} polls)": summary["polls"]
-        >= 0.9 * objects * seconds,
+        f"every object polled every {_interval_s():g} s "
+        f"(>= {int(0.9 * objects * seconds / _interval_s())} polls)": summary["polls"]
+        >= 0.9 * objects * seconds / _interval_s(),
         "forecaster fitted for every object": (
             summary["forecasters_fitted_after_backfill"] == fitted_expected
             and summary["forecasters_fitted_at_end"] == fitted_expected
@@ -756,7 +768,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(summary, indent=2) + "\n")
     width = max(len(k) for k in summary)
-    print("\nscaler bench (bench-results/scaler.json)")
+    print(f"\nscaler bench ({RESULTS.relative_to(ROOT)})")
     for key, value in summary.items():
         if key != "targets":
             print(f"  {key:<{width}}  {value}")

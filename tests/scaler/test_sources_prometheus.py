@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -141,7 +141,7 @@ async def test_range_read_equals_instant_reads_at_the_same_times(prom: Prometheu
 
 
 def test_failing_scrapes_read_as_missing_never_as_idle() -> None:
-    """Review #1 against a real Prometheus: when a replica's scrape fails
+    """Against a real Prometheus: when a replica's scrape fails
     (``up == 0``) its vLLM series go stale at once. The ``lost`` query still
     sees it, so the reading is partial (waiting NaN), and with every replica
     failing there is no reading at all, instead of "0 replicas, 0 waiting"."""
@@ -203,7 +203,7 @@ def test_real_emulators_of_both_generations_are_read() -> None:
             time.sleep(1.0)  # the evaluation time below must follow every first scrape
             source = PrometheusSource(server.url, rate_window_s=5)
 
-            async def read() -> dict[Selection, object]:
+            async def read() -> Mapping[Selection, object]:
                 try:
                     return await source.read([sel("", "m1")], time.time() - 0.5)
                 finally:
@@ -229,3 +229,51 @@ def test_missing_prometheus_fails_under_ci_and_skips_elsewhere(
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="not installed"):
         helper.prometheus_binary()
+
+
+async def test_waiting_is_the_capacity_queue_where_vllm_splits_it() -> None:
+    """A vLLM 0.32 replica with 3 requests waiting for capacity and 5 deferred
+    (LoRA budget, KV transfer) beside an old replica with 2 waiting and no
+    split: waiting is 3 + 2. Deferred requests do not ask for replicas; a
+    replica without the split counts its whole queue."""
+    from aiohttp import web
+
+    from tests.scaler.conftest import ThreadedApp
+
+    labels = 'engine="0",model_name="llama"'
+    page = "\n".join([
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} 4.0",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} 8.0",
+        "# TYPE vllm:num_requests_waiting_by_reason gauge",
+        f'vllm:num_requests_waiting_by_reason{{{labels},reason="capacity"}} 3.0',
+        f'vllm:num_requests_waiting_by_reason{{{labels},reason="deferred"}} 5.0',
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{labels}}} 0.5",
+        "",
+    ])  # fmt: skip
+
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text=page)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    new = ThreadedApp(app)
+    old = FakeVllm(model="llama", generation="v0", engines=[Engine(waiting=2, running=1)]).start()
+    try:
+        targets = [Target(a.address, {"namespace": "llm"}) for a in (new, old)]
+        with running_prometheus(targets) as server:
+            server.wait_for_targets_up(2)
+            server.wait_for("vllm:num_requests_waiting_by_reason", min_series=2)
+            server.wait_for("vllm:num_requests_waiting", min_series=2)
+            source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
+            try:
+                selection = sel('namespace="llm"', "llama")
+                reading = (await source.read([selection], time.time()))[selection]
+            finally:
+                await source.close()
+        assert (reading.waiting, reading.running, reading.ready_replicas) == (5.0, 5.0, 2)
+    finally:
+        new.stop()
+        old.stop()

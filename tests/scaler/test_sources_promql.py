@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from scaler.sources.promql import SIGNALS, build_plan, group_labels_for
 
 GOLDEN_ONE = {
     "waiting": "sum by (model_name, namespace) "
-    '(vllm:num_requests_waiting{namespace="llm",model_name="m\\"x"})',
+    '(vllm:num_requests_waiting_by_reason{namespace="llm",model_name="m\\"x",reason="capacity"} '
+    'or ignoring(reason) vllm:num_requests_waiting{namespace="llm",model_name="m\\"x"})',
     "replicas": "count by (model_name, namespace) (count by (model_name, namespace, instance) "
     '(vllm:num_requests_running{namespace="llm",model_name="m\\"x"}))',
     "kv_sum": "sum by (model_name, namespace) "
@@ -28,7 +30,8 @@ GOLDEN_ONE = {
 }
 
 GOLDEN_MANY = {
-    "waiting": "sum by (model_name, namespace) (vllm:num_requests_waiting)",
+    "waiting": "sum by (model_name, namespace) (vllm:num_requests_waiting_by_reason"
+    '{reason="capacity"} or ignoring(reason) vllm:num_requests_waiting)',
     "in_system_delta": "sum by (model_name, namespace) (delta(vllm:num_requests_waiting[30s])) + "
     "sum by (model_name, namespace) (delta(vllm:num_requests_running[30s]))",
     "preemptions": "sum by (model_name, namespace) (rate(vllm:num_preemptions_total[30s]))",
@@ -76,7 +79,10 @@ def test_injection_attempts_stay_inside_a_string_literal() -> None:
 
 def test_no_selector_means_one_total() -> None:
     plan = build_plan([Selection()])
-    assert plan.queries["waiting"] == "sum (vllm:num_requests_waiting)"
+    assert plan.queries["waiting"] == (
+        'sum (vllm:num_requests_waiting_by_reason{reason="capacity"} '
+        "or ignoring(reason) vllm:num_requests_waiting)"
+    )
     assert plan.queries["replicas"] == "count (count by (instance) (vllm:num_requests_running))"
 
 
@@ -174,7 +180,7 @@ def test_a_non_number_from_prometheus_is_a_source_error() -> None:
 
 @pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf"])
 def test_a_non_finite_group_spoils_only_the_selections_that_match_it(bad: str) -> None:
-    """Review #4: team-b's NaN KV group must not stop team-a's reading (before:
+    """team-b's NaN KV group must not stop team-a's reading (before:
     SourceError for every ScaledObject on that Prometheus)."""
     a, b = _sel('namespace="a"'), _sel('namespace="b"')
     plan = build_plan([a, b], 60)
@@ -209,7 +215,7 @@ def test_split_range_gives_one_reading_per_evaluation_time() -> None:
     sel = _sel('namespace="a"')
     plan = build_plan([sel], 60)
     labels = {"namespace": "a", "model_name": "m"}
-    answers = {s: [] for s in SIGNALS}
+    answers: dict[str, list[Any]] = {s: [] for s in SIGNALS}
     answers["health"] = [{"metric": {}, "values": [[10, "1"], [15, "1"], [20, "1"]]}]
     answers["waiting"] = [{"metric": labels, "values": [[10, "2"], [15, "NaN"], [20, "7"]]}]
     answers["replicas"] = [{"metric": labels, "values": [[10, "1"], [15, "1"], [20, "2"]]}]
@@ -359,7 +365,7 @@ def _decide(reading: object) -> object:
 
 
 def test_every_replica_lost_gives_no_reading_so_the_policy_holds() -> None:
-    """Review #1: every vLLM scrape fails (``up == 0``): the vLLM series are gone
+    """every vLLM scrape fails (``up == 0``): the vLLM series are gone
     but ``lost`` counts the replicas still scraped. Before: ready 0, waiting 0
     -> decide said 0 'idle'. Now: no reading -> stale hold at 10."""
     sel = _sel('namespace="a"')
@@ -432,16 +438,17 @@ def test_lost_query_counts_vanished_series_of_targets_still_scraped() -> None:
 
 
 def test_prometheus_selection_is_confined_to_the_scaledobject_namespace() -> None:
-    """Review #2: ``model`` alone used to sum every namespace's queue."""
+    """``model`` alone used to sum every namespace's queue."""
     from scaler.settings import parse_settings
     from scaler.sources import selection_for
 
     prom = {"prometheusAddress": "http://p:9090", "model": "meta-llama/Meta-Llama-3-8B-Instruct"}
     _, selection = selection_for(parse_settings(prom), "team-a")
     plan = build_plan([selection], 120)
+    team = '{namespace="team-a",model_name="meta-llama/Meta-Llama-3-8B-Instruct"'
     assert plan.queries["waiting"] == (
-        "sum by (model_name, namespace) (vllm:num_requests_waiting"
-        '{namespace="team-a",model_name="meta-llama/Meta-Llama-3-8B-Instruct"})'
+        f"sum by (model_name, namespace) (vllm:num_requests_waiting_by_reason{team}"
+        f',reason="capacity"}} or ignoring(reason) vllm:num_requests_waiting{team}}})'
     )
     assert selection.matches({"namespace": "team-a", "model_name": prom["model"]})
     assert not selection.matches({"namespace": "team-b", "model_name": prom["model"]})
@@ -455,7 +462,7 @@ def test_prometheus_selection_is_confined_to_the_scaledobject_namespace() -> Non
 
 
 def test_default_rate_window_is_two_minutes() -> None:
-    """Review #3: 60 s dropped targets scraped every 60 s from rate()."""
+    """60 s dropped targets scraped every 60 s from rate()."""
     from scaler.sources.prometheus import PrometheusSource
 
     plan = build_plan([_sel('namespace="a"')])
@@ -464,7 +471,7 @@ def test_default_rate_window_is_two_minutes() -> None:
 
 
 def test_serve_rate_window_flag_reaches_the_prometheus_source() -> None:
-    """Review #3: ``prescaler serve --rate-window-seconds`` configures the window."""
+    """``prescaler serve --rate-window-seconds`` configures the window."""
     import argparse
     import asyncio
 

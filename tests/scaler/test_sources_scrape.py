@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -60,8 +61,13 @@ async def test_each_url_is_scraped_once_for_all_objects(fake_vllm: Callable[...,
 async def test_a_bad_target_fails_only_its_objects(
     fake_vllm: Callable[..., FakeVllm], mode: str
 ) -> None:
-    """Refused, garbage, NaN, too slow or closed: no reading (hold), others unaffected."""
-    good = fake_vllm(engines=[Engine(waiting=1)])
+    """Refused, garbage, NaN, too slow or closed: that replica alone is unknown.
+
+    A fleet with one bad URL reads as incomplete (waiting NaN, the readable
+    replica's running and KV usage kept, no rates: the policy may rise, never
+    fall); a fleet of only bad URLs gets no reading (hold); others unaffected.
+    """
+    good = fake_vllm(engines=[Engine(waiting=1, running=2, kv=0.3)])
     bad = fake_vllm(mode=mode if mode != "down" else "ok", delay_s=3.0)
     bad_url = bad.url
     if mode == "down":
@@ -69,8 +75,15 @@ async def test_a_bad_target_fails_only_its_objects(
     source = ScrapeSource(timeout_s=0.5)
     try:
         mine, theirs = Selection(urls=(good.url, bad_url)), Selection(urls=(good.url,))
-        readings = await asyncio.wait_for(source.read([mine, theirs], 1.0), timeout=2.0)
-        assert mine not in readings
+        only_bad = Selection(urls=(bad_url,))
+        readings = await asyncio.wait_for(
+            source.read([mine, theirs, only_bad], 1.0), timeout=2.0
+        )
+        partial = readings[mine]
+        assert math.isnan(partial.waiting) and partial.running == 2.0
+        assert partial.ready_replicas == 1 and partial.kv_usage == pytest.approx(0.3)
+        assert partial.arrival_rate_rps is None
+        assert only_bad not in readings
         assert readings[theirs].waiting == 1
     finally:
         await source.close()
@@ -200,7 +213,7 @@ async def test_discovery_failure_is_a_source_error(api_server: FakeApiServer) ->
 async def test_not_ready_pods_that_serve_count_their_queue(
     api_server: FakeApiServer, fake_vllm: Callable[..., FakeVllm]
 ) -> None:
-    """Review #1: 4 pods all NotReady (readiness timing out under load) used to
+    """4 pods all NotReady (readiness timing out under load) used to
     read as an empty fleet -> decide said 0 'idle'. Their queue is real demand."""
     from scaler.policy import Decision, ReplicaCapacity, decide
     from scaler.settings import parse_settings
@@ -257,3 +270,90 @@ async def test_a_not_ready_pod_that_served_before_makes_the_read_incomplete(
         assert (empty.ready_replicas, empty.waiting, empty.arrival_rate_rps) == (0, 0.0, 0.0)
     finally:
         await source.close()
+
+
+# ------------------------------------------------- fresh replicas (multiprocess)
+
+
+async def test_a_fresh_multiprocess_replica_does_not_blind_the_scaler() -> None:
+    """A replica whose /metrics declares vLLM's families but has no samples yet
+    (several API servers, no request served) is a present, idle replica: the
+    scaler still sees the busy replica beside it and scales on its queue.
+    Before: the page was rejected, the whole selection had no reading, and the
+    scaler answered 1 replica while ~200 requests queued."""
+    from engine.emulator import EmulatorServer, EmulatorSettings
+    from scaler.settings import parse_settings
+    from scaler.state import ScalerState
+    from scaler.telemetry import ScalerTelemetry
+
+    busy_settings = EmulatorSettings(
+        profile="llama-3-8b@g5.xlarge", served_model_name="llama", max_num_seqs=2,
+        metrics_version="v0.32",
+    )  # fmt: skip
+    fresh_settings = EmulatorSettings(
+        profile="llama-3-8b@g5.xlarge", served_model_name="llama", metrics_version="v0.32",
+        api_server_count=2,
+    )  # fmt: skip
+    async with (
+        EmulatorServer.running(busy_settings) as busy,
+        EmulatorServer.running(fresh_settings) as fresh,
+    ):
+        for i in range(200):
+            busy.driver.submit(f"r{i}", 100, 4000, "length")
+        state = ScalerState(
+            telemetry=ScalerTelemetry(),
+            refresh_interval_s=0.3,
+            forecast_step_s=0.3,
+            refit_interval_s=5,
+            fit_window_s=30,
+            query_delay_s=0.0,
+            source_factory=lambda spec: ScrapeSource(timeout_s=1.0, spec=spec),
+        )
+        urls = f"{busy.url}/metrics,{fresh.url}/metrics"
+        settings = parse_settings(
+            {"metricsUrls": urls, "model": "llama", "forecast": "off", "maxReplicas": "100"}
+        )
+        state.register("llm", "so", settings)
+        await state.start()
+        try:
+            # 198 waiting at the default target of waiting per replica: far above 1
+            deadline = asyncio.get_running_loop().time() + 30
+            seen = []
+            while (decision := state.decision("llm", "so")).replicas <= 10:
+                seen.append((decision.replicas, decision.reason))
+                assert asyncio.get_running_loop().time() < deadline, seen[-5:]
+                await asyncio.sleep(0.1)
+        finally:
+            await state.stop()
+    assert decision.reason == "queue", decision
+
+
+async def test_a_fresh_page_through_the_scrape_source() -> None:
+    """The emulator with two API servers: before any request its scheduler gauges
+    have no sample, and the source reads it as one ready, idle replica; after
+    the first request it reads the served numbers."""
+    from engine.emulator import EmulatorServer, EmulatorSettings
+
+    settings = EmulatorSettings(
+        profile="llama-3-8b@p5.48xlarge", served_model_name="m", metrics_version="v0.32",
+        api_server_count=2,
+    )  # fmt: skip
+    source = ScrapeSource(timeout_s=2)
+    async with EmulatorServer.running(settings) as server:
+        url = server.url + "/metrics"
+        selection = Selection((LabelMatcher("model_name", "=", "m"),), urls=(url,))
+        try:
+            first = (await source.read([selection], 1.0))[selection]
+            assert (first.ready_replicas, first.waiting, first.running) == (1, 0.0, 0.0)
+            async with aiohttp.ClientSession() as client:
+                body = {"prompt": [1, 2, 3], "max_tokens": 2}
+                async with client.post(server.url + "/v1/completions", json=body) as r:
+                    assert r.status == 200
+            second = (await source.read([selection], 3.0))[selection]
+            assert second.ready_replicas == 1 and second.kv_usage is not None
+            assert second.completion_rate_rps == pytest.approx(0.5)
+            assert second.prompt_tokens_per_s == pytest.approx(1.5)
+            assert second.computed_prompt_tokens_per_s == pytest.approx(1.5)
+            assert second.kv_cache_tokens is not None and second.kv_cache_tokens > 0
+        finally:
+            await source.close()

@@ -4,7 +4,7 @@ Why a real one: the scaler's grouped PromQL, range-query backfill and
 staleness handling are only proven against the engine that evaluates them.
 The fixture writes a config with the targets a test gives, starts
 ``prometheus`` on a free port with a throw-away TSDB, waits for ``/-/ready``
-and stops it afterwards. Under ``CI=true`` a missing binary fails the run
+and stops it afterwards. Under CI (``tests.support.ci``) a missing binary fails the run
 (never a silent skip); elsewhere the test is skipped with the reason.
 
 Usage::
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -34,6 +33,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.ci import fail_in_ci_else_skip
 
 DEFAULT_BINARY = "/usr/bin/prometheus"
 
@@ -58,10 +59,7 @@ def prometheus_binary() -> str:
         "the `prometheus` binary is not installed (Debian package `prometheus`; "
         "`.ci/run` installs it)"
     )
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but {reason}", pytrace=False)
-    pytest.skip(reason)
-    raise AssertionError("unreachable")  # pragma: no cover
+    fail_in_ci_else_skip(reason)
 
 
 def backfill_openmetrics(openmetrics: Path, data_dir: Path, timeout_s: float = 120.0) -> None:

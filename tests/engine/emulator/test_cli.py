@@ -66,3 +66,54 @@ def test_emulate_reports_a_taken_port_in_one_line(capsys: pytest.CaptureFixture[
         assert main(["emulate", "--host", "127.0.0.1", "--port", str(port)]) == 1
     err = capsys.readouterr().err
     assert f"cannot serve on 127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+def test_emulate_with_two_api_servers_serves_a_fresh_multiprocess_page() -> None:
+    """``prescaler emulate --api-server-count 2 --metrics-version v0.32``: before
+    the first request /metrics declares the scheduler gauges without samples
+    (as vLLM's multiprocess registry does), in text format 1.0.0; after one
+    request they have samples."""
+    import subprocess
+    import sys
+    import time
+
+    cmd = [sys.executable, "-m", "prescaler.cli", "emulate", "--port", "0",
+           "--profile", "llama-3-8b@p5.48xlarge", "--served-model-name", "m",
+           "--metrics-version", "v0.32", "--api-server-count", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "2 API servers" in line, line
+        url = line.rsplit(" on ", 1)[1].strip()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+                    text = resp.read().decode()
+                    kind = resp.headers["Content-Type"]
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert kind == "text/plain; version=1.0.0; charset=utf-8"
+        assert "# TYPE vllm:num_requests_running gauge" in text
+        assert "\nvllm:num_requests_running{" not in text
+        request = urllib.request.Request(
+            url + "/v1/completions",
+            data=json.dumps({"prompt": [1, 2], "max_tokens": 1}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as resp:
+            assert 'vllm:num_requests_running{engine="0",model_name="m"}' in resp.read().decode()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_emulate_refuses_zero_api_servers(capsys: pytest.CaptureFixture[str]) -> None:
+    """--api-server-count below 1 exits 2 before binding a port."""
+    assert main(["emulate", "--api-server-count", "0", "--port", "0"]) == 2
+    assert "api_server_count" in capsys.readouterr().err

@@ -1,4 +1,9 @@
-"""The emulator under concurrent streaming load: nothing lost, nothing stuck, timing faithful."""
+"""The emulator under concurrent streaming load: nothing lost, nothing stuck.
+
+Whether the timing a client sees is faithful to the model is a wall-clock
+figure, so it lives in the bench (`make bench`), which writes
+bench-results/emulator.json; the default suite checks only correctness.
+"""
 
 from __future__ import annotations
 
@@ -152,15 +157,19 @@ async def _timing_errors(results: list[Observed], url: str) -> tuple[float, floa
     return client_ttft / model_ttft - 1, client_itl / model_itl - 1, figures
 
 
-async def test_client_timing_follows_the_model_at_100_concurrent() -> None:
-    """Client-observed TTFT and ITL track the model's (loose bound; 10 % is the bench)."""
+async def test_100_concurrent_streams_complete_and_the_model_records_their_timing() -> None:
+    """100 warmed, ramped streams all finish and the model's latency histograms hold them.
+
+    How closely the client's timing follows the model's is a wall-clock figure
+    that depends on the machine, so it is measured by the bench below (`make
+    bench`, bench-results/emulator.json), not asserted here.
+    """
     async with async_emulator("llama-3-8b@g5.xlarge") as server:
         results = await _run(server, 100, 24, warm=True, stagger_s=0.01)
-        ttft_err, itl_err, figures = await _timing_errors(results, server.url)
-    print(figures)
+        model_ttft, model_itl = await _model_means(server.url)
     assert all(r.done and r.tokens == 24 for r in results)
-    assert abs(itl_err) < 0.25
-    assert -0.05 < ttft_err < 0.5
+    assert all(r.ttft_s > 0 and r.itl_s > 0 for r in results)
+    assert model_ttft > 0 and model_itl > 0
 
 
 @pytest.mark.bench

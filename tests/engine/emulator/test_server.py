@@ -234,3 +234,29 @@ async def test_settings_are_validated() -> None:
         EmulatorSettings(metrics_version="v9")  # type: ignore[arg-type]
     with pytest.raises((ValueError, KeyError)):
         await EmulatorServer.start(EmulatorSettings(profile="no-such@thing"))
+
+
+async def test_admission_limit_refuses_and_counts_like_vllm() -> None:
+    """``max_num_queued_reqs``: a request that would make more than the limit
+    waiting + running is refused with 503 (so a load balancer retries
+    elsewhere) and counted in ``vllm:admission_rejections_total``, which the
+    scaler reads as turned-away demand (metric set ``v0.32``)."""
+    async with (
+        async_emulator(max_num_seqs=1, max_num_queued_reqs=2, metrics_version="v0.32") as srv,
+        aiohttp.ClientSession() as s,
+    ):
+        body = {"prompt": [1, 2, 3], "max_tokens": 2000, "stream": True}
+        held = [await s.post(srv.url + "/v1/completions", json=body) for _ in range(2)]
+        try:
+            async with s.post(srv.url + "/v1/completions", json=body) as r:
+                assert r.status == 503
+                err = await r.json()
+            assert err["code"] == 503 and "busy" in err["message"]
+            async with s.get(srv.url + "/metrics") as r:
+                metrics = _metrics(await r.text())
+        finally:
+            for response in held:
+                response.close()
+    rejected = metrics["vllm:admission_rejections_total"]
+    assert rejected[(("model_name", MODEL), ("reason", "max_num_queued_reqs"))] == 1.0
+    assert rejected[(("model_name", MODEL), ("reason", "max_num_queued_tokens"))] == 0.0

@@ -3,7 +3,8 @@
 // scaler and not a Python client that costs as much CPU per RPC as the
 // server it is measuring.
 //
-// For each ScaledObject, once per second from a random phase (KEDA's
+// For each ScaledObject, once per interval_s (1 s unless the plan says
+// otherwise) from a random phase (KEDA's
 // pollers are not synchronised): GetMetricSpec, GetMetrics, IsActive, in
 // that order, over ONE shared connection (KEDA pools one connection per
 // scalerAddress) with round_robin balancing like KEDA's dialer. Requests
@@ -59,12 +60,15 @@ type object struct {
 }
 
 type plan struct {
-	Address  string   `json:"address"`
-	StartAt  float64  `json:"start_at"` // unix seconds, shared by all generators
-	Seconds  float64  `json:"seconds"`
-	TimeoutS float64  `json:"timeout_s"`
-	Seed     int64    `json:"seed"`
-	Objects  []object `json:"objects"`
+	Address string  `json:"address"`
+	StartAt float64 `json:"start_at"` // unix seconds, shared by all generators
+	Seconds float64 `json:"seconds"`
+	// IntervalS is each object's poll interval; 0 or absent means 1 s. Shorter
+	// intervals stand for more objects at the same call rate.
+	IntervalS float64  `json:"interval_s"`
+	TimeoutS  float64  `json:"timeout_s"`
+	Seed      int64    `json:"seed"`
+	Objects   []object `json:"objects"`
 }
 
 type sample [2]float64 // seconds since start when the poll began, seconds taken
@@ -101,10 +105,14 @@ func main() {
 	start := time.Unix(0, int64(p.StartAt*1e9))
 	end := start.Add(time.Duration(p.Seconds * float64(time.Second)))
 	timeout := time.Duration(p.TimeoutS * float64(time.Second))
+	interval := time.Second
+	if p.IntervalS > 0 {
+		interval = time.Duration(p.IntervalS * float64(time.Second))
+	}
 	rng := rand.New(rand.NewSource(p.Seed))
 	phases := make([]time.Duration, len(p.Objects))
 	for i := range phases {
-		phases[i] = time.Duration(rng.Float64() * float64(time.Second))
+		phases[i] = time.Duration(rng.Float64() * float64(interval))
 	}
 
 	out := result{
@@ -133,7 +141,7 @@ func main() {
 				}
 				return reply, err
 			}
-			for next := start.Add(phase); next.Before(end); next = next.Add(time.Second) {
+			for next := start.Add(phase); next.Before(end); next = next.Add(interval) {
 				time.Sleep(time.Until(next))
 				at := time.Since(start).Seconds()
 				_, err := call("GetMetricSpec", obj.Ref, at)

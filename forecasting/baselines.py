@@ -1,0 +1,222 @@
+"""Nixtla statsforecast's automatic models as backtest baselines.
+
+``sf_autoets``, ``sf_autoarima``, ``sf_autotheta`` and ``sf_mstl`` wrap
+statsforecast's ``AutoETS``, ``AutoARIMA``, ``AutoTheta`` and ``MSTL`` as plain
+:class:`forecasting.Forecaster` s, scored with their OWN prediction intervals
+(the 0.9 quantile is the upper bound of the central 80 % interval), so that
+prescaler is compared with the strongest off-the-shelf statistical models, not
+only with the anchors' point forecasts. They are backtest references, not
+scaler methods (an AutoARIMA fit takes about a second; the scaler refits a
+thousand objects every ten minutes), hence not in ``METHODS``.
+
+statsforecast is the optional extra ``prescaler[baselines]`` (``dev`` includes
+it); without it, asking for one of these methods is a clear error.
+
+Choices (each a rule, none fitted to a series):
+
+- Season: one day in steps (``daily_period``), used only with at least two
+  full days of history. AutoETS and AutoARIMA get it only when the day is
+  at most 24 steps (hourly bins; AutoETS's own limit, and a seasonal ARIMA's
+  state grows with the period: at 144 steps one backtest refit ran for
+  minutes), AutoTheta up to ``MAX_SEASON`` steps (5-minute bins: its
+  seasonal decomposition on 10,080 one-minute points with a 1,440-step
+  season took 39 s); beyond, they model the day non-seasonally. ``sf_mstl``
+  always decomposes the daily season (that is its job), trend and remainder
+  forecast by AutoETS (statsforecast's default). With under two days of
+  history MSTL has nothing to decompose: ``sf_mstl`` then IS AutoETS on the
+  raw series (same forecasts as ``sf_autoets``), and says so in the log once.
+- History: fits see at most the last ``MAX_FIT_STEPS`` steps (four days of
+  one-minute bins, room for MSTL's two seasons); older demand is another
+  regime, and the cost of a fit grows with it.
+- ``update`` keeps the fitted parameters and conditions on the longer
+  history (statsforecast's ``forward``); for MSTL the seasonal component of
+  the new steps continues the fitted one (re-decomposing each update costs
+  seconds at 1-minute bins), and only the deseasonalised series is
+  re-filtered by the trend model.
+- A model that fails to fit (too few points for its parameters) falls back
+  to a random walk with a Gaussian band from the one-step changes (the
+  ``last_value`` anchor with an interval), logged once per forecaster.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from forecasting.forecast import (
+    DEFAULT_QUANTILES,
+    Forecast,
+    check_history,
+    check_predict_args,
+    daily_period,
+)
+
+log = logging.getLogger(__name__)
+
+BASELINES: tuple[str, ...] = ("sf_autoets", "sf_autoarima", "sf_autotheta", "sf_mstl")
+MAX_SEASON = 288
+"""Longest season (steps) given to AutoTheta (5-minute bins' day)."""
+MAX_SHORT_SEASON = 24
+"""Longest season (steps) given to AutoETS and AutoARIMA (hourly bins' day)."""
+MAX_FIT_STEPS = 5760
+_ppf = NormalDist().inv_cdf
+
+
+def available() -> bool:
+    """Whether statsforecast is installed (the ``baselines`` extra)."""
+    return importlib.util.find_spec("statsforecast") is not None
+
+
+def require() -> None:
+    if not available():
+        raise ValueError(
+            "the sf_* baselines need statsforecast: pip install 'prescaler[baselines]' "
+            "(or 'statsforecast>=2.1,<2.2')"
+        )
+
+
+def _level(q: float) -> float | int:
+    """The central-interval level (percent) one of whose bounds is quantile ``q``
+    (an int when whole: statsforecast names its bounds ``hi-80``, ``lo-80``)."""
+    lv = round(100.0 * abs(2.0 * q - 1.0), 6)
+    return int(lv) if lv == int(lv) else lv
+
+
+def _levels(qs: Sequence[float]) -> list[float | int]:
+    return sorted({_level(q) for q in qs if q != 0.5})
+
+
+def _pick(res: dict[str, np.ndarray], q: float) -> np.ndarray:
+    if q == 0.5:
+        return np.asarray(res["mean"], dtype=float)
+    return np.asarray(res[("hi-" if q > 0.5 else "lo-") + str(_level(q))], dtype=float)
+
+
+class StatsForecastBaseline:
+    """One statsforecast model behind the :class:`forecasting.Forecaster` protocol."""
+
+    def __init__(self, name: str) -> None:
+        if name not in BASELINES:
+            raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+        require()
+        self.name = name
+        self._step_s = 0.0
+        self._y: np.ndarray | None = None
+        self._fit_n = 0
+        self._model: Any = None
+        self._season = 1
+        self._mstl_seas: np.ndarray | None = None
+        self._fit_sa: np.ndarray | None = None
+        self._diff_sd = 0.0
+        self._warned = False
+
+    # ----------------------------------------------------------------- fitting
+    def fit(self, y: np.ndarray, step_s: float) -> None:
+        arr = check_history(y, step_s)
+        self._step_s = float(step_s)
+        day = daily_period(step_s)
+        train = arr[-MAX_FIT_STEPS:]
+        self._y = arr
+        self._fit_n = arr.size
+        dz = np.diff(train)
+        self._diff_sd = float(np.std(dz)) if dz.size >= 2 else float(np.std(train) or 1.0)
+        season = day if day and train.size >= 2 * day else 1
+        self._mstl_seas, self._fit_sa, self._model = None, None, None
+        try:
+            self._model = self._make(season, train)
+        except Exception as exc:  # statsforecast raises plain Exceptions
+            self._note(f"{self.name}: fit failed on {train.size} points ({exc}); random walk")
+            self._model = None
+
+    def _make(self, season: int, train: np.ndarray) -> Any:
+        from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta
+
+        short = season if season <= MAX_SEASON else 1
+        if self.name == "sf_mstl":
+            if season > 1:
+                self._season = season
+                model = MSTL(season_length=season).fit(train)
+                comp = model.model_
+                seas = comp.drop(columns=["data", "trend", "remainder"]).sum(axis=1).to_numpy()
+                self._mstl_seas = np.asarray(seas[-season:], dtype=float)
+                self._fit_sa = np.asarray(
+                    comp[["trend", "remainder"]].sum(axis=1).to_numpy(), dtype=float
+                )
+                return model
+            self._note(
+                f"sf_mstl: {train.size} steps hold fewer than two daily seasons; "
+                "AutoETS on the raw series instead"
+            )
+            self._season = 1
+            return AutoETS(season_length=1).fit(train)
+        tiny = season if season <= MAX_SHORT_SEASON else 1
+        if self.name == "sf_autoets":
+            self._season = tiny
+            return AutoETS(season_length=tiny).fit(train)
+        if self.name == "sf_autoarima":
+            self._season = tiny
+            return AutoARIMA(season_length=tiny).fit(train)
+        self._season = short
+        return AutoTheta(season_length=short).fit(train)
+
+    def _note(self, message: str) -> None:
+        if not self._warned:
+            log.info(message)
+            self._warned = True
+
+    def update(self, y: np.ndarray) -> None:
+        """Condition on a longer history; the fitted parameters stay."""
+        if self._y is None:
+            raise RuntimeError(f"{self.name}: update() called before fit()")
+        self._y = check_history(y, self._step_s)
+
+    # -------------------------------------------------------------- predicting
+    def predict(
+        self, horizon_steps: int, quantiles: Sequence[float] = DEFAULT_QUANTILES
+    ) -> Forecast:
+        if self._y is None:
+            raise RuntimeError(f"{self.name}: predict() called before fit()")
+        qs = check_predict_args(horizon_steps, quantiles)
+        h = int(horizon_steps)
+        levels = _levels(qs)
+        res = None
+        if self._model is not None:
+            try:
+                res = self._forecast(h, levels)
+            except Exception as exc:
+                self._note(f"{self.name}: forecast failed ({exc}); random walk")
+        if res is None:
+            sd = self._diff_sd * np.sqrt(np.arange(1, h + 1))
+            last = float(self._y[-1])
+            out = np.array([last + _ppf(q) * sd for q in qs])
+        else:
+            out = np.array([_pick(res, q) for q in qs])
+        out = np.where(np.isfinite(out), out, float(self._y[-1]))
+        return Forecast(self._step_s, h, qs, out)
+
+    def _forecast(self, h: int, levels: list[float | int]) -> dict[str, np.ndarray]:
+        assert self._y is not None
+        new = self._y[self._fit_n :] if self._y.size > self._fit_n else self._y[:0]
+        lv: list[Any] | None = levels or None
+        if self._mstl_seas is not None and self._fit_sa is not None:
+            m = self._season
+            k = new.size
+            phase = np.arange(k) % m
+            sa = np.concatenate((self._fit_sa, new - self._mstl_seas[phase]))
+            trend = self._model.trend_forecaster
+            res = trend.predict(h=h, level=lv) if k == 0 else trend.forward(y=sa, h=h, level=lv)
+            ahead = self._mstl_seas[(k + np.arange(h)) % m]
+            return {key: np.asarray(val) + ahead for key, val in res.items()}
+        if new.size == 0:
+            return dict(self._model.predict(h=h, level=lv))
+        window = self._y[-MAX_FIT_STEPS:]
+        return dict(self._model.forward(y=window, h=h, level=lv))
+
+
+def make_baseline(name: str) -> StatsForecastBaseline:
+    return StatsForecastBaseline(name)

@@ -1,0 +1,99 @@
+"""prescaler's knobs: principled defaults, documented, never fitted per file.
+
+What each default was compared with, and the backtest that chose it, is in
+``docs/decisions/forecasting.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PrescalerConfig:
+    """Knobs of :class:`forecasting.prescaler_model.PrescalerForecaster`."""
+
+    # ----------------------------------------------------------- the ridge
+    offset_fractions: tuple[float, ...] = (0.25, 1.0, 16.0)
+    """Candidates for ``c`` in ``log(y + c)`` as a fraction of the recent mean:
+    0.25 is nearly multiplicative, 16 nearly additive. fit() picks one on a
+    time-ordered holdout."""
+    default_offset_fraction: float = 1.0
+    """Offset used when the history is too short to choose one (fewer than
+    ``min_independent_errors`` holdout rows per eagerly fitted horizon)."""
+    ridge: float = 1.0
+    """Ridge penalty (in squared log units) pulling coefficients toward the
+    prior "mean of the last 3 steps"; negligible with thousands of rows,
+    decisive with ten."""
+    prior_weight: float = 1.0
+    """Weight of the 3-step mean in the ridge prior (1: "the recent mean")."""
+    max_seasons: int = 4
+    """Past seasons averaged into the seasonal profile."""
+    max_train_days: float = 28.0
+    """History used for regression rows (older demand is a different regime)."""
+    min_rows: int = 8
+    """Fewer regression rows than this and a horizon borrows a shorter one's model."""
+    fit_horizon: int = 12
+    """Horizons fitted eagerly; longer ones are fitted on first use."""
+
+    # ------------------------------------------------------------ the band
+    local_scale_rows: int = 1000
+    """Normalise residuals by the local volatility (bands follow bursts) only
+    with at least this many regression rows: with fewer, the ratio of two noisy
+    scale estimates makes bands explode on on/off traffic."""
+    min_empirical: int = 20
+    """Fewer residuals than this and the Gaussian band stands in."""
+    residual_rows: int = 2880
+    """Most recent residuals kept per horizon for the quantiles."""
+    calibrate_rows: float = 200.0
+    """If > 0, the ridge band's tail probabilities are scaled by its
+    out-of-sample coverage on the holdout, trusted ``n / (n + this)``; 0
+    disables it."""
+    band_min_errors: float = 20.0
+    """Independent holdout errors (about ``n / h`` of ``n`` holdout origins)
+    from which a horizon's band is the split-conformal one: the quantiles of
+    the combined point's own out-of-sample holdout errors, around that point.
+    Fewer, and the ridge's calibrated in-sample band stands in. 0 disables."""
+    band_half_life: float = 0.2
+    """Half-life of the holdout band's error weights, as a fraction of the
+    holdout's origins; 0 weighs every error alike."""
+
+    # --------------------------------------------------------- the members
+    min_holdout: int = 5
+    """Fewer holdout origins than this and the ridge alone speaks."""
+    min_independent_errors: float = 8.0
+    """Fewer independent h-step holdout errors than this and the smoothers
+    weigh equally (the ridge sits out); it also decides when the smoothers'
+    parameters are chosen on one-step errors and whether the transform offset
+    is chosen at all. 0 disables. 8: two per free weight of the five
+    members' simplex."""
+    combine_power: float = 2.0
+    """Inverse weights proportional to holdout MAE to the minus this power."""
+    shrink_rows: float = 200.0
+    """Holdout rows at which the MAE-optimal weights get half the trust."""
+    holdout_days: float = 1.0
+    """If > 0, the holdout is at most this many recent days: one full daily
+    cycle of the regime the next forecasts live in."""
+    holdout_refits: int = 8
+    """Blocks of the rolling-origin holdout (each refits the ridge and
+    re-chooses the smoothers on the rows before it); 0: one split at the
+    start of the last third."""
+    guard: float = 2.0
+    """Members beyond this many times the ridge's 0.1..0.9 residual band
+    from its centre sit out a forecast; 0 disables it."""
+
+    def __post_init__(self) -> None:
+        if (
+            self.shrink_rows < 0
+            or self.min_holdout < 1
+            or self.holdout_days < 0
+            or self.min_independent_errors < 0
+            or self.band_min_errors < 0
+            or not self.band_half_life >= 0
+        ):
+            raise ValueError(
+                "shrink_rows, holdout_days, min_independent_errors, band_min_errors and "
+                f"band_half_life must be >= 0 and min_holdout >= 1, got {self.shrink_rows}, "
+                f"{self.holdout_days}, {self.min_independent_errors}, "
+                f"{self.band_min_errors}, {self.band_half_life}, {self.min_holdout}"
+            )

@@ -1,0 +1,410 @@
+"""The scaling policies a simulation can run, as picklable specs and live controllers.
+
+- ``static``: a fixed replica count all along (default: the smallest count
+  whose run meets the SLO target, found by search over full runs).
+- ``reactive``: the seeds' queue-length ScaledObject
+  (:func:`simulations.scaledobject.seeds_reactive`) through KEDA and the HPA.
+- ``predictive``: prescaler's own ScaledObject (shaped like the shipped
+  ``manifests/vllm/gpu/scaledobject.yaml``), its trigger answered by
+  :class:`scaler.tracker.Tracker` on what the emulated Prometheus shows.
+- ``oracle``: the only code that sees future arrivals. Every 15 s it sets the
+  Deployment to the replicas the true peak token demand over the next
+  start-up lead time needs, at the profile's sustainable per-replica rate
+  (never scaling in while requests queue): the cost floor the others are
+  measured against.
+- any user ScaledObject (``--scaledobject FILE``), named by its metadata.name.
+
+A :class:`PolicySpec` is plain data (it crosses process boundaries for
+``--jobs``); :func:`make_controller` turns it into the object a
+:class:`~simulations.simulation.Simulation` drives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+
+from engine.profiles import Profile
+from scaler.prewarm import plan_balloons
+from scaler.tracker import Tracker, TrackerConfig
+from simulations.events import PRIORITY_CONTROL
+from simulations.hpa import Hpa
+from simulations.keda import Keda
+from simulations.scaledobject import ScaledObjectSpec, prescaler_scaledobject, seeds_reactive
+from simulations.simulation import Simulation, servable, workload_capacity
+from simulations.traffic import Workload
+
+__all__ = [
+    "ORACLE_STEP_S",
+    "ORACLE_UTILIZATION",
+    "OracleController",
+    "PolicySpec",
+    "ScaledObjectController",
+    "StaticController",
+    "fleet_bound",
+    "initial_replicas",
+    "make_controller",
+    "oracle_need",
+    "predictive_spec",
+    "reactive_spec",
+]
+
+ORACLE_STEP_S = 15.0
+"""The oracle re-decides as often as the HPA syncs."""
+ORACLE_UTILIZATION = 0.85
+"""Peak load per replica the oracle sizes for, as a fraction of the sustainable
+rate: ``scaler.capacity``'s rate is ~95 % of a saturated replica's, and a
+fleet run at that through a 15 s peak queues (M/G/c), however well it knows
+the future."""
+HPA_SYNC_S = 15.0
+"""kube-controller-manager --horizontal-pod-autoscaler-sync-period default."""
+REFRESH_S = 5.0
+"""``prescaler serve``'s default refresh interval."""
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What to run: plain data, picklable."""
+
+    name: str
+    kind: Literal["static", "oracle", "scaledobject"]
+    replicas: int | None = None
+    """static: the fixed count (None: searched by the runner)."""
+    scaledobject: ScaledObjectSpec | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a policy needs a name")
+        if self.kind == "scaledobject" and self.scaledobject is None:
+            raise ValueError(f"policy {self.name!r}: a scaledobject policy needs its ScaledObject")
+        if self.replicas is not None and (isinstance(self.replicas, bool) or self.replicas < 0):
+            raise ValueError(f"policy {self.name!r}: replicas must be >= 0, got {self.replicas!r}")
+
+
+# --------------------------------------------------------------- capacity
+def _load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
+    """Replicas' worth of demand in each ``step_s`` bin.
+
+    Requests the model must reject load nothing. Prefill and decode are
+    separate resources of one replica: a bin needs
+    ``max(prompt tokens/s / prefill capacity, output tokens/s / decode
+    capacity)`` replicas, both capacities being the sustainable batch's at
+    the workload's mean shape. A bin with longer answers than the mean then
+    needs more replicas, as it does on a real replica.
+    """
+    n = max(1, math.ceil(workload.duration_s / step_s - 1e-9))
+    ok = servable(workload, profile)
+    if not ok.any():
+        return np.zeros(n)
+    cap = workload_capacity(workload, profile)
+    per_s = cap.requests_per_s or 1.0
+    prompt_tokens = workload.prompt_tokens[ok].astype(np.float64)
+    output_tokens = workload.output_tokens[ok].astype(np.float64)
+    prompt_cap = per_s * max(1.0, float(np.mean(prompt_tokens)))
+    output_cap = per_s * max(1.0, float(np.mean(output_tokens)))
+    slot = np.minimum((workload.arrival_s[ok] // step_s).astype(np.int64), n - 1)
+    prompt = np.bincount(slot, weights=prompt_tokens, minlength=n)
+    output = np.bincount(slot, weights=output_tokens, minlength=n)
+    return np.maximum(prompt / prompt_cap, output / output_cap) / step_s
+
+
+def oracle_need(workload: Workload, profile: Profile, step_s: float = ORACLE_STEP_S) -> np.ndarray:
+    """Replicas needed at each ``step_s`` tick: the true peak load over
+    ``[t, t + lead]`` (lead = node + image pull + model load), see :func:`_load`."""
+    load = _load(workload, profile, step_s)
+    lead_bins = max(1, math.ceil(profile.startup.total_s / step_s))
+    n = load.size
+    if n > lead_bins:
+        windows = np.lib.stride_tricks.sliding_window_view(
+            np.concatenate([load, np.zeros(lead_bins)]), lead_bins + 1
+        )
+        peak = windows.max(axis=1)[:n]
+    else:
+        peak = np.full(n, load.max())
+    return np.ceil(peak / ORACLE_UTILIZATION - 1e-9).astype(np.int64)
+
+
+def fleet_bound(workload: Workload, profile: Profile) -> int:
+    """maxReplicaCount for the autoscaled policies: 10 (the seeds') unless the
+    trace's peak needs more than half of that, then twice the peak."""
+    peak = int(oracle_need(workload, profile).max()) if len(workload) else 1
+    return max(10, 2 * peak)
+
+
+def initial_replicas(workload: Workload, profile: Profile) -> int:
+    """The fleet Ready at t=0 for autoscaled policies: what the opening demand
+    needs (the oracle's first answer), so no policy starts under water."""
+    return max(1, int(oracle_need(workload, profile)[0])) if len(workload) else 1
+
+
+# ------------------------------------------------------------------ specs
+def reactive_spec(max_replicas: int = 10) -> PolicySpec:
+    return PolicySpec(
+        "reactive", "scaledobject", scaledobject=seeds_reactive(max_replicas=max_replicas)
+    )
+
+
+def predictive_spec(
+    profile: str, *, max_replicas: int = 16, forecaster: str | None = None, prewarm: bool = False
+) -> PolicySpec:
+    """prescaler's trigger with its default metadata, as the shipped manifest has it."""
+    meta = {
+        "prometheusAddress": "http://prometheus:9090",
+        "profile": profile,
+        "targetWaitingPerReplica": "3",
+        "targetKvCacheUsage": "0.8",
+        "leadTimeSeconds": "auto",
+        "forecast": forecaster or "auto",
+        "forecastQuantile": "0.9",
+        "minReplicas": "1",
+        "maxReplicas": str(max_replicas),
+        "scaleDownStabilizationSeconds": "300",
+        "fallbackAfterSeconds": "180",
+        "fallbackReplicas": str(min(4, max_replicas)),
+        "prewarm": "true" if prewarm else "false",
+    }
+    behavior = {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Percent", "value": 100, "periodSeconds": 15},
+                {"type": "Pods", "value": 4, "periodSeconds": 15},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": 300,
+            "selectPolicy": "Max",
+            "policies": [{"type": "Percent", "value": 10, "periodSeconds": 60}],
+        },
+    }
+    so = prescaler_scaledobject(
+        meta,
+        name="predictive",
+        min_replica_count=1,
+        max_replica_count=max_replicas,
+        polling_interval=15,
+        cooldown_period=600,
+        behavior=behavior,
+        fallback={
+            "failureThreshold": 4,
+            "replicas": min(4, max_replicas),
+            "behavior": "currentReplicasIfHigher",
+        },
+    )
+    return PolicySpec("predictive", "scaledobject", scaledobject=so)
+
+
+def scaledobject_spec(so: ScaledObjectSpec) -> PolicySpec:
+    return PolicySpec(so.name, "scaledobject", scaledobject=so)
+
+
+# ------------------------------------------------------------ controllers
+class StaticController:
+    """A fixed fleet: the Deployment is set once and never changed."""
+
+    def __init__(self, name: str, replicas: int) -> None:
+        self.name = name
+        self.replicas = replicas
+
+    def initial_replicas(self, sim: Simulation) -> int:
+        return self.replicas
+
+    def start(self, sim: Simulation) -> None:
+        if sim.cluster.spec_replicas != self.replicas:
+            sim.scale_deployment(sim.queue.now, self.replicas)
+
+    def timeline_extra(self) -> dict[str, float]:
+        return {"desired": float(self.replicas)}
+
+
+class OracleController:
+    """Sets the Deployment straight from the future (see the module docstring)."""
+
+    def __init__(self, name: str, workload: Workload, profile: Profile) -> None:
+        self.name = name
+        self.need = oracle_need(workload, profile)
+        self._desired = int(self.need[0]) if self.need.size else 0
+        self._sim: Simulation | None = None
+
+    def _at(self, t: float) -> int:
+        i = min(self.need.size - 1, max(0, int(t // ORACLE_STEP_S)))
+        return max(1, int(self.need[i]))
+
+    def initial_replicas(self, sim: Simulation) -> int:
+        return self._at(0.0)
+
+    def start(self, sim: Simulation) -> None:
+        self._sim = sim
+        self._tick(sim.queue.now)
+
+    def _tick(self, t: float) -> None:
+        sim = self._sim
+        assert sim is not None
+        desired = self._at(t)
+        spec = sim.cluster.spec_replicas
+        if desired < spec and sim.backlog > 0:
+            desired = spec  # never shrink under a queue: it would only grow
+        self._desired = desired
+        if spec != desired:
+            sim.scale_deployment(t, self._desired)
+        if t < sim.workload.duration_s:
+            sim.queue.schedule(t + ORACLE_STEP_S, PRIORITY_CONTROL, self._tick)
+
+    def timeline_extra(self) -> dict[str, float]:
+        return {"desired": float(self._desired)}
+
+
+class ScaledObjectController:
+    """KEDA's polling loop and the HPA it creates, over one trigger.
+
+    Each loop has its own phase (drawn from the run's seed). A prometheus
+    trigger reads the emulated Prometheus (at most one scrape old); the
+    prescaler trigger's value is the tracker's latest ``decision.replicas``
+    (target 1), refreshed every 5 s like ``prescaler serve``.
+    """
+
+    def __init__(self, name: str, so: ScaledObjectSpec) -> None:
+        self.name = name
+        self.so = so
+        self.keda = Keda(so.keda, created_s=0.0)
+        self.hpa = Hpa(so.hpa)
+        trig = so.trigger
+        self.tracker: Tracker | None = None
+        if trig.kind == "prescaler":
+            assert trig.settings is not None
+            self.tracker = Tracker(
+                (so.name, so.name), trig.settings, TrackerConfig(refresh_interval_s=REFRESH_S)
+            )
+        self._sim: Simulation | None = None
+        self._upper = math.nan
+        self._median = math.nan
+        self._desired = math.nan
+        self._balloons = 0
+
+    def initial_replicas(self, sim: Simulation) -> int:
+        base = initial_replicas(sim.workload, sim.profile)
+        lo = max(1, self.so.keda.min_replica_count)
+        return min(self.so.keda.max_replica_count, max(lo, base))
+
+    def start(self, sim: Simulation) -> None:
+        self._sim = sim
+        now = sim.queue.now
+        poll = self.so.keda.polling_interval_s
+        sim.queue.schedule(now + float(sim.rng.uniform(0.0, poll)), PRIORITY_CONTROL, self._poll)
+        sim.queue.schedule(
+            now + float(sim.rng.uniform(0.0, HPA_SYNC_S)), PRIORITY_CONTROL, self._sync
+        )
+        if self.tracker is not None:
+            sim.queue.schedule(
+                now + float(sim.rng.uniform(0.0, REFRESH_S)), PRIORITY_CONTROL, self._refresh
+            )
+
+    # -- the trigger --------------------------------------------------------
+    def _value(self) -> float | None:
+        sim = self._sim
+        assert sim is not None
+        trig = self.so.trigger
+        if self.tracker is not None:
+            return float(self.tracker.decision.replicas)
+        q = trig.query
+        assert q is not None
+        return sim.prometheus.query(q.aggregation, q.metric, q.rate_window_s)
+
+    def _active(self) -> bool:
+        if self.tracker is not None:
+            return self.tracker.active
+        value = self._value()
+        return value is not None and value > self.so.trigger.activation_threshold
+
+    # -- loops --------------------------------------------------------------
+    def _poll(self, t: float) -> None:
+        sim = self._sim
+        assert sim is not None
+        spec = sim.cluster.spec_replicas
+        new = self.keda.poll(t, spec=spec, active=self._active())
+        if new is not None and new != spec:
+            sim.scale_deployment(t, new)
+        sim.queue.schedule(t + self.so.keda.polling_interval_s, PRIORITY_CONTROL, self._poll)
+
+    def _sync(self, t: float) -> None:
+        sim = self._sim
+        assert sim is not None
+        cluster = sim.cluster
+        spec = cluster.spec_replicas
+        trig = self.so.trigger
+        target = self.so.hpa.target
+        usage = self.keda.metric_for_hpa(
+            self._value(),
+            spec=spec,
+            target=target,
+            metric_type=trig.metric_type,
+            ready=cluster.ready_replicas,
+        )
+        new = self.hpa.sync(
+            t, spec=spec, status=cluster.status_replicas, ready=cluster.ready_replicas, usage=usage
+        )
+        if new != spec:
+            sim.scale_deployment(t, new)
+        sim.queue.schedule(t + HPA_SYNC_S, PRIORITY_CONTROL, self._sync)
+
+    def _refresh(self, t: float) -> None:
+        sim = self._sim
+        tracker = self.tracker
+        assert sim is not None and tracker is not None
+        samples = tuple(getattr(sim.cluster, "pod_start_samples_s", ())[-64:])
+        reading = sim.prometheus.reading(samples)
+        step = tracker.step(t, reading, t)
+        self._desired = float(step.decision.replicas)
+        fc = step.forecast
+        if fc is not None:
+            self._upper, self._median = fc.upper_requests_per_s, fc.median_requests_per_s
+        if self.so.push and step.burst:
+            spec = sim.cluster.spec_replicas
+            new = self.keda.push_active(t, spec=spec)
+            if new is not None and new != spec:
+                sim.scale_deployment(t, new)
+        settings = tracker.settings
+        if settings.prewarm:
+            plan = plan_balloons(
+                settings=settings,
+                forecast=tracker.demand_forecast(t, settings.node_lead_time_seconds),
+                capacity=step.capacity,
+                ready_replicas=sim.cluster.ready_replicas,
+                desired_replicas=step.decision.replicas,
+                current_balloons=self._balloons,
+            )
+            if plan.replicas != self._balloons:
+                self._balloons = plan.replicas
+                sim.cluster.scale_balloons(t, plan.replicas)
+        sim.queue.schedule(t + REFRESH_S, PRIORITY_CONTROL, self._refresh)
+
+    def timeline_extra(self) -> dict[str, float]:
+        if self.tracker is None:
+            return {}
+        return {
+            "desired": self._desired,
+            "forecast_upper_rps": self._upper,
+            "forecast_median_rps": self._median,
+        }
+
+
+def make_controller(
+    spec: PolicySpec, workload: Workload, profile: Profile
+) -> StaticController | OracleController | ScaledObjectController:
+    """The live controller for one run (fresh state every time)."""
+    if spec.kind == "static":
+        if spec.replicas is None:
+            raise ValueError("static policy: the replica count must be resolved before a run")
+        return StaticController(spec.name, spec.replicas)
+    if spec.kind == "oracle":
+        return OracleController(spec.name, workload, profile)
+    assert spec.scaledobject is not None
+    return ScaledObjectController(spec.name, spec.scaledobject)
+
+
+def with_replicas(spec: PolicySpec, replicas: int) -> PolicySpec:
+    return replace(spec, replicas=replicas)

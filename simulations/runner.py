@@ -1,0 +1,181 @@
+"""Running policies over one workload: the static fleet search, and process parallelism.
+
+Each policy runs in its own :class:`~simulations.simulation.Simulation`
+(fresh state); with ``jobs > 1`` policies run in separate processes
+(``concurrent.futures.ProcessPoolExecutor``), which share nothing anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.profiles import Profile, get_profile
+from engine.replica import Replica
+from simulations.policies import PolicySpec, make_controller, oracle_need, with_replicas
+from simulations.simulation import COMPLETED, SimConfig, SimResult, Simulation, SloBudgetExceeded
+from simulations.traffic import Workload
+
+__all__ = ["STATIC_SLO_TARGET", "Outcome", "run_policies", "run_policy", "search_static"]
+
+STATIC_SLO_TARGET = 0.98
+"""The default static fleet is the smallest whose TTFT-SLO attainment reaches
+this fraction of what an idle fleet would attain (:func:`idle_attainment`):
+a prompt too long to prefill within the SLO misses it on any fleet."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One policy's result, plus the fleet sizes tried when it was searched."""
+
+    result: SimResult
+    tried: tuple[tuple[int, float | None], ...] = ()
+    replicas: int | None = None
+    """static: the fleet size run."""
+    target: float | None = None
+    """static search: the attainment it had to meet."""
+
+
+def attainment(result: SimResult) -> float:
+    """Fraction of all requests that completed with TTFT within the SLO."""
+    n = result.status.size
+    if n == 0:
+        return 1.0
+    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+    return float(np.count_nonzero(ok)) / n
+
+
+def idle_attainment(workload: Workload, profile: Profile, slo_ttft_s: float) -> float:
+    """Fraction of requests whose prefill alone, on an idle replica, meets the
+    SLO: no fleet does better (a long prompt is slow however many replicas)."""
+    if len(workload) == 0:
+        return 1.0
+    budget = max(1, Replica(profile).limits.max_num_batched_tokens)
+    cache: dict[int, float] = {}
+    ok = 0
+    for p in workload.prompt_tokens.tolist():
+        t = cache.get(p)
+        if t is None:
+            t, done = 0.0, 0
+            while done < p:
+                chunk = min(budget, p - done)
+                done += chunk
+                t += profile.step_time_s(chunk, 0, done)
+            cache[p] = t
+        ok += t <= slo_ttft_s
+    return ok / len(workload)
+
+
+def run_policy(
+    spec: PolicySpec, workload: Workload, profile: Profile, config: SimConfig
+) -> SimResult:
+    """One full run of one resolved policy."""
+    return Simulation(workload, profile, make_controller(spec, workload, profile), config).run()
+
+
+def search_static(
+    spec: PolicySpec,
+    workload: Workload,
+    profile: Profile,
+    config: SimConfig,
+    target: float = STATIC_SLO_TARGET,
+    max_replicas: int | None = None,
+) -> Outcome:
+    """The smallest fixed fleet whose full run meets ``target`` attainment.
+
+    Starts from the oracle's 99th-percentile need and walks by one (doubling
+    upward when far off); a run that has clearly failed stops early. Returns
+    the cheapest passing run, or the largest tried if none passes.
+    """
+    n = len(workload)
+    target = target * idle_attainment(workload, profile, config.slo_ttft_s)
+    budget = math.floor((1.0 - target) * n)
+    need = oracle_need(workload, profile) if n else np.array([1])
+    cap = max_replicas or max(4, 4 * int(need.max()))
+    guess = max(1, int(np.ceil(np.quantile(need, 0.99))))
+    results: dict[int, SimResult | None] = {}
+
+    def attempt(k: int) -> bool:
+        if k not in results:
+            sim = Simulation(
+                workload,
+                profile,
+                make_controller(with_replicas(spec, k), workload, profile),
+                config,
+                miss_budget=budget,
+            )
+            try:
+                results[k] = sim.run()
+            except SloBudgetExceeded:
+                results[k] = None
+        r = results[k]
+        return r is not None and attainment(r) >= target
+
+    k = min(guess, cap)
+    if attempt(k):
+        best = k
+        while best > 1 and attempt(best - 1):
+            best -= 1
+    else:
+        lo, step, best = k, 1, cap
+        while lo < cap:
+            k = min(cap, lo + step)
+            if attempt(k):
+                best = k
+                break
+            lo, step = k, step * 2
+        while best - lo > 1 and attempt(best):
+            mid = (lo + best) // 2
+            if attempt(mid):
+                best = mid
+            else:
+                lo = mid
+    chosen = results.get(best)
+    if chosen is None:  # even the cap failed early: run it to the end for the report
+        chosen = run_policy(with_replicas(spec, best), workload, profile, config)
+    tried = tuple(sorted((k, None if r is None else attainment(r)) for k, r in results.items()))
+    return Outcome(chosen, tried, best, target)
+
+
+def _run_one(spec: PolicySpec, workload: Workload, profile_name: str, config: SimConfig) -> Outcome:
+    profile = get_profile(profile_name)
+    if spec.kind == "static" and spec.replicas is None:
+        return search_static(spec, workload, profile, config)
+    return Outcome(run_policy(spec, workload, profile, config), replicas=spec.replicas)
+
+
+def run_policies(
+    specs: Sequence[PolicySpec],
+    workload: Workload,
+    profile_name: str,
+    config: SimConfig,
+    *,
+    jobs: int = 1,
+    on_done: Callable[[str], None] | None = None,
+) -> dict[str, Outcome]:
+    """Every policy over the workload, in order of ``specs``; ``jobs`` processes."""
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"policy names must be unique, got {names}")
+    out: dict[str, Outcome] = {}
+    if jobs <= 1 or len(specs) <= 1:
+        for spec in specs:
+            out[spec.name] = _run_one(spec, workload, profile_name, config)
+            if on_done is not None:
+                on_done(spec.name)
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
+            # the static search is the longest job: start it first
+            ordered = sorted(specs, key=lambda s: s.kind != "static")
+            futures: dict[Future[Outcome], str] = {
+                pool.submit(_run_one, s, workload, profile_name, config): s.name for s in ordered
+            }
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+                if on_done is not None:
+                    on_done(futures[fut])
+    return {name: out[name] for name in names}

@@ -1,0 +1,182 @@
+"""The emulated Prometheus: what an autoscaler can know about the fleet, and when.
+
+A policy in production never reads a replica directly: Prometheus scrapes
+each vLLM ``/metrics`` every scrape interval (15 s by default), and queries
+see the value of the last scrape. Rates come from counter samples over a
+window, like PromQL ``rate(x[W])``: the increase between the first and the
+last sample inside the window divided by the time between them (PromQL also
+extrapolates to the window's edges; with a steady scrape interval the result
+is the same up to a few percent). ``delta(gauge[W])`` is last minus first.
+
+Counters are kept as fleet totals that never go down: a replica that goes
+away leaves its final counts behind. Prometheus forgets a vanished series'
+increase once it goes stale, so this view slightly over-counts completions
+in a window that saw a pod removed; that is one request or two per removal.
+
+Arrivals are read the way ``scaler.sources`` reads them: completions per
+second plus the growth of waiting + running over the window divided by the
+window (requests held at the gateway, invisible to vLLM, are invisible here
+too).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from scaler.tracker import TrackerReading
+
+__all__ = ["COUNTERS", "GAUGES", "PrometheusView", "ScrapeSample"]
+
+GAUGES: tuple[str, ...] = (
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+)
+"""Gauges the view aggregates (``vllm:gpu_cache_usage_perc`` is an alias of the last)."""
+
+COUNTERS: tuple[str, ...] = (
+    "vllm:request_success_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_preemptions_total",
+)
+"""Counters whose fleet totals each sample carries."""
+
+_ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeSample:
+    """One scrape of every Ready replica at ``time_s``.
+
+    ``targets`` is how many replicas answered; ``sums``/``maxes`` follow
+    :data:`GAUGES`; ``counters`` follow :data:`COUNTERS` (fleet totals,
+    monotone).
+    """
+
+    time_s: float
+    targets: int
+    sums: tuple[float, float, float]
+    maxes: tuple[float, float, float]
+    counters: tuple[float, float, float, float]
+
+
+class PrometheusView:
+    """Samples kept for one rate window, and the queries policies run on them."""
+
+    def __init__(self, scrape_interval_s: float = 15.0, rate_window_s: float = 120.0) -> None:
+        if not (math.isfinite(scrape_interval_s) and scrape_interval_s > 0):
+            raise ValueError(f"scrape_interval_s must be finite and > 0, got {scrape_interval_s}")
+        if not (math.isfinite(rate_window_s) and rate_window_s >= 2 * scrape_interval_s):
+            raise ValueError(
+                f"rate_window_s must be finite and >= 2 scrape intervals "
+                f"({2 * scrape_interval_s:g} s), got {rate_window_s}"
+            )
+        self.scrape_interval_s = float(scrape_interval_s)
+        self.rate_window_s = float(rate_window_s)
+        self._samples: deque[ScrapeSample] = deque()
+
+    @property
+    def latest(self) -> ScrapeSample | None:
+        return self._samples[-1] if self._samples else None
+
+    def record(self, sample: ScrapeSample) -> None:
+        """Add a scrape; drop samples older than one window before it."""
+        samples = self._samples
+        if samples and sample.time_s < samples[-1].time_s:
+            raise ValueError("scrapes must come in time order")
+        samples.append(sample)
+        horizon = sample.time_s - self.rate_window_s - 1e-9
+        while len(samples) > 2 and samples[1].time_s <= horizon:
+            samples.popleft()
+
+    # ------------------------------------------------------------- queries
+    def _window(self) -> tuple[ScrapeSample, ScrapeSample] | None:
+        samples = self._samples
+        if len(samples) < 2:
+            return None
+        last = samples[-1]
+        start = last.time_s - self.rate_window_s - 1e-9
+        first = next((s for s in samples if s.time_s >= start), last)
+        if first is last:
+            return None
+        return first, last
+
+    def rate(self, counter: str) -> float | None:
+        """``sum(rate(counter[W]))``; None before two samples exist in the window."""
+        k = COUNTERS.index(counter)
+        window = self._window()
+        if window is None:
+            return None
+        first, last = window
+        return max(0.0, last.counters[k] - first.counters[k]) / (last.time_s - first.time_s)
+
+    def in_system_delta(self) -> float | None:
+        """``delta(waiting[W]) + delta(running[W])`` summed over the fleet."""
+        window = self._window()
+        if window is None:
+            return None
+        first, last = window
+        return (last.sums[0] + last.sums[1]) - (first.sums[0] + first.sums[1])
+
+    def arrival_rate(self) -> float | None:
+        """Arrivals as ``scaler.sources`` reads them: completions + delta / W."""
+        completions = self.rate("vllm:request_success_total")
+        delta = self.in_system_delta()
+        if completions is None or delta is None:
+            return None
+        return max(0.0, completions + delta / self.rate_window_s)
+
+    def gauge(self, metric: str, aggregation: str) -> float | None:
+        """``sum``/``avg``/``max`` of a vLLM gauge at the last scrape (None: no targets)."""
+        metric = _ALIASES.get(metric, metric)
+        k = GAUGES.index(metric)
+        last = self.latest
+        if last is None or last.targets == 0:
+            return None
+        if aggregation == "sum":
+            return last.sums[k]
+        if aggregation == "avg":
+            return last.sums[k] / last.targets
+        if aggregation == "max":
+            return last.maxes[k]
+        raise ValueError(f"unsupported aggregation {aggregation!r}")
+
+    def query(self, aggregation: str, metric: str, rate_window_s: float | None = None) -> float:
+        """A KEDA prometheus trigger's value: ``agg(metric)`` or ``sum(rate(metric[w]))``.
+
+        An empty result reads as 0, like KEDA's prometheus scaler with its
+        default ``ignoreNullValues: true``. The rate uses this view's window
+        (the query's own window is accepted; samples are only kept for one).
+        """
+        if metric in COUNTERS or rate_window_s is not None:
+            if metric not in COUNTERS:
+                raise ValueError(f"rate() of {metric!r} is not modelled")
+            if aggregation not in ("sum", "avg", "max"):
+                raise ValueError(f"unsupported aggregation {aggregation!r}")
+            value = self.rate(metric)
+        else:
+            value = self.gauge(metric, aggregation)
+        return 0.0 if value is None else value
+
+    def reading(self, lead_time_samples_s: tuple[float, ...] = ()) -> TrackerReading | None:
+        """What ``scaler.sources`` would hand the tracker now (None before the first scrape)."""
+        last = self.latest
+        if last is None:
+            return None
+        targets = last.targets
+        return TrackerReading(
+            time_s=last.time_s,
+            ready_replicas=targets,
+            waiting=last.sums[0],
+            running=last.sums[1],
+            kv_usage=last.sums[2] / targets if targets else None,
+            arrival_rate_rps=self.arrival_rate(),
+            prompt_tokens_per_s=self.rate("vllm:prompt_tokens_total"),
+            generation_tokens_per_s=self.rate("vllm:generation_tokens_total"),
+            preemptions_per_s=self.rate("vllm:num_preemptions_total"),
+            completion_rate_rps=self.rate("vllm:request_success_total"),
+            lead_time_samples_s=lead_time_samples_s,
+        )

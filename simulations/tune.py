@@ -1,0 +1,329 @@
+"""Tuning a ScaledObject on a trace: the search space, the scoring and the study.
+
+``prescaler tune`` looks for the cheapest predictive-trigger settings whose
+simulated TTFT-SLO attainment meets a target, and for the seeds' reactive
+ScaledObject's best ``threshold`` under the same SLO, so the two can be
+compared fairly (each at its own best). The parts:
+
+- :data:`PREDICTIVE_SPACE`: the trigger keys searched, with ranges and steps
+  that give values a person would paste (``0.85``, ``240``), never
+  ``0.8473921``. Values are written as the strings the trigger metadata holds
+  and parsed back by :func:`scaler.settings.parse_settings`, the live
+  scaler's parser, so a tuned block can never be one the scaler refuses.
+- :func:`split_workload`: out of sample by default; the first part of the
+  trace is tuned on, the held-back rest only scores the chosen settings.
+- :func:`simulations.tune_study.run_study`: optuna's TPE sampler, the SLO a constraint
+  (``Trial.set_constraint``) and cost the objective (TPE handles the mixed integer,
+  float and conditional space and ranks infeasible trials by how far they
+  miss), trials in ``jobs`` processes sharing one optuna storage (an RDB URL:
+  SQLite on one machine, PostgreSQL across machines), so a killed run loses
+  no finished trial and several ``prescaler tune`` processes fill one study.
+- :func:`search_reactive`: the reactive threshold by bisection over a fixed
+  ladder (attainment falls and cost drops as the threshold rises).
+
+The target is relative to what an idle fleet attains (like the static fleet
+search of :mod:`simulations.runner`): a prompt too long to prefill within the
+SLO misses it on any fleet, so ``--target 0.99`` asks for 99 % of the
+attainable, and the report shows both figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from engine.profiles import get_profile
+from scaler.settings import parse_settings
+from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
+from simulations.runner import Outcome, attainment, idle_attainment
+from simulations.scaledobject import ScaledObjectSpec
+from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetExceeded
+from simulations.traffic import Workload
+
+__all__ = [
+    "PREDICTIVE_SPACE",
+    "REACTIVE_THRESHOLDS",
+    "Param",
+    "Score",
+    "apply_metadata",
+    "format_value",
+    "pareto_front",
+    "reactive_with_threshold",
+    "score",
+    "search_reactive",
+    "split_workload",
+]
+
+
+# ----------------------------------------------------------------- space
+@dataclass(frozen=True)
+class Param:
+    """One searched trigger key: an int, a stepped float or a choice.
+
+    ``when`` makes it conditional (``nodeLeadTimeSeconds`` only matters with
+    ``prewarm: "true"``; a fixed ``leadTimeSeconds`` only when not ``auto``).
+    """
+
+    key: str
+    kind: Literal["int", "float", "choice"]
+    low: float = 0.0
+    high: float = 0.0
+    step: float | None = None
+    log: bool = False
+    choices: tuple[str, ...] = ()
+    when: tuple[str, str] | None = None
+    """(other key, value): sampled only when that key took that value."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "choice":
+            if len(self.choices) < 2:
+                raise ValueError(f"{self.key}: a choice needs at least two options")
+        elif not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
+            raise ValueError(f"{self.key}: need finite low < high, got {self.low}, {self.high}")
+        if self.log and self.step is not None:
+            raise ValueError(f"{self.key}: optuna takes a step or log, not both")
+
+
+LEAD_MODE = "leadTimeSeconds"
+PREDICTIVE_SPACE: tuple[Param, ...] = (
+    Param("targetWaitingPerReplica", "float", 0.5, 12.0, step=0.25),
+    Param("targetKvCacheUsage", "float", 0.5, 0.95, step=0.05),
+    Param("forecastQuantile", "float", 0.5, 0.99, step=0.01),
+    Param("forecast", "choice", choices=("auto", "off")),
+    Param(LEAD_MODE, "choice", choices=("auto", "fixed")),
+    Param("leadTimeSeconds:fixed", "int", 60, 900, step=15, when=(LEAD_MODE, "fixed")),
+    Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30),
+    Param("minReplicas", "int", 1, 8),
+    Param("prewarm", "choice", choices=("false", "true")),
+    Param("nodeLeadTimeSeconds", "int", 0, 600, step=15, when=("prewarm", "true")),
+)
+"""What moves cost and attainment: the sizing targets, how far up the
+forecast band to size, whether to forecast at all, the lead time, how slowly
+to scale in, the floor, and node pre-warming. ``minReplicas`` is capped at
+``maxReplicas`` by :func:`sample_metadata`."""
+
+REACTIVE_THRESHOLDS: tuple[float, ...] = (
+    0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0,
+)  # fmt: skip
+"""The ``sum(vllm:num_requests_waiting)`` thresholds the reactive search
+walks (the seeds use 3): a ladder, so the answer is a value people write."""
+
+
+def format_value(value: float | int | str) -> str:
+    """Metadata text for a sampled value: integers bare, floats without noise."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return f"{float(value):.4f}".rstrip("0").rstrip(".")
+
+
+def sample_metadata(trial: Any, space: Sequence[Param], max_replicas: int) -> dict[str, str]:
+    """The trigger keys an optuna ``trial`` picks (strings, as metadata holds them)."""
+    picked: dict[str, str] = {}
+    for p in space:
+        if p.when is not None and picked.get(p.when[0]) != p.when[1]:
+            continue
+        if p.kind == "choice":
+            value: Any = trial.suggest_categorical(p.key, list(p.choices))
+        elif p.kind == "int":
+            high = int(p.high)
+            if p.key == "minReplicas":
+                high = max(int(p.low), min(high, max_replicas))
+            value = trial.suggest_int(p.key, int(p.low), high, step=int(p.step or 1))
+        else:
+            value = trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)
+        picked[p.key] = format_value(value)
+    return _to_metadata(picked)
+
+
+def _to_metadata(picked: Mapping[str, str]) -> dict[str, str]:
+    """Search keys -> trigger keys (``leadTimeSeconds`` from its mode and value)."""
+    meta = {k: v for k, v in picked.items() if ":" not in k and k != LEAD_MODE}
+    if LEAD_MODE in picked:
+        meta[LEAD_MODE] = "auto" if picked[LEAD_MODE] == "auto" else picked[f"{LEAD_MODE}:fixed"]
+    if picked.get("prewarm") == "false":
+        meta.pop("nodeLeadTimeSeconds", None)
+    return meta
+
+
+def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledObjectSpec:
+    """``base`` with its trigger metadata updated by ``tuned``; keys not
+    searched are kept as the user wrote them. ``fallbackReplicas`` is raised
+    to ``minReplicas`` when the new floor would put it out of range (the
+    parser refuses that), and the result is parsed by the live parser."""
+    trig = base.trigger
+    if trig.kind != "prescaler":
+        raise ValueError(
+            f"{base.name}: the ScaledObject's trigger is {trig.kind!r}, not prescaler's "
+            "external trigger; only its metadata can be tuned"
+        )
+    meta = {**trig.metadata, **tuned}
+    if tuned.get("prewarm") == "false":
+        meta.pop("nodeLeadTimeSeconds", None)
+    if "minReplicas" in meta and "fallbackReplicas" in meta:
+        lo = int(meta["minReplicas"])
+        if int(meta["fallbackReplicas"]) < lo:
+            meta["fallbackReplicas"] = str(lo)
+    settings = parse_settings(meta)
+    keda = base.keda
+    return replace(base, trigger=replace(trig, metadata=meta, settings=settings), keda=keda)
+
+
+def reactive_with_threshold(base: ScaledObjectSpec, threshold: float) -> ScaledObjectSpec:
+    """The reactive ScaledObject with its prometheus ``threshold`` (and the
+    HPA target KEDA derives from it) set to ``threshold``."""
+    if base.trigger.kind != "prometheus":
+        raise ValueError(f"{base.name}: not a prometheus trigger")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"threshold must be finite and > 0, got {threshold!r}")
+    meta = {**base.trigger.metadata, "threshold": format_value(threshold)}
+    trig = replace(base.trigger, metadata=meta, threshold=float(threshold))
+    return replace(base, trigger=trig, hpa=replace(base.hpa, target=float(threshold)))
+
+
+# --------------------------------------------------------------- scoring
+def split_workload(workload: Workload, holdout: float) -> tuple[Workload, Workload | None]:
+    """(first part, held-back rest): the rest is the last ``holdout`` of the
+    span, its arrivals shifted to start at 0. ``holdout`` 0 keeps it all."""
+    if not (0.0 <= holdout < 1.0):
+        raise ValueError(f"holdout must lie in [0, 1), got {holdout!r}")
+    if holdout == 0.0:
+        return workload, None
+    cut = workload.duration_s * (1.0 - holdout)
+    i = int(np.searchsorted(workload.arrival_s, cut, side="left"))
+
+    def part(lo: int, hi: int, t0: float, dur: float, suffix: str) -> Workload:
+        return Workload(
+            workload.arrival_s[lo:hi] - t0,
+            workload.prompt_tokens[lo:hi],
+            workload.output_tokens[lo:hi],
+            f"{workload.name}{suffix}",
+            dur,
+        )
+
+    n = len(workload)
+    return part(0, i, 0.0, cut, ""), part(i, n, cut, workload.duration_s - cut, "")
+
+
+@dataclass(frozen=True)
+class Score:
+    """What one run of one setting scored; ``finished`` False when the run
+    was stopped early for missing the SLO (cost then is unknown: NaN)."""
+
+    attainment: float
+    cost_usd: float
+    finished: bool
+    result: SimResult | None = None
+
+
+def score(
+    so: ScaledObjectSpec,
+    workload: Workload,
+    profile_name: str,
+    config: SimConfig,
+    miss_budget: int | None = None,
+) -> Score:
+    """One full run of ``so`` over ``workload`` (stopped early past ``miss_budget``)."""
+    profile = get_profile(profile_name)
+    spec = PolicySpec(so.name, "scaledobject", scaledobject=so)
+    sim = Simulation(
+        workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget
+    )
+    try:
+        result = sim.run()
+    except SloBudgetExceeded:
+        bound = 1.0 - (miss_budget or 0) / max(1, len(workload))
+        return Score(bound, math.nan, False)
+    return Score(attainment(result), result.cost_usd, True, result)
+
+
+def outcome(s: Score) -> Outcome:
+    """The runner's :class:`Outcome` for a finished score (for report.policy_summary)."""
+    if s.result is None:
+        raise ValueError("the run did not finish")
+    return Outcome(s.result)
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the (cost, attainment) points no other point beats on both
+    (cheaper or equal and at least as good, one strictly), by rising cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front: list[int] = []
+    best = -math.inf
+    for i in order:
+        cost, att = points[i]
+        if not (math.isfinite(cost) and math.isfinite(att)):
+            continue
+        if att > best:
+            front.append(i)
+            best = att
+    return front
+
+
+# ------------------------------------------------------------- reactive
+@dataclass(frozen=True)
+class ReactiveResult:
+    """The reactive search: the chosen threshold, whether it met the SLO,
+    and every (threshold, attainment, cost) run."""
+
+    threshold: float
+    met: bool
+    tried: tuple[tuple[float, float, float], ...]
+    score: Score
+
+
+def search_reactive(
+    base: ScaledObjectSpec,
+    workload: Workload,
+    profile_name: str,
+    config: SimConfig,
+    target: float,
+    thresholds: Sequence[float] = REACTIVE_THRESHOLDS,
+) -> ReactiveResult:
+    """The highest ladder threshold (the cheapest: it waits for a longer
+    queue before adding replicas) whose run meets ``target``, by bisection.
+    None meets it: the lowest threshold, ``met`` False."""
+    ladder = sorted(set(float(t) for t in thresholds))
+    runs: dict[float, Score] = {}
+
+    def ok(th: float) -> bool:
+        if th not in runs:
+            runs[th] = score(reactive_with_threshold(base, th), workload, profile_name, config)
+        return runs[th].attainment >= target
+
+    lo, hi = -1, len(ladder)  # ladder[lo] passes (or lo=-1), ladder[hi] fails (or hi=len)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(ladder[mid]):
+            lo = mid
+        else:
+            hi = mid
+    passing = [th for th, s in runs.items() if s.attainment >= target]
+    if passing:
+        th = min(passing, key=lambda t: (runs[t].cost_usd, -t))
+        met = True
+    else:
+        th = ladder[0]
+        ok(th)
+        met = False
+    tried = tuple(sorted((t, s.attainment, s.cost_usd) for t, s in runs.items()))
+    return ReactiveResult(th, met, tried, runs[th])
+
+
+def default_bases(profile: str, max_replicas: int) -> tuple[ScaledObjectSpec, ScaledObjectSpec]:
+    """(predictive, reactive) ScaledObjects the search starts from: the
+    simulator's own ``predictive`` and ``reactive`` policies."""
+    p = predictive_spec(profile, max_replicas=max_replicas).scaledobject
+    r = reactive_spec(max_replicas).scaledobject
+    assert p is not None and r is not None
+    return p, r
+
+
+def slo_ceiling(workload: Workload, profile: str, slo_ttft_s: float) -> float:
+    """What an idle fleet attains: the most any setting can reach."""
+    return idle_attainment(workload, get_profile(profile), slo_ttft_s)

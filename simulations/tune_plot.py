@@ -1,0 +1,69 @@
+"""The trials of a tune as one picture: monthly cost against SLO attainment.
+
+Feasible trials, infeasible ones, the Pareto front (cheapest for each
+attainment), the chosen setting, the target line and the reactive baseline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from simulations.tune import pareto_front
+from simulations.tune_study import TrialRecord
+
+__all__ = ["plot_trials"]
+
+
+def plot_trials(
+    trials: Sequence[TrialRecord],
+    chosen: int | None,
+    target: float,
+    months: float,
+    path: str | Path,
+    *,
+    reactive: tuple[float, float, float] | None = None,
+) -> Path:
+    """Write the PNG; ``reactive`` is (attainment, cost USD, threshold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [t for t in trials if t.finished and math.isfinite(t.cost_usd)]
+    per_month = 1.0 / months if months > 0 else 1.0
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for feasible, color, label in ((True, "tab:green", "meets SLO"),
+                                   (False, "tab:red", "misses SLO")):  # fmt: skip
+        pts = [t for t in done if t.feasible == feasible]
+        if pts:
+            ax.scatter([100 * t.attainment for t in pts], [t.cost_usd * per_month for t in pts],
+                       s=18, alpha=0.6, color=color, label=f"trial, {label}")  # fmt: skip
+    front = pareto_front([(t.cost_usd, t.attainment) for t in done])
+    if front:
+        f = [done[i] for i in front]
+        ax.step([100 * t.attainment for t in f], [t.cost_usd * per_month for t in f],
+                where="pre", color="0.3", lw=1.0, label="Pareto front")  # fmt: skip
+    pick = next((t for t in done if t.number == chosen), None)
+    if pick is not None:
+        ax.scatter([100 * pick.attainment], [pick.cost_usd * per_month], marker="*", s=260,
+                   color="gold", edgecolor="k", zorder=5,
+                   label=f"chosen (trial {pick.number})")  # fmt: skip
+    if reactive is not None and math.isfinite(reactive[1]):
+        ax.scatter([100 * reactive[0]], [reactive[1] * per_month], marker="D", s=60,
+                   color="tab:blue", edgecolor="k", zorder=5,
+                   label=f"reactive, threshold {reactive[2]:g}")  # fmt: skip
+    ax.axvline(100 * target, color="k", ls=":", lw=0.9, label=f"target {100 * target:.2f} %")
+    ax.set_xlabel("TTFT SLO attainment on the tuning part (%)")
+    ax.set_ylabel("cost (USD per month)")
+    ax.set_title(f"{len(trials)} trials ({len(trials) - len(done)} stopped early, not shown)",
+                 fontsize=10)  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

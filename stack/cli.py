@@ -1,0 +1,150 @@
+"""``prescaler stack``: the autoscaling loop as real local processes, on a trace.
+
+Thin: flags are checked here (NaN, infinities, negatives are usage errors),
+:class:`stack.run.StackRun` does the work. The summary is the same table and
+JSON as ``prescaler simulate``'s (:mod:`simulations.report`), plus a
+``stack`` object with the control plane's counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from simulations.traffic import DEFAULT_TOKENS_TRACE
+
+__all__ = ["register"]
+
+
+def _number(name: str, *, lo: float = 0.0, strict: bool = True) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not math.isfinite(value) or (value <= lo if strict else value < lo):
+            cmp = ">" if strict else ">="
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number {cmp} {lo:g}")
+        return value
+
+    return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seed must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("--seed must be >= 0")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "stack",
+        help="run Prometheus, the scaler, emulated replicas, KEDA/HPA/Karpenter and a load "
+        "generator locally on a trace",
+        description="Replay a trace against real local processes: Prometheus, `prescaler "
+        "serve`, `prescaler emulate` replicas, and a controller playing KEDA, the HPA and "
+        "Karpenter with the simulator's rules; print the same summary as `prescaler "
+        "simulate`. Needs the `prometheus` binary. All traffic stays on 127.0.0.1.",
+    )
+    p.add_argument(
+        "--trace",
+        default=str(DEFAULT_TOKENS_TRACE),
+        help="trace or rate file (default: the shipped Azure conversation trace)",
+    )
+    p.add_argument(
+        "--speed",
+        type=_number("--speed"),
+        default=10.0,
+        help="compress time K-fold everywhere: trace, engine, start-up, scrape, poll and "
+        "sync intervals (default %(default)s, at most 120)",
+    )
+    p.add_argument("--policy", choices=("predictive", "reactive"), default="predictive")
+    p.add_argument(
+        "--duration",
+        type=_number("--duration"),
+        default=300.0,
+        help="trace seconds to replay (default %(default)s)",
+    )
+    p.add_argument(
+        "--start",
+        type=_number("--start", strict=False),
+        default=0.0,
+        help="skip this many trace seconds first",
+    )
+    p.add_argument(
+        "--rate-scale",
+        type=_number("--rate-scale"),
+        default=0.5,
+        help="multiply the arrival rate (default %(default)s: 2-4 replicas on the shipped "
+        "trace's first minutes)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    p.add_argument("--profile", default="llama-3-8b@g5.xlarge", help="engine profile")
+    p.add_argument(
+        "--scaledobject",
+        default=None,
+        help="predictive: the ScaledObject YAML whose trigger the scaler gets "
+        "(default manifests/vllm/gpu/scaledobject.yaml)",
+    )
+    p.add_argument("--slo-ttft", type=_number("--slo-ttft"), default=1.0, help="TTFT SLO, s")
+    p.add_argument(
+        "--timeout",
+        type=_number("--timeout"),
+        default=60.0,
+        help="client time-out without a first token, trace s (default %(default)s)",
+    )
+    p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
+    p.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="work in DIR and keep it: Prometheus data (DIR/data), logs, configs",
+    )
+    p.add_argument(
+        "--view",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="live terminal view (default: on when stdout is a terminal)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from stack.processes import StackError
+    from stack.run import StackOptions, StackRun
+
+    try:
+        opts = StackOptions(
+            trace=args.trace,
+            policy=args.policy,
+            speed=args.speed,
+            duration_s=args.duration,
+            start_s=args.start,
+            rate_scale=args.rate_scale,
+            seed=args.seed,
+            profile=args.profile,
+            slo_ttft_s=args.slo_ttft,
+            timeout_s=args.timeout,
+            scaledobject=args.scaledobject,
+            json_path=args.json_path,
+            keep=args.keep,
+            view=args.view,
+        )
+        run = StackRun(opts)
+    except (ValueError, KeyError, OSError) as exc:
+        print(f"prescaler stack: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run.run()
+    except StackError as exc:
+        print(f"prescaler stack: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        run.cleanup()
+    return 130 if run.interrupted else 0

@@ -1,0 +1,506 @@
+"""One stack run: start everything, replay the trace, stop everything, summarize.
+
+Time compression (``speed`` K) is applied the same way everywhere: the trace
+is sent K times faster; each replica's engine runs K times faster
+(:mod:`stack.speed`), so in wall seconds its rates are K x the trace's, and
+the scaler takes a replica's profile capacity as K x (:mod:`stack.speed`);
+Prometheus
+scrapes every 15 / K s with a lookback of 300 / K s; the controller's KEDA
+poll, HPA sync and cluster start-up times are in trace seconds (wall x K);
+``prescaler serve`` gets its intervals divided by K (``--refresh-seconds``,
+``--refit-seconds``, ``--forecast-step-seconds``, ``--rate-window-seconds``)
+and so do the ScaledObject's time-valued trigger keys (``leadTimeSeconds``,
+``scaleDownStabilizationSeconds``, ``staleAfterSeconds``,
+``fallbackAfterSeconds``, ``nodeLeadTimeSeconds``; ``leadTimeSeconds: auto``
+becomes what ``auto`` resolves to without Kubernetes, the profile's cold
+start, over K). Everything else in the trigger metadata is the manifest's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import yaml
+
+from engine.profiles import Profile, get_profile
+from simulations.cluster import ClusterConfig
+from simulations.policies import fleet_bound, initial_replicas
+from simulations.runner import Outcome
+from simulations.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive
+from simulations.simulation import SimResult, workload_capacity
+from simulations.traffic import TrafficOptions, Workload, load_workload
+from stack.controller import ControlPlane
+from stack.keda_client import KedaScalerClient
+from stack.loadgen import Clock, LoadGenerator
+from stack.processes import PrometheusProcess, ScalerProcess, StackError
+
+__all__ = [
+    "DEFAULT_SCALEDOBJECT",
+    "StackOptions",
+    "StackRun",
+    "scaled_metadata",
+    "scaler_flags",
+]
+
+DEFAULT_SCALEDOBJECT = Path(__file__).resolve().parent.parent / (
+    "manifests/vllm/gpu/scaledobject.yaml"
+)
+"""The ScaledObject the manifests ship: its trigger metadata is what the scaler gets."""
+TIME_KEYS = (
+    "leadTimeSeconds",
+    "scaleDownStabilizationSeconds",
+    "staleAfterSeconds",
+    "fallbackAfterSeconds",
+    "nodeLeadTimeSeconds",
+)
+SCRAPE_S = 15.0
+LOOKBACK_S = 300.0
+REFRESH_S = 5.0
+REFIT_S = 600.0
+FORECAST_STEP_S = 15.0
+RATE_WINDOW_S = 120.0
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What ``prescaler stack`` was asked for (seconds are trace seconds)."""
+
+    trace: str
+    policy: str = "predictive"
+    speed: float = 10.0
+    duration_s: float | None = 300.0
+    start_s: float = 0.0
+    rate_scale: float = 1.0
+    seed: int = 0
+    profile: str = "llama-3-8b@g5.xlarge"
+    slo_ttft_s: float = 1.0
+    timeout_s: float = 60.0
+    scaledobject: str | None = None
+    json_path: str | None = None
+    keep: str | None = None
+    view: bool | None = None
+    scaler_replicas: int = 1
+    drain_s: float | None = None
+    """Trace seconds to wait after the trace for requests in flight (default timeout + 60)."""
+
+
+def scaled_metadata(
+    so: ScaledObjectSpec, speed: float, prometheus_url: str, scaler_address: str
+) -> dict[str, str]:
+    """The trigger metadata the scaler gets: the manifest's, pointed at the local
+    Prometheus, its time-valued keys divided by ``speed`` (see the module docstring)."""
+    meta = {k: str(v) for k, v in so.trigger.metadata.items()}
+    meta["prometheusAddress"] = prometheus_url
+    meta["scalerAddress"] = scaler_address
+    settings = so.trigger.settings
+    assert settings is not None
+    if speed != 1.0:
+        lead = settings.lead_time_seconds
+        if lead is None:
+            lead = get_profile(settings.profile).startup.total_s if settings.profile else 150.0
+        values = {
+            "leadTimeSeconds": lead,
+            "scaleDownStabilizationSeconds": settings.scale_down_stabilization_seconds,
+            "staleAfterSeconds": settings.stale_after_seconds,
+            "fallbackAfterSeconds": settings.fallback_after_seconds,
+            "nodeLeadTimeSeconds": settings.node_lead_time_seconds,
+        }
+        for key in TIME_KEYS:
+            meta[key] = f"{values[key] / speed:.6g}"
+    return meta
+
+
+def scaler_flags(speed: float) -> list[str]:
+    """``prescaler serve``'s interval flags at ``speed`` (defaults at 1). Written at
+    full precision, the forecast step an exact multiple of the refresh, as serve checks."""
+    refresh = REFRESH_S / speed
+    step = refresh * round(FORECAST_STEP_S / REFRESH_S)
+    return [
+        "--refresh-seconds",
+        repr(refresh),
+        "--refit-seconds",
+        repr(REFIT_S / speed),
+        "--forecast-step-seconds",
+        repr(step),
+        "--rate-window-seconds",
+        repr(max(1.0, RATE_WINDOW_S / speed)),
+        "--grace-seconds",
+        "1",
+    ]
+
+
+def _namespace(path: Path) -> str:
+    for doc in yaml.safe_load_all(path.read_text()):
+        if isinstance(doc, dict) and doc.get("kind") == "ScaledObject":
+            return str((doc.get("metadata") or {}).get("namespace") or "default")
+    return "default"
+
+
+class StackRun:
+    """Everything one ``prescaler stack`` run starts, and its results."""
+
+    def __init__(
+        self, opts: StackOptions, out: TextIO | None = None, *, workload: Workload | None = None
+    ) -> None:
+        """``workload`` replaces the trace file (tests replay synthetic bursts)."""
+        if not (opts.speed > 0 and math.isfinite(opts.speed)):
+            raise ValueError(f"--speed must be a finite number > 0, got {opts.speed}")
+        if RATE_WINDOW_S / opts.speed < 1.0:
+            raise ValueError(f"--speed must be <= {RATE_WINDOW_S:g} (rate windows of >= 1 s)")
+        if opts.policy not in ("predictive", "reactive"):
+            raise ValueError(f"--policy must be predictive or reactive, got {opts.policy!r}")
+        self.opts = opts
+        self.out = sys.stdout if out is None else out
+        self.profile: Profile = get_profile(opts.profile)
+        self.workload: Workload = workload or load_workload(
+            opts.trace,
+            TrafficOptions(
+                rate_scale=opts.rate_scale,
+                start_s=opts.start_s,
+                duration_s=opts.duration_s,
+                seed=opts.seed,
+            ),
+        )
+        if len(self.workload) == 0:
+            raise ValueError(f"{opts.trace}: no requests in the selected window")
+        self.bound = fleet_bound(self.workload, self.profile)
+        self.namespace = "default"
+        if opts.policy == "reactive":
+            self.so = seeds_reactive(max_replicas=self.bound)
+            self.served_model_name: str | None = None
+        else:
+            path = Path(opts.scaledobject) if opts.scaledobject else DEFAULT_SCALEDOBJECT
+            self.so = load_scaledobject(path)
+            self.namespace = _namespace(path)
+            settings = self.so.trigger.settings
+            if settings is None:
+                raise ValueError(f"{path}: the predictive policy needs the prescaler trigger")
+            if settings.profile and settings.profile != self.profile.name:
+                raise ValueError(
+                    f"{path}: the trigger's profile {settings.profile!r} differs from --profile "
+                    f"{self.profile.name!r}"
+                )
+            self.served_model_name = settings.model
+        self.prometheus: PrometheusProcess | None = None
+        self.scalers: list[ScalerProcess] = []
+        self.client: KedaScalerClient | None = None
+        self.metadata: dict[str, str] = {}
+        self.control: ControlPlane | None = None
+        self.loadgen: LoadGenerator | None = None
+        self.clock: Clock | None = None
+        self.interrupted = False
+        self.report_extra: dict[str, Any] = {}
+        """The ``stack`` object of the last report."""
+        self.wall_s = 0.0
+        self.trace_end_s = self.workload.duration_s
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.workdir = Path(opts.keep) if opts.keep else None
+        self.stop_event: asyncio.Event | None = None
+        self.during: list[Callable[[StackRun], Any]] = []
+        """Hooks called once the trace clock runs (chaos tests): ``hook(run)``, may be async."""
+
+    # --------------------------------------------------------------- start
+    def _start(self) -> None:
+        opts = self.opts
+        k = opts.speed
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="prescaler-stack-")
+            self.workdir = Path(self._tmp.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for name in ("data", "replicas"):
+            shutil.rmtree(self.workdir / name, ignore_errors=True)
+        if opts.policy == "predictive":
+            self.scalers = [
+                ScalerProcess(self.workdir, scaler_flags(k), name=f"scaler-{i}", speed=k)
+                for i in range(opts.scaler_replicas)
+            ]
+        labels = {"namespace": self.namespace}
+        self.prometheus = PrometheusProcess(
+            self.workdir,
+            scrape_interval_s=SCRAPE_S / k,
+            lookback_delta_s=LOOKBACK_S / k,
+            scaler_targets=[s.metrics_address for s in self.scalers],
+            vllm_labels=labels,
+        )
+        self.prometheus.start()
+        for scaler in self.scalers:
+            scaler.start()
+        if self.scalers:
+            self.metadata = scaled_metadata(
+                self.so, k, self.prometheus.url, ",".join(s.address for s in self.scalers)
+            )
+        warmup = 2.0 * self.profile.startup.total_s + 120.0
+        base = initial_replicas(self.workload, self.profile)
+        lo = max(1, self.so.keda.min_replica_count)
+        first = min(self.so.keda.max_replica_count, max(lo, base))
+        self.loadgen = LoadGenerator(
+            self.workload, self, timeout_s=opts.timeout_s, model=self.served_model_name
+        )
+        loadgen = self.loadgen
+        self.control = ControlPlane(
+            self.so,
+            self.profile,
+            ClusterConfig.for_profile(self.profile),
+            prometheus=self.prometheus,
+            workdir=self.workdir,
+            speed=k,
+            seed=opts.seed,
+            warmup_s=warmup,
+            initial_replicas=first,
+            scaler=None,
+            served_model_name=self.served_model_name,
+            arrived=lambda: loadgen.arrived,
+            gateway=lambda: loadgen.at_gateway,
+        )
+        self.control.preroll()
+
+    # the router the load generator uses is the control plane's
+    def routable(self) -> list[Any]:
+        assert self.control is not None
+        return list(self.control.routable())
+
+    async def wait_routable(self, timeout_s: float) -> bool:
+        assert self.control is not None
+        return await self.control.wait_routable(timeout_s)
+
+    async def _warm_scaler(self, timeout_s: float) -> None:
+        """Register the ScaledObject and wait for the scaler's first answer (and for
+        one rate window of scrapes), as a scaler that has run a while would have."""
+        assert self.prometheus is not None
+        k = self.opts.speed
+        deadline = time.monotonic() + timeout_s
+        stop = self.stop_event
+        assert stop is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=RATE_WINDOW_S / k + 2 * SCRAPE_S / k)
+        if self.client is None:
+            return
+        import grpc
+
+        last = ""
+        ok = 0  # every replica behind the round robin must have answered
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                await self.client.poll()
+                ok += 1
+                if ok >= 2 * len(self.scalers):
+                    self.client.calls = self.client.retries = 0  # count the run's own
+                    return
+                continue
+            except grpc.aio.AioRpcError as exc:
+                last = f"{exc.code().name}: {exc.details()}"
+                ok = 0
+            await asyncio.sleep(REFRESH_S / k)
+        if not stop.is_set():
+            raise StackError(f"the scaler gave no answer after {timeout_s:g} s ({last})")
+
+    # ----------------------------------------------------------------- run
+    async def _run_async(self) -> None:
+        assert self.control is not None and self.loadgen is not None
+        opts = self.opts
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        self.stop_event = stop
+
+        def interrupt() -> None:
+            self.interrupted = True
+            stop.set()
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, interrupt)
+            loop.add_signal_handler(signal.SIGTERM, interrupt)
+        if self.scalers:  # a grpc.aio channel belongs to the loop it is made on
+            self.client = KedaScalerClient(
+                [s.address for s in self.scalers],
+                name=self.so.name,
+                namespace=self.namespace,
+                metadata=self.metadata,
+            )
+            self.control.scaler = self.client
+        await self._warm_scaler(120.0)
+        clock = Clock(time.monotonic() + 0.2, opts.speed)
+        self.clock = clock
+        drain = opts.drain_s if opts.drain_s is not None else opts.timeout_s + 60.0
+        end_s = self.workload.duration_s
+        control = asyncio.create_task(self.control.run(clock, stop, end_s))
+        from stack.view import LiveView
+
+        view = LiveView(self, enabled=opts.view)
+        view_task = asyncio.create_task(view.run(stop))
+        hooks = [asyncio.create_task(_call(h, self)) for h in self.during]
+        lg_stop = asyncio.Event()
+        lg = asyncio.create_task(self.loadgen.run(clock, lg_stop))
+
+        async def deadline() -> None:
+            await asyncio.sleep(max(0.0, clock.wall_at(end_s + drain) - time.monotonic()))
+            lg_stop.set()
+
+        guard = asyncio.create_task(deadline())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({lg, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            lg_stop.set()
+        with contextlib.suppress(Exception):
+            await lg
+        # the control loops run to the trace's end (the summary's window)
+        if not stop.is_set():
+            left = clock.wall_at(end_s) - time.monotonic() + 0.05
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=left)
+        self.trace_end_s = min(end_s, clock.now())
+        stop.set()
+        for task in (guard, stopper, *hooks):
+            task.cancel()
+        for task in (control, view_task, guard, stopper, *hooks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        view.close()
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.close()
+
+    def run(self) -> dict[str, Any]:
+        """Start, replay, stop, and return the summary (also printed / written)."""
+        wall0 = time.perf_counter()
+        try:
+            self._start()
+            asyncio.run(self._run_async())
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            self.wall_s = time.perf_counter() - wall0
+            self._stop_processes()
+        return self.report()
+
+    def _stop_processes(self) -> None:
+        if self.control is not None:
+            self.control.stop_all()
+        for scaler in self.scalers:
+            scaler.stop()
+        if self.prometheus is not None:
+            self.prometheus.stop()
+
+    def cleanup(self) -> None:
+        """Delete the work directory unless ``--keep`` named it."""
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # -------------------------------------------------------------- report
+    def result(self) -> SimResult:
+        """The run as the simulator's :class:`SimResult`, so its report applies."""
+        lg, control = self.loadgen, self.control
+        if lg is None or control is None:
+            raise StackError("the stack did not start")
+        lg.check(arrived_only=True)
+        n = lg.arrived if self.interrupted else lg.n
+        duration = max(1e-9, self.trace_end_s)
+        cluster = control.cluster
+        end = min(duration, control.queue.now)
+        control._set_ready(end, 0)  # the peak as of the end, as the simulator takes it
+        timeline = {
+            k: np.asarray(v, dtype=np.float64) for k, v in control.counters.timeline.items()
+        }
+        return SimResult(
+            policy=self.opts.policy,
+            trace=self.workload.name,
+            profile=self.profile.name,
+            duration_s=duration,
+            slo_ttft_s=self.opts.slo_ttft_s,
+            status=lg.status[:n].copy(),
+            ttft_s=lg.ttft_s[:n].copy(),
+            tpot_s=lg.tpot_s[:n].copy(),
+            e2e_s=lg.e2e_s[:n].copy(),
+            rejected_reasons=dict(lg.reasons),
+            retried=lg.retried,
+            gpu_hours=cluster.gpu_hours(end) - cluster.gpu_hours(0.0) if end > 0 else 0.0,
+            cost_usd=cluster.cost_usd(end) - cluster.cost_usd(0.0) if end > 0 else 0.0,
+            mean_replicas=control.ready_area(end) / duration,
+            max_replicas=control.ready_max,
+            busy_replica_s=0.0,
+            served_tokens=lg.served_tokens,
+            capacity_tokens_per_s=float(
+                workload_capacity(self.workload, self.profile).tokens_per_s or 0.0
+            ),
+            scale_ups=control.counters.scale_ups,
+            spot_interruptions=int(getattr(cluster, "interruptions", control.spot_notices)),
+            timeline=timeline,
+            wall_s=self.wall_s,
+            events=0,
+            extra={},
+        )
+
+    def report(self) -> dict[str, Any]:
+        from simulations.report import summary, table
+
+        result = self.result()
+        control = self.control
+        assert control is not None
+        counters = dataclasses.asdict(control.counters)
+        counters.pop("timeline")
+        lg_lag = self.loadgen.lag_s if self.loadgen is not None else []
+        client = self.client
+        extra: dict[str, Any] = {
+            "profile": self.profile.name,
+            "max_replicas_bound": self.bound,
+            "stack": {
+                "speed": self.opts.speed,
+                "interrupted": self.interrupted,
+                "scaledobject": self.so.name,
+                "seed": self.opts.seed,
+                "control": counters,
+                "loadgen_lag_p99_s": float(np.percentile(lg_lag, 99)) if lg_lag else None,
+                "grpc_calls": client.calls if client else 0,
+                "grpc_retries": client.retries if client else 0,
+                "workdir": str(self.workdir) if self.opts.keep else None,
+            },
+        }
+        self.report_extra = extra["stack"]
+        doc = summary(
+            self.workload.name,
+            int(result.status.size),
+            result.duration_s,
+            self.wall_s,
+            {self.opts.policy: Outcome(result)},
+            tp=self.profile.tp,
+            extra=extra,
+        )
+        print(table(doc), file=self.out)
+        if self.interrupted:
+            print("(interrupted: the summary covers the requests that arrived)", file=self.out)
+        if self.opts.json_path:
+            import json
+
+            path = Path(self.opts.json_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        if self.opts.keep:
+            print(f"Prometheus data kept in {Path(self.opts.keep) / 'data'}", file=self.out)
+        return doc
+
+
+async def _call(hook: Callable[[StackRun], Any], run: StackRun) -> None:
+    result = hook(run)
+    if asyncio.iscoroutine(result):
+        await result
+
+
+def timeline_of(doc_or_result: SimResult | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The timeline of a result (helper for comparisons)."""
+    if isinstance(doc_or_result, SimResult):
+        return doc_or_result.timeline
+    return doc_or_result

@@ -1,0 +1,127 @@
+"""`prescaler simulate`: flags validated at the edge, one-line errors, JSON and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prescaler.cli import main
+from simulations.report import CONTRACT_KEYS
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small per-minute counts trace (``minute_start_s,requests``): 20 minutes."""
+    path = tmp_path_factory.mktemp("trace") / "counts.csv"
+    rng = np.random.default_rng(0)
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 180, 20))]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_simulate_writes_the_contract_json_and_plots(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """simulate TRACE --policy ... --json --plot: the table on stdout, the summary
+    JSON in the published shape, both PNGs."""
+    out = tmp_path / "s.json"
+    png = tmp_path / "p.png"
+    code = main(
+        [
+            "simulate",
+            str(trace),
+            "--policy",
+            "static,reactive,oracle",
+            "--static-replicas",
+            "3",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--duration",
+            "600",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "P99 TTFT" in text and "reactive" in text
+    doc = json.loads(out.read_text())
+    assert list(doc["policies"]) == ["static", "reactive", "oracle"]
+    assert set(CONTRACT_KEYS) <= set(doc["policies"]["reactive"])
+    assert doc["requests"] == doc["policies"]["oracle"]["requests_total"]
+    assert png.exists() and (tmp_path / "p-ttft.png").exists()
+
+
+def test_simulate_runs_a_user_scaledobject(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--scaledobject FILE adds a policy named by the ScaledObject's metadata.name."""
+    code = main(
+        [
+            "simulate",
+            str(trace),
+            "--policy",
+            "oracle",
+            "--duration",
+            "300",
+            "--quiet",
+            "--scaledobject",
+            str(DATA / "eks-vllm-keda-blog-b.yaml"),
+        ]
+    )
+    assert code == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "oracle" in header and len(header.split()) == 2
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--rate-scale", "nan"),
+        ("--rate-scale", "-1"),
+        ("--slo-ttft", "inf"),
+        ("--timeout", "0"),
+        ("--duration", "nan"),
+        ("--start", "-5"),
+        ("--cv", "inf"),
+        ("--jobs", "0"),
+        ("--static-replicas", "0"),
+        ("--seed", "-1"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    trace: Path, flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NaN, infinities and negatives are refused by argparse (exit 2), flag named."""
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", str(trace), flag, value])
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--policy", "psychic"], "unknown policy"),
+        (["--profile", "nope@nowhere"], "nope"),
+        (["--forecaster", "crystal_ball"], "forecast"),
+        (["--scaledobject", "/nonexistent.yaml"], "nonexistent"),
+        (["--rate-window", "20"], "rate_window_s"),
+    ],
+)
+def test_bad_input_is_one_line_not_a_traceback(
+    trace: Path, argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad input exits 2 with one line on stderr naming the problem."""
+    assert main(["simulate", str(trace), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("prescaler simulate:") and "\n" not in err and needle in err
+
+
+def test_missing_trace_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "/no/such/trace.csv", "--quiet"]) == 2
+    assert "trace.csv" in capsys.readouterr().err

@@ -1,0 +1,226 @@
+"""Benchmarks (``make bench``): simulator speed, a 14-day replay, outcomes on every trace.
+
+- speed: simulated requests per wall-second per policy on one core over the
+  shipped Azure 2023 conversation trace (the target is 20,000/s; the vLLM
+  engine model's own stepping is most of the cost, see the printed share);
+- 14 days of the ServeGen language fleet's rate curve at rate scale 0.01
+  (~2.4 M requests): wall time and peak RSS, in a child process;
+- the outcome table (TTFT SLO 1 s) on every trace beside the checkout
+  (``../shared/traces``; skipped when absent), each at a rate scale that
+  gives a fleet of a few to a few dozen replicas.
+
+Results go to ``bench-results/simulator*.json``.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import math
+import pstats
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.profiles import get_profile
+from forecasting.readers import read_series
+from simulations.policies import (
+    PolicySpec,
+    fleet_bound,
+    oracle_need,
+    predictive_spec,
+    reactive_spec,
+)
+from simulations.runner import run_policy
+from simulations.simulation import SimConfig
+from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
+
+ROOT = Path(__file__).parents[2]
+TRACES = ROOT / ".." / "shared" / "traces"
+OUT = ROOT / "bench-results"
+PROFILE = "llama-3-8b@g5.xlarge"
+
+# (file, window length s or None = all of it; a window is centred on the busiest minute)
+CASES: list[tuple[str, float | None]] = [
+    ("azure_llm_2023_conv.csv", None),
+    ("azure_llm_2023_code.csv", None),
+    ("mooncake_synthetic_trace.jsonl", None),
+    ("servegen_language_m-large_rate_10min.csv", 3 * 3600.0),
+    ("servegen_multimodal_mm-image_rate_10min.csv", 3 * 3600.0),
+    ("servegen_reason_deepseek-r1_rate_10min.csv", 3 * 3600.0),
+    ("azure_llm2024_coding_per_minute.csv", 3 * 3600.0),
+    ("azure_llm2024_coding_10s_counts.csv", 3 * 3600.0),
+    ("worldcup98/worldcup98_per_minute.csv", 3 * 3600.0),
+]
+TARGET_PEAK_RPS = 20.0
+"""Peak arrivals aimed at: ~15-25 g5.xlarge replicas of chat traffic."""
+
+
+def _engine_share(profile_name: str) -> float:
+    """Fraction of one static run's time spent inside engine/ (cProfile)."""
+    profile = get_profile(profile_name)
+    w = load_workload(DEFAULT_TOKENS_TRACE, TrafficOptions(duration_s=900.0))
+    prof = cProfile.Profile()
+    prof.enable()
+    run_policy(PolicySpec("static", "static", replicas=10), w, profile, SimConfig())
+    prof.disable()
+    stats = pstats.Stats(prof)
+    total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]
+    engine = sum(v[2] for k, v in stats.stats.items() if "/engine/" in k[0])  # type: ignore[attr-defined]
+    return engine / total if total else math.nan
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(1800)
+def test_bench_simulator_speed() -> None:
+    """Requests per wall-second per policy, one core, the shipped trace."""
+    profile = get_profile(PROFILE)
+    w = load_workload(DEFAULT_TOKENS_TRACE)
+    peak = int(oracle_need(w, profile).max())
+    bound = fleet_bound(w, profile)
+    specs = [
+        PolicySpec("static", "static", replicas=peak),
+        reactive_spec(bound),
+        predictive_spec(PROFILE, max_replicas=bound),
+        PolicySpec("oracle", "oracle"),
+    ]
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        t0 = time.perf_counter()
+        r = run_policy(spec, w, profile, SimConfig())
+        wall = time.perf_counter() - t0
+        rows.append(
+            {
+                "policy": spec.name,
+                "requests": len(w),
+                "wall_s": round(wall, 3),
+                "requests_per_s": round(len(w) / wall),
+                "events": r.events,
+                "events_per_s": round(r.events / wall),
+            }
+        )
+    share = _engine_share(PROFILE)
+    OUT.mkdir(exist_ok=True)
+    doc = {
+        "trace": w.name,
+        "profile": PROFILE,
+        "target_requests_per_s": 20_000,
+        "engine_share_of_time": round(share, 3),
+        "policies": rows,
+    }
+    (OUT / "simulator_speed.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print()
+    print(f"{'policy':12s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} {'events/s':>9s}")
+    for row in rows:
+        print(
+            f"{row['policy']:12s} {row['requests']:>9d} {row['wall_s']:>7.2f} "
+            f"{row['requests_per_s']:>8d} {row['events_per_s']:>9d}"
+        )
+    print(f"engine/ share of the time (cProfile, static): {share:.0%}")
+    assert all(row["requests_per_s"] > 1_000 for row in rows)
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(3600)
+def test_bench_fourteen_days() -> None:
+    """14 days of the ServeGen language fleet at rate scale 0.01: time and peak RSS."""
+    trace = TRACES / "servegen_language_m-large_rate_10min.csv"
+    if not trace.exists():
+        pytest.skip(f"{trace} not found (traces live beside the checkout)")
+    OUT.mkdir(exist_ok=True)
+    json_path = OUT / "simulator_14days_summary.json"
+    cmd = [
+        *(sys.executable, "-m", "simulations.cli", str(trace), "--rate-scale", "0.01"),
+        *("--policy", "predictive,oracle", "--jobs", "2", "--quiet", "--json", str(json_path)),
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    doc = json.loads(json_path.read_text())
+    policies = {
+        k: {"wall_s": v["wall_s"], "slo_attainment": v["slo_attainment"], "cost_usd": v["cost_usd"]}
+        for k, v in doc["policies"].items()
+    }
+    row = {
+        "trace": doc["trace"],
+        "requests": doc["requests"],
+        "days": doc["duration_s"] / 86400,
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(rss_mb, 1),
+        "policies": policies,
+    }
+    (OUT / "simulator_14days.json").write_text(json.dumps(row, indent=2) + "\n")
+    print()
+    print(proc.stdout)
+    print(
+        f"{row['requests']} requests over {row['days']:.1f} days: wall {wall:.0f} s "
+        f"(2 processes), peak RSS {rss_mb:.0f} MB"
+    )
+
+
+def _window_and_scale(path: Path, length_s: float | None) -> tuple[float, float | None, float]:
+    """(start_s, duration_s, rate scale): the window around the busiest minute and
+    the scale that brings that minute to TARGET_PEAK_RPS."""
+    series = read_series(path)
+    if series.step_s < 60.0:
+        series = read_series(path, 60.0)
+    values = np.nan_to_num(np.asarray(series.values, dtype=float))
+    step = float(series.step_s)
+    peak_i = int(np.argmax(values)) if values.size else 0
+    if length_s is None:
+        start, window = 0.0, values
+    else:
+        half = int(length_s / 2 // step)
+        lo = max(0, min(peak_i - half, values.size - int(length_s // step)))
+        start = lo * step
+        window = values[lo : lo + int(length_s // step)]
+    peak = float(window.max()) if window.size else 0.0
+    return start, length_s, (TARGET_PEAK_RPS / peak if peak > 0 else 1.0)
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(7200)
+def test_bench_outcomes_on_every_trace() -> None:
+    """static (sized for the peak), reactive, predictive and oracle on every trace."""
+    if not TRACES.is_dir():
+        pytest.skip(f"{TRACES} not found (traces live beside the checkout)")
+    from simulations.cli import SimulateOptions, simulate
+
+    OUT.mkdir(exist_ok=True)
+    profile = get_profile(PROFILE)
+    report: dict[str, object] = {}
+    for name, length in CASES:
+        path = TRACES / name
+        if not path.exists():
+            continue
+        start, duration, scale = _window_and_scale(path, length)
+        w = load_workload(
+            path, TrafficOptions(rate_scale=scale, start_s=start, duration_s=duration)
+        )
+        peak = max(1, int(oracle_need(w, profile).max()))
+        opts = SimulateOptions(
+            trace=str(path), rate_scale=scale, start_s=start, duration_s=duration,
+            static_replicas=peak, jobs=2, quiet=True,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        print(
+            f"\n== {name} (from {start / 3600:.1f} h, rate scale {scale:.4g}, static = peak {peak})"
+        )
+        doc = simulate(opts)
+        report[name] = {
+            "start_s": start,
+            "rate_scale": scale,
+            "static_replicas": peak,
+            "wall_s": round(time.perf_counter() - t0, 1),
+            **doc,
+        }
+        (OUT / "simulator_outcomes.json").write_text(json.dumps(report, indent=2) + "\n")
+    assert report

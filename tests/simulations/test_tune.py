@@ -1,0 +1,266 @@
+"""`prescaler tune`: the search space, the split, the reactive ladder, the CLI contract."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scaler.settings import parse_settings
+from simulations.scaledobject import seeds_reactive
+from simulations.traffic import Workload
+from simulations.tune import (
+    PREDICTIVE_SPACE,
+    apply_metadata,
+    default_bases,
+    format_value,
+    pareto_front,
+    reactive_with_threshold,
+    sample_metadata,
+    split_workload,
+)
+from simulations.tune_cli import EXIT_SLO_UNMET, main
+
+PROFILE = "llama-3-8b@g5.xlarge"
+SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small per-minute counts trace (``minute_start_s,requests``): 20 minutes."""
+    path = tmp_path_factory.mktemp("trace") / "counts.csv"
+    rng = np.random.default_rng(1)
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 20))]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
+    """Whatever the sampler picks, the metadata parses with scaler.settings'
+    own parser (the live scaler's), values are plain decimal strings, and a
+    conditional key (nodeLeadTimeSeconds) appears only with prewarm on."""
+    base, _ = default_bases(PROFILE, 10)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(60):
+        trial = study.ask()
+        meta = sample_metadata(trial, PREDICTIVE_SPACE, 10)
+        so = apply_metadata(base, meta)
+        settings_ = parse_settings(so.trigger.metadata)
+        assert settings_.min_replicas <= settings_.max_replicas
+        assert all(re.fullmatch(r"[0-9]+(\.[0-9]+)?|auto|off|true|false", v) for v in meta.values())
+        if meta["prewarm"] == "false":
+            assert "nodeLeadTimeSeconds" not in so.trigger.metadata
+        else:
+            assert "nodeLeadTimeSeconds" in meta
+        study.tell(trial, 1.0)
+
+
+def test_apply_metadata_keeps_the_users_other_keys() -> None:
+    """--scaledobject: keys not searched (data source, selector, fallback) stay
+    as the user wrote them; fallbackReplicas is raised to a higher floor, since
+    scaler.settings refuses a fallback outside [minReplicas, maxReplicas]."""
+    base, _ = default_bases(PROFILE, 10)
+    meta = dict(base.trigger.metadata)
+    assert meta["fallbackReplicas"] == "4"
+    so = apply_metadata(base, {"minReplicas": "6", "targetWaitingPerReplica": "2.5"})
+    out = so.trigger.metadata
+    assert out["prometheusAddress"] == meta["prometheusAddress"]
+    assert out["fallbackAfterSeconds"] == meta["fallbackAfterSeconds"]
+    assert out["fallbackReplicas"] == "6" and out["minReplicas"] == "6"
+    assert so.trigger.settings is not None and so.trigger.settings.target_waiting_per_replica == 2.5
+
+
+def test_reactive_threshold_sets_the_hpa_target() -> None:
+    """KEDA's prometheus scaler: the HPA's AverageValue target is `threshold`."""
+    so = reactive_with_threshold(seeds_reactive(max_replicas=8), 1.5)
+    assert so.hpa.target == 1.5 and so.trigger.threshold == 1.5
+    assert so.trigger.metadata["threshold"] == "1.5"
+    with pytest.raises(ValueError):
+        reactive_with_threshold(seeds_reactive(), 0.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(3, "3"), (3.0, "3"), (0.85, "0.85"), (0.1 + 0.2, "0.3"), ("auto", "auto")]
+)
+def test_format_value_writes_what_a_person_would(value: float | str, text: str) -> None:
+    """Metadata values are pasted by people: no float noise, no exponent."""
+    assert format_value(value) == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    times=st.lists(st.floats(0, 999.9, allow_nan=False), min_size=0, max_size=80),
+    holdout=st.one_of(st.just(0.0), st.floats(0.01, 0.9)),
+)
+def test_split_keeps_every_request_once(times: list[float], holdout: float) -> None:
+    """Out of sample: every request lands in exactly one part, the held-back
+    part is the end of the span shifted to start at 0, durations add up."""
+    arr = np.sort(np.array(times, dtype=np.float64))
+    n = arr.size
+    w = Workload(arr, np.ones(n, np.int64), np.ones(n, np.int64), "t", 1000.0)
+    first, rest = split_workload(w, holdout)
+    if holdout == 0.0:
+        assert rest is None and first is w
+        return
+    assert rest is not None
+    assert len(first) + len(rest) == n
+    assert math.isclose(first.duration_s + rest.duration_s, 1000.0)
+    np.testing.assert_allclose(
+        np.concatenate([first.arrival_s, rest.arrival_s + first.duration_s]), arr
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 100, allow_nan=False), st.floats(0, 1)), min_size=0, max_size=40
+    )
+)
+def test_pareto_front_is_undominated(points: list[tuple[float, float]]) -> None:
+    """Every front point is beaten by no point on both cost and attainment, and
+    every point off the front is dominated by (or equal to) one on it."""
+    front = pareto_front(points)
+    on = set(front)
+    for i in front:
+        ci, ai = points[i]
+        assert not any(c <= ci and a >= ai and (c, a) != (ci, ai) for c, a in points)
+    for j, (cj, aj) in enumerate(points):
+        if j not in on:
+            assert any(points[i][0] <= cj and points[i][1] >= aj for i in front)
+
+
+def _tune(trace: Path, tmp_path: Path, *extra: str) -> tuple[int, Path]:
+    out = tmp_path / "tune.json"
+    argv = [
+        str(trace), "--duration", "900", "--trials", "3", "--quiet", "--target", "0.8",
+        "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--json", str(out), *extra,
+    ]  # fmt: skip
+    return main(argv), out
+
+
+def test_tune_writes_the_contract_json_and_metadata_that_parses(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tune --json: exactly the published keys, strict JSON; SUMMARY is one
+    policy's `simulate --json` entry on each part; the printed metadata block
+    is the JSON's metadata and scaler.settings parses it."""
+    png = tmp_path / "trials.png"
+    code, out = _tune(trace, tmp_path, "--plot", str(png))
+    assert code == 0
+    text = capsys.readouterr().out
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    assert list(doc) == ["trace", "slo_ttft_s", "target", "trials", "predictive", "reactive"]
+    assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
+    assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
+    assert doc["trials"] == 3 and doc["target"] == 0.8 and doc["slo_ttft_s"] == 1.0
+    for part in ("tuned", "holdout"):
+        for policy in ("predictive", "reactive"):
+            assert set(doc[policy][part]) >= SUMMARY_KEYS
+    meta = doc["predictive"]["metadata"]
+    parse_settings(meta)
+    block = text[text.index("metadata:") :].splitlines()[1 : 1 + len(meta)]
+    assert {ln.split(": ", 1)[0].strip(): json.loads(ln.split(": ", 1)[1]) for ln in block} == meta
+    assert png.stat().st_size > 0
+
+
+def test_a_killed_or_repeated_run_resumes_the_study(trace: Path, tmp_path: Path) -> None:
+    """The study lives in the RDB storage: running the same command again with
+    more trials adds to the finished ones instead of starting over (optuna
+    RDBStorage commits each trial as it ends)."""
+    code, out = _tune(trace, tmp_path, "--trials", "2")
+    assert code == 0 and json.loads(out.read_text())["trials"] == 2
+    code, out = _tune(trace, tmp_path, "--trials", "4")
+    assert code == 0 and json.loads(out.read_text())["trials"] == 4
+    summaries = optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'study.db'}")
+    assert len(summaries) == 1 and summaries[0].n_trials == 4
+
+
+def test_a_study_for_another_trace_is_refused(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A named study started with other flags would mix incomparable trials:
+    a one-line error (exit 2), not a silent mix."""
+    assert _tune(trace, tmp_path, "--trials", "1", "--study", "s")[0] == 0
+    code, _ = _tune(trace, tmp_path, "--trials", "1", "--study", "s", "--slo-ttft", "2")
+    assert code == 2
+    assert "started for another trace" in capsys.readouterr().err
+
+
+def test_an_slo_no_setting_meets_gets_the_best_reached(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fleet capped at one replica cannot serve 20x the load: the answer says
+    so with the best attainment reached and its cost (exit 3), writes no JSON
+    and picks nothing silently. The user's ScaledObject keys are kept."""
+    so = tmp_path / "so.yaml"
+    so.write_text(
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
+        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 1\n"
+        "  triggers:\n  - type: external\n    metadata:\n"
+        "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
+        "      minReplicas: '1'\n      maxReplicas: '1'\n"
+    )
+    code, out = _tune(
+        trace, tmp_path, "--scaledobject", str(so), "--rate-scale", "20", "--target", "0.99"
+    )
+    assert code == EXIT_SLO_UNMET
+    text = capsys.readouterr().out
+    assert "no setting met the SLO target" in text
+    assert "best attainment reached" in text or "stopped early" in text
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--target", "1.5"],
+        ["--target", "nan"],
+        ["--holdout", "0.95"],
+        ["--trials", "0"],
+        ["--static-replicas", "3"],
+    ],
+)
+def test_bad_flags_are_usage_errors(trace: Path, argv: list[str]) -> None:
+    """Flags are checked at the edge: exit 2, never a traceback."""
+    try:
+        code = main([str(trace), *argv])
+    except SystemExit as exc:  # argparse's own usage error
+        code = int(exc.code or 0)
+    assert code == 2
+
+
+def test_tune_from_the_users_scaledobject_keeps_its_other_keys(trace: Path, tmp_path: Path) -> None:
+    """--scaledobject: the pasted block is the user's trigger metadata with
+    only searched keys changed (model, fallbackAfterSeconds, maxReplicas kept)."""
+    so = tmp_path / "so.yaml"
+    so.write_text(
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
+        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 6\n"
+        "  triggers:\n  - type: external\n    metadata:\n"
+        "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
+        "      model: my-model\n      fallbackAfterSeconds: '240'\n      maxReplicas: '6'\n"
+    )
+    code, out = _tune(
+        trace, tmp_path, "--scaledobject", str(so), "--trials", "2", "--target", "0.5"
+    )
+    assert code == 0
+    meta = json.loads(out.read_text())["predictive"]["metadata"]
+    assert meta["model"] == "my-model" and meta["fallbackAfterSeconds"] == "240"
+    assert meta["maxReplicas"] == "6" and meta["prometheusAddress"] == "http://prom:9090"
+    assert int(meta["minReplicas"]) <= 6
+
+
+def test_tune_is_a_prescaler_subcommand() -> None:
+    """`prescaler tune` is registered with the top-level CLI."""
+    from prescaler.cli import main as prescaler_main
+
+    with pytest.raises(SystemExit) as exc:
+        prescaler_main(["tune", "--help"])
+    assert exc.value.code == 0

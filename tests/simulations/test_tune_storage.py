@@ -1,0 +1,189 @@
+"""`prescaler tune --storage`: several tune processes fill one optuna study.
+
+A real PostgreSQL (Debian's ``postgresql`` package; started here with
+``initdb``/``pg_ctl`` in a temporary directory on a free port, as an
+unprivileged user when the tests run as root, since ``initdb`` refuses root)
+and a SQLite file, each shared by two ``prescaler tune`` processes started at
+once. Under CI a missing PostgreSQL fails the test; elsewhere it skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from tests.support.ci import fail_in_ci_else_skip
+from tests.support.prometheus import free_port
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small per-minute counts trace: 15 minutes."""
+    path = tmp_path_factory.mktemp("trace") / "counts.csv"
+    rng = np.random.default_rng(2)
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 15))]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
+    )
+    if found is None:
+        fail_in_ci_else_skip(
+            f"PostgreSQL's `{name}` is not installed (Debian package `postgresql`)"
+        )
+    return found
+
+
+def _as_user() -> tuple[list[str], int | None, int | None]:
+    """(command prefix, uid, gid): initdb and postgres refuse to run as root."""
+    if os.geteuid() != 0:
+        return [], None, None
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            pw = pwd.getpwnam(name)
+            return ["runuser", "-u", name, "--"], pw.pw_uid, pw.pw_gid
+    pytest.skip("running as root with no unprivileged user for PostgreSQL")
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[str]:
+    """A throw-away PostgreSQL on 127.0.0.1:<free port>; yields its SQLAlchemy URL.
+    Its directory is directly under the system temp dir, which the
+    unprivileged server user can reach (pytest's own tmp_path is root-only)."""
+    pytest.importorskip("psycopg2")
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    prefix, uid, gid = _as_user()
+    tmp = tempfile.TemporaryDirectory(prefix="prescaler-pg-")
+    workdir = Path(tmp.name)
+    data = workdir / "pg"
+    if uid is not None and gid is not None:
+        os.chown(workdir, uid, gid)
+    subprocess.run(
+        [*prefix, initdb, "-D", str(data), "-U", "tune", "--auth=trust", "--no-sync"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    port = free_port()
+    opts = f"-p {port} -k {workdir} -c listen_addresses=127.0.0.1 -c fsync=off"
+    subprocess.run(
+        [*prefix, pg_ctl, "-D", str(data), "-o", opts, "-l", str(workdir / "pg.log"), "-w",
+         "start"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    try:
+        yield f"postgresql+psycopg2://tune@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, pg_ctl, "-D", str(data), "-m", "fast", "-w", "stop"],
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+        tmp.cleanup()
+
+
+def _two_tunes(trace: Path, storage: str, tmp_path: Path, trials: int) -> list[dict[str, object]]:
+    procs = []
+    for k in range(2):
+        argv = [
+            sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "600",
+            "--trials", str(trials), "--target", "0.8", "--quiet", "--storage", storage,
+            "--study", "shared", "--json", str(tmp_path / f"tune{k}.json"),
+        ]  # fmt: skip
+        procs.append(
+            subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+        time.sleep(0.5)  # the first one creates the study
+    outs = [p.communicate(timeout=600)[0].decode() for p in procs]
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out
+    return [json.loads((tmp_path / f"tune{k}.json").read_text()) for k in range(2)]
+
+
+def _check_shared(storage: str, docs: list[dict[str, object]], trials: int) -> None:
+    study = optuna.load_study(study_name="shared", storage=storage)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == trials
+    workers = {str(t.user_attrs["worker"]).rsplit(":", 1)[0] for t in done}
+    assert len(workers) == 2, workers  # both processes contributed trials
+    feasible = [t for t in done if t.user_attrs["constraint"] <= 0 and t.user_attrs["finished"]]
+    best = min(feasible, key=lambda t: (t.value, t.number))
+    for doc in docs:
+        assert doc["trials"] == trials
+        meta = doc["predictive"]["metadata"]  # type: ignore[index]
+        assert {k: meta[k] for k in best.user_attrs["metadata"]} == best.user_attrs["metadata"]
+
+
+def test_two_tune_processes_share_one_postgresql_study(trace: Path, tmp_path: Path) -> None:
+    """optuna RDBStorage on PostgreSQL: two `prescaler tune` processes on one
+    study both add trials, stop at --trials in all, and each reports the
+    study's best (optuna docs, "Easy Parallelization")."""
+    with running_postgres() as url:
+        docs = _two_tunes(trace, url, tmp_path, trials=6)
+        _check_shared(url, docs, 6)
+
+
+def test_two_tune_processes_share_one_sqlite_study(trace: Path, tmp_path: Path) -> None:
+    """The same on one machine with a SQLite file (the default storage kind)."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    docs = _two_tunes(trace, url, tmp_path, trials=6)
+    _check_shared(url, docs, 6)
+
+
+def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> None:
+    """SIGKILL mid-study: the trials finished before the kill are in the
+    storage (optuna RDBStorage commits each trial as it ends); the same
+    command again keeps them, fails the killed trial once its heartbeat is
+    silent for the grace period, and completes the study to --trials."""
+    import signal
+
+    from simulations.tune_study import GRACE_S
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    argv = [
+        sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "600",
+        "--trials", "4", "--target", "0.8", "--quiet", "--storage", url, "--study", "k",
+        "--json", str(tmp_path / "k.json"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, start_new_session=True)
+    done: list[int] = []
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(done) < 2:
+        time.sleep(0.5)
+        with contextlib.suppress(KeyError, Exception):
+            study = optuna.load_study(study_name="k", storage=url)
+            done = [t.number for t in study.trials if t.state.is_finished()]
+    os.killpg(proc.pid, signal.SIGKILL)  # the tune and its reactive-search worker
+    proc.wait(timeout=30)
+    assert len(done) >= 2 and not (tmp_path / "k.json").exists()
+    before = {
+        t.number: t.params
+        for t in optuna.load_study(study_name="k", storage=url).trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+    }
+    assert len(before) >= 2
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=300 + 2 * GRACE_S)
+    assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
+    after = optuna.load_study(study_name="k", storage=url).trials
+    complete = {t.number: t.params for t in after if t.state == optuna.trial.TrialState.COMPLETE}
+    assert {k: complete[k] for k in before} == before
+    assert len(complete) == 4
+    assert json.loads((tmp_path / "k.json").read_text())["trials"] == 4

