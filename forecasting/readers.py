@@ -1,7 +1,7 @@
 """Thin file readers: detect the format from the header, parse, hand raw
 samples to :mod:`forecasting.series` (the one place that cleans them).
 
-Formats (see ``../shared/traces/README.md``):
+Formats (those of the public LLM traces the project reads):
 
 =========================================================  =====================
 header                                                     kind

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from scaler.settings import ScalerSettings
 
 __all__ = [
+    "NO_ANSWER_REASONS",
     "REASONS",
     "Decision",
     "DemandForecast",
@@ -59,6 +60,11 @@ __all__ = [
 
 NAN = float("nan")
 _EPS = 1e-9  # so 5.0000000001 replicas of float noise does not ceil to 6
+
+NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
+"""Decision reasons that mean "nothing was ever observed" for this object:
+the scaler answers KEDA UNAVAILABLE (KEDA keeps the current count, and the
+HPA holds), never these decisions' replica numbers."""
 
 REASONS: tuple[str, ...] = (
     "queue",

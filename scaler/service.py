@@ -55,7 +55,7 @@ from scaler.front import (
     private_socket_dir,
     remove_private_dir,
 )
-from scaler.policy import Decision
+from scaler.policy import NO_ANSWER_REASONS, Decision
 from scaler.settings import ScalerSettings, SettingsError, parse_settings
 from scaler.sources import foreign_namespace_key
 from scaler.telemetry import MetricsServer, ScalerTelemetry
@@ -115,9 +115,6 @@ class _Unavailable(Exception):
 
 FRONT_ANSWERED = frozenset({"GetMetricSpec", "GetMetrics", "IsActive"})
 """The calls the compiled front answers (and times) itself."""
-
-NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
-"""Decision reasons that mean "nothing was ever observed" for this object."""
 
 
 def _settled(decision: Decision, settings: ScalerSettings) -> Decision:

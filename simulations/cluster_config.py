@@ -163,7 +163,7 @@ class ClusterConfig:
     model_load_s: float
     spot_interruptions_per_hour: float = 0.0
     spot_notice_s: float = 120.0
-    termination_grace_s: float = 30.0
+    termination_grace_s: float = 120.0  # terminationGracePeriodSeconds of manifests/vllm
     batch_idle_s: float = 1.0
     batch_max_s: float = 10.0
     pods_per_node: int = 1

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from engine.profiles import Profile
+from scaler.policy import NO_ANSWER_REASONS
 from scaler.prewarm import plan_balloons
 from scaler.tracker import Tracker, TrackerConfig
 from simulations.events import PRIORITY_CONTROL
@@ -309,7 +310,10 @@ class ScaledObjectController:
         assert sim is not None
         trig = self.so.trigger
         if self.tracker is not None:
-            return float(self.tracker.decision.replicas)
+            decision = self.tracker.decision
+            if decision.reason in NO_ANSWER_REASONS:
+                return None  # the scaler answers UNAVAILABLE: the HPA holds
+            return float(decision.replicas)
         q = trig.query
         assert q is not None
         return sim.prometheus.query(q.aggregation, q.metric, q.rate_window_s)

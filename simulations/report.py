@@ -10,6 +10,7 @@ retries, rejection reasons). It is strict JSON: a value that does not exist
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,16 @@ def _num(x: float | None, digits: int = 6) -> float | None:
 def _pct(values: np.ndarray, q: float) -> float | None:
     v = values[np.isfinite(values)]
     return float(np.percentile(v, q)) if v.size else None
+
+
+def _reason_kinds(reasons: Mapping[str, int]) -> dict[str, int]:
+    """Rejections counted per kind: vLLM's messages embed token counts, so
+    numbers are replaced by N (one key per kind, not one per request)."""
+    kinds: dict[str, int] = {}
+    for reason, count in reasons.items():
+        key = re.sub(r"\d+", "N", reason)
+        kinds[key] = kinds.get(key, 0) + count
+    return dict(sorted(kinds.items()))
 
 
 def scale_up_reaction_s(timeline: Mapping[str, np.ndarray]) -> float | None:
@@ -144,7 +155,7 @@ def policy_summary(
         "scale_up_reaction_s": _num(scale_up_reaction_s(r.timeline), 1),
         "retried": int(r.retried),
         "busy_fraction": _num(busy, 4),
-        "rejected_reasons": dict(sorted(r.rejected_reasons.items())),
+        "rejected_reasons": _reason_kinds(r.rejected_reasons),
         "wall_s": _num(r.wall_s, 3),
         "simulated_requests_per_wall_s": _num(status.size / r.wall_s, 1) if r.wall_s > 0 else None,
     }

@@ -326,7 +326,10 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
         "predictive": {"metadata": meta, "tuned": p_tuned, "holdout": p_hold},
         "reactive": {"threshold": reactive.threshold, "tuned": r_tuned, "holdout": r_hold},
     }
-    _print_report(out, doc, best.number, reactive.met, trial_s)
+    held_target = (
+        target if held is None else opts.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
+    )
+    _print_report(out, doc, best.number, reactive.met, trial_s, (target, held_target))
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
@@ -343,13 +346,19 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
 
 
 def _print_report(
-    out: TextIO, doc: Mapping[str, Any], best: int, reactive_met: bool, trial_s: float
+    out: TextIO,
+    doc: Mapping[str, Any],
+    best: int,
+    reactive_met: bool,
+    trial_s: float,
+    targets: tuple[float, float],
 ) -> None:
     p, r = doc["predictive"], doc["reactive"]
     print(f"\n{doc['trials']} trials ({trial_s:.1f} s of wall time per trial, all "
           f"processes together); chosen: trial {best}", file=out)  # fmt: skip
     rows = [
         ("", "tuning part", "held back"),
+        (f"SLO target ({doc['target']:g} x the idle fleet's)", _pct(targets[0]), _pct(targets[1])),
         ("predictive SLO attainment",
          _pct(p["tuned"]["slo_attainment"]), _pct(p["holdout"]["slo_attainment"])),
         ("predictive cost", _month(p["tuned"]), _month(p["holdout"])),

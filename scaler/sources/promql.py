@@ -143,9 +143,7 @@ def build_plan(
         return f"{name}{flt}"
 
     kv = f"{metric('vllm:kv_cache_usage_perc')} or {metric('vllm:gpu_cache_usage_perc')}"
-    capacity = _with_matcher(
-        "vllm:num_requests_waiting_by_reason", flt, 'reason="capacity"'
-    )
+    capacity = _with_matcher("vllm:num_requests_waiting_by_reason", flt, 'reason="capacity"')
     queries = {
         "waiting": _agg(
             "sum",

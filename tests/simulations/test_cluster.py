@@ -56,6 +56,7 @@ def make_config(*pools: NodePoolSpec, **overrides: object) -> ClusterConfig:
         node_ready_s=(60.0, 60.0, 60.0),
         image_pull_s=30.0,
         model_load_s=60.0,
+        termination_grace_s=30.0,
     )
     return replace(base, **overrides)  # type: ignore[arg-type]
 

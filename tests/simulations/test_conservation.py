@@ -101,7 +101,10 @@ def test_heavy_spot_churn_conserves_requests() -> None:
     workload = synthetic_workload(
         duration_s=1800.0, base_rps=3.0, seed=5, prompt_tokens=(800, 0.8), output_tokens=(200, 0.8)
     )
-    config = SimConfig(spot=True, cluster_overrides=(("spot_interruptions_per_hour", 12.0),))
+    config = SimConfig(
+        spot=True,
+        cluster_overrides=(("spot_interruptions_per_hour", 12.0), ("termination_grace_s", 5.0)),
+    )
     spec = reactive_spec(8)
     r = Simulation(workload, PROFILE, make_controller(spec, workload, PROFILE), config).run()
     assert r.spot_interruptions > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -66,8 +67,12 @@ def test_time_never_goes_backwards(events: list[tuple[float, int]]) -> None:
     """Whatever the insertion order, actions see non-decreasing (time, priority)."""
     q = EventQueue()
     seen: list[tuple[float, int]] = []
+
+    def record(priority: int) -> Callable[[float], None]:
+        return lambda now: seen.append((now, priority))
+
     for t, p in events:
-        q.schedule(t, p, lambda now, p=p: seen.append((now, p)))
+        q.schedule(t, p, record(p))
     q.run_until(2e6)
     assert seen == sorted(seen)
     assert len(seen) == len(events)

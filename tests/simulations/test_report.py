@@ -97,3 +97,16 @@ def test_cost_ratio_is_null_without_an_oracle(outcomes: dict[str, Outcome]) -> N
     doc = summary("w", 1, 600.0, 0.1, {"static": outcomes["static"]})
     assert doc["policies"]["static"]["cost_ratio_to_oracle"] is None
     assert not math.isnan(doc["policies"]["static"]["cost_per_month_usd"])
+
+
+def test_rejection_reasons_are_grouped_by_kind() -> None:
+    """vLLM's message names each request's token counts: one key per kind, counted."""
+    w = Workload(
+        np.array([1.0, 2.0, 3.0]), np.array([9000, 9100, 10]), np.array([5, 5, 5]), "w", 9.0
+    )
+    r = run_policy(PolicySpec("static", "static", replicas=1), w, PROFILE, SimConfig())
+    reasons = summary("w", 3, 9.0, 0.1, {"static": Outcome(r)})["policies"]["static"][
+        "rejected_reasons"
+    ]
+    assert list(reasons.values()) == [2]
+    assert "maximum context length is N tokens" in next(iter(reasons))

@@ -89,6 +89,7 @@ def test_predictive_live_matches_simulated(tmp_path: Path) -> None:
 
 
 @pytest.mark.bench
+@pytest.mark.timeout(1500)
 @pytest.mark.usefixtures("prometheus")
 def test_bench_stack_parity() -> None:
     """Five minutes of the shipped trace, and five minutes of a synthetic 3x burst that

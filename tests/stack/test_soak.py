@@ -62,6 +62,7 @@ def _processes(run: StackRun) -> dict[str, int]:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)
 @pytest.mark.usefixtures("prometheus")
 def test_soak_memory_flat() -> None:
     """No process's resident memory keeps growing over ten minutes of load."""
