@@ -6,7 +6,7 @@ that says how many replicas, why, and what each component proposed. It does
 no I/O and reads no clock, so the simulator can call the very same function
 on virtual time and tuned settings transfer to production unchanged.
 
-The rules (design.md, "The decision"):
+The rules:
 
 * Reactive floor, each term its own proposal:
   ``queue``    = ceil(waiting / targetWaitingPerReplica) -- today's KEDA

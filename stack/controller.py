@@ -38,7 +38,7 @@ import numpy as np
 
 from engine.profiles import Profile
 from simulations.cluster import Cluster, ClusterConfig
-from simulations.events import EventQueue
+from simulations.events import PRIORITY_SCRAPE, EventQueue
 from simulations.hpa import Hpa
 from simulations.keda import Keda
 from simulations.scaledobject import ScaledObjectSpec
@@ -132,6 +132,10 @@ class ControlPlane:
         self._reap: list[EmulatorProcess] = []
         self._not_serving: list[LiveReplica] = []
         self._restarting: list[tuple[float, LiveReplica]] = []
+        self.at_start: tuple[float, float] = (0.0, 0.0)
+        """(cost, GPU hours) at t=0, after the warm-start pre-roll."""
+        self.at_end: tuple[float, float, float] | None = None
+        """(Ready replica-seconds, cost, GPU hours) at the trace's end."""
         # what the view and the timeline show
         self.desired: float = math.nan
         self.active: bool | None = None
@@ -287,6 +291,20 @@ class ControlPlane:
                 still.append((due, replica))
         self._restarting = still
 
+    def mark_end(self, end_s: float) -> None:
+        """Snapshot the fleet accounting at the trace's end (as the simulator does):
+        pods that become Ready while requests drain afterwards are not billed to it."""
+
+        def snapshot(t: float) -> None:
+            self._set_ready(t, 0)
+            self.at_end = (
+                self._ready_area,
+                self.cluster.cost_usd(t),
+                self.cluster.gpu_hours(t),
+            )
+
+        self.queue.schedule(end_s, PRIORITY_SCRAPE, snapshot)
+
     def ready_area(self, until: float) -> float:
         t0 = max(0.0, self._ready_since)
         return self._ready_area + (self._ready * (until - t0) if until > t0 else 0.0)
@@ -302,6 +320,7 @@ class ControlPlane:
         for proc in list(self._spares):
             proc.wait_healthy(90.0)
         self.queue.run_until(0.0)
+        self.at_start = (self.cluster.cost_usd(0.0), self.cluster.gpu_hours(0.0))
 
     def scale_deployment(self, now: float, replicas: int) -> None:
         if replicas > self.cluster.spec_replicas and now >= 0.0:
@@ -316,6 +335,7 @@ class ControlPlane:
     async def run(self, clock: Clock, stop: asyncio.Event, end_s: float) -> None:
         """Every loop until ``stop`` (or trace time ``end_s`` for the control loops)."""
         self._clock = clock
+        self.mark_end(end_s)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0)) as http:
             self._http = http
             poll = self.so.keda.polling_interval_s

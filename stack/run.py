@@ -411,7 +411,12 @@ class StackRun:
         duration = max(1e-9, self.trace_end_s)
         cluster = control.cluster
         end = min(duration, control.queue.now)
-        control._set_ready(end, 0)  # the peak as of the end, as the simulator takes it
+        if control.at_end is not None:
+            area, cost_end, gpu_end = control.at_end
+        else:  # stopped before the end (Ctrl-C): up to now
+            control._set_ready(end, 0)
+            area = control.ready_area(end)
+            cost_end, gpu_end = cluster.cost_usd(end), cluster.gpu_hours(end)
         timeline = {
             k: np.asarray(v, dtype=np.float64) for k, v in control.counters.timeline.items()
         }
@@ -427,9 +432,9 @@ class StackRun:
             e2e_s=lg.e2e_s[:n].copy(),
             rejected_reasons=dict(lg.reasons),
             retried=lg.retried,
-            gpu_hours=cluster.gpu_hours(end) - cluster.gpu_hours(0.0) if end > 0 else 0.0,
-            cost_usd=cluster.cost_usd(end) - cluster.cost_usd(0.0) if end > 0 else 0.0,
-            mean_replicas=control.ready_area(end) / duration,
+            gpu_hours=gpu_end - control.at_start[1] if end > 0 else 0.0,
+            cost_usd=cost_end - control.at_start[0] if end > 0 else 0.0,
+            mean_replicas=area / duration,
             max_replicas=control.ready_max,
             busy_replica_s=0.0,
             served_tokens=lg.served_tokens,

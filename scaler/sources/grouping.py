@@ -6,7 +6,7 @@ its matchers accept. Matching is done once per refresh for the union of
 groups, with an index on the first equality matcher of each selection, so
 1,000 ScaledObjects over 1,000 groups stay cheap.
 
-Missing is never zero (design.md, "The decision"):
+Missing is never zero (docs/architecture.md, "What happens when data goes missing"):
 
 - a group whose value is NaN/Inf makes that signal unknown for the
   selections that match the group only (NaN gauge, ``None`` rate/KV); other

@@ -1,6 +1,7 @@
 """Benchmarks (``make bench``): backtest over the shipped traces, and speed.
 
-Reads ``../shared/traces`` beside the checkout; skips when it is absent.
+Reads the reference folder's ``traces/`` (tests/support/reference.py);
+skips when it is absent.
 worldcup98 (125k minutes) is backtested over its last 28 days (40,320
 minutes), which hold the final matches and the post-tournament decay; every
 series scores at most 400 evenly spaced origins, models refit at most 20 times
@@ -34,9 +35,11 @@ from forecasting.backtest import backtest
 from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.significance import mae_ratios
+from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]
-TRACES = ROOT / ".." / "shared" / "traces"
+_REFERENCE = reference_dir()
+TRACES = _REFERENCE / "traces" if _REFERENCE is not None else ROOT / "no-reference-traces"
 OUT = ROOT / "bench-results"
 
 # (file, step_s or None for native, horizons in seconds, window in steps or None)

@@ -6,7 +6,8 @@
 - 14 days of the ServeGen language fleet's rate curve at rate scale 0.01
   (~2.4 M requests): wall time and peak RSS, in a child process;
 - the outcome table (TTFT SLO 1 s) on every trace beside the checkout
-  (``../shared/traces``; skipped when absent), each at a rate scale that
+  (the reference folder's ``traces/``, tests/support/reference.py; skipped
+  when absent), each at a rate scale that
   gives a fleet of a few to a few dozen replicas.
 
 Results go to ``bench-results/simulator*.json``.
@@ -40,9 +41,11 @@ from simulations.policies import (
 from simulations.runner import run_policy
 from simulations.simulation import SimConfig
 from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
+from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]
-TRACES = ROOT / ".." / "shared" / "traces"
+_REFERENCE = reference_dir()
+TRACES = _REFERENCE / "traces" if _REFERENCE is not None else ROOT / "no-reference-traces"
 OUT = ROOT / "bench-results"
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -1,6 +1,7 @@
 # ruff: noqa
-# Test fixture, NOT project code: the load-test script from the design seed
-# /work/shared/seeds/000_4e9adbbcf68ccada.txt (lines 307-351), copied verbatim
+# Test fixture, NOT project code: the load-test script of one of the two public
+# write-ups of the EKS + vLLM + KEDA + Karpenter recipe that prescaler starts
+# from (tests/manifests/data/seeds/README.md), copied verbatim
 # except URL (the emulator's address; tests overwrite it with the real port)
 # and nothing else (the emulator serves the seed's model name). Its licence is
 # unknown, so it stays a test fixture and is not shipped with the package.
