@@ -12,7 +12,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -325,13 +325,22 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m simulations.cli`` (the same as ``prescaler simulate``)."""
+def run_subcommand(
+    register_fn: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None],
+    command: str,
+    argv: Sequence[str] | None,
+) -> int:
+    """Run one ``prescaler`` subcommand from its own module (``python -m ...``)."""
     parser = argparse.ArgumentParser(prog="prescaler")
     sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(["simulate", *(argv if argv is not None else sys.argv[1:])])
+    register_fn(sub)
+    args = parser.parse_args([command, *(argv if argv is not None else sys.argv[1:])])
     return int(args.func(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m simulations.cli`` (the same as ``prescaler simulate``)."""
+    return run_subcommand(register, "simulate", argv)
 
 
 if __name__ == "__main__":

@@ -330,7 +330,12 @@ class Simulation:
         pod = self._pods.get(pod_id)
         if reason == "spot_interruption":
             self._spot_notices += 1
-        if pod is not None and pod.routable:
+        if pod is not None:
+            self._unroute(pod, now)
+
+    def _unroute(self, pod: _Pod, now: float) -> None:
+        """Stop sending new requests to ``pod`` (it is draining or gone)."""
+        if pod.routable:
             pod.routable = False
             self._routable.remove(pod)
             self._set_ready(now, -1)
@@ -339,10 +344,7 @@ class Simulation:
         pod = self._pods.pop(pod_id, None)
         if pod is None:
             return
-        if pod.routable:
-            pod.routable = False
-            self._routable.remove(pod)
-            self._set_ready(now, -1)
+        self._unroute(pod, now)
         self._sync(pod, now)
         if pod.handle is not None:
             pod.handle.cancel()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from simulations.cli import UsageError, _finite, _int, add_simulate_arguments
+from simulations.cli import UsageError, _finite, _int, add_simulate_arguments, run_subcommand
 
 __all__ = ["DEFAULT_STORAGE", "TuneOptions", "register", "tune"]
 
@@ -404,11 +404,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m simulations.tune_cli`` (the same as ``prescaler tune``)."""
-    parser = argparse.ArgumentParser(prog="prescaler")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(["tune", *(argv if argv is not None else sys.argv[1:])])
-    return int(args.func(args))
+    return run_subcommand(register, "tune", argv)
 
 
 if __name__ == "__main__":

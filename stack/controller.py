@@ -244,7 +244,12 @@ class ControlPlane:
         if reason == "spot_interruption":
             self.spot_notices += 1
         replica = self._replicas.get(pod_id)
-        if replica is not None and replica.routable:
+        if replica is not None:
+            self._unroute(replica, now)
+
+    def _unroute(self, replica: LiveReplica, now: float) -> None:
+        """Stop sending new requests to ``replica`` and stop scraping it."""
+        if replica.routable:
             replica.routable = False
             self._routable.remove(replica)
             self._set_ready(now, -1)
@@ -254,11 +259,7 @@ class ControlPlane:
         replica = self._replicas.pop(pod_id, None)
         if replica is None:
             return
-        if replica.routable:
-            replica.routable = False
-            self._routable.remove(replica)
-            self._set_ready(now, -1)
-            self._publish_targets()
+        self._unroute(replica, now)
         proc = replica.process
         if proc.child.process is not None and proc.child.alive:
             proc.child.process.kill()  # anything still in flight is lost, as on a deleted pod
