@@ -15,7 +15,8 @@ class PrescalerConfig:
 
     # ----------------------------------------------------------- the ridge
     offset_fractions: tuple[float, ...] = (0.25, 1.0, 16.0)
-    """Candidates for ``c`` in ``log(y + c)`` as a fraction of the recent mean:
+    """Candidates for ``c`` in ``log(y + c)`` as a fraction of the recent busy
+    (non-zero) bins' mean:
     0.25 is nearly multiplicative, 16 nearly additive. fit() picks one on a
     time-ordered holdout."""
     default_offset_fraction: float = 1.0
@@ -82,6 +83,15 @@ class PrescalerConfig:
     """Members beyond this many times the ridge's 0.1..0.9 residual band
     from its centre sit out a forecast; 0 disables it."""
 
+    # ------------------------------------------------------- cold start
+    cold_start_growth: float = 2.0
+    """While the history holds fewer than ``band_min_errors`` independent
+    errors at a horizon (about ``band_min_errors * h`` rows), no quantile at
+    that horizon exceeds this multiple of the history's largest value. A band
+    extrapolated from a few dozen rows (a fleet that has just woken up) says
+    nothing about demand far beyond what was ever seen; the live queue signals
+    catch a real surge. 0 disables it."""
+
     def __post_init__(self) -> None:
         if (
             self.shrink_rows < 0
@@ -90,10 +100,12 @@ class PrescalerConfig:
             or self.min_independent_errors < 0
             or self.band_min_errors < 0
             or not self.band_half_life >= 0
+            or not self.cold_start_growth >= 0
         ):
             raise ValueError(
-                "shrink_rows, holdout_days, min_independent_errors, band_min_errors and "
-                f"band_half_life must be >= 0 and min_holdout >= 1, got {self.shrink_rows}, "
-                f"{self.holdout_days}, {self.min_independent_errors}, "
-                f"{self.band_min_errors}, {self.band_half_life}, {self.min_holdout}"
+                "shrink_rows, holdout_days, min_independent_errors, band_min_errors, "
+                "band_half_life and cold_start_growth must be >= 0 and min_holdout >= 1, "
+                f"got {self.shrink_rows}, {self.holdout_days}, {self.min_independent_errors}, "
+                f"{self.band_min_errors}, {self.band_half_life}, {self.cold_start_growth}, "
+                f"{self.min_holdout}"
             )

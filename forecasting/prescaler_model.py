@@ -2,9 +2,10 @@
 with cheap smoothers, with a conformal band.
 
 - Demand is multiplicative and its noise grows with its level, so the model
-  works on ``z = log(y + c)``, ``c`` a fraction of the recent mean chosen on a
-  time-ordered holdout (quantiles survive any monotone transform; ``c`` keeps
-  zeros finite and tiny rates nearly linear).
+  works on ``z = log(y + c)``, ``c`` a fraction of the recent day's mean over
+  its busy (non-zero) bins, chosen on a time-ordered holdout (quantiles
+  survive any monotone transform; ``c`` keeps zeros finite and tiny rates
+  nearly linear).
 - For each horizon ``h`` a small ridge regression predicts ``z[t+h] - z[t]``
   from what is known at ``t``: the recent means (3, 12, 48 steps) relative to
   the last value and, for each season with at least two full cycles in the
@@ -17,6 +18,9 @@ with cheap smoothers, with a conformal band.
 - The band (:mod:`forecasting.prescaler_band`) is the combined point's own
   holdout error law where the holdout holds enough independent errors, else
   the ridge's residual law, calibrated by its holdout coverage.
+- Cold start: while the rows since demand was first seen hold too few
+  independent errors for a horizon, its forecasts stay within
+  ``cold_start_growth`` times the largest value seen.
 
 Knobs: :mod:`forecasting.prescaler_config`; what each choice was compared
 with and the backtests that chose it: ``docs/decisions/forecasting.md``.
@@ -97,7 +101,12 @@ class PrescalerForecaster:
         day = daily_period(step_s)
         max_rows = int(self.config.max_train_days * day) if day else 40_000
         recent = arr[-max_rows:]
-        self._level = float(np.mean(recent[-max(1, min(recent.size, day or 1440)) :]))
+        # The level that scales the offset is the mean of the busy bins: idle
+        # bins would dilute it, and a tiny offset turns a fleet waking from
+        # idle into a jump of ten log units that the ridge then extrapolates.
+        window = recent[-max(1, min(recent.size, day or 1440)) :]
+        busy = window[window > 0]
+        self._level = float(np.mean(busy)) if busy.size else 0.0
         periods = []
         if day:
             for p in (day, 7 * day):
@@ -430,6 +439,13 @@ class PrescalerForecaster:
         out = np.empty((len(qs), horizon))
         bank: SmoothingBank | None = None
         lazy = False
+        # Cold start: the rows since demand was first seen (idle rows before
+        # it teach nothing about its dynamics) bound how far a band may reach.
+        growth = self.config.cold_start_growth
+        history = self._y[-max(self._train_z.size, 1) :]
+        busy_rows = np.flatnonzero(history > 0)
+        seen = history.size - int(busy_rows[0]) if busy_rows.size else 0
+        cap = growth * float(np.max(history)) if growth > 0 and busy_rows.size else None
         for h in range(1, horizon + 1):
             if h not in self._coef:
                 self._fit_h(h)
@@ -486,6 +502,8 @@ class PrescalerForecaster:
                     ]
             for i, s in enumerate(spread):
                 out[i, h - 1] = math.exp(center + s) - self._c
+            if cap is not None and seen < self.config.band_min_errors * h:
+                np.minimum(out[:, h - 1], cap, out=out[:, h - 1])
         if lazy:
             # A lazily fitted horizon rebuilt the smoothers' cached paths
             # (several times the history's size); the next one rebuilds them.
