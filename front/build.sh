@@ -1,12 +1,15 @@
 #!/bin/sh
 # Build prescaler-front, the compiled gRPC front of `prescaler serve`:
 # build.sh OUTPUT [MAIN.go] (the scaler bench's load generator builds with
-# this script too). Go and grpc-go come from Debian (golang-go,
-# golang-google-grpc-dev); as root they are installed when missing.
+# this script too, as MAIN). Go and grpc-go come from Debian (golang-go,
+# golang-google-grpc-dev); as root they are installed when missing. The
+# build is in module mode and offline (front/go.mod, front/go.sh).
 set -e
-out=$1
 here=$(cd "$(dirname "$0")" && pwd)
-main=${2:-$here/main.go}
+# go.sh runs in front/: make the caller's relative paths absolute first.
+abs() { case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
+out=$(abs "$1")
+if [ -n "$2" ]; then main=$(abs "$2"); else main=.; fi
 grpc_src=/usr/share/gocode/src/google.golang.org/grpc
 if ! command -v go >/dev/null 2>&1 || [ ! -d "$grpc_src" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -21,5 +24,4 @@ if ! command -v go >/dev/null 2>&1 || [ ! -d "$grpc_src" ]; then
     fi
 fi
 mkdir -p "$(dirname "$out")"
-GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOCACHE="${GOCACHE:-${TMPDIR:-/tmp}/prescaler-go-cache}" \
-    go build -trimpath -o "$out" "$main"
+exec sh "$here/go.sh" build -trimpath -o "$out" "$main"

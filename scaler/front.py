@@ -6,7 +6,7 @@ that is 3,000 RPC/s, and grpcio costs ~0.25 ms of a Python thread per call
 even when the handler does nothing, so on a small node the event loop is
 saturated and the p99 latency KEDA sees is tens of milliseconds. The answers
 change only when the state re-decides (once per refresh), so a compiled
-front (``front/main.go``, built into ``build/prescaler-front``) answers those
+front (``front/*.go``, built into ``build/prescaler-front``) answers those
 three calls from a table this module publishes, and forwards everything else
 to the Python server on a private unix socket: first calls, errors,
 ``StreamIsActive``, health and reflection. The front holds no scaling logic:

@@ -18,10 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILT = ROOT / "build" / "prescaler-front"
 
 
+def front_sources() -> list[Path]:
+    """What the binary is built from: its Go files (not the tests), go.mod, the scripts."""
+    front = ROOT / "front"
+    go = [p for p in front.glob("*.go") if not p.name.endswith("_test.go")]
+    return [*go, front / "go.mod", front / "go.sh", front / "build.sh"]
+
+
 @functools.cache
 def _build() -> tuple[Path | None, str]:
-    source = ROOT / "front" / "main.go"
-    if BUILT.exists() and BUILT.stat().st_mtime >= source.stat().st_mtime:
+    newest = max(p.stat().st_mtime for p in front_sources())
+    if BUILT.exists() and BUILT.stat().st_mtime >= newest:
         return BUILT, ""
     done = subprocess.run(
         ["sh", str(ROOT / "front" / "build.sh"), str(BUILT)], capture_output=True, text=True

@@ -1,4 +1,4 @@
-"""The compiled gRPC front (``front/main.go``, ``scaler.front``): real child
+"""The compiled gRPC front (``front/``, ``scaler.front``): real child
 process, real gRPC over TCP, KEDA's call pattern.
 
 What must hold: every answer is byte for byte what the Python service would

@@ -180,8 +180,10 @@ FRONT = ROOT / "build" / "prescaler-front"
 
 def _front() -> Path:
     """The scaler's compiled gRPC front (``make front``), built if missing."""
-    source = ROOT / "front" / "main.go"
-    if not FRONT.exists() or FRONT.stat().st_mtime < source.stat().st_mtime:
+    from tests.scaler.front_support import front_sources
+
+    newest = max(p.stat().st_mtime for p in front_sources())
+    if not FRONT.exists() or FRONT.stat().st_mtime < newest:
         built = subprocess.run(
             ["sh", str(ROOT / "front" / "build.sh"), str(FRONT)], capture_output=True, text=True
         )
