@@ -13,9 +13,13 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from simulations.backfill import DemandHistory
+    from simulations.traffic import Workload
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_PROFILE", "SimulateOptions", "register", "simulate"]
 
@@ -54,6 +58,8 @@ class SimulateOptions:
     quiet: bool = False
     scrape_interval_s: float = 15.0
     rate_window_s: float = 120.0
+    backfill: bool = True
+    """Give prescaler triggers the trace's demand before ``start_s`` as history."""
 
 
 def _finite(name: str, lo: float = 0.0, *, strict: bool = True) -> Any:
@@ -144,6 +150,14 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         help="skip this many seconds of the trace",
     )
     p.add_argument(
+        "--no-backfill",
+        dest="backfill",
+        action="store_false",
+        help="start prescaler's tracker empty even when --start leaves trace before the "
+        "window (by default it gets that history, as the live scaler backfills from "
+        "Prometheus)",
+    )
+    p.add_argument(
         "--duration",
         dest="duration_s",
         type=_finite("--duration"),
@@ -217,6 +231,29 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
         quiet=args.quiet,
         scrape_interval_s=args.scrape_interval,
         rate_window_s=args.rate_window,
+        backfill=args.backfill,
+    )
+
+
+def _history(opts: SimulateOptions, workload: Workload) -> DemandHistory | None:
+    """The trace's demand before the window (:mod:`simulations.backfill`)."""
+    if opts.start_s <= 0 or len(workload) == 0:
+        return None
+    import numpy as np
+
+    from forecasting.readers import read_series
+    from scaler.tracker import TrackerConfig
+    from simulations.backfill import demand_before
+    from simulations.policies import REFRESH_S
+
+    series = read_series(opts.trace)
+    mean_tokens = float(np.mean(workload.prompt_tokens + workload.output_tokens))
+    return demand_before(
+        series,
+        opts.start_s,
+        bin_s=TrackerConfig(refresh_interval_s=REFRESH_S).step_s,
+        rate_scale=opts.rate_scale,
+        tokens_per_request=mean_tokens,
     )
 
 
@@ -266,6 +303,14 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
             specs.append(PolicySpec("oracle", "oracle"))
     for path in opts.scaledobjects:
         specs.append(scaledobject_spec(load_scaledobject(path)))
+    history = _history(opts, workload) if opts.backfill else None
+    if history is not None:
+        specs = [
+            replace(s, history=history)
+            if s.scaledobject is not None and s.scaledobject.trigger.kind == "prescaler"
+            else s
+            for s in specs
+        ]
     config = SimConfig(
         slo_ttft_s=opts.slo_ttft_s,
         timeout_s=opts.timeout_s,

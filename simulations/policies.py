@@ -31,6 +31,7 @@ from engine.profiles import Profile
 from scaler.policy import NO_ANSWER_REASONS
 from scaler.prewarm import plan_balloons
 from scaler.tracker import Tracker, TrackerConfig
+from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_CONTROL
 from simulations.hpa import Hpa
 from simulations.keda import Keda
@@ -75,6 +76,9 @@ class PolicySpec:
     replicas: int | None = None
     """static: the fixed count (None: searched by the runner)."""
     scaledobject: ScaledObjectSpec | None = None
+    history: DemandHistory | None = None
+    """Demand before the window, loaded into a prescaler trigger's tracker as the
+    live scaler's backfill from Prometheus would (:mod:`simulations.backfill`)."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -149,9 +153,15 @@ def reactive_spec(max_replicas: int = 10) -> PolicySpec:
 
 
 def predictive_spec(
-    profile: str, *, max_replicas: int = 16, forecaster: str | None = None, prewarm: bool = False
+    profile: str,
+    *,
+    max_replicas: int = 16,
+    forecaster: str | None = None,
+    prewarm: bool = False,
+    node_lead_time_s: float | None = None,
 ) -> PolicySpec:
-    """prescaler's trigger with its default metadata, as the shipped manifest has it."""
+    """prescaler's trigger with its default metadata, as the shipped manifest has it
+    (``node_lead_time_s``: the ``nodeLeadTimeSeconds`` the balloons plan for)."""
     meta = {
         "prometheusAddress": "http://prometheus:9090",
         "profile": profile,
@@ -167,6 +177,8 @@ def predictive_spec(
         "fallbackReplicas": str(min(4, max_replicas)),
         "prewarm": "true" if prewarm else "false",
     }
+    if node_lead_time_s is not None:
+        meta["nodeLeadTimeSeconds"] = f"{node_lead_time_s:g}"
     behavior = {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
@@ -268,9 +280,12 @@ class ScaledObjectController:
     (target 1), refreshed every 5 s like ``prescaler serve``.
     """
 
-    def __init__(self, name: str, so: ScaledObjectSpec) -> None:
+    def __init__(
+        self, name: str, so: ScaledObjectSpec, history: DemandHistory | None = None
+    ) -> None:
         self.name = name
         self.so = so
+        self.history = history
         self.keda = Keda(so.keda, created_s=0.0)
         self.hpa = Hpa(so.hpa)
         trig = so.trigger
@@ -300,8 +315,24 @@ class ScaledObjectController:
             now + float(sim.rng.uniform(0.0, HPA_SYNC_S)), PRIORITY_CONTROL, self._sync
         )
         if self.tracker is not None:
+            first = now
+            history = self.history
+            if history is not None and len(history):
+                # The backfill covers the trace up to the window's start; the
+                # warm-up before it has no traffic in the simulation (live, the
+                # scaler would have seen the trace's), so the tracker sits it out.
+                zeros = np.zeros(len(history))
+                self.tracker.load_history(
+                    history.times_s,
+                    history.requests_per_s,
+                    history.tokens_per_s,
+                    zeros,
+                    zeros,
+                    zeros,
+                )
+                first = max(now, 0.0)
             sim.queue.schedule(
-                now + float(sim.rng.uniform(0.0, REFRESH_S)), PRIORITY_CONTROL, self._refresh
+                first + float(sim.rng.uniform(0.0, REFRESH_S)), PRIORITY_CONTROL, self._refresh
             )
 
     # -- the trigger --------------------------------------------------------
@@ -407,7 +438,7 @@ def make_controller(
     if spec.kind == "oracle":
         return OracleController(spec.name, workload, profile)
     assert spec.scaledobject is not None
-    return ScaledObjectController(spec.name, spec.scaledobject)
+    return ScaledObjectController(spec.name, spec.scaledobject, spec.history)
 
 
 def with_replicas(spec: PolicySpec, replicas: int) -> PolicySpec:

@@ -103,9 +103,19 @@ def test_predictive_runs_the_tracker_and_records_its_forecast() -> None:
 
 
 def test_prewarm_holds_balloons() -> None:
-    """With prewarm on, the predictive policy sizes balloon pods from its forecast."""
-    w = _burst()
-    spec = predictive_spec(PROFILE.name, max_replicas=10, prewarm=True)
+    """With prewarm on and nodes slower to arrive (900 s) than the trigger looks ahead,
+    the predictive policy holds balloon pods for the rise its forecast sees coming."""
+    w = synthetic_workload(
+        duration_s=1500.0,
+        base_rps=3.0,
+        daily_amplitude=0.8,
+        period_s=14_400.0,  # a 4-hour cycle, the window on its rising half
+        phase_s=-14_400.0 / 4 + 3600.0,
+        seed=2,
+        prompt_tokens=(600, 0.5),
+        output_tokens=(150, 0.5),
+    )
+    spec = predictive_spec(PROFILE.name, max_replicas=10, prewarm=True, node_lead_time_s=900)
     r = run_policy(spec, w, PROFILE, SimConfig())
     assert (r.status == COMPLETED).mean() > 0.9
     assert r.timeline["balloons"].max() >= 1

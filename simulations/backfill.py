@@ -1,0 +1,99 @@
+"""The demand history a live scaler would have backfilled before a simulated window.
+
+``prescaler serve`` does not start a ScaledObject from nothing: on its first
+poll it reads the last hours of arrival and token rates from Prometheus and
+fits its forecaster on them. A simulated window that starts inside a trace
+(``--start``) has that history in the trace itself, so the predictive
+policy's tracker is given it too; otherwise every window would begin with a
+cold forecaster that production never has. A window at the trace's start
+has no history, as a fresh deployment has none.
+
+Pure: the caller reads the trace (``forecasting.readers.read_series``) and
+passes its rate series in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from forecasting.series import DemandSeries
+
+__all__ = ["BACKFILL_S", "DemandHistory", "demand_before"]
+
+BACKFILL_S = 3 * 3600.0
+"""History offered to the tracker; it keeps what its ring holds (the live
+scaler's fit window plus its refit and stabilization margins, about 2.3 h)."""
+
+
+@dataclass(frozen=True)
+class DemandHistory:
+    """Bin-end times on the simulation clock (the window starts at 0, so all are
+    <= 0), with the request and token rates of the bin that ends there."""
+
+    times_s: np.ndarray
+    requests_per_s: np.ndarray
+    tokens_per_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        t = np.asarray(self.times_s, dtype=np.float64)
+        r = np.asarray(self.requests_per_s, dtype=np.float64)
+        k = np.asarray(self.tokens_per_s, dtype=np.float64)
+        if not (t.ndim == r.ndim == k.ndim == 1 and t.size == r.size == k.size):
+            raise ValueError("history arrays must be 1-D and of one length")
+        if t.size and (np.any(np.diff(t) <= 0) or t[-1] > 0):
+            raise ValueError("history times must increase and end at or before 0")
+        if not (np.all(np.isfinite(r)) and np.all(np.isfinite(k))):
+            raise ValueError("history rates must be finite")
+        if np.any(r < 0) or np.any(k < 0):
+            raise ValueError("history rates must be >= 0")
+        object.__setattr__(self, "times_s", t)
+        object.__setattr__(self, "requests_per_s", r)
+        object.__setattr__(self, "tokens_per_s", k)
+
+    def __len__(self) -> int:
+        return int(self.times_s.size)
+
+
+def demand_before(
+    series: DemandSeries,
+    start_s: float,
+    *,
+    bin_s: float,
+    rate_scale: float,
+    tokens_per_request: float,
+    span_s: float = BACKFILL_S,
+) -> DemandHistory | None:
+    """The trace's demand in the ``span_s`` before ``start_s`` (trace seconds from
+    the series' first step), sampled at ``bin_s`` bins ending at or before the
+    window start; ``None`` when the window starts at the trace's beginning.
+
+    Each bin takes the rate of the trace step holding its midpoint (a rate
+    curve is constant within a step, and the simulator draws that step's
+    arrivals from it), scaled like the window's traffic. Token rates are the
+    request rate times the window's mean tokens per request: the history
+    only has to carry the demand's shape, which is what the forecaster fits.
+    """
+    for name, value in (("bin_s", bin_s), ("span_s", span_s)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not (math.isfinite(start_s) and start_s >= 0):
+        raise ValueError(f"start_s must be a finite number >= 0, got {start_s!r}")
+    if not (math.isfinite(rate_scale) and rate_scale > 0):
+        raise ValueError(f"rate_scale must be a finite number > 0, got {rate_scale!r}")
+    if not (math.isfinite(tokens_per_request) and tokens_per_request >= 0):
+        raise ValueError(f"tokens_per_request must be finite and >= 0, got {tokens_per_request!r}")
+    bins = int(min(span_s, start_s) // bin_s)
+    if bins == 0 or len(series) == 0:
+        return None
+    # bin ends -(bins - 1) * bin_s .. 0; the bin ending at e covers [e - bin_s, e)
+    ends = bin_s - bin_s * np.arange(bins, 0, -1, dtype=np.float64)
+    mid = start_s + ends - bin_s / 2.0
+    index = np.floor(mid / series.step_s + 1e-9).astype(np.int64)
+    ok = (index >= 0) & (index < len(series))
+    if not np.any(ok):
+        return None
+    rates = series.values[index[ok]] * rate_scale
+    return DemandHistory(ends[ok], rates, rates * tokens_per_request)
