@@ -175,7 +175,10 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         "--cv", type=_finite("--cv"), default=1.0, help="gamma arrivals' coefficient of variation"
     )
     p.add_argument(
-        "--forecaster", default=None, help="predictive: forecast method (trigger `forecast:`)"
+        "--forecaster",
+        default=None,
+        help="predictive: forecast method (trigger `forecast:`; statsforecast's sf_* "
+        "baselines too, in the simulator only)",
     )
     p.add_argument(
         "--scaledobject",

@@ -28,6 +28,8 @@ from typing import Literal
 import numpy as np
 
 from engine.profiles import Profile
+from forecasting import make_forecaster
+from forecasting.registry import BASELINES
 from scaler.policy import NO_ANSWER_REASONS
 from scaler.prewarm import plan_balloons
 from scaler.tracker import Tracker, TrackerConfig
@@ -79,6 +81,11 @@ class PolicySpec:
     history: DemandHistory | None = None
     """Demand before the window, loaded into a prescaler trigger's tracker as the
     live scaler's backfill from Prometheus would (:mod:`simulations.backfill`)."""
+    forecaster: str | None = None
+    """A forecasting method the live scaler does not offer (statsforecast's
+    ``sf_*`` baselines): a prescaler trigger's tracker forecasts with it
+    whatever ``forecast:`` says, so baselines are compared by the outcome they
+    buy. Simulation only."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -162,13 +169,14 @@ def predictive_spec(
 ) -> PolicySpec:
     """prescaler's trigger with its default metadata, as the shipped manifest has it
     (``node_lead_time_s``: the ``nodeLeadTimeSeconds`` the balloons plan for)."""
+    baseline = forecaster if forecaster in BASELINES else None
     meta = {
         "prometheusAddress": "http://prometheus:9090",
         "profile": profile,
         "targetWaitingPerReplica": "3",
         "targetKvCacheUsage": "0.8",
         "leadTimeSeconds": "auto",
-        "forecast": forecaster or "auto",
+        "forecast": "auto" if baseline else (forecaster or "auto"),
         "forecastQuantile": "0.9",
         "minReplicas": "1",
         "maxReplicas": str(max_replicas),
@@ -208,7 +216,7 @@ def predictive_spec(
             "behavior": "currentReplicasIfHigher",
         },
     )
-    return PolicySpec("predictive", "scaledobject", scaledobject=so)
+    return PolicySpec("predictive", "scaledobject", scaledobject=so, forecaster=baseline)
 
 
 def scaledobject_spec(so: ScaledObjectSpec) -> PolicySpec:
@@ -281,7 +289,11 @@ class ScaledObjectController:
     """
 
     def __init__(
-        self, name: str, so: ScaledObjectSpec, history: DemandHistory | None = None
+        self,
+        name: str,
+        so: ScaledObjectSpec,
+        history: DemandHistory | None = None,
+        forecaster: str | None = None,
     ) -> None:
         self.name = name
         self.so = so
@@ -292,8 +304,12 @@ class ScaledObjectController:
         self.tracker: Tracker | None = None
         if trig.kind == "prescaler":
             assert trig.settings is not None
+            method = forecaster
             self.tracker = Tracker(
-                (so.name, so.name), trig.settings, TrackerConfig(refresh_interval_s=REFRESH_S)
+                (so.name, so.name),
+                trig.settings,
+                TrackerConfig(refresh_interval_s=REFRESH_S),
+                None if method is None else (lambda _name: make_forecaster(method)),
             )
         self._sim: Simulation | None = None
         self._upper = math.nan
@@ -438,7 +454,7 @@ def make_controller(
     if spec.kind == "oracle":
         return OracleController(spec.name, workload, profile)
     assert spec.scaledobject is not None
-    return ScaledObjectController(spec.name, spec.scaledobject, spec.history)
+    return ScaledObjectController(spec.name, spec.scaledobject, spec.history, spec.forecaster)
 
 
 def with_replicas(spec: PolicySpec, replicas: int) -> PolicySpec:

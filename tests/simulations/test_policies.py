@@ -57,6 +57,26 @@ def test_predictive_uses_prescalers_trigger_and_the_chosen_forecaster() -> None:
     assert so.keda.max_replica_count == 12 and so.hpa.target == 1.0
 
 
+def test_a_statsforecast_baseline_drives_the_tracker_in_the_simulator_only() -> None:
+    """``sf_*`` methods are not trigger values (the live scaler does not run them):
+    the ScaledObject keeps ``forecast: auto`` and the tracker forecasts with the
+    baseline, so its forecast band differs from the default's on the same run."""
+    pytest.importorskip("statsforecast")
+    spec = predictive_spec(PROFILE.name, max_replicas=10, forecaster="sf_autoets")
+    assert spec.forecaster == "sf_autoets"
+    assert spec.scaledobject is not None and spec.scaledobject.trigger.settings is not None
+    assert spec.scaledobject.trigger.settings.forecast == "auto"
+    w = _burst()
+    base = run_policy(predictive_spec(PROFILE.name, max_replicas=10), w, PROFILE, SimConfig())
+    ets = run_policy(spec, w, PROFILE, SimConfig())
+    assert np.isfinite(ets.timeline["forecast_upper_rps"]).any()
+    assert not np.array_equal(
+        np.nan_to_num(ets.timeline["forecast_upper_rps"]),
+        np.nan_to_num(base.timeline["forecast_upper_rps"]),
+    )
+    assert (ets.status == COMPLETED).mean() > 0.9
+
+
 def test_a_bad_forecaster_is_the_live_scalers_error() -> None:
     """An unknown forecast method fails like the live scaler's metadata check."""
     with pytest.raises(ValueError, match="forecast"):
