@@ -29,7 +29,11 @@ only ``# HELP``/``# TYPE`` lines and no sample (``multiprocess=True``,
 
 Histograms are accumulated once on the union of both generations' boundaries
 (every V0 list is a subset of the V1 list), so one replica can be rendered in
-either generation without re-observing anything.
+either generation without re-observing anything. The per-request token-length
+histograms (``request_prompt_tokens``, ``request_generation_tokens``, every
+generation, labels as the generation's other families) have the same bounds
+in both: vLLM's 1-2-5 series up to ``max_model_len``
+(``request_token_buckets``).
 """
 
 from __future__ import annotations
@@ -81,6 +85,28 @@ REQUEST_LATENCY_BUCKETS_V1: tuple[float, ...] = (
 REQUEST_LATENCY_BUCKETS_V0: tuple[float, ...] = tuple(
     b for b in REQUEST_LATENCY_BUCKETS_V1 if b <= 60.0
 )
+
+
+def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """Bounds of vLLM's per-request token-length histograms
+    (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``):
+    1, 2, 5, 10, 20, 50, ... up to ``max_model_len``, as vLLM's
+    ``build_1_2_5_buckets(max_model_len)`` (vllm/v1/metrics/buckets.py; V0's
+    vllm/engine/metrics.py uses the same helper). They depend on the model
+    length, so the replica builds them from its own limits.
+    """
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be >= 1, got {max_model_len}")
+    bounds: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * scale
+            if value > max_model_len:
+                return tuple(bounds)
+            bounds.append(float(value))
+        scale *= 10
+
 
 _REASONS: tuple[str, ...] = ("stop", "length", "abort")
 _REASONS_0_32: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
@@ -266,6 +292,8 @@ class MetricsSnapshot:
     inter_token_latency: HistogramSnapshot
     e2e_request_latency: HistogramSnapshot
     request_queue_time: HistogramSnapshot
+    request_prompt_tokens: HistogramSnapshot
+    request_generation_tokens: HistogramSnapshot
 
     def success(self, reason: str) -> int:
         return dict(self.request_success).get(reason, 0)
@@ -410,6 +438,20 @@ def metric_families(
             admission.add_metric([model_name, reason], float(rejected.get(reason, 0)),
                                  created=created)  # fmt: skip
         out.append(admission)
+    # per-request token lengths: every generation, bounds up to max_model_len
+    # (what ``prescaler tune --prometheus`` reads prompt and output lengths from)
+    histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        snap.request_prompt_tokens,
+        snap.request_prompt_tokens.bounds,
+    )
+    histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        snap.request_generation_tokens,
+        snap.request_generation_tokens.bounds,
+    )
     histogram(
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",

@@ -29,9 +29,9 @@ from engine.models import LLAMA_2_7B, LLAMA_3_8B, LLAMA_3_70B, MISTRAL_7B, MODEL
 from engine.steptime import (
     KV_DTYPE_BYTES,
     PRECISIONS,
+    StepTimer,
     check_precision,
     linear_time_s,
-    step_time_s,
     weight_bytes,
 )
 from engine.throughput import (
@@ -214,15 +214,13 @@ class Profile:
         ``decode_seqs``: sequences generating one token; ``context_tokens``:
         total KV tokens attention reads this step. Non-decreasing in each.
         """
-        return step_time_s(
-            self.model,
-            self.hardware,
-            self.tp,
-            self.precision,
-            prefill_tokens,
-            decode_seqs,
-            context_tokens,
-        )
+        return self._step_timer.time_s(prefill_tokens, decode_seqs, context_tokens)
+
+    @cached_property
+    def _step_timer(self) -> StepTimer:
+        """``engine.steptime.step_time_s`` with this profile's constants folded once
+        (bit-identical; the simulator calls it several times per scheduler event)."""
+        return StepTimer(self.model, self.hardware, self.tp, self.precision)
 
     def linear_time_s(self, tokens: int) -> float:
         """Linear-ops-only kernel time (no attention, overhead, LM head): Vidur's quantity."""

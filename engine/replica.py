@@ -44,7 +44,10 @@ Public API (all times on the replica's own clock, in seconds):
   records of requests that finished (each exactly once).
 - `tokens_generated(request_id)`: tokens a live request has produced by now.
 - `abort(request_id)`: the client went away; returns its record.
-- `metrics_snapshot()`: vLLM's counters, gauges and histograms now.
+- `metrics_snapshot()`: vLLM's counters, gauges and histograms now
+  (`Replica(..., latency_histograms=False)` keeps the latency histograms
+  empty, for a simulator that never reads them: they cost a large share of
+  its time; records, counters and gauges are the same either way).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from engine.metrics import (
     TTFT_BUCKETS_V1,
     Histogram,
     MetricsSnapshot,
+    request_token_buckets,
 )
 from engine.requests import FINISHED_REASONS, FinishedReason, Request, RequestRecord
 from engine.scheduler import ProfileLike, SchedulerLimits
@@ -97,7 +101,7 @@ class _Seq:
         self.blocks = 0
         self.first_token_s: float | None = None
         self.first_sched_s: float | None = None
-        self.last_token_s = 0.0
+        self.last_token_s = 0.0  # kept only for the inter-token histogram
         self.preemptions = 0
         self.aborted = False
 
@@ -107,9 +111,13 @@ class _Plan:
 
     Step i (0-based) lasts ``dt0 + i * slope``. A non-steady plan is a single
     step whose `items` carry each request's token count for that step.
+    `stop` caches ``end(steps)``, the next event time a simulator asks for
+    after every change: whoever changes `start`, `dt0` or `steps` calls
+    `restop()`. `owed` counts steps of a steady jump already behind `start`
+    whose tokens are not yet applied to its requests (see `Replica._settle`).
     """
 
-    __slots__ = ("dt0", "items", "slope", "start", "steady", "steps")
+    __slots__ = ("dt0", "items", "owed", "slope", "start", "steady", "steps", "stop")
 
     def __init__(
         self,
@@ -126,42 +134,109 @@ class _Plan:
         self.steps = steps
         self.items = items
         self.steady = steady
+        self.stop = start + steps * dt0 + slope * steps * (steps - 1) / 2.0
+        self.owed = 0
 
     def end(self, n: int) -> float:
         """End time of the n-th step (n >= 1)."""
         return self.start + n * self.dt0 + self.slope * n * (n - 1) / 2.0
 
+    def restop(self) -> None:
+        """Recompute `stop` after `start`, `dt0` or `steps` changed."""
+        self.stop = self.end(self.steps)
+
     def steps_done_by(self, t: float) -> int:
-        """Largest n <= steps with end(n) <= t."""
-        span = t - self.start
+        """Largest n <= steps with end(n) <= t (`end` written out: a hot path)."""
+        start = self.start
+        span = t - start
         if span <= 0.0:
             return 0
-        if abs(self.slope) < 1e-15:
-            n = int(span / self.dt0)
+        dt0 = self.dt0
+        slope = self.slope
+        steps = self.steps
+        if abs(slope) < 1e-15:
+            n = int(span / dt0)
         else:
-            a = self.slope / 2.0
-            b = self.dt0 - a
+            a = slope / 2.0
+            b = dt0 - a
             disc = b * b + 4.0 * a * span
-            n = int((-b + disc**0.5) / (2.0 * a)) if disc > 0 else self.steps
-        n = max(0, min(n, self.steps))
-        while n < self.steps and self.end(n + 1) <= t:
+            n = int((-b + disc**0.5) / (2.0 * a)) if disc > 0 else steps
+        if n > steps:
+            n = steps
+        if n < 0:
+            n = 0
+        while n < steps and start + (n + 1) * dt0 + slope * (n + 1) * n / 2.0 <= t:
             n += 1
-        while n > 0 and self.end(n) > t:
+        while n > 0 and start + n * dt0 + slope * n * (n - 1) / 2.0 > t:
             n -= 1
         return n
+
+
+class _DecodeBatch:
+    """What the planner's loop over the running requests yields when all decode.
+
+    Gathered by the commit that ends a plan, in the same pass over the
+    requests: `items` is the running list in order, each with one token;
+    `grow` the blocks each must add to hold that token (`grow_total` in all);
+    `context` the KV tokens they read; `k_fin` the fewest tokens any still
+    has to sample. Valid until the running list or a request's state changes
+    (the next plan consumes it; an abort drops it).
+    """
+
+    __slots__ = ("context", "grow", "grow_total", "items", "k_fin")
+
+    def __init__(
+        self,
+        items: list[tuple[_Seq, int]],
+        context: int,
+        k_fin: int,
+        grow: list[tuple[_Seq, int]],
+        grow_total: int,
+    ) -> None:
+        self.items = items
+        self.context = context
+        self.k_fin = k_fin
+        self.grow = grow
+        self.grow_total = grow_total
+
+
+_NO_FINISH = 1 << 62
+"""Above any request's remaining output tokens (the planner's running minimum starts here)."""
 
 
 def _blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
+def _bad_step(dt: float, prefill: int, decodes: int, context: int) -> ValueError:
+    """The error for a profile whose step time is not a positive number."""
+    return ValueError(
+        f"profile step time must be > 0, got {dt} for batch "
+        f"(prefill={prefill}, decodes={decodes}, context={context})"
+    )
+
+
 class Replica:
     """A vLLM V1 replica driven by events on its own clock (see module doc)."""
 
-    def __init__(self, profile: ProfileLike, *, start_s: float = 0.0, jump: bool = True) -> None:
-        """`jump=False` plans every step on its own (slow; a reference for tests)."""
+    def __init__(
+        self,
+        profile: ProfileLike,
+        *,
+        start_s: float = 0.0,
+        jump: bool = True,
+        latency_histograms: bool = True,
+    ) -> None:
+        """`jump=False` plans every step on its own (slow; a reference for tests).
+
+        `latency_histograms=False` leaves the TTFT, inter-token, e2e and
+        queue-time histograms empty: a simulator that reads only the counters
+        and gauges skips the per-step histogram work (a large share of its
+        time; the records and every counter are the same either way).
+        """
         self.limits = SchedulerLimits.from_profile(profile)
         self._jump = jump
+        self._latency = latency_histograms
         self._step_time = profile.step_time_s
         self._now = float(start_s)
         self._free_blocks = self.limits.num_gpu_blocks
@@ -170,18 +245,23 @@ class Replica:
         self._live: dict[str, _Seq] = {}
         self._plan: _Plan | None = None
         self._pending_at: float | None = None  # a step must start at this time
+        self._decode_batch: _DecodeBatch | None = None  # see _commit
         self._finished: list[RequestRecord] = []
         # counters (vLLM metrics)
-        self.steps_run = 0
+        self._steps_run = 0
         self.events_run = 0
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
+        self._generation_tokens = 0
         self.success_total: dict[str, int] = dict.fromkeys(FINISHED_REASONS, 0)
         self._ttft = Histogram(TTFT_BUCKETS_V1)
         self._itl = Histogram(ITL_BUCKETS_V1)
         self._e2e = Histogram(REQUEST_LATENCY_BUCKETS_V1)
         self._queue = Histogram(REQUEST_LATENCY_BUCKETS_V1)
+        # finished requests' prompt and output lengths (vLLM's per-request
+        # token histograms, bounded by this replica's max_model_len)
+        self._prompt_len = Histogram(request_token_buckets(self.limits.max_model_len))
+        self._generation_len = Histogram(request_token_buckets(self.limits.max_model_len))
 
     # ------------------------------------------------------------------ state
     @property
@@ -205,7 +285,20 @@ class Replica:
         return self.limits.num_gpu_blocks
 
     @property
+    def steps_run(self) -> int:
+        """Engine steps (scheduler iterations) run so far."""
+        self._settle()
+        return self._steps_run
+
+    @property
+    def generation_tokens_total(self) -> int:
+        """Output tokens sampled so far (vLLM's generation_tokens counter)."""
+        self._settle()
+        return self._generation_tokens
+
+    @property
     def kv_blocks_used(self) -> int:
+        self._settle()
         return self.limits.num_gpu_blocks - self._free_blocks
 
     @property
@@ -218,6 +311,7 @@ class Replica:
 
     def tokens_generated(self, request_id: str) -> int:
         """Output tokens the live request has produced by `now` (KeyError once finished)."""
+        self._settle()
         return self._live[request_id].generated
 
     def check_request(self, prompt_tokens: int, output_tokens: int) -> None:
@@ -254,7 +348,8 @@ class Replica:
             )
         self.check_request(request.prompt_tokens, request.output_tokens)
         if request.arrival_s > self._now:
-            self._finished.extend(self._advance(request.arrival_s))
+            # keeps what finished on the way (and what had) for the next advance_to
+            self._finished = self.advance_to(request.arrival_s)
         seq = _Seq(request)
         self._live[request.request_id] = seq
         self._waiting.append(seq)
@@ -262,11 +357,13 @@ class Replica:
 
     def abort(self, request_id: str) -> RequestRecord | None:
         """The client went away now: drop the request; None if it is not live."""
+        self._settle()
         seq = self._live.pop(request_id, None)
         if seq is None:
             return None
         seq.aborted = True
         if seq in self._running:
+            self._decode_batch = None
             self._running.remove(seq)
             self._free_blocks += seq.blocks
             seq.blocks = 0
@@ -277,9 +374,15 @@ class Replica:
 
     def next_event_time(self) -> float | None:
         """When the batch composition next changes; None when idle."""
-        self._ensure_plan()
         plan = self._plan
-        return None if plan is None else plan.end(plan.steps)
+        if plan is None:
+            if self._pending_at is None:
+                return None
+            self._start_step(self._pending_at)
+            plan = self._plan
+            if plan is None:  # pragma: no cover - a pending step always plans work
+                return None
+        return plan.stop
 
     def next_token_time(self) -> float | None:
         """When the step in flight ends (tokens may appear); None when idle."""
@@ -291,11 +394,48 @@ class Replica:
         """Run every step ending at or before `t`; return requests that finished."""
         if t < self._now:
             raise ValueError(f"cannot advance to {t}: the replica is already at {self._now}")
-        out = self._advance(t)
-        if self._finished:
-            out = self._finished + out
+        done = self._finished  # finished while a submission advanced the clock
+        if done:
             self._finished = []
-        return out
+        else:
+            done = []
+        while True:
+            plan = self._plan
+            if plan is None:
+                pending = self._pending_at
+                if pending is not None and pending < t:
+                    self._start_step(pending)
+                    continue
+                break
+            end_all = plan.stop
+            if end_all <= t:
+                self._commit(plan, plan.owed + plan.steps, end_all, done)
+                self._plan = None
+                self._pending_at = end_all if (self._running or self._waiting) else None
+                continue
+            n = plan.steps_done_by(t)
+            if n == 0:
+                break
+            t_n = plan.end(n)
+            # only a steady jump has steps left here (a single step is all or
+            # nothing), and no request finishes within it
+            if self._latency:
+                # the step in flight after step n holds the blocks its token
+                # needs, taken in the same pass (`ahead=1`)
+                self._commit(plan, n, t_n, done, ahead=1)
+            else:
+                # owed: applied with the jump's last steps, in one pass
+                # (an arrival cuts a jump here about once per request), or
+                # by `_settle` when someone looks before that
+                plan.owed += n
+            # the rest of the jump continues from the end of step n
+            plan.start = t_n
+            plan.dt0 += n * plan.slope
+            plan.steps -= n
+            plan.restop()
+            # loop again: re-basing may round the next step's end onto `t`
+        self._now = t
+        return done
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(
@@ -310,60 +450,37 @@ class Replica:
             inter_token_latency=self._itl.snapshot(),
             e2e_request_latency=self._e2e.snapshot(),
             request_queue_time=self._queue.snapshot(),
+            request_prompt_tokens=self._prompt_len.snapshot(),
+            request_generation_tokens=self._generation_len.snapshot(),
         )
 
     # -------------------------------------------------------------- internals
+    def _settle(self) -> None:
+        """Apply the steps a jump owes its requests (see `advance_to`).
+
+        Without latency histograms, a jump cut by an arrival leaves the steps
+        already run as a count on the plan; its next commit applies them with
+        the rest. Anything that reads per-request state, blocks or counters
+        first calls this, so it sees exactly what applying them at once gives.
+        """
+        plan = self._plan
+        if plan is not None and plan.owed:
+            # their end is the plan's start; no request finishes within them
+            self._commit(plan, plan.owed, plan.start, [], ahead=1)
+
     def _interrupt(self) -> None:
         """Something changed now: a multi-step jump ends with the step in flight."""
         plan = self._plan
         if plan is not None:
             if plan.steps > 1:
                 plan.steps = 1
+                plan.restop()
         elif self._pending_at is None and (self._waiting or self._running):
             self._pending_at = self._now
 
     def _ensure_plan(self) -> None:
         if self._plan is None and self._pending_at is not None:
             self._start_step(self._pending_at)
-
-    def _advance(self, t: float) -> list[RequestRecord]:
-        done: list[RequestRecord] = []
-        while True:
-            plan = self._plan
-            if plan is None:
-                if self._pending_at is not None and self._pending_at < t:
-                    self._start_step(self._pending_at)
-                    continue
-                break
-            end_all = plan.end(plan.steps)
-            if end_all <= t:
-                self._commit(plan, plan.steps, done)
-                self._plan = None
-                self._pending_at = end_all if (self._running or self._waiting) else None
-                continue
-            n = plan.steps_done_by(t)
-            if n == 0:
-                break
-            self._commit(plan, n, done)
-            # the rest of the jump continues from the end of step n
-            plan.start = plan.end(n)
-            plan.dt0 += n * plan.slope
-            plan.steps -= n
-            bs = self.limits.block_size
-            for seq, _ in plan.items:
-                if not seq.aborted:
-                    self._grow_blocks(seq, _blocks_for(seq.computed + 1, bs))
-            # loop again: re-basing may round the next step's end onto `t`
-        self._now = t
-        return done
-
-    def _grow_blocks(self, seq: _Seq, blocks: int) -> None:
-        need = blocks - seq.blocks
-        if need > 0:
-            self._free_blocks -= need
-            seq.blocks = blocks
-            if self._free_blocks < 0:  # pragma: no cover - guarded by planning
-                raise AssertionError("KV blocks over-allocated")
 
     def _preempt(self, seq: _Seq) -> None:
         self._free_blocks += seq.blocks
@@ -383,44 +500,73 @@ class Replica:
         bsm1 = bs - 1
         chunked = lim.enable_chunked_prefill
         max_seqs = lim.max_num_seqs
+        batch = self._decode_batch
+        self._decode_batch = None
+        if batch is not None and (
+            len(batch.items) > lim.max_num_batched_tokens or batch.grow_total > self._free_blocks
+        ):
+            batch = None  # the budget or the KV blocks run short: the full loop decides
         for _attempt in range(2):
             budget = lim.max_num_batched_tokens
-            items: list[tuple[_Seq, int]] = []
-            append = items.append
             preempted = False
             prefill = decodes = context = 0
+            k_fin = _NO_FINISH  # fewest tokens any running request still has to sample
             free = self._free_blocks
+            if batch is not None:
+                # every running request decodes one token and its block fits:
+                # what the loop below would find, gathered by the last commit
+                items = batch.items
+                append = items.append
+                for seq, need in batch.grow:
+                    seq.blocks += need
+                free -= batch.grow_total
+                decodes = len(items)
+                budget -= decodes
+                context = batch.context
+                k_fin = batch.k_fin
+                batch = None
+                n_running = 0
+            else:
+                items = []
+                append = items.append
+                n_running = len(running)
             i = 0
-            n_running = len(running)
             while i < n_running and budget > 0:
                 seq = running[i]
                 computed = seq.computed
-                new = seq.prompt + seq.generated - computed
+                generated = seq.generated
+                new = seq.prompt + generated - computed
+                # one token whose KV completes the sequence: a decode (the
+                # budget is >= 1 here, so it is never cut)
+                decode = new == 1 and generated > 0
                 if new > budget:
                     new = budget
                 need = (computed + new + bsm1) // bs - seq.blocks
-                if need > free:
-                    self._free_blocks = free
-                    scheduled = True
-                    while need > self._free_blocks:
-                        victim = running.pop()
-                        self._preempt(victim)
-                        preempted = True
-                        if victim is seq:
-                            scheduled = False
-                            break
-                    free = self._free_blocks
-                    n_running = len(running)
-                    if not scheduled:
-                        break
                 if need > 0:
+                    if need > free:
+                        self._free_blocks = free
+                        scheduled = True
+                        while need > self._free_blocks:
+                            victim = running.pop()
+                            self._preempt(victim)
+                            preempted = True
+                            if victim is seq:
+                                scheduled = False
+                                break
+                        free = self._free_blocks
+                        n_running = len(running)
+                        if not scheduled:
+                            break
                     free -= need
                     seq.blocks += need
                 append((seq, new))
-                if new == 1 and seq.generated > 0 and computed + 1 == seq.prompt + seq.generated:
+                if decode:
                     decodes += 1
                 else:
                     prefill += new
+                left = seq.target - generated
+                if left < k_fin:
+                    k_fin = left
                 context += computed
                 budget -= new
                 i += 1
@@ -459,7 +605,10 @@ class Replica:
             return
         self.events_run += 1
         all_decode = prefill == 0
-        dt0 = self._step(prefill, decodes, context)
+        step_time = self._step_time
+        dt0 = float(step_time(prefill, decodes, context))
+        if not dt0 > 0.0:
+            raise _bad_step(dt0, prefill, decodes, context)
         steps = 1
         slope = 0.0
         if (
@@ -468,36 +617,39 @@ class Replica:
             and not preempted
             and admitted == 0
             and len(items) == len(running)
+            and k_fin > 1
         ):
-            steps = self._steady_steps(items)
+            # steady: identical decode steps until a request finishes (k_fin)
+            # or the free KV blocks run out, whichever comes first. Each request
+            # holds ceil((computed + 1) / bs) blocks now, so k more tokens need at
+            # most ceil(k / bs) more each: when that fits, skip the exact count.
+            m = len(items)
+            if m * ((k_fin + bsm1) // bs) <= free:
+                steps = k_fin
+            else:
+                need = 0
+                for seq, _ in items:
+                    need += (seq.computed + k_fin + bsm1) // bs - seq.blocks
+                steps = k_fin if need <= free else self._kv_steps(items, k_fin)
             if steps > 1:
-                m = len(items)
                 while True:
-                    dt_last = self._step(0, m, context + m * (steps - 1))
+                    dt_last = float(step_time(0, m, context + m * (steps - 1)))
+                    if not dt_last > 0.0:
+                        raise _bad_step(dt_last, 0, m, context + m * (steps - 1))
                     slope = (dt_last - dt0) / (steps - 1)
                     if steps < 4:
                         break
                     mid = steps // 2
-                    true_mid = self._step(0, m, context + m * mid)
+                    true_mid = float(step_time(0, m, context + m * mid))
+                    if not true_mid > 0.0:
+                        raise _bad_step(true_mid, 0, m, context + m * mid)
                     if abs(dt0 + mid * slope - true_mid) <= STEP_TIME_RTOL * true_mid:
                         break
                     steps = mid
         self._plan = _Plan(t, dt0, slope, steps, items, steps > 1 or all_decode)
 
-    def _step(self, prefill: int, decodes: int, context: int) -> float:
-        dt = self._step_time(prefill, decodes, context)
-        if not dt > 0.0:
-            raise ValueError(
-                f"profile step time must be > 0, got {dt} for batch "
-                f"(prefill={prefill}, decodes={decodes}, context={context})"
-            )
-        return float(dt)
-
-    def _steady_steps(self, items: list[tuple[_Seq, int]]) -> int:
-        """How many identical decode steps fit before a finish or a KV shortage."""
-        k_fin = min(seq.target - seq.generated for seq, _ in items)
-        if k_fin <= 1:
-            return 1
+    def _kv_steps(self, items: list[tuple[_Seq, int]], k_fin: int) -> int:
+        """Most identical decode steps (< `k_fin`) whose KV blocks fit in the free ones."""
         bs = self.limits.block_size
         free = self._free_blocks
 
@@ -507,8 +659,6 @@ class Replica:
                 need += _blocks_for(seq.computed + k, bs) - seq.blocks
             return need <= free
 
-        if fits(k_fin):
-            return k_fin
         lo, hi = 1, k_fin  # fits(lo) is true (step 1 was allocated), fits(hi) false
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -518,50 +668,80 @@ class Replica:
                 hi = mid
         return lo
 
-    def _commit(self, plan: _Plan, n: int, done: list[RequestRecord]) -> None:
-        """Apply the first `n` steps of `plan` (token counts, metrics, finishes).
+    def _commit(
+        self, plan: _Plan, n: int, t_end: float, done: list[RequestRecord], ahead: int = 0
+    ) -> None:
+        """Apply the first `n` steps of `plan`, ending at `t_end` (token counts,
+        metrics, finishes). A steady plan's requests then hold KV blocks for
+        `ahead` tokens past those computed (1: the jump goes on).
 
         Inter-token gaps of requests whose previous token came at the plan's
         start (nearly all) are one value: they are observed once, weighted.
+
+        When the plan ends here (`ahead` 0) and every request left running is a
+        decode, the pass also works out what the next plan's loop over the
+        running requests would (:class:`_DecodeBatch`): that loop is then skipped.
         """
-        self.steps_run += n
+        plan.owed = 0  # `n` includes them
+        self._steps_run += n
         start = plan.start
-        t_first = start + plan.dt0
-        t_end = plan.end(n)
         finished: list[_Seq] = []
-        itl = self._itl
+        itl = self._itl if self._latency else None
         on_time = 0  # decodes whose previous token ended at `start`
+        bs = self.limits.block_size
+        bsm1 = bs - 1
+        # the next plan's decode batch, gathered on the way (None: not all decodes)
+        batch: list[tuple[_Seq, int]] | None = None if ahead else []
+        grow: list[tuple[_Seq, int]] = []
+        grow_total = context = 0
+        k_fin = _NO_FINISH
         if plan.steady:
-            live = 0
-            bs = self.limits.block_size
-            bsm1 = bs - 1
+            items = plan.items
+            live = len(items)
             free = self._free_blocks
-            for seq, _ in plan.items:
+            t_first = start + plan.dt0
+            for seq, _ in items:
                 if seq.aborted:
+                    live -= 1
                     continue
-                live += 1
-                if seq.last_token_s == start:
-                    on_time += 1
-                else:
-                    itl.observe(t_first - seq.last_token_s)
+                if itl is not None:  # (last_token_s only feeds this histogram)
+                    if seq.last_token_s == start:
+                        on_time += 1
+                    else:
+                        itl.observe(t_first - seq.last_token_s)
+                    seq.last_token_s = t_end
                 computed = seq.computed + n
                 seq.computed = computed
-                seq.generated += n
-                seq.last_token_s = t_end
-                need = (computed + bsm1) // bs - seq.blocks
+                generated = seq.generated + n
+                seq.generated = generated
+                blocks = seq.blocks
+                need = (computed + ahead + bsm1) // bs - blocks
                 if need > 0:
                     free -= need
-                    seq.blocks += need
-                if seq.generated >= seq.target:
+                    blocks += need
+                    seq.blocks = blocks
+                left = seq.target - generated
+                if left <= 0:
                     finished.append(seq)
+                elif batch is not None:
+                    # its next step decodes one token: computed + 1 must fit
+                    need = (computed + bs) // bs - blocks
+                    if need > 0:
+                        grow.append((seq, need))
+                        grow_total += need
+                    if left < k_fin:
+                        k_fin = left
+                    context += computed
+                    batch.append((seq, 1))
             if free < 0:  # pragma: no cover - guarded by planning
                 raise AssertionError("KV blocks over-allocated")
             self._free_blocks = free
-            if on_time:
-                itl.observe(plan.dt0, on_time)
-            if n > 1:
-                itl.observe_arithmetic(plan.dt0 + plan.slope, plan.slope, n - 1, live)
-            self.generation_tokens_total += n * live
+            if itl is not None:
+                if on_time:
+                    itl.observe(plan.dt0, on_time)
+                if n > 1:
+                    itl.observe_arithmetic(plan.dt0 + plan.slope, plan.slope, n - 1, live)
+            self._generation_tokens += n * live
         else:
             generated_now = 0
             for seq, new in plan.items:
@@ -569,48 +749,74 @@ class Replica:
                     continue
                 computed = seq.computed + new
                 seq.computed = computed
-                if computed == seq.prompt + seq.generated:
-                    seq.generated += 1
-                    generated_now += 1
-                    if seq.first_token_s is None:
-                        seq.first_token_s = t_end
+                generated = seq.generated
+                if computed != seq.prompt + generated:
+                    batch = None  # still in prefill
+                    continue
+                generated += 1
+                seq.generated = generated
+                generated_now += 1
+                if seq.first_token_s is None:
+                    seq.first_token_s = t_end
+                    if itl is not None:
                         self._ttft.observe(t_end - seq.req.arrival_s)
-                        self.prompt_tokens_total += seq.prompt
-                    elif seq.last_token_s == start:
+                    self.prompt_tokens_total += seq.prompt
+                elif itl is not None:
+                    if seq.last_token_s == start:
                         on_time += 1
                     else:
                         itl.observe(t_end - seq.last_token_s)
-                    seq.last_token_s = t_end
-                    if seq.generated >= seq.target:
-                        finished.append(seq)
-            if on_time:
+                seq.last_token_s = t_end
+                left = seq.target - generated
+                if left <= 0:
+                    finished.append(seq)
+                elif batch is not None:
+                    need = (computed + bs) // bs - seq.blocks
+                    if need > 0:
+                        grow.append((seq, need))
+                        grow_total += need
+                    if left < k_fin:
+                        k_fin = left
+                    context += computed
+                    batch.append((seq, 1))
+            if on_time and itl is not None:
                 itl.observe(t_end - start, on_time)
-            self.generation_tokens_total += generated_now
+            self._generation_tokens += generated_now
         if finished:
-            gone = set(map(id, finished))
-            self._running = [s for s in self._running if id(s) not in gone]
+            remove = self._running.remove  # one or two finish per step: C-level search
+            for seq in finished:
+                remove(seq)
             for seq in finished:
                 self._free_blocks += seq.blocks
                 seq.blocks = 0
                 del self._live[seq.req.request_id]
                 done.append(self._finish(seq, t_end, seq.req.finished_reason))
+        if batch is not None and len(batch) == len(self._running):
+            # the running list is exactly `batch` (same order): a request left out
+            # of this plan (no token budget) would make the lengths differ
+            self._decode_batch = _DecodeBatch(batch, context, k_fin, grow, grow_total)
 
     def _finish(self, seq: _Seq, t: float, reason: FinishedReason) -> RequestRecord:
         req = seq.req
         self.success_total[reason] += 1
-        self._e2e.observe(t - req.arrival_s)
-        if seq.first_sched_s is not None:
+        if self._latency:
+            self._e2e.observe(t - req.arrival_s)
+        self._prompt_len.observe(req.prompt_tokens)
+        self._generation_len.observe(seq.generated)
+        if seq.first_sched_s is not None and self._latency:
             self._queue.observe(seq.first_sched_s - req.arrival_s)
+        # positional (field order of RequestRecord): keywords cost a third more
+        # on a record made once per request
         return RequestRecord(
-            request_id=req.request_id,
-            arrival_s=req.arrival_s,
-            first_token_s=seq.first_token_s,
-            finish_s=t,
-            prompt_tokens=req.prompt_tokens,
-            output_tokens=seq.generated,
-            preemptions=seq.preemptions,
-            finished_reason=reason,
-            first_scheduled_s=seq.first_sched_s,
+            req.request_id,
+            req.arrival_s,
+            seq.first_token_s,
+            t,
+            req.prompt_tokens,
+            seq.generated,
+            seq.preemptions,
+            reason,
+            seq.first_sched_s,
         )
 
 

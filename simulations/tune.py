@@ -30,7 +30,7 @@ attainable, and the report shows both figures.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -38,6 +38,7 @@ import numpy as np
 
 from engine.profiles import get_profile
 from scaler.settings import parse_settings
+from simulations.events import PRIORITY_SCRAPE
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
 from simulations.runner import Outcome, attainment, idle_attainment
 from simulations.scaledobject import ScaledObjectSpec
@@ -47,14 +48,20 @@ from simulations.traffic import Workload
 __all__ = [
     "PREDICTIVE_SPACE",
     "REACTIVE_THRESHOLDS",
+    "RUNGS",
     "Param",
+    "Progress",
     "Score",
+    "StopRule",
     "apply_metadata",
+    "exact_miss_budget",
     "format_value",
     "pareto_front",
     "reactive_with_threshold",
+    "rung_times",
     "score",
     "search_reactive",
+    "seed_params",
     "split_workload",
 ]
 
@@ -211,14 +218,72 @@ def split_workload(workload: Workload, holdout: float) -> tuple[Workload, Worklo
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Where a run stands at one instant: what the early-stop rules judge."""
+
+    t_s: float
+    arrived: int
+    """Requests that arrived before ``t_s``."""
+    misses: int
+    """Requests that already missed the SLO (they can only add up)."""
+    cost_usd: float
+    """Spent since t=0 (it can only grow, so it bounds the run's final cost)."""
+
+    @property
+    def running_attainment(self) -> float:
+        """Attainment so far: what the run is on course for."""
+        return 1.0 - self.misses / self.arrived if self.arrived else 1.0
+
+
+StopRule = Callable[[Progress, float | None], str | None]
+"""Called with the run's progress every ``check_s`` of simulated time (rung
+None) and at each rung (its fraction of the requests); a reason string stops
+the run."""
+
+RUNGS: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+"""Checkpoints, as fractions of the tuning part's requests: geometric, like
+successive halving's rungs, so a hopeless trial is judged on little work and
+a promising one is judged again as it gets more."""
+
+
+def rung_times(workload: Workload, fractions: Sequence[float]) -> tuple[tuple[float, float], ...]:
+    """(fraction, arrival time of the request at that fraction) for each rung
+    inside ``workload``: the same instants in every trial (the requests are
+    the same), so trials are compared at equal work."""
+    n = len(workload)
+    out: list[tuple[float, float]] = []
+    for f in fractions:
+        if not 0.0 < f < 1.0:
+            raise ValueError(f"rung fractions lie in (0, 1), got {f!r}")
+        k = math.ceil(f * n)
+        if 0 < k < n:
+            out.append((float(f), float(workload.arrival_s[k])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Score:
-    """What one run of one setting scored; ``finished`` False when the run
-    was stopped early for missing the SLO (cost then is unknown: NaN)."""
+    """What one run of one setting scored. ``finished`` False when it was
+    stopped early (``stopped`` says why, ``at`` where): ``attainment`` then is
+    the running attainment at the stop and ``cost_usd`` NaN (unknown)."""
 
     attainment: float
     cost_usd: float
     finished: bool
     result: SimResult | None = None
+    stopped: str = ""
+    at: Progress | None = None
+    curve: tuple[tuple[float, Progress], ...] = ()
+    """(rung fraction, progress) at each rung passed, for later trials' pace
+    comparisons."""
+
+
+class _Stop(Exception):
+    """Raised from inside the event loop to end a run a stop rule gave up on."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def score(
@@ -227,19 +292,77 @@ def score(
     profile_name: str,
     config: SimConfig,
     miss_budget: int | None = None,
+    *,
+    stop: StopRule | None = None,
+    rungs: Sequence[tuple[float, float]] = (),
+    check_s: float = 60.0,
 ) -> Score:
-    """One full run of ``so`` over ``workload`` (stopped early past ``miss_budget``)."""
+    """One run of ``so`` over ``workload``: to the end, or stopped once its
+    misses pass ``miss_budget`` or when ``stop`` gives a reason (checked every
+    ``check_s`` of simulated time and at each of ``rungs``, (fraction, time)
+    pairs from :func:`rung_times`).
+    The checks are events of their own on the run's queue: they consume no
+    random draws and move no other event, so a run that is not stopped is the
+    very run it would have been without them."""
+    if not (math.isfinite(check_s) and check_s > 0):
+        raise ValueError(f"check_s must be finite and > 0, got {check_s!r}")
     profile = get_profile(profile_name)
     spec = PolicySpec(so.name, "scaledobject", scaledobject=so)
     sim = Simulation(
         workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget
     )
+    arrival = workload.arrival_s
+    spent0: list[float] = []
+    curve: list[tuple[float, Progress]] = []
+
+    def progress(t: float) -> Progress:
+        cost = sim.cluster.cost_usd(t) - spent0[0] if spent0 else 0.0
+        arrived = int(np.searchsorted(arrival, t, side="left"))
+        return Progress(t, arrived, sim.misses, cost)
+
+    def start(t: float) -> None:
+        spent0.append(sim.cluster.cost_usd(t))
+
+    def periodic(t: float) -> None:
+        assert stop is not None
+        reason = stop(progress(t), None)
+        if reason:
+            raise _Stop(reason)
+        if t + check_s < workload.duration_s:
+            sim.queue.schedule(t + check_s, PRIORITY_SCRAPE, periodic)
+
+    def at_rung(fraction: float) -> Callable[[float], None]:
+        def check(t: float) -> None:
+            p = progress(t)
+            curve.append((fraction, p))
+            reason = stop(p, fraction) if stop is not None else None
+            if reason:
+                raise _Stop(reason)
+
+        return check
+
+    sim.queue.schedule(0.0, PRIORITY_SCRAPE, start)
+    if stop is not None:
+        sim.queue.schedule(min(check_s, workload.duration_s), PRIORITY_SCRAPE, periodic)
+    for fraction, t in rungs:
+        sim.queue.schedule(t, PRIORITY_SCRAPE, at_rung(fraction))
     try:
         result = sim.run()
     except SloBudgetExceeded:
-        bound = 1.0 - (miss_budget or 0) / max(1, len(workload))
-        return Score(bound, math.nan, False)
-    return Score(attainment(result), result.cost_usd, True, result)
+        at = progress(sim.queue.now)
+        # every request still to come could meet the SLO: the best it can end at
+        reason = f"slo: {sim.misses:,} misses, more than the {miss_budget:,} the target allows"
+        return Score(at.running_attainment, math.nan, False, None, reason, at, tuple(curve))
+    except _Stop as exc:
+        at = progress(sim.queue.now)
+        return Score(at.running_attainment, math.nan, False, None, exc.reason, at, tuple(curve))
+    return Score(attainment(result), result.cost_usd, True, result, "", None, tuple(curve))
+
+
+def exact_miss_budget(workload: Workload, target: float) -> int:
+    """The most misses a run of ``workload`` can have and still attain
+    ``target``: one more and it cannot be feasible, whatever comes after."""
+    return math.floor((1.0 - max(0.0, target)) * len(workload) + 1e-9)
 
 
 def outcome(s: Score) -> Outcome:
@@ -286,15 +409,21 @@ def search_reactive(
     thresholds: Sequence[float] = REACTIVE_THRESHOLDS,
 ) -> ReactiveResult:
     """The highest ladder threshold (the cheapest: it waits for a longer
-    queue before adding replicas) whose run meets ``target``, by bisection.
-    None meets it: the lowest threshold, ``met`` False."""
+    queue before adding replicas) whose run meets ``target``, by bisection;
+    a failing run stops as soon as its misses rule the target out. None meets
+    it: the lowest threshold, run in full, ``met`` False."""
     ladder = sorted(set(float(t) for t in thresholds))
     runs: dict[float, Score] = {}
+    # a run whose misses already rule the target out stops there: bisection
+    # only needs to know that it fails
+    budget = exact_miss_budget(workload, target)
 
     def ok(th: float) -> bool:
         if th not in runs:
-            runs[th] = score(reactive_with_threshold(base, th), workload, profile_name, config)
-        return runs[th].attainment >= target
+            runs[th] = score(
+                reactive_with_threshold(base, th), workload, profile_name, config, budget
+            )
+        return runs[th].finished and runs[th].attainment >= target
 
     lo, hi = -1, len(ladder)  # ladder[lo] passes (or lo=-1), ladder[hi] fails (or hi=len)
     while hi - lo > 1:
@@ -303,13 +432,14 @@ def search_reactive(
             lo = mid
         else:
             hi = mid
-    passing = [th for th, s in runs.items() if s.attainment >= target]
+    passing = [th for th, s in runs.items() if s.finished and s.attainment >= target]
     if passing:
         th = min(passing, key=lambda t: (runs[t].cost_usd, -t))
         met = True
     else:
+        # the report shows the lowest threshold's full run
         th = ladder[0]
-        ok(th)
+        runs[th] = score(reactive_with_threshold(base, th), workload, profile_name, config)
         met = False
     tried = tuple(sorted((t, s.attainment, s.cost_usd) for t, s in runs.items()))
     return ReactiveResult(th, met, tried, runs[th])
@@ -327,3 +457,51 @@ def default_bases(profile: str, max_replicas: int) -> tuple[ScaledObjectSpec, Sc
 def slo_ceiling(workload: Workload, profile: str, slo_ttft_s: float) -> float:
     """What an idle fleet attains: the most any setting can reach."""
     return idle_attainment(workload, get_profile(profile), slo_ttft_s)
+
+
+def seed_params(
+    base: ScaledObjectSpec, space: Sequence[Param], max_replicas: int
+) -> dict[str, Any] | None:
+    """The search parameters that reproduce ``base``'s own trigger settings
+    (the user's ScaledObject, or the shipped defaults), for the study's first
+    trial: the search starts from what is deployed rather than a random draw,
+    and the report can say whether tuning beat it. Keys off the search grid
+    are left out (the sampler picks them); None when nothing maps."""
+    meta = base.trigger.metadata
+    picked: dict[str, Any] = {}
+    for p in space:
+        if p.when is not None and picked.get(p.when[0]) != p.when[1]:
+            continue
+        if p.key == LEAD_MODE:
+            raw: str | None = "auto" if meta.get(LEAD_MODE, "auto") == "auto" else "fixed"
+        elif p.key == f"{LEAD_MODE}:fixed":
+            raw = meta.get(LEAD_MODE)
+        else:
+            raw = meta.get(p.key)
+        if raw is None:
+            continue
+        value = _on_grid(p, raw, max_replicas)
+        if value is not None:
+            picked[p.key] = value
+    return picked or None
+
+
+def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
+    """``raw`` as the value optuna's distribution for ``p`` holds, or None."""
+    if p.kind == "choice":
+        return raw if raw in p.choices else None
+    try:
+        x = float(raw)
+    except ValueError:
+        return None
+    high = p.high
+    if p.key == "minReplicas":
+        high = max(p.low, min(high, max_replicas))
+    if not p.low <= x <= high:
+        return None
+    step = p.step or (1.0 if p.kind == "int" else None)
+    if step is not None:
+        k = (x - p.low) / step
+        if abs(k - round(k)) > 1e-9:
+            return None
+    return int(x) if p.kind == "int" else x

@@ -51,6 +51,7 @@ class TuneOptions:
     since: str = "7d"
     step_s: float = 60.0
     save_trace: str | None = None
+    prune: str = "pace"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,6 +90,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="--prometheus rate step, s (default %(default)s)")  # fmt: skip
     p.add_argument("--save-trace", default=None, metavar="DIR",
                    help="keep the trace built from --prometheus in DIR")  # fmt: skip
+    p.add_argument("--prune", choices=("pace", "exact"), default="pace",
+                   help="stop trials that cannot win (exact), or also those well off the "
+                   "best's pace at checkpoints (pace, the default)")  # fmt: skip
     p.set_defaults(func=_run)
 
 
@@ -248,6 +252,7 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     ctx = TuneContext(
         tune_part, profile.name, config, p_base, target, space,
         max_replicas=min(bound, settings_max), seed=args.seed,
+        prune="exact" if opts.prune == "exact" else "pace",
     )  # fmt: skip
     fingerprint = study_fingerprint(
         {
@@ -289,13 +294,17 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     if best is None:
         c = result.closest
         if c is None:
-            print(f"no setting met the SLO target: all {len(result.trials)} trials fell below "
-                  f"{_pct(target - ctx.slack)} and were stopped early; "
+            print(f"no setting met the SLO target {_pct(target)}: no trial completed; "
                   "lower --target or raise --slo-ttft", file=out)  # fmt: skip
         else:
             months = tune_part.duration_s / 3600 / 730
+            reached = (
+                f"was {_pct(c.attainment)} at ${c.cost_usd / months:,.0f}/month"
+                if c.finished
+                else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
+            )
             print(f"no setting met the SLO target {_pct(target)}: the best attainment reached "
-                  f"was {_pct(c.attainment)} at ${c.cost_usd / months:,.0f}/month "
+                  f"{reached} "
                   f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}); "
                   f"the reactive threshold {reactive.threshold:g} reached "
                   f"{_pct(reactive.score.attainment)}. Lower --target, raise --slo-ttft or "
@@ -387,6 +396,7 @@ def options_from(args: argparse.Namespace) -> TuneOptions:
         since=args.since,
         step_s=args.step_s,
         save_trace=args.save_trace,
+        prune=args.prune,
     )
 
 

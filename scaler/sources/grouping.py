@@ -19,6 +19,15 @@ Missing is never zero (docs/architecture.md, "What happens when data goes missin
   all, no reading (stale hold, then fallback);
 - no series and no lost replica at all: a fleet scaled to zero, read as
   zero demand so scale-to-zero and forecast-driven scale-from-zero work.
+
+The newer vLLM families are read as the direct scrape reads them
+(``scaler.sources.scrape.aggregate``), so both sources give the same
+``Reading`` for the same fleet: sleeping replicas (``asleep``) are present
+but not ready; ``error`` finishes (``failed``) and admission rejections
+(``rejections``) are arrivals but not completions; a family a replica does
+not export (older vLLM) reads as unknown, never as zero, except in an empty
+fleet. ``kv_cache`` answers carry the KV size in labels and are turned into
+two summable signals first (``expand_cache_config``).
 """
 
 from __future__ import annotations
@@ -31,9 +40,14 @@ from typing import Any
 import numpy as np
 
 from scaler.sources.model import History, Reading, Selection, SourceError, usable
-from scaler.sources.promql import QueryPlan
+from scaler.sources.promql import CACHE_BLOCK_SIZE_LABEL, CACHE_BLOCKS_LABEL, QueryPlan
 
 GroupKey = tuple[str, ...]
+
+#: The raw cache-config signal and the two summable ones made from it.
+CACHE_SIGNAL = "kv_cache"
+KV_TOKENS = "kv_tokens"
+KV_REPLICAS = "kv_replicas"
 
 
 def parse_value(raw: Any, signal: str) -> float:
@@ -57,6 +71,70 @@ def _groups(
             raise SourceError(f"{signal}: malformed series {item!r}") from exc
         key = tuple(str(labels.get(name, "")) for name in plan.group_labels)
         out[key] = out.get(key, 0.0) + parse_value(value_of(item), signal)
+    return out
+
+
+def _cache_tokens(labels: Mapping[str, Any]) -> float | None:
+    """``num_gpu_blocks x block_size`` of one engine's cache config; ``None``
+    before the engine profiled its memory (``"None"``) or for garbage, as the
+    direct scrape reads it."""
+    try:
+        size = float(labels.get(CACHE_BLOCKS_LABEL, "")) * float(
+            labels.get(CACHE_BLOCK_SIZE_LABEL, "")
+        )
+    except (TypeError, ValueError):
+        return None
+    return size if math.isfinite(size) and size > 0 else None
+
+
+def expand_cache_config(
+    plan: QueryPlan, answers: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> dict[str, Sequence[Mapping[str, Any]]]:
+    """``answers`` with the ``kv_cache`` answer replaced by ``kv_tokens`` (KV
+    tokens per group, summed over its replicas' engines) and ``kv_replicas``
+    (replicas per group that state a size), instant or range alike.
+
+    Why: the size lives in labels, which PromQL cannot do arithmetic on, and
+    the direct scrape's ``kv_cache_tokens`` is the mean over replicas of each
+    replica's total, so replicas with several engines or configs are first
+    merged per (group, instance).
+    """
+    out = {signal: series for signal, series in answers.items() if signal != CACHE_SIGNAL}
+    raw = answers.get(CACHE_SIGNAL)
+    if raw is None:
+        return out
+    instant = False
+    merged: dict[tuple[GroupKey, str], dict[float, float]] = {}
+    stamps: dict[float, Any] = {}
+    for item in raw:
+        try:
+            labels = item["metric"]
+            points = item["values"] if "values" in item else [item["value"]]
+        except (KeyError, TypeError) as exc:
+            raise SourceError(f"{CACHE_SIGNAL}: malformed series {item!r}") from exc
+        instant = instant or "value" in item
+        per_engine = _cache_tokens(labels)
+        if per_engine is None:
+            continue
+        key = tuple(str(labels.get(name, "")) for name in plan.group_labels)
+        row = merged.setdefault((key, str(labels.get("instance", ""))), {})
+        for ts, value in points:
+            t = round(float(ts), 3)
+            stamps.setdefault(t, ts)
+            row[t] = row.get(t, 0.0) + parse_value(value, CACHE_SIGNAL) * per_engine
+    tokens: list[Mapping[str, Any]] = []
+    replicas: list[Mapping[str, Any]] = []
+    for (key, _instance), row in merged.items():
+        metric = dict(zip(plan.group_labels, key, strict=True))
+        if instant:
+            for t, value in row.items():
+                tokens.append({"metric": metric, "value": [stamps[t], value]})
+                replicas.append({"metric": metric, "value": [stamps[t], 1.0]})
+        else:
+            tokens.append({"metric": metric, "values": [[stamps[t], v] for t, v in row.items()]})
+            replicas.append({"metric": metric, "values": [[stamps[t], 1.0] for t in row]})
+    out[KV_TOKENS] = tokens
+    out[KV_REPLICAS] = replicas
     return out
 
 
@@ -97,6 +175,7 @@ def split_instant(
     """Readings for ``selections`` from one instant answer per signal."""
     if not answers.get("health"):
         raise SourceError("Prometheus knows no targets (count(up) is empty)")
+    answers = expand_cache_config(plan, answers)
     grouped = {
         signal: _groups(plan, signal, series, lambda item: item["value"][1])
         for signal, series in answers.items()
@@ -115,6 +194,7 @@ def split_range(
     Times where ``count(up)`` has no sample (Prometheus was not scraping) are
     left out: a gap, never a false zero.
     """
+    answers = expand_cache_config(plan, answers)
     times: set[float] = set()
     for item in answers.get("health", ()):
         times.update(round(float(ts), 3) for ts, _ in item.get("values", ()))
@@ -148,6 +228,9 @@ HISTORY_SIGNALS: tuple[str, ...] = (
     "in_system_delta",
     "prompt_tokens",
     "generation_tokens",
+    "failed",
+    "rejections",
+    "asleep",
     "lost",
 )
 
@@ -162,6 +245,7 @@ def split_history(
     Same arithmetic as ``split_range`` (and so as a live read), vectorised:
     groups are summed per selection with numpy, never one object per point.
     """
+    answers = expand_cache_config(plan, answers)
     stamps: set[float] = set()
     for item in answers.get("health", ()):
         stamps.update(round(float(ts), 3) for ts, _ in item.get("values", ()))
@@ -203,14 +287,16 @@ def split_history(
 
     out: dict[Selection, History] = {}
     for selection, my_keys in matched.items():
-        ready = np.nan_to_num(total("replicas", my_keys), nan=0.0).round()
+        present = np.nan_to_num(total("replicas", my_keys), nan=0.0).round()
+        asleep = np.nan_to_num(total("asleep", my_keys), nan=0.0).round()
+        ready = np.maximum(present - asleep, 0.0)  # a sleeping replica is no capacity
         # Lost replicas (scrape failing, target still there) make the point
         # unknown, as in a live reading: a backfilled scaler must not learn
         # an outage as a quiet spell, nor count the readable replicas' load
         # as the whole demand.
         lost = total("lost", my_keys)
         incomplete = np.isfinite(lost) & (lost > 0)
-        empty = (ready == 0) & ~incomplete
+        empty = (present == 0) & ~incomplete
 
         def rate(
             signal: str,
@@ -223,7 +309,9 @@ def split_history(
 
         completions = rate("completions")
         delta = np.nan_to_num(total("in_system_delta", my_keys), nan=0.0)
-        arrival = np.maximum(0.0, completions + delta / window)
+        # error finishes and admission rejections: demand, absent on older vLLM
+        turned = np.nan_to_num(rate("failed")) + np.nan_to_num(rate("rejections"))
+        arrival = np.maximum(0.0, completions + turned + delta / window)
         prompt, generation = rate("prompt_tokens"), rate("generation_tokens")
         tokens = np.where(
             np.isnan(prompt) & np.isnan(generation),
@@ -297,14 +385,19 @@ def _readings(
         replicas = totals.get("replicas")
         if replicas is not None and not math.isfinite(replicas):
             continue  # fleet size unknown: no reading (hold)
-        ready = round(replicas or 0.0)
+        present = round(replicas or 0.0)
+        asleep = totals.get("asleep")
+        if asleep is not None and not math.isfinite(asleep):
+            continue  # how many replicas serve is unknown: no reading (hold)
+        # a sleeping replica is read (its series are data) but is no capacity
+        ready = max(0, present - round(asleep or 0.0))
         lost = totals.get("lost")
         incomplete = lost is not None and not (math.isfinite(lost) and lost <= 0)
-        if incomplete and ready == 0:
+        if incomplete and present == 0:
             continue  # every replica it had is unreachable: missing, never idle
         # No series for a signal: an empty fleet has none (zero demand); a
         # running one lacks the gauge/counter (old vLLM) or a window (just started).
-        empty_fleet = ready == 0
+        empty_fleet = present == 0
 
         rate = partial(_signal, totals, empty_fleet, incomplete)
         gauge = partial(_gauge, totals, empty_fleet, incomplete)
@@ -315,9 +408,22 @@ def _readings(
             kv = kv_sum / kv_count
         completions = rate("completions")
         delta = totals.get("in_system_delta")
+        # error finishes left the system and rejections never entered it: both
+        # are demand; absent (older vLLM) adds nothing, NaN makes it unknown
+        turned = [totals.get("failed"), totals.get("rejections")]
         arrival = None
-        if completions is not None and (delta is None or math.isfinite(delta)):
-            arrival = max(0.0, completions + (delta or 0.0) / window)
+        if (
+            completions is not None
+            and (delta is None or math.isfinite(delta))
+            and all(x is None or math.isfinite(x) for x in turned)
+        ):
+            extra = sum(max(0.0, x) for x in turned if x is not None)
+            arrival = max(0.0, completions + extra + (delta or 0.0) / window)
+        kv_tokens, kv_replicas = totals.get(KV_TOKENS), totals.get(KV_REPLICAS)
+        kv_cache_tokens = None
+        if _known(kv_tokens) and _known(kv_replicas) and kv_replicas:
+            assert kv_tokens is not None and kv_replicas is not None
+            kv_cache_tokens = kv_tokens / kv_replicas
         reading = Reading(
             time_s=time_s,
             ready_replicas=ready,
@@ -331,6 +437,9 @@ def _readings(
             prompt_tokens_per_s=rate("prompt_tokens"),
             generation_tokens_per_s=rate("generation_tokens"),
             preemptions_per_s=rate("preemptions"),
+            rejections_per_s=rate("rejections"),
+            computed_prompt_tokens_per_s=rate("computed_prompt"),
+            kv_cache_tokens=kv_cache_tokens,
         )
         if usable(reading):
             out[selection] = reading

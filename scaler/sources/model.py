@@ -112,11 +112,10 @@ class Reading:
     ``arrival_rate_rps`` = finished requests per second + growth of requests
     in the system (the whole queue + running) per second: an exact balance
     over the window, and unlike completions alone it rises the moment a burst
-    queues. The direct scrape also adds requests turned away at admission
-    (where vLLM counts them), and leaves finishes with
-    ``finished_reason="error"`` (an internal failure, answered 500) out of
-    ``completion_rate_rps`` while still balancing them in arrivals; the
-    Prometheus source counts every finish as a completion.
+    queues. Both sources also add requests turned away at admission (where
+    vLLM counts them), and leave finishes with ``finished_reason="error"``
+    (an internal failure, answered 500) out of ``completion_rate_rps`` while
+    still balancing them in arrivals.
 
     Optional, from newer vLLM metric sets (``None`` where the source or the
     vLLM version does not say): ``rejections_per_s``, requests turned away

@@ -23,12 +23,37 @@ never a grouping label):
 - ``kv_sum`` / ``kv_count``: mean KV usage = sum / count of series;
   ``vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc`` takes the new name
   where a replica exposes both (0.9.2-0.11) and the old one elsewhere.
-- ``completions``: ``rate(vllm:request_success_total[W])`` (every
-  ``finished_reason``).
+- ``completions``: ``rate(vllm:request_success_total{finished_reason!="error"}[W])``:
+  an ``error`` finish (vLLM >= 0.2x: an internal failure, answered 500) served
+  nobody; older vLLM has no such reason and every finish counts.
+- ``failed``: the rate of ``error`` finishes (absent before vLLM 0.2x: read
+  as none); they left the system, so the arrival balance counts them.
 - ``in_system_delta``: ``delta`` of waiting + running over the same window;
-  arrivals = completions + delta / W (exact balance, and it rises as soon as
-  a burst queues, long before completions do).
+  arrivals = completions + failed + rejections + delta / W (exact balance,
+  and it rises as soon as a burst queues, long before completions do).
 - ``prompt_tokens``, ``generation_tokens``, ``preemptions``: counter rates.
+- ``rejections``: ``rate(vllm:admission_rejections_total[W])``, requests the
+  front end turned away at its queue limit (vLLM >= 0.33). Turned-away demand
+  never shows in the queue nor in completions, so it is added to arrivals;
+  absent on older vLLM: unknown (``None``), and nothing is added.
+- ``computed_prompt``: ``rate`` of ``vllm:prompt_tokens_by_source_total``
+  with ``source="local_compute"``: prompt tokens actually prefilled
+  (``prompt_tokens`` also counts prefix-cache hits); absent: unknown.
+- ``asleep``: replicas (``instance``) whose engines all report
+  ``vllm:engine_sleep_state{sleep_state="awake"} <= 0`` (vLLM >= 0.32, sleep
+  mode). A sleeping replica is present (its series are data, not a lost
+  replica) but no serving capacity: ready replicas = ``replicas - asleep``.
+  Without the gauge no replica is asleep.
+- ``kv_cache``: KV cache size per replica from ``vllm:cache_config_info``, an
+  info gauge whose *labels* hold ``num_gpu_blocks`` and ``block_size``
+  (PromQL cannot multiply labels, so the answer is one series per replica
+  and config, and ``scaler.sources.grouping`` multiplies). The family has no
+  ``model_name`` label, so it is joined on ``(instance, job)`` to the
+  replicas' ``vllm:num_requests_running`` series of the selection, which
+  lend it their grouping labels; ``topk by (instance, job) (1, ...)`` keeps
+  that side unique per target, so the join can never fail as many-to-many.
+  Replicas without the family (older vLLM) or before the engine profiled its
+  memory (``num_gpu_blocks="None"``) state no size.
 - ``lost``: replicas whose vLLM series vanished while their target is still
   scraped: series seen in the last ``lost_lookback_s`` (default 1 h) that are
   absent now, on an ``(instance, job)`` that still has an ``up`` series. That
@@ -65,12 +90,25 @@ SIGNALS: tuple[str, ...] = (
     "prompt_tokens",
     "generation_tokens",
     "preemptions",
+    "failed",
+    "rejections",
+    "computed_prompt",
+    "asleep",
+    "kv_cache",
     "lost",
     "health",
 )
 
 DEFAULT_RATE_WINDOW_S = 120.0
 """Four 30 s scrapes or two 60 s ones (see the module docstring)."""
+#: ``vllm:cache_config_info`` labels that say how big the KV cache is.
+CACHE_BLOCKS_LABEL = "num_gpu_blocks"
+CACHE_BLOCK_SIZE_LABEL = "block_size"
+#: Labels the cache-config join never copies onto ``vllm:cache_config_info``:
+#: the join keys (Prometheus refuses a label in both ``on`` and
+#: ``group_left``) and ``engine``, which the family has per series already
+#: (copying one value over every engine's series would collide them).
+_CACHE_OWN_LABELS = frozenset({"instance", "job", "engine"})
 LOST_LOOKBACK_S = 3600.0
 """How long a replica whose scrape fails keeps counting as lost (``lost``)."""
 
@@ -144,6 +182,10 @@ def build_plan(
 
     kv = f"{metric('vllm:kv_cache_usage_perc')} or {metric('vllm:gpu_cache_usage_perc')}"
     capacity = _with_matcher("vllm:num_requests_waiting_by_reason", flt, 'reason="capacity"')
+    served = _with_matcher("vllm:request_success_total", flt, 'finished_reason!="error"')
+    failed = _with_matcher("vllm:request_success_total", flt, 'finished_reason="error"')
+    computed = _with_matcher("vllm:prompt_tokens_by_source_total", flt, 'source="local_compute"')
+    awake = _with_matcher("vllm:engine_sleep_state", flt, 'sleep_state="awake"')
     queries = {
         "waiting": _agg(
             "sum",
@@ -156,9 +198,7 @@ def build_plan(
         ),
         "kv_sum": _agg("sum", labels, kv),
         "kv_count": _agg("count", labels, kv),
-        "completions": _agg(
-            "sum", labels, f"rate({metric('vllm:request_success_total')}[{window}])"
-        ),
+        "completions": _agg("sum", labels, f"rate({served}[{window}])"),
         "in_system_delta": _agg(
             "sum", labels, f"delta({metric('vllm:num_requests_waiting')}[{window}])"
         )
@@ -173,6 +213,13 @@ def build_plan(
         "preemptions": _agg(
             "sum", labels, f"rate({metric('vllm:num_preemptions_total')}[{window}])"
         ),
+        "failed": _agg("sum", labels, f"rate({failed}[{window}])"),
+        "rejections": _agg(
+            "sum", labels, f"rate({metric('vllm:admission_rejections_total')}[{window}])"
+        ),
+        "computed_prompt": _agg("sum", labels, f"rate({computed}[{window}])"),
+        "asleep": _agg("count", labels, _agg("max", per_instance, awake) + " <= 0"),
+        "kv_cache": _cache_query(labels, per_instance, metric("vllm:num_requests_running")),
         "lost": _agg(
             "count",
             labels,
@@ -187,3 +234,18 @@ def build_plan(
     }
     assert tuple(queries) == SIGNALS
     return QueryPlan(group_labels=labels, queries=queries, rate_window_s=int(window[:-1]))
+
+
+def _cache_query(labels: Sequence[str], per_instance: Sequence[str], running: str) -> str:
+    """One series per (selection groups, replica, cache config) with the count of
+    engines that have it (see ``kv_cache`` in the module docstring)."""
+    lent = [name for name in labels if name not in _CACHE_OWN_LABELS]
+    one_per_target = (
+        f"topk by (instance, job) (1, {_agg('count', ['instance', 'job', *lent], running)})"
+    )
+    joined = (
+        f"vllm:cache_config_info * on (instance, job) group_left({', '.join(lent)}) "
+        f"{one_per_target}"
+    )
+    by = list(dict.fromkeys([*per_instance, CACHE_BLOCKS_LABEL, CACHE_BLOCK_SIZE_LABEL]))
+    return _agg("count", by, joined)

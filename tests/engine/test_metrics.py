@@ -18,6 +18,7 @@ from engine.metrics import (
     ServerInfo,
     content_type,
     render_metrics,
+    request_token_buckets,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -38,6 +39,11 @@ def snapshot() -> MetricsSnapshot:
         e2e.observe(v)
     for v in (0.0, 0.4, 65.0):
         queue.observe(v)
+    prompt_len, generation_len = (Histogram(request_token_buckets(512)) for _ in range(2))
+    for v in (100, 100, 100):
+        prompt_len.observe(v)
+    for v in (1, 8, 12):
+        generation_len.observe(v)
     return MetricsSnapshot(
         num_requests_running=2,
         num_requests_waiting=5,
@@ -50,6 +56,8 @@ def snapshot() -> MetricsSnapshot:
         inter_token_latency=itl.snapshot(),
         e2e_request_latency=e2e.snapshot(),
         request_queue_time=queue.snapshot(),
+        request_prompt_tokens=prompt_len.snapshot(),
+        request_generation_tokens=generation_len.snapshot(),
     )
 
 
@@ -78,6 +86,8 @@ def test_v1_families_labels_and_buckets() -> None:
         "vllm:prompt_tokens": "counter",
         "vllm:generation_tokens": "counter",
         "vllm:request_success": "counter",
+        "vllm:request_prompt_tokens": "histogram",
+        "vllm:request_generation_tokens": "histogram",
         "vllm:time_to_first_token_seconds": "histogram",
         "vllm:inter_token_latency_seconds": "histogram",
         "vllm:e2e_request_latency_seconds": "histogram",
@@ -207,3 +217,64 @@ def test_content_type_follows_the_generation() -> None:
     """vLLM 0.32 answers text format 1.0.0; the older generations 0.0.4."""
     assert content_type("v0.32") == "text/plain; version=1.0.0; charset=utf-8"
     assert content_type("v1") == content_type("v0") == METRICS_CONTENT_TYPE
+
+
+# ------------------------------------------ per-request token-length histograms
+
+
+def test_token_length_buckets_are_vllms_1_2_5_series_up_to_max_model_len() -> None:
+    """``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` use
+    ``build_1_2_5_buckets(max_model_len)`` (vllm/v1/metrics/buckets.py, whose
+    docstring example is 100 -> 1, 2, 5, 10, 20, 50, 100)."""
+    assert request_token_buckets(100) == (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+    assert request_token_buckets(512)[-1] == 500.0
+    assert request_token_buckets(8192)[-2:] == (2000.0, 5000.0)  # 10000 > 8192: not a bound
+    assert request_token_buckets(1) == (1.0,)
+    with pytest.raises(ValueError, match="max_model_len"):
+        request_token_buckets(0)
+
+
+@pytest.mark.parametrize("version", ["v1", "v0", "v0.32"])
+def test_token_length_histograms_in_every_generation(version: str) -> None:
+    """Both histograms exist in V0 and V1 pages (vllm/engine/metrics.py and
+    vllm/v1/metrics/loggers.py) with the generation's labels; the counts are
+    the finished requests, the sums their token totals."""
+    text = render_metrics(snapshot(), model_name="m", version=version).decode()  # type: ignore[arg-type]
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name, total, le_5, le_10 in (
+        ("vllm:request_prompt_tokens", 300.0, 0.0, 0.0),
+        ("vllm:request_generation_tokens", 21.0, 1.0, 2.0),
+    ):
+        samples = fams[name].samples
+        assert fams[name].type == "histogram"
+        by = {(s.name, s.labels.get("le")): s.value for s in samples}
+        assert by[(name + "_count", None)] == 3.0 and by[(name + "_sum", None)] == total
+        assert (by[(name + "_bucket", "5.0")], by[(name + "_bucket", "10.0")]) == (le_5, le_10)
+        assert by[(name + "_bucket", "500.0")] == by[(name + "_bucket", "+Inf")] == 3.0
+        labels = {k for s in samples for k in s.labels if k != "le"}
+        assert labels == ({"model_name"} if version == "v0" else {"model_name", "engine"})
+
+
+def test_replica_counts_each_finished_request_length_once() -> None:
+    """The replica feeds both histograms from its finished requests: one
+    observation per request, of its prompt and of the tokens it generated."""
+    from types import SimpleNamespace
+
+    from engine.replica import run_requests
+    from engine.requests import Request
+
+    profile = SimpleNamespace(
+        vllm=SimpleNamespace(max_model_len=4096, max_num_seqs=8, max_num_batched_tokens=512,
+                             block_size=16, enable_chunked_prefill=True),
+        kv_blocks=1000,
+        step_time_s=lambda prefill, decodes, context: 0.01 + 1e-4 * prefill + 1e-3 * decodes,
+    )  # fmt: skip
+    requests = [Request(f"r{i}", 0.01 * i, 30 + 40 * i, 3 + 5 * i) for i in range(6)]
+    replica, records = run_requests(profile, requests)  # type: ignore[arg-type]
+    snap = replica.metrics_snapshot()
+    assert snap.request_prompt_tokens.bounds == request_token_buckets(4096)
+    assert snap.request_prompt_tokens.count == snap.request_generation_tokens.count == 6
+    assert snap.request_prompt_tokens.sum == sum(r.prompt_tokens for r in records)
+    assert snap.request_generation_tokens.sum == sum(r.output_tokens for r in records)
+    assert snap.request_prompt_tokens.cumulative_at(50.0) == 1  # only the 30-token prompt
+    assert snap.request_generation_tokens.cumulative_at(10.0) == 2  # 3 and 8 tokens

@@ -133,3 +133,57 @@ def test_every_request_ends_once_with_its_tokens(
     )
     started = [r for r in records.values() if r.first_token_s is not None]
     assert snap.inter_token_latency.count == sum(r.output_tokens - 1 for r in started)
+
+
+def _drive(rep: Replica, work: list[tuple[float, int, int, bool]]) -> list[object]:
+    """Replay `work` (arrivals, some aborted later) and log every answer the replica gives."""
+    cap = rep.limits.kv_tokens
+    log: list[object] = []
+    t = 0.0
+    aborts: list[tuple[float, str]] = []
+    for i, (gap, prompt, out, abort) in enumerate(work):
+        t += gap
+        prompt = min(prompt, cap - out, 2048 - out)
+        if prompt < 1:
+            continue
+        for when, rid in sorted(a for a in aborts if a[0] <= t):
+            log.append(rep.advance_to(when))
+            log.append((rep.abort(rid), rep.kv_blocks_used))
+        aborts = [a for a in aborts if a[0] > t]
+        log.append(rep.advance_to(t))
+        rep.submit(Request(f"r{i}", t, prompt, out))
+        log.append((rep.next_event_time(), rep.next_token_time(), rep.kv_blocks_used))
+        log.append((rep.generation_tokens_total, rep.steps_run, rep.num_running))
+        if abort:
+            aborts.append((t + 0.05 * out * 0.3, f"r{i}"))
+    while (nxt := rep.next_event_time()) is not None:
+        log.append(rep.advance_to(nxt))
+        log.append((rep.kv_blocks_used, rep.generation_tokens_total, rep.events_run))
+    return log
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=profiles, work=workloads, jump=st.booleans())
+def test_skipping_latency_histograms_changes_nothing_else(
+    prof: Prof, work: list[tuple[float, int, int, bool]], jump: bool
+) -> None:
+    """A simulator turns the latency histograms off for speed: every record, time,
+    counter and gauge must stay what the full replica reports, and the
+    histograms stay empty (the rest of /metrics is unchanged)."""
+    full = Replica(prof, jump=jump)
+    lean = Replica(prof, jump=jump, latency_histograms=False)
+    assert _drive(lean, work) == _drive(full, work)
+    a, b = full.metrics_snapshot(), lean.metrics_snapshot()
+    assert (a.generation_tokens, a.prompt_tokens, a.request_success, a.num_preemptions) == (
+        b.generation_tokens,
+        b.prompt_tokens,
+        b.request_success,
+        b.num_preemptions,
+    )
+    for hist in (
+        b.time_to_first_token,
+        b.inter_token_latency,
+        b.e2e_request_latency,
+        b.request_queue_time,
+    ):
+        assert hist.count == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from engine.calibration import calibration_points
 from engine.profiles import get_profile, profile_names
-from engine.steptime import soft_max, weight_bytes
+from engine.steptime import StepTimer, soft_max, step_time_s, weight_bytes
 from engine.throughput import RequestMix, closed_loop_ms_per_token, saturated_throughput
 
 NAMES = profile_names()
@@ -35,6 +36,26 @@ def test_step_time_is_monotone_in_each_argument(
     args[which] += bump
     bumped = p.step_time_s(args["prefill"], args["decode"], args["context"])
     assert bumped >= base
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(NAMES),
+    prefill=st.one_of(st.just(0), counts),
+    decode=st.integers(min_value=0, max_value=512),
+    context=st.integers(min_value=0, max_value=2_000_000),
+)
+def test_folded_step_timer_is_bit_identical_to_the_reference(
+    name: str, prefill: int, decode: int, context: int
+) -> None:
+    """A profile's step time folds its constants once (the simulator's hot path);
+    it must return exactly what the reference roofline function returns, or a
+    simulation's results would drift with the optimisation."""
+    p = get_profile(name)
+    reference = step_time_s(p.model, p.hardware, p.tp, p.precision, prefill, decode, context)
+    assert p.step_time_s(prefill, decode, context) == reference
+    timer = pickle.loads(pickle.dumps(StepTimer(p.model, p.hardware, p.tp, p.precision)))
+    assert timer.time_s(prefill, decode, context) == reference
 
 
 @settings(max_examples=40, deadline=None)

@@ -277,3 +277,174 @@ async def test_waiting_is_the_capacity_queue_where_vllm_splits_it() -> None:
     finally:
         new.stop()
         old.stop()
+
+
+class _Vllm033:
+    """A vLLM 0.33 replica's page, rendered by the engine emulator's own
+    exposition code (``engine.metrics``, shaped like a real vLLM 0.32/0.33 page),
+    with counters that grow at fixed rates from the moment it starts."""
+
+    def __init__(
+        self,
+        *,
+        sleep_state: str = "awake",
+        num_gpu_blocks: int = 1000,
+        waiting: int = 0,
+        running: int = 0,
+        per_second: Mapping[str, float] | None = None,
+    ) -> None:
+        from aiohttp import web
+
+        from tests.scaler.conftest import ThreadedApp
+
+        self.sleep_state, self.num_gpu_blocks = sleep_state, num_gpu_blocks
+        self.waiting, self.running = waiting, running
+        self.per_second = dict(per_second or {})
+        self.started = time.monotonic()
+
+        async def metrics(_request: web.Request) -> web.Response:
+            return web.Response(text=self.render())
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        self.server = ThreadedApp(app)
+
+    def count(self, what: str) -> int:
+        return int(self.per_second.get(what, 0.0) * (time.monotonic() - self.started))
+
+    def render(self) -> str:
+        from engine.metrics import (
+            ITL_BUCKETS_V1,
+            REQUEST_LATENCY_BUCKETS_V1,
+            TTFT_BUCKETS_V1,
+            Histogram,
+            HistogramSnapshot,
+            MetricsSnapshot,
+            ServerInfo,
+            render_metrics,
+            request_token_buckets,
+        )
+
+        def empty(bounds: tuple[float, ...]) -> HistogramSnapshot:
+            return Histogram(bounds).snapshot()
+
+        snap = MetricsSnapshot(
+            num_requests_running=self.running,
+            num_requests_waiting=self.waiting,
+            kv_cache_usage=0.25,
+            num_preemptions=0,
+            prompt_tokens=self.count("prompt"),
+            generation_tokens=self.count("generation"),
+            request_success=(("stop", self.count("stop")), ("error", self.count("error"))),
+            time_to_first_token=empty(TTFT_BUCKETS_V1),
+            inter_token_latency=empty(ITL_BUCKETS_V1),
+            e2e_request_latency=empty(REQUEST_LATENCY_BUCKETS_V1),
+            request_queue_time=empty(REQUEST_LATENCY_BUCKETS_V1),
+            request_prompt_tokens=empty(request_token_buckets(512)),
+            request_generation_tokens=empty(request_token_buckets(512)),
+        )
+        server = ServerInfo(
+            admission_rejections=(("max_num_queued_reqs", self.count("rejected")),),
+            sleep_state=self.sleep_state,
+            block_size=16,
+            num_gpu_blocks=self.num_gpu_blocks,
+        )
+        return render_metrics(snap, model_name="llama", version="v0.32", server=server).decode()
+
+    @property
+    def url(self) -> str:
+        return f"{self.server.url}/metrics"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+async def test_newer_vllm_families_read_the_same_through_prometheus_as_scraped() -> None:
+    """The same vLLM 0.33 fleet read through a real Prometheus and scraped
+    directly gives the same reading: a sleeping replica
+    (``vllm:engine_sleep_state{sleep_state="awake"} 0``) is present but not
+    ready; ``finished_reason="error"`` finishes are arrivals, not completions;
+    admission rejections (``vllm:admission_rejections_total``) are arrivals
+    and ``rejections_per_s``; computed prompt tokens are
+    ``prompt_tokens_by_source_total{source="local_compute"}``; the KV cache
+    size is ``num_gpu_blocks x block_size`` from ``vllm:cache_config_info``'s
+    labels, averaged over replicas (vLLM 0.33 metric names, vllm/v1/metrics/loggers.py)."""
+    from scaler.sources.scrape import ScrapeSource
+
+    awake = _Vllm033(
+        num_gpu_blocks=1000, waiting=3, running=2,
+        per_second={"stop": 20.0, "error": 5.0, "rejected": 10.0, "prompt": 2000.0,
+                    "generation": 300.0},
+    )  # fmt: skip
+    asleep = _Vllm033(sleep_state="weights_offloaded", num_gpu_blocks=2000)
+    replicas = (awake, asleep)
+    try:
+        scraped = Selection(
+            (LabelMatcher("model_name", "=", "llama"),), urls=tuple(r.url for r in replicas)
+        )
+        scrape = ScrapeSource(timeout_s=5)
+        first = time.time()
+        await scrape.read([scraped], first)
+        targets = [Target(r.server.address, {"namespace": "llm"}) for r in replicas]
+        with running_prometheus(targets) as server:
+            server.wait_for_targets_up(2)
+            server.wait_for("rate(vllm:admission_rejections_total[5s]) > 0", min_series=1)
+            time.sleep(6)  # a full 5 s rate window of scrapes
+            promql = sel('namespace="llm"', "llama")
+            source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
+            try:
+                via_prometheus = (await source.read([promql], time.time() - 0.5))[promql]
+            finally:
+                await source.close()
+        direct = (await scrape.read([scraped], time.time()))[scraped]
+        await scrape.close()
+    finally:
+        for replica in replicas:
+            replica.stop()
+    for reading in (via_prometheus, direct):
+        assert (reading.ready_replicas, reading.waiting, reading.running) == (1, 3.0, 2.0)
+        assert reading.kv_usage == 0.25
+        assert reading.kv_cache_tokens == (1000 * 16 + 2000 * 16) / 2
+        assert reading.completion_rate_rps == pytest.approx(20.0, rel=0.2)
+        assert reading.rejections_per_s == pytest.approx(10.0, rel=0.2)
+        assert reading.arrival_rate_rps == pytest.approx(20.0 + 5.0 + 10.0, rel=0.2)
+        assert reading.computed_prompt_tokens_per_s == pytest.approx(2000.0, rel=0.2)
+        assert reading.prompt_tokens_per_s == pytest.approx(2000.0, rel=0.2)
+        assert reading.generation_tokens_per_s == pytest.approx(300.0, rel=0.2)
+        assert reading.preemptions_per_s == 0.0
+
+
+async def test_older_vllm_without_the_newer_families_reads_them_as_unknown() -> None:
+    """A vLLM 0.12 fleet (no rejections, sleep state, cache config or
+    by-source split) through Prometheus: every replica is ready, the arrival
+    balance still works, and the newer signals are unknown (``None``), never
+    zero, exactly as the direct scrape reports them."""
+    from scaler.sources.scrape import ScrapeSource
+
+    old = FakeVllm(
+        model="llama", engines=[Engine(waiting=2, running=1, per_second={"success": 4.0})]
+    ).start()
+    try:
+        scraped = Selection((LabelMatcher("model_name", "=", "llama"),), urls=(old.url,))
+        scrape = ScrapeSource(timeout_s=5)
+        await scrape.read([scraped], time.time())
+        with running_prometheus([Target(old.address, {"namespace": "llm"})]) as server:
+            server.wait_for_targets_up(1)
+            server.wait_for("rate(vllm:request_success_total[5s]) > 0", min_series=1)
+            time.sleep(3)
+            promql = sel('namespace="llm"', "llama")
+            source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
+            try:
+                via_prometheus = (await source.read([promql], time.time() - 0.5))[promql]
+            finally:
+                await source.close()
+        direct = (await scrape.read([scraped], time.time()))[scraped]
+        await scrape.close()
+    finally:
+        old.stop()
+    for reading in (via_prometheus, direct):
+        assert (reading.ready_replicas, reading.waiting) == (1, 2.0)
+        assert reading.arrival_rate_rps == pytest.approx(4.0, rel=0.3)
+        assert reading.rejections_per_s is None
+        assert reading.computed_prompt_tokens_per_s is None
+        assert reading.kv_cache_tokens is None

@@ -24,8 +24,20 @@ GOLDEN_ONE = {
     "kv_sum": "sum by (model_name, namespace) "
     '(vllm:kv_cache_usage_perc{namespace="llm",model_name="m\\"x"} '
     'or vllm:gpu_cache_usage_perc{namespace="llm",model_name="m\\"x"})',
-    "completions": "sum by (model_name, namespace) "
-    '(rate(vllm:request_success_total{namespace="llm",model_name="m\\"x"}[60s]))',
+    "completions": "sum by (model_name, namespace) (rate(vllm:request_success_total"
+    '{namespace="llm",model_name="m\\"x",finished_reason!="error"}[60s]))',
+    "failed": "sum by (model_name, namespace) (rate(vllm:request_success_total"
+    '{namespace="llm",model_name="m\\"x",finished_reason="error"}[60s]))',
+    "rejections": "sum by (model_name, namespace) (rate(vllm:admission_rejections_total"
+    '{namespace="llm",model_name="m\\"x"}[60s]))',
+    "computed_prompt": "sum by (model_name, namespace) (rate(vllm:prompt_tokens_by_source_total"
+    '{namespace="llm",model_name="m\\"x",source="local_compute"}[60s]))',
+    "asleep": "count by (model_name, namespace) (max by (model_name, namespace, instance) "
+    '(vllm:engine_sleep_state{namespace="llm",model_name="m\\"x",sleep_state="awake"}) <= 0)',
+    "kv_cache": "count by (model_name, namespace, instance, num_gpu_blocks, block_size) "
+    "(vllm:cache_config_info * on (instance, job) group_left(model_name, namespace) "
+    "topk by (instance, job) (1, count by (instance, job, model_name, namespace) "
+    '(vllm:num_requests_running{namespace="llm",model_name="m\\"x"})))',
     "health": "count(up)",
 }
 
@@ -84,6 +96,17 @@ def test_no_selector_means_one_total() -> None:
         "or ignoring(reason) vllm:num_requests_waiting)"
     )
     assert plan.queries["replicas"] == "count (count by (instance) (vllm:num_requests_running))"
+    assert plan.queries["kv_cache"] == (
+        "count by (instance, num_gpu_blocks, block_size) (vllm:cache_config_info * on "
+        "(instance, job) group_left() topk by (instance, job) (1, count by (instance, job) "
+        "(vllm:num_requests_running)))"
+    )
+
+
+def test_queries_per_refresh_stay_within_the_bench_budget() -> None:
+    """The scaler bench allows at most 18 queries per refresh, whatever the
+    number of ScaledObjects: the newer vLLM families cost one query each."""
+    assert len(SIGNALS) <= 18
 
 
 def test_reserved_label_names_are_refused() -> None:
@@ -501,3 +524,128 @@ def test_serve_rate_window_flag_reaches_the_prometheus_source() -> None:
     source = seen["source_factory"](SourceSpec("prometheus", "http://p:9090"))  # type: ignore[operator]
     assert isinstance(source, PrometheusSource) and source.rate_window_s == 300.0
     asyncio.run(source.close())
+
+
+# ------------------------------------- newer vLLM families (sleep, errors, admission, cache)
+
+
+def _cache(ns: str, instance: str, blocks: str, size: str, engines: str) -> dict[str, object]:
+    """One ``kv_cache`` answer series: ``engines`` engines of ``instance`` with this config."""
+    labels = {"namespace": ns, "model_name": "llama", "instance": instance,
+              "num_gpu_blocks": blocks, "block_size": size}  # fmt: skip
+    return _vector(labels, engines)
+
+
+def test_newer_families_read_as_the_direct_scrape_reads_them() -> None:
+    """As ``scaler.sources.scrape.aggregate``: a sleeping replica
+    (``engine_sleep_state{sleep_state="awake"}`` 0 on every engine) is no
+    ready replica; ``error`` finishes and admission rejections are arrivals
+    but not completions; computed prompt tokens are the ``local_compute``
+    source; the KV cache size is each replica's ``num_gpu_blocks x
+    block_size`` summed over its engines, averaged over the replicas that
+    state it (an unprofiled engine, ``num_gpu_blocks="None"``, states none).
+    Metric names: vLLM 0.33, vllm/v1/metrics/loggers.py."""
+    a = _sel('namespace="a"')
+    plan = build_plan([a, _sel('namespace="b"')], 60)
+    answers = _answers(
+        {
+            ("a", "llama"): {
+                "waiting": "4", "running": "2", "replicas": "3", "asleep": "1",
+                "completions": "2", "failed": "0.5", "rejections": "1.5",
+                "in_system_delta": "60", "computed_prompt": "300", "prompt_tokens": "900",
+            },
+        }
+    )  # fmt: skip
+    answers["kv_cache"] = [
+        _cache("a", "p1:8000", "1000", "16", "2"),  # two engines: 32,000 tokens
+        _cache("a", "p2:8000", "500", "32", "1"),  # 16,000 tokens
+        _cache("a", "p3:8000", "None", "16", "1"),  # not profiled yet: states nothing
+        _cache("b", "p9:8000", "9999", "16", "1"),  # another ScaledObject's replica
+    ]
+    reading = split_instant(plan, answers, [a], 100.0)[a]
+    assert reading.ready_replicas == 2
+    assert reading.completion_rate_rps == 2.0
+    assert reading.rejections_per_s == 1.5
+    assert reading.arrival_rate_rps == pytest.approx(2.0 + 0.5 + 1.5 + 60 / 60)
+    assert reading.computed_prompt_tokens_per_s == 300.0
+    assert reading.prompt_tokens_per_s == 900.0
+    assert reading.kv_cache_tokens == (32_000 + 16_000) / 2
+
+
+def test_older_vllm_without_the_newer_families_reads_them_as_unknown() -> None:
+    """Replicas that export none of the newer families (vLLM <= 0.31): every
+    one is ready, the arrival balance is completions + queue growth, and
+    rejections, computed prompt tokens and the KV size are unknown (``None``),
+    never zero; an empty fleet reads zero rejections, as the scrape does."""
+    a, empty = _sel('namespace="a"'), _sel('namespace="nobody"')
+    plan = build_plan([a, empty], 60)
+    answers = _answers(
+        {("a", "llama"): {"waiting": "1", "running": "1", "replicas": "2", "completions": "3",
+                          "in_system_delta": "0"}}
+    )  # fmt: skip
+    readings = split_instant(plan, answers, [a, empty], 100.0)
+    reading = readings[a]
+    assert reading.ready_replicas == 2 and reading.arrival_rate_rps == 3.0
+    assert reading.rejections_per_s is None
+    assert reading.computed_prompt_tokens_per_s is None
+    assert reading.kv_cache_tokens is None
+    assert readings[empty].rejections_per_s == 0.0
+    assert readings[empty].computed_prompt_tokens_per_s == 0.0
+    assert readings[empty].kv_cache_tokens is None
+
+
+def test_an_unknown_rejection_rate_makes_arrivals_unknown() -> None:
+    """A NaN rejection rate is unknown demand: arrivals are unknown too, not
+    completions alone (missing is never read as zero)."""
+    a = _sel('namespace="a"')
+    plan = build_plan([a], 60)
+    answers = _answers({("a", "llama"): {"waiting": "1", "replicas": "1", "completions": "3",
+                                         "rejections": "NaN"}})  # fmt: skip
+    reading = split_instant(plan, answers, [a], 100.0)[a]
+    assert reading.arrival_rate_rps is None and reading.rejections_per_s is None
+
+
+def test_a_fully_asleep_fleet_is_present_but_has_no_ready_replica() -> None:
+    """Every replica asleep: zero ready replicas, yet its series are data (the
+    queue is known), unlike a lost replica; its counters still read."""
+    a = _sel('namespace="a"')
+    plan = build_plan([a], 60)
+    answers = _answers({("a", "llama"): {"waiting": "0", "running": "0", "replicas": "2",
+                                         "asleep": "2", "completions": "0"}})  # fmt: skip
+    reading = split_instant(plan, answers, [a], 100.0)[a]
+    assert (reading.ready_replicas, reading.waiting, reading.completion_rate_rps) == (0, 0.0, 0.0)
+    assert reading.rejections_per_s is None  # present replicas without the family
+
+
+def test_range_and_history_read_the_newer_families_like_live_reads() -> None:
+    """Backfill sees what a live scaler saw: ready replicas leave sleeping ones
+    out, arrivals count error finishes and rejections, the KV size comes from
+    the cache-config series at each time."""
+    from scaler.sources.grouping import split_history
+
+    a = _sel('namespace="a"')
+    plan = build_plan([a], 10)
+    la = {"namespace": "a", "model_name": "m"}
+
+    def series(values: list[str], labels: dict[str, str] = la) -> dict[str, object]:
+        return {"metric": labels, "values": [[10 + 5 * i, v] for i, v in enumerate(values)]}
+
+    answers: dict[str, list[dict[str, object]]] = {s: [] for s in SIGNALS}
+    answers["health"] = [series(["1", "1", "1"], {})]
+    answers["replicas"] = [series(["2", "2", "2"])]
+    answers["asleep"] = [series(["0", "1", "2"])]
+    answers["waiting"] = [series(["3", "0", "1"])]
+    answers["completions"] = [series(["2", "1", "0"])]
+    answers["failed"] = [series(["1", "0", "0"])]
+    answers["rejections"] = [series(["4", "2", "0"])]
+    answers["in_system_delta"] = [series(["10", "0", "-10"])]
+    cache = {**la, "instance": "p1", "num_gpu_blocks": "100", "block_size": "16"}
+    answers["kv_cache"] = [series(["1", "1", "2"], cache)]
+    readings = split_range(plan, answers, [a])[a]
+    assert [r.ready_replicas for r in readings] == [2, 1, 0]
+    assert [r.arrival_rate_rps for r in readings] == [8.0, 3.0, 0.0]
+    assert [r.kv_cache_tokens for r in readings] == [1600.0, 1600.0, 3200.0]
+    h = split_history(plan, answers, [a])[a]
+    assert h.ready.tolist() == [r.ready_replicas for r in readings]
+    assert h.requests_per_s.tolist() == [r.arrival_rate_rps for r in readings]
+    assert h.completions_per_s.tolist() == [r.completion_rate_rps for r in readings]

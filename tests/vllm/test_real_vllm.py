@@ -107,14 +107,16 @@ def _value(values: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
 def test_emulator_and_real_vllm_agree_family_by_family(real_vllm: RealVllm) -> None:
     """After the same burst (64 requests of 32 prompt tokens and 128 output
     tokens, ``--max-num-seqs 4``) the two pages agree: every emulated family
-    exists on the real page with the same type, labels and buckets; 4 run
-    while the rest wait; prompt and generation token counts, success reasons
-    and the by-source and by-reason splits are equal."""
+    exists on the real page with the same type, labels and buckets (the
+    per-request token-length histograms' buckets follow ``max_model_len``,
+    512 on both); 4 run while the rest wait; prompt and generation token
+    counts, the token-length histograms, success reasons and the by-source
+    and by-reason splits are equal."""
 
     async def emulated() -> tuple[str, str]:
         settings = EmulatorSettings(
             profile=FAST, served_model_name=MODEL_NAME, metrics_version="v0.32",
-            max_num_seqs=MAX_NUM_SEQS,
+            max_num_seqs=MAX_NUM_SEQS, max_model_len=512,
         )  # fmt: skip
         async with EmulatorServer.running(settings) as srv:
             return await _burst(srv.url)
@@ -140,11 +142,19 @@ def test_emulator_and_real_vllm_agree_family_by_family(real_vllm: RealVllm) -> N
         ("vllm:request_success_total", {"finished_reason": "error"}),
         ("vllm:request_success_total", {"finished_reason": "repetition"}),
         ("vllm:admission_rejections_total", {}),
+        ("vllm:request_prompt_tokens_count", {}),
+        ("vllm:request_prompt_tokens_sum", {}),
+        ("vllm:request_prompt_tokens_bucket", {"le": "50.0"}),
+        ("vllm:request_generation_tokens_sum", {}),
+        ("vllm:request_generation_tokens_bucket", {"le": "100.0"}),
+        ("vllm:request_generation_tokens_bucket", {"le": "200.0"}),
     ]:
         real = _value(real_end, name, **labels) - _value(before, name, **labels)
         assert real == _value(emu_end, name, **labels), (name, labels)
     assert _value(emu_end, "vllm:prompt_tokens_total") == BURST * len(PROMPT)
     assert _value(emu_end, "vllm:generation_tokens_total") == BURST * OUTPUT
+    assert _value(emu_end, "vllm:request_prompt_tokens_bucket", le="50.0") == BURST
+    assert _value(emu_end, "vllm:request_generation_tokens_sum") == BURST * OUTPUT
 
 
 async def test_the_scaler_scales_on_the_real_queue(real_vllm: RealVllm) -> None:
