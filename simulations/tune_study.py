@@ -413,11 +413,19 @@ def _worker(
     study = _load_study(open_storage(url), name, seed, fingerprint)
     objective = _objective(ctx)
 
+    states = tuple(getattr(optuna.trial.TrialState, s) for s in _COUNTED)
+
     def labelled(trial: Any) -> float:
         trial.set_user_attr("worker", worker)
+        # MaxTrialsCallback looks only after a trial ends, so two processes
+        # can both start the last one; the earlier-numbered trials win and a
+        # trial past --trials steps aside (PRUNED, which does not count)
+        ahead = trial.study.get_trials(deepcopy=False, states=states)
+        if sum(1 for t in ahead if t.number < trial.number) >= n_trials:
+            trial.set_user_attr("stopped", "the study already holds its trials")
+            raise optuna.TrialPruned("the study already holds its trials")
         return objective(trial)
 
-    states = tuple(getattr(optuna.trial.TrialState, s) for s in _COUNTED)
     study.optimize(
         labelled,
         n_trials=n_trials - before,
