@@ -8,6 +8,12 @@ policy's tracker is given it too; otherwise every window would begin with a
 cold forecaster that production never has. A window at the trace's start
 has no history, as a fresh deployment has none.
 
+The same rule holds wherever a run starts inside a trace: ``prescaler
+simulate --start``, and ``prescaler tune``'s trials (history before
+``--start``) and its held-back re-runs (history up to the cut, which is the
+tuning part's demand: the live scaler would have had it, as it has last
+week's). :func:`window_history` is that rule for one window.
+
 Pure: the caller reads the trace (``forecasting.readers.read_series``) and
 passes its rate series in.
 """
@@ -16,12 +22,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from forecasting.series import DemandSeries
 
-__all__ = ["BACKFILL_S", "DemandHistory", "demand_before"]
+if TYPE_CHECKING:
+    from simulations.traffic import Workload
+
+__all__ = ["BACKFILL_S", "DemandHistory", "demand_before", "window_history"]
 
 BACKFILL_S = 3 * 3600.0
 """History offered to the tracker; it keeps what its ring holds (the live
@@ -97,3 +107,23 @@ def demand_before(
         return None
     rates = series.values[index[ok]] * rate_scale
     return DemandHistory(ends[ok], rates, rates * tokens_per_request)
+
+
+def window_history(
+    series: DemandSeries,
+    start_s: float,
+    window: Workload,
+    *,
+    bin_s: float,
+    rate_scale: float,
+) -> DemandHistory | None:
+    """The history a run of ``window`` (the trace from ``start_s`` on, in
+    trace seconds) starts with: :func:`demand_before`, its token rates at the
+    window's own mean tokens per request. ``None`` for an empty window or one
+    at the trace's start."""
+    if len(window) == 0:
+        return None
+    mean_tokens = float(np.mean(window.prompt_tokens + window.output_tokens))
+    return demand_before(
+        series, start_s, bin_s=bin_s, rate_scale=rate_scale, tokens_per_request=mean_tokens
+    )

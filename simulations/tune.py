@@ -12,6 +12,10 @@ compared fairly (each at its own best). The parts:
   scaler's parser, so a tuned block can never be one the scaler refuses.
 - :func:`split_workload`: out of sample by default; the first part of the
   trace is tuned on, the held-back rest only scores the chosen settings.
+  Each run that starts inside the trace (the tuning part under ``--start``,
+  the held-back rest always) gives the predictive tracker the trace's demand
+  before it as history (:func:`score`'s ``history``), as ``prescaler
+  simulate`` does, since the live scaler backfills it from Prometheus.
 - :func:`simulations.tune_study.run_study`: optuna's TPE sampler, the SLO a constraint
   (``Trial.set_constraint``) and cost the objective (TPE handles the mixed integer,
   float and conditional space and ranks infeasible trials by how far they
@@ -38,6 +42,7 @@ import numpy as np
 
 from engine.profiles import get_profile
 from scaler.settings import parse_settings
+from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
 from simulations.runner import Outcome, attainment, idle_attainment
@@ -296,18 +301,23 @@ def score(
     stop: StopRule | None = None,
     rungs: Sequence[tuple[float, float]] = (),
     check_s: float = 60.0,
+    history: DemandHistory | None = None,
 ) -> Score:
     """One run of ``so`` over ``workload``: to the end, or stopped once its
     misses pass ``miss_budget`` or when ``stop`` gives a reason (checked every
     ``check_s`` of simulated time and at each of ``rungs``, (fraction, time)
-    pairs from :func:`rung_times`).
+    pairs from :func:`rung_times`). ``history`` is the demand before the
+    workload (:mod:`simulations.backfill`), loaded into a prescaler trigger's
+    tracker as the live scaler's backfill would be; other triggers keep no
+    history and ignore it.
     The checks are events of their own on the run's queue: they consume no
     random draws and move no other event, so a run that is not stopped is the
     very run it would have been without them."""
     if not (math.isfinite(check_s) and check_s > 0):
         raise ValueError(f"check_s must be finite and > 0, got {check_s!r}")
     profile = get_profile(profile_name)
-    spec = PolicySpec(so.name, "scaledobject", scaledobject=so)
+    kept = history if so.trigger.kind == "prescaler" else None
+    spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept)
     sim = Simulation(
         workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget
     )

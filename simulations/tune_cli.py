@@ -5,7 +5,10 @@ argument builder), searches the predictive trigger's metadata with
 :mod:`simulations.tune` on the first part of the trace, finds the reactive
 ScaledObject's best threshold under the same SLO, re-simulates both on the
 held-back rest, and prints the ``metadata:`` block to paste, the expected
-SLO attainment and monthly cost beside the reactive baseline's.
+SLO attainment and monthly cost beside the reactive baseline's. Each run's
+predictive tracker starts with the trace's demand before it as history
+(:mod:`simulations.backfill`, the rule ``simulate --start`` uses): the
+held-back rest gets the tuning part's; ``--no-backfill`` gives none.
 """
 
 from __future__ import annotations
@@ -21,9 +24,14 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from simulations.cli import UsageError, _finite, _int, add_simulate_arguments, run_subcommand
+
+if TYPE_CHECKING:
+    from forecasting.series import DemandSeries
+    from simulations.backfill import DemandHistory
+    from simulations.traffic import Workload
 
 __all__ = ["DEFAULT_STORAGE", "TuneOptions", "register", "tune"]
 
@@ -115,9 +123,58 @@ def _holdout(text: str) -> float:
 
 # --------------------------------------------------------------------------
 def _run_score(args: tuple[Any, ...]) -> Any:
+    """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
     from simulations.tune import score
 
-    return score(*args)
+    so, workload, profile, config, history = args
+    return score(so, workload, profile, config, history=history)
+
+
+def _histories(
+    series: DemandSeries | None,
+    args: argparse.Namespace,
+    tune_part: Workload,
+    held: Workload | None,
+) -> tuple[DemandHistory | None, DemandHistory | None]:
+    """(history before the tuning part, history before the held-back part),
+    by ``prescaler simulate``'s rule (:func:`simulations.backfill.window_history`):
+    the tuning part has the trace before ``--start`` (none at the trace's
+    start); the held-back part has the trace before the cut, the tuning
+    part's demand, as the live scaler would have had it. None with
+    ``--no-backfill`` (``series`` None)."""
+    if series is None:
+        return None, None
+    from scaler.tracker import TrackerConfig
+    from simulations.backfill import window_history
+    from simulations.policies import REFRESH_S
+
+    bin_s = TrackerConfig(refresh_interval_s=REFRESH_S).step_s
+    start = float(args.start_s)
+    first = window_history(series, start, tune_part, bin_s=bin_s, rate_scale=args.rate_scale)
+    rest = None
+    if held is not None:
+        rest = window_history(
+            series, start + tune_part.duration_s, held, bin_s=bin_s, rate_scale=args.rate_scale
+        )
+    return first, rest
+
+
+def _history_digest(history: DemandHistory) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for arr in (history.times_s, history.requests_per_s, history.tokens_per_s):
+        h.update(arr.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _history_note(history: DemandHistory | None) -> str:
+    if history is None or len(history) == 0:
+        return "none"
+    span = float(history.times_s[-1] - history.times_s[0]) + (
+        float(history.times_s[1] - history.times_s[0]) if len(history) > 1 else 0.0
+    )
+    return f"{span / 3600:.2f} h"
 
 
 def _summary(s: Any, tp: int) -> dict[str, Any]:
@@ -156,6 +213,7 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     """Do the whole tune; returns the exit status (0, or EXIT_SLO_UNMET)."""
     out = sys.stdout if out is None else out
     from engine.profiles import get_profile
+    from forecasting.readers import read_series
     from scaler.settings import parse_settings
     from simulations.policies import fleet_bound
     from simulations.scaledobject import load_scaledobject, seeds_reactive
@@ -216,6 +274,10 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
             tokens_from=Path(tokens_from) if tokens_from else None,
         )
         workload = load_workload(trace, traffic)
+        # the trace's rate curve, for the history each run starts with (read
+        # before a --prometheus trace's temporary files go)
+        wanted = args.backfill and len(workload) and (args.start_s > 0 or opts.holdout > 0)
+        series = read_series(trace) if wanted else None
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -224,6 +286,7 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     tune_part, held = split_workload(workload, opts.holdout)
     if len(tune_part) == 0 or (held is not None and len(held) == 0):
         raise ValueError(f"{trace}: --holdout {opts.holdout:g} leaves a part with no requests")
+    tune_history, held_history = _histories(series, args, tune_part, held)
     bound = fleet_bound(workload, profile)
     p_base, r_base = default_bases(profile.name, bound)
     if args.scaledobjects:
@@ -252,23 +315,28 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     ctx = TuneContext(
         tune_part, profile.name, config, p_base, target, space,
         max_replicas=min(bound, settings_max), seed=args.seed,
-        prune="exact" if opts.prune == "exact" else "pace",
+        prune="exact" if opts.prune == "exact" else "pace", history=tune_history,
     )  # fmt: skip
-    fingerprint = study_fingerprint(
-        {
-            # the requests themselves, not the path: the same trace at another
-            # path (another machine) joins the study, another window does not
-            "requests": _digest(workload), "profile": profile.name,
-            "config": repr(config), "target": opts.target, "holdout": opts.holdout,
-            "base": sorted(p_base.trigger.metadata.items()), "space": repr(space),
-        }
-    )  # fmt: skip
+    parts: dict[str, Any] = {
+        # the requests themselves, not the path: the same trace at another
+        # path (another machine) joins the study, another window does not
+        "requests": _digest(workload), "profile": profile.name,
+        "config": repr(config), "target": opts.target, "holdout": opts.holdout,
+        "base": sorted(p_base.trigger.metadata.items()), "space": repr(space),
+    }  # fmt: skip
+    if tune_history is not None:
+        # trials with a backfilled tracker do not compare with trials without
+        parts["history"] = _history_digest(tune_history)
+    fingerprint = study_fingerprint(parts)
     storage = opts.storage or DEFAULT_STORAGE
     study_name = opts.study or f"prescaler-tune-{fingerprint}"
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
           f"({tune_part.duration_s / 3600:.2f} h), holding back "
           f"{0 if held is None else len(held):,} ({opts.holdout:.0%}); "
           f"study {study_name!r} in {storage}", file=out)  # fmt: skip
+    print(f"tracker history: {_history_note(tune_history)} before the tuning part, "
+          f"{_history_note(held_history) if held is not None else '-'} before the held-back "
+          f"part{' (--no-backfill)' if not args.backfill else ''}", file=out)  # fmt: skip
     print(f"SLO: TTFT <= {config.slo_ttft_s:g} s for {_pct(target)} of requests "
           f"({opts.target:g} x the {_pct(ceiling)} an idle fleet attains)", file=out)  # fmt: skip
     # the reactive bisection runs beside the study, in its own process
@@ -314,9 +382,12 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     meta = dict(chosen.trigger.metadata)
     parse_settings(meta)  # the block printed is one the live scaler accepts
     r_so = reactive_with_threshold(r_base, reactive.threshold)
-    runs = [(chosen, tune_part, profile.name, config)]
+    runs: list[tuple[Any, ...]] = [(chosen, tune_part, profile.name, config, tune_history)]
     if held is not None:
-        runs += [(chosen, held, profile.name, config), (r_so, held, profile.name, config)]
+        runs += [
+            (chosen, held, profile.name, config, held_history),
+            (r_so, held, profile.name, config, None),
+        ]
     if args.jobs > 1 and len(runs) > 1:
         with ProcessPoolExecutor(max_workers=min(args.jobs, len(runs))) as pool:
             scores = list(pool.map(_run_score, runs))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from engine.profiles import get_profile
+from simulations.backfill import DemandHistory
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
@@ -100,6 +101,10 @@ class TuneContext:
     """``exact``: stop only trials that can no longer be feasible or
     cheapest; ``pace``: also the rung rules above."""
     rungs: tuple[float, ...] = RUNGS
+    history: DemandHistory | None = None
+    """The trace's demand before the tuning part (``--start`` inside a trace),
+    loaded into every trial's tracker like the live scaler's backfill; None
+    at the trace's start or with ``--no-backfill``."""
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.slack < 1.0 and self.cost_slack >= 0.0):
@@ -116,11 +121,13 @@ class TuneContext:
     def slo_slack(self, fraction: float) -> float:
         """How far below the target attainment so far may be at a rung.
 
-        Over a day of traffic, attainment so far after 1/32 of the requests
-        was up to 1.8 points below the final figure, after 1/8 0.1, after
-        1/4 0.25 and after 1/2 0.1 points (more often it is above it: the
-        fleet starts warm): ``slack`` at 1/32, narrowing as the work to the
-        power 3/4 (0.0025 at 1/2 with the default 0.02)."""
+        ``slack`` at 1/32, narrowing as the work to the power 3/4 (0.0025
+        at 1/2 with the default 0.02). Set from a few hand-made full runs of
+        random settings over one synthetic day, not re-measured by any test
+        or bench: there, attainment so far after 1/32 of the requests was
+        up to 1.8 points below the final figure, after 1/8 0.1, after 1/4
+        0.25 and after 1/2 0.1 points (more often above it: the fleet
+        starts warm)."""
         return self.slack * min(1.0, (PACE_FIRST_RUNG / fraction) ** 0.75)
 
     def cost_pace_slack(self, fraction: float) -> float | None:
@@ -128,9 +135,10 @@ class TuneContext:
         spent, or None before :data:`COST_PACE_FROM`.
 
         The share of a day's cost spent by a rung differs between settings
-        (a high minReplicas spends more early): by 1/4 of the requests it
-        ranged 26-29 % of the final cost, by 1/2 48-50 %, by 1/8 14-18 %, too
-        wide to rank on."""
+        (a high minReplicas spends more early). In the same hand-made runs
+        as :meth:`slo_slack` (not re-measured by any test or bench) it was
+        26-29 % of the final cost by 1/4 of the requests, 48-50 % by 1/2,
+        and 14-18 % by 1/8, too wide to rank on."""
         if fraction < COST_PACE_FROM:
             return None
         return self.cost_slack * math.sqrt(0.5 / fraction)
@@ -263,7 +271,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         rules = StopRules(ctx, lambda: best_so_far(trial.study))
         s = score(
             so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
-            stop=rules, rungs=rungs,
+            stop=rules, rungs=rungs, history=ctx.history,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
         trial.set_user_attr("attainment", s.attainment)

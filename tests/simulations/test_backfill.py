@@ -16,12 +16,12 @@ import pytest
 
 from engine.profiles import get_profile
 from forecasting.series import DemandSeries
-from simulations.backfill import DemandHistory, demand_before
+from simulations.backfill import DemandHistory, demand_before, window_history
 from simulations.cli import SimulateOptions, simulate
 from simulations.policies import predictive_spec
 from simulations.runner import run_policy
 from simulations.simulation import SimConfig, SimResult
-from simulations.traffic import DEFAULT_TOKENS_TRACE, synthetic_workload
+from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload, synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 
@@ -106,3 +106,19 @@ def test_simulate_backfills_only_windows_inside_the_trace() -> None:
     cold = simulate(replace(base, backfill=False), out=io.StringIO())
     assert warm["requests"] == cold["requests"] > 0
     assert warm["policies"]["predictive"] != cold["policies"]["predictive"]
+
+
+def test_a_windows_history_is_the_trace_before_it_at_its_own_token_mean() -> None:
+    """One rule for every run that starts inside a trace (simulate's window,
+    tune's trials and held-back part): the demand before the window, token
+    rates at the window's mean tokens per request; none for an empty window."""
+    series = _series([1, 2, 3, 4])
+    n = 4
+    window = Workload(np.linspace(0.0, 50.0, n), np.full(n, 300), np.full(n, 100), "w", 60.0)
+    h = window_history(series, 120.0, window, bin_s=60.0, rate_scale=1.5)
+    assert h is not None
+    np.testing.assert_allclose(h.times_s, [-60, 0])
+    np.testing.assert_allclose(h.requests_per_s, [1.5, 3.0])
+    np.testing.assert_allclose(h.tokens_per_s, [600.0, 1200.0])
+    empty = Workload(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), "e", 60.0)
+    assert window_history(series, 120.0, empty, bin_s=60.0, rate_scale=1.0) is None

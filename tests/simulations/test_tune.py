@@ -1,4 +1,5 @@
-"""`prescaler tune`: the search space, the split, the reactive ladder, the CLI contract."""
+"""`prescaler tune`: the search space, the split, the reactive ladder, the CLI contract,
+and the history each run's tracker starts with."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
@@ -14,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scaler.settings import parse_settings
+from simulations.backfill import DemandHistory
 from simulations.scaledobject import seeds_reactive
-from simulations.traffic import Workload
+from simulations.simulation import SimConfig
+from simulations.traffic import Workload, synthetic_workload
 from simulations.tune import (
     PREDICTIVE_SPACE,
     apply_metadata,
@@ -27,6 +31,7 @@ from simulations.tune import (
     split_workload,
 )
 from simulations.tune_cli import EXIT_SLO_UNMET, main
+from simulations.tune_study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
 SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}
@@ -264,3 +269,93 @@ def test_tune_is_a_prescaler_subcommand() -> None:
     with pytest.raises(SystemExit) as exc:
         prescaler_main(["tune", "--help"])
     assert exc.value.code == 0
+
+
+def _step_trace(path: Path, minutes: int, high_until: int, high: int, low: int) -> Path:
+    """Per-minute counts: ``high`` requests a minute before ``high_until``, ``low`` after."""
+    rows = [f"{60 * i},{high if i < high_until else low}" for i in range(minutes)]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _pair(trace: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tune JSON with the default backfill and with ``--no-backfill``."""
+    docs = []
+    for name, flags in (("warm", ()), ("cold", ("--no-backfill",))):
+        out = tmp_path / f"{name}.json"
+        argv = [
+            str(trace), "--trials", "1", "--quiet", "--target", "0.5", "--json", str(out),
+            "--storage", f"sqlite:///{tmp_path / (name + '.db')}", *extra, *flags,
+        ]  # fmt: skip
+        assert main(argv) == 0
+        docs.append(json.loads(out.read_text()))
+    return docs[0], docs[1]
+
+
+def test_the_held_back_run_starts_with_the_tuning_parts_demand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live scaler backfills its tracker from Prometheus (the last hours
+    of demand) before it answers, so the held-back part, which follows the
+    tuning part in the trace, starts with the tuning part's demand as
+    history, as `prescaler simulate --start` gives a window the trace before
+    it. Demand 4 req/s for 14 minutes, then 0.5 req/s for the 6 held back: a
+    tracker that remembers the busy past keeps a larger fleet at first (more
+    replicas, more cost) than one that starts empty (`--no-backfill`). The
+    tuning part (at the trace's start: no history) and the reactive trigger
+    (no tracker) are the same run either way."""
+    trace = _step_trace(tmp_path / "step.csv", 20, 14, 240, 30)
+    warm, cold = _pair(trace, tmp_path)
+    text = capsys.readouterr().out
+    assert "tracker history: none before the tuning part, 0.23 h before the held-back" in text
+    assert "(--no-backfill)" in text.split("tracker history:")[2]
+    assert warm["predictive"]["tuned"]["cost_usd"] == cold["predictive"]["tuned"]["cost_usd"]
+    assert warm["reactive"]["holdout"]["cost_usd"] == cold["reactive"]["holdout"]["cost_usd"]
+    p_warm, p_cold = warm["predictive"]["holdout"], cold["predictive"]["holdout"]
+    assert p_warm["requests_total"] == p_cold["requests_total"] > 0
+    assert p_warm["max_replicas"] > p_cold["max_replicas"]
+    assert p_warm["cost_usd"] > p_cold["cost_usd"]
+
+
+def test_a_start_inside_the_trace_gives_the_tuning_part_its_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--start` cuts the tuning part from inside the trace: as in `prescaler
+    simulate`, the trials and the chosen setting's re-run start with the
+    trace before it as history (unless `--no-backfill`). After 10 busy
+    minutes (4 req/s) a 10-minute window at 0.5 req/s costs more with that
+    history than without. The two studies differ in their fingerprint, so
+    they never mix trials."""
+    trace = _step_trace(tmp_path / "step.csv", 20, 10, 240, 30)
+    warm, cold = _pair(trace, tmp_path, "--start", "600", "--holdout", "0")
+    text = capsys.readouterr().out
+    assert "tracker history: 0.17 h before the tuning part, - before the held-back" in text
+    p_warm, p_cold = warm["predictive"]["tuned"], cold["predictive"]["tuned"]
+    assert p_warm["requests_total"] == p_cold["requests_total"] > 0
+    assert p_warm["cost_usd"] > p_cold["cost_usd"]
+    names = {
+        s.study_name
+        for db in ("warm", "cold")
+        for s in optuna.get_all_study_summaries(f"sqlite:///{tmp_path / (db + '.db')}")
+    }
+    assert len(names) == 2
+
+
+def test_every_trial_runs_with_the_contexts_history(tmp_path: Path) -> None:
+    """`TuneContext.history` reaches each trial's tracker (the live scaler's
+    backfill, simulations.backfill): the study's first trial, the base
+    settings, run on a quiet window after two busy hours of history, keeps
+    a larger fleet and costs more than the same trial with no history."""
+    w = synthetic_workload(duration_s=600.0, base_rps=0.5, seed=3)
+    times = -15.0 * np.arange(479, -1, -1)
+    busy = DemandHistory(times, np.full(480, 4.0), np.full(480, 4.0 * 1280.0))
+    base, _ = default_bases(PROFILE, 8)
+    costs = []
+    for name, history in (("warm", busy), ("cold", None)):
+        ctx = TuneContext(w, PROFILE, SimConfig(), base, 0.5, max_replicas=8, history=history)
+        result = run_study(
+            ctx, storage=f"sqlite:///{tmp_path / (name + '.db')}", study_name=name, n_trials=1
+        )
+        assert len(result.trials) == 1 and result.trials[0].finished
+        costs.append(result.trials[0].cost_usd)
+    assert costs[0] > costs[1]

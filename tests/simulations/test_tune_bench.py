@@ -1,15 +1,21 @@
 """Benchmarks of `prescaler tune` (``make bench``; results under bench-results/).
 
 - ``tune_speed.json``: trials over one day of a per-minute trace with a
-  daily cycle at a rate that keeps about 10 replicas busy, in 2 processes.
-  The target is 100 trials in under 15 minutes on 2 cores; by default the
-  bench runs ``PRESCALER_TUNE_BENCH_TRIALS`` (4) trials and projects 100
-  from the measured wall time per trial (set it to 100 to run them all: the
-  early stops make later trials cheaper than the first few, so only a full
-  run measures them). ``PRESCALER_TUNE_BENCH_TARGET`` sets ``--target``.
-  Beside the wall time it records the CPU time the study used, and the
-  projection from it (``projected_100_trials_on_free_cores_s``), which
-  other work on a shared machine does not inflate.
+  daily cycle at a rate that keeps about 10 replicas busy, in 2 processes,
+  at the SLO target the test is parametrized with (``--target``: 0.95 of
+  what an idle fleet attains, a level settings in the space can meet on
+  this day, so the cost rules and full runs are measured, not only SLO
+  stops; ``PRESCALER_TUNE_BENCH_TARGET`` replaces it, e.g. 0.99, the CLI
+  default, at which every trial is stopped for the SLO). The speed goal is
+  100 trials in under 15 minutes on 2 cores; by default the bench runs
+  ``PRESCALER_TUNE_BENCH_TRIALS`` (4) trials and projects 100 from the
+  measured wall time per trial (set it to 100 to run them all: the early
+  stops make later trials cheaper than the first few, so only a full run
+  measures them). Beside the wall time it records the CPU time the study
+  used, and the projection from it
+  (``projected_100_trials_on_free_cores_s``), which other work on a shared
+  machine does not inflate, and the SLO target (``target``, and the
+  attainment it stands for, ``target_attainment``).
 - ``tune_daily.json``: for each trace in ``PRESCALER_TUNE_TRACES``
   (``os.pathsep``-separated; per-minute traces with a daily cycle, e.g. the
   Azure LLM inference 2024 per-minute counts), the tuned predictive settings
@@ -45,10 +51,10 @@ MEAN_RPS = 6.0
 """Mean arrival rate of the synthetic day: about 10 replicas of the default
 profile at the shipped token lengths (peak 1.5x the mean, trough 0.5x)."""
 TARGET_S = 15 * 60.0
-TARGET = float(os.environ.get("PRESCALER_TUNE_BENCH_TARGET", "0.99"))
-"""``--target`` of the benched study (the CLI default). At 0.99 no setting
-in the space meets the SLO on this day (every trial ends stopped for the
-SLO); 0.95 has a feasible region, so the cost rules are measured too."""
+"""Wall-time goal for 100 trials (``meets_target`` in the JSON)."""
+SLO_TARGETS = (float(os.environ.get("PRESCALER_TUNE_BENCH_TARGET", "0.95")),)
+"""``--target`` of the benched study, as a fraction of the idle fleet's
+attainment: 0.95 by default, which this day can meet."""
 
 
 def _day_trace(path: Path) -> Path:
@@ -59,9 +65,11 @@ def _day_trace(path: Path) -> Path:
     return path
 
 
-def test_tune_speed(tmp_path: Path) -> None:
-    """Wall time per trial on one simulated day at about 10 replicas, 2 jobs;
-    the projection to 100 trials is recorded beside the 15-minute target."""
+@pytest.mark.parametrize("target", SLO_TARGETS, ids=lambda t: f"target={t:g}")
+def test_tune_speed(tmp_path: Path, target: float) -> None:
+    """Wall time per trial on one simulated day at about 10 replicas, 2 jobs,
+    at SLO target ``target``; the projection to 100 trials is recorded beside
+    the 15-minute goal."""
     trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "4"))
     jobs = 2
     workload = load_workload(_day_trace(tmp_path / "day.csv"), TrafficOptions(seed=0))
@@ -70,7 +78,7 @@ def test_tune_speed(tmp_path: Path) -> None:
     base, _ = default_bases(PROFILE, bound)
     config = SimConfig()
     ceiling = slo_ceiling(workload, PROFILE, config.slo_ttft_s)
-    ctx = TuneContext(workload, PROFILE, config, base, TARGET * ceiling, max_replicas=bound)
+    ctx = TuneContext(workload, PROFILE, config, base, target * ceiling, max_replicas=bound)
     t0 = time.perf_counter()
     cpu0 = _cpu_s()
     result = run_study(
@@ -97,8 +105,12 @@ def test_tune_speed(tmp_path: Path) -> None:
         "trials": len(result.trials),
         "trials_finished": len(finished),
         "trials_stopped": dict(sorted(stopped.items())),
-        "target": TARGET,
+        "target": target,
+        "slo_ttft_s": config.slo_ttft_s,
+        "idle_attainment": round(ceiling, 6),
+        "target_attainment": round(target * ceiling, 6),
         "feasible_found": result.best is not None,
+        "trials_feasible": sum(1 for t in result.trials if t.feasible),
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
         "simulated_share": round(sum(t.simulated for t in result.trials) / trials, 4),
         "wall_s": round(wall, 1),
