@@ -181,6 +181,7 @@ class StepTimer:
     __slots__ = (
         "_act",
         "_allreduce_latency",
+        "_args",
         "_attn",
         "_bandwidth",
         "_flops",
@@ -198,6 +199,7 @@ class StepTimer:
     )
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int, precision: str) -> None:
+        self._args = (model, hardware, tp, precision)
         self._tp = tp
         self._weights = weight_bytes(model, precision) / tp
         self._kv_token = kv_bytes_per_token_per_device(model, tp)
@@ -218,8 +220,9 @@ class StepTimer:
         self._interconnect = hardware.interconnect_gbps * 1e9
 
     def __reduce__(self) -> tuple[object, ...]:
-        """Pickle by value of the folded constants (slots have no ``__dict__``)."""
-        return (_restore_step_timer, (tuple(getattr(self, s) for s in StepTimer.__slots__),))
+        """Pickle as the constructor's arguments: folding them again gives the same
+        constants (slots have no ``__dict__``, and a compiled class no bare ``__new__``)."""
+        return (StepTimer, self._args)
 
     def time_s(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """Seconds of one scheduler iteration (same contract as :func:`step_time_s`)."""
@@ -257,13 +260,6 @@ class StepTimer:
             payload = tokens * self._hidden * ACT_DTYPE_BYTES * 2.0 * (tp - 1) / tp
             allreduce = self._layers2 * (self._allreduce_latency + payload / self._interconnect)
         return self._overhead + soft + allreduce
-
-
-def _restore_step_timer(values: tuple[object, ...]) -> StepTimer:
-    timer = StepTimer.__new__(StepTimer)
-    for name, value in zip(StepTimer.__slots__, values, strict=True):
-        setattr(timer, name, value)
-    return timer
 
 
 def allreduce_time_s(model: ModelSpec, hardware: HardwareSpec, tp: int, tokens: int) -> float:

@@ -1,12 +1,13 @@
-"""Karpenter v1, the vLLM Deployment, balloon pods, spot and cost, on the EventQueue.
+"""The vLLM Deployment on a Karpenter v1 cluster: pods, balloons, kube-scheduler, spot, cost.
 
 Why a model of its own: a replica's lead time (batch window, node launch,
 image pull, model load) and what a node costs are what make predictive
-scaling worth it, and they come from the cluster, not the replica. The
-rules follow kubernetes-sigs/karpenter (provisioning batcher, NodePool
-weights and limits, empty-node consolidation), aws/karpenter-provider-aws
-(spot interruption), kube-scheduler (preemption, image locality) and the
-ReplicaSet controller (which pod a scale-in deletes).
+scaling worth it, and they come from the cluster, not the replica. This
+module is the pods' side: the ReplicaSet controller (which pod a scale-in
+deletes), kube-scheduler (preemption, image locality; the ranking rules in
+:mod:`simulations.cluster_placement`) and pod start-up. The nodes' side,
+Karpenter's provisioning, spot interruption, consolidation and billing, is
+:mod:`simulations.karpenter`.
 
 Simplifications (see docs/control-plane.md, "Karpenter"): one instance type
 per run; only empty-node consolidation (the shipped NodePools use
@@ -23,8 +24,6 @@ reclaimed first). A pod deleted before it was Ready gets no callback.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from functools import partial
 
 import numpy as np
@@ -37,11 +36,17 @@ from simulations.cluster_config import (
     NodePoolSpec,
     interruptions_per_hour,
 )
+from simulations.cluster_placement import (
+    balloon_victim,
+    free_inflight_node,
+    free_ready_node,
+    nominate,
+    nominated_balloon,
+    unassign,
+)
 from simulations.cluster_state import (
-    DELETING,
     GONE,
     LAUNCHING,
-    NODE_GONE,
     NODE_READY,
     NOMINATED,
     PENDING,
@@ -57,7 +62,8 @@ from simulations.cluster_state import (
     check_replicas,
     deletion_rank,
 )
-from simulations.events import PRIORITY_CLUSTER, PRIORITY_CONTROL, EventHandle, EventQueue
+from simulations.events import PRIORITY_CLUSTER, EventQueue
+from simulations.karpenter import Karpenter
 
 __all__ = [
     "DEFAULT_SPOT_BAND",
@@ -90,27 +96,14 @@ class Cluster:
     ) -> None:
         self._config = config
         self._queue = queue
-        self._rng = rng
         self._listener = listener
-        self._t0 = queue.now
-        self._pools = sorted(config.pools, key=lambda p: (-p.weight, p.name))
-        self._pool_nodes: dict[str, int] = {p.name: 0 for p in config.pools}
+        self._karpenter = Karpenter(config, queue, rng, self)
         self._next_pod = 0
-        self._next_node = 0
         self._spec = 0
         self._balloon_spec = 0
         self._vllm: dict[int, PodState] = {}  # non-terminating vLLM pods, creation order
         self._balloons: dict[int, PodState] = {}  # live balloon pods, creation order
-        self._nodes: dict[int, NodeState] = {}
         self._ready = 0
-        self._closed_cost = 0.0
-        self._closed_gpu_s = 0.0
-        self._batch_first: float | None = None
-        self._batch_last = 0.0
-        self._batch_handle: EventHandle | None = None
-        self._retry_handle: EventHandle | None = None
-        self._disruption_handle: EventHandle | None = None
-        self.interruptions = 0
         self.pod_start_samples_s: list[float] = []
 
     # -- public view --------------------------------------------------------------
@@ -136,9 +129,14 @@ class Cluster:
         return self._balloon_spec
 
     @property
+    def interruptions(self) -> int:
+        """Nodes that got a spot interruption notice (injected ones included)."""
+        return self._karpenter.interruptions
+
+    @property
     def nodes(self) -> ClusterCounts:
         on_demand = spot = launching = 0
-        for node in self._nodes.values():
+        for node in self._karpenter.nodes.values():
             if node.pool.capacity_type == "spot":
                 spot += 1
             else:
@@ -160,21 +158,15 @@ class Cluster:
                 pods=tuple(p.pod_id for p in n.pods if not p.balloon),
                 balloons=tuple(p.pod_id for p in n.pods if p.balloon),
             )
-            for n in self._nodes.values()
+            for n in self._karpenter.nodes.values()
         )
 
     def cost_usd(self, now: float) -> float:
         """Each node billed from launch to termination (or ``now``) at its capacity type's price."""
-        cost = self._closed_cost
-        for node in self._nodes.values():
-            cost += (now - node.launch_s) * self._config.price_per_s(node.pool.capacity_type)
-        return cost
+        return self._karpenter.cost_usd(now)
 
     def gpu_hours(self, now: float) -> float:
-        seconds = self._closed_gpu_s
-        for node in self._nodes.values():
-            seconds += (now - node.launch_s) * self._config.gpus_per_node
-        return seconds / 3600.0
+        return self._karpenter.gpu_hours(now)
 
     # -- commands ---------------------------------------------------------------
     def scale_deployment(self, now: float, replicas: int) -> None:
@@ -214,9 +206,9 @@ class Cluster:
             raise ValueError(f"node_id must be >= 0, got {node_id}")
 
         def fire(t: float) -> None:
-            node = self._nodes.get(node_id)
+            node = self._karpenter.nodes.get(node_id)
             if node is not None:
-                self._interrupt(node, t)
+                self._karpenter.interrupt(node, t)
 
         self._queue.schedule(time_s, PRIORITY_CLUSTER, fire)
 
@@ -232,49 +224,51 @@ class Cluster:
         nominated to an in-flight node (the node binds the higher-priority
         pod first when it turns Ready). Balloons take free slots only.
         """
+        nodes = self._karpenter.nodes
+        per_node = self._config.pods_per_node
         self._sync_replicas(now)
         for pod in [p for p in self._vllm.values() if p.state in (PENDING, NOMINATED)]:
-            node = self._free_ready_node(now)
+            node = free_ready_node(nodes.values(), per_node, now)
             if node is not None:
-                self._unassign(pod)
+                unassign(pod)
                 self._bind(now, pod, node)
                 continue
-            victim = self._balloon_victim()
+            victim = balloon_victim(self._balloons.values())
             if victim is not None:
                 node = victim.node
                 assert node is not None
-                self._unassign(pod)
+                unassign(pod)
                 self._remove_balloon(now, victim)
                 self._bind(now, pod, node)
                 continue
             if pod.state == NOMINATED:
                 continue
-            node = self._free_inflight_node(self._nodes.values())
+            node = free_inflight_node(nodes.values(), per_node)
             if node is None:
-                displaced = self._nominated_balloon()
+                displaced = nominated_balloon(self._balloons.values())
                 if displaced is not None:
                     node = displaced.node
                     assert node is not None
-                    self._unassign(displaced)
+                    unassign(displaced)
             if node is not None:
-                self._nominate(pod, node)
+                nominate(pod, node)
         # Replacements for preempted balloons join here.
         self._sync_replicas(now)
         for pod in [p for p in self._balloons.values() if p.state == PENDING]:
-            node = self._free_ready_node(now)
+            node = free_ready_node(nodes.values(), per_node, now)
             if node is not None:
                 self._bind(now, pod, node)
                 continue
-            node = self._free_inflight_node(self._nodes.values())
+            node = free_inflight_node(nodes.values(), per_node)
             if node is not None:
-                self._nominate(pod, node)
+                nominate(pod, node)
         untriggered = False
-        for pod in self._pending():
+        for pod in self.pending_pods():
             if not pod.triggered:
                 pod.triggered = True
                 untriggered = True
         if untriggered:
-            self._trigger(now)
+            self._karpenter.trigger(now)
 
     def _sync_replicas(self, now: float) -> None:
         while len(self._vllm) < self._spec:
@@ -288,77 +282,6 @@ class Cluster:
         pod = PodState(self._next_pod, balloon, now)
         self._next_pod += 1
         return pod
-
-    def _pending(self) -> list[PodState]:
-        """Unassigned pods, vLLM before balloons (kube-scheduler hands a new node to the
-        higher priority first, so the batch plans for them first), then by creation."""
-        pods = [p for p in self._vllm.values() if p.state == PENDING]
-        pods += [p for p in self._balloons.values() if p.state == PENDING]
-        return pods
-
-    def _slots_free(self, node: NodeState) -> bool:
-        return len(node.pods) < self._config.pods_per_node
-
-    def _free_ready_node(self, now: float) -> NodeState | None:
-        best: NodeState | None = None
-        best_key: tuple[int, int] = (3, 0)
-        for node in self._nodes.values():
-            if node.state != NODE_READY or not self._slots_free(node):
-                continue
-            rank = 2 if node.image_at is None else 0 if node.image_at <= now else 1
-            key = (rank, node.node_id)
-            if key < best_key:
-                best, best_key = node, key
-        return best
-
-    def _free_inflight_node(self, nodes: Iterable[NodeState]) -> NodeState | None:
-        best: NodeState | None = None
-        for node in nodes:
-            if (
-                node.state == LAUNCHING
-                and self._slots_free(node)
-                and (best is None or (node.ready_at, node.node_id) < (best.ready_at, best.node_id))
-            ):
-                best = node
-        return best
-
-    def _balloon_victim(self) -> PodState | None:
-        best: PodState | None = None
-        for pod in self._balloons.values():
-            node = pod.node
-            if (
-                pod.state == READY
-                and node is not None
-                and node.state == NODE_READY
-                and (best is None or (pod.bound_s, pod.pod_id) > (best.bound_s, best.pod_id))
-            ):
-                best = pod
-        return best
-
-    def _nominated_balloon(self) -> PodState | None:
-        """The balloon nominated to the in-flight node due first (newest balloon on ties)."""
-        best: PodState | None = None
-        best_key = (math.inf, 0, 0)
-        for pod in self._balloons.values():
-            node = pod.node
-            if pod.state == NOMINATED and node is not None:
-                key = (node.ready_at, node.node_id, -pod.pod_id)
-                if key < best_key:
-                    best, best_key = pod, key
-        return best
-
-    def _nominate(self, pod: PodState, node: NodeState) -> None:
-        pod.state = NOMINATED
-        pod.node = node
-        node.pods.append(pod)
-
-    def _unassign(self, pod: PodState) -> None:
-        """Drop a nomination; the pod is Pending again and must re-trigger Karpenter."""
-        if pod.state == NOMINATED and pod.node is not None:
-            pod.node.pods.remove(pod)
-            pod.node = None
-            pod.state = PENDING
-            pod.triggered = False
 
     def _bind(self, now: float, pod: PodState, node: NodeState) -> None:
         """Bind to an Initialized node; a vLLM pod then pulls (unless cached) and loads."""
@@ -435,109 +358,26 @@ class Cluster:
         if node is not None and node.state == NODE_READY:
             self._schedule(now)  # the slot is free again
 
-    # -- Karpenter provisioning ----------------------------------------------------
-    def _trigger(self, now: float) -> None:
-        """A provisionable pod: open or extend the batch window (batcher.go ``Wait``)."""
-        cfg = self._config
-        if self._batch_first is None:
-            self._batch_first = now
-        self._batch_last = now
-        due = min(self._batch_last + cfg.batch_idle_s, self._batch_first + cfg.batch_max_s)
-        if self._batch_handle is not None:
-            if self._batch_handle.time_s == due:
-                return
-            self._batch_handle.cancel()
-        self._batch_handle = self._queue.schedule(due, PRIORITY_CONTROL, self._provision)
+    # -- what Karpenter asks of the pods (simulations.karpenter.PodSide) ------------
+    def pending_pods(self) -> list[PodState]:
+        """Unassigned pods, vLLM before balloons (kube-scheduler hands a new node to the
+        higher priority first, so the batch plans for them first), then by creation."""
+        pods = [p for p in self._vllm.values() if p.state == PENDING]
+        pods += [p for p in self._balloons.values() if p.state == PENDING]
+        return pods
 
-    def _provision(self, now: float) -> None:
-        """Close the batch: nominate pending pods to in-flight nodes or launch NodeClaims.
-
-        Pools are tried in descending weight (then name); a pool whose
-        ``limit_nodes`` is reached is skipped (provisioner.go, scheduler.go).
-        """
-        self._batch_first = None
-        self._batch_handle = None
-        left = False
-        for pod in self._pending():
-            node = self._free_inflight_node(self._nodes.values())
-            if node is None:
-                pool = self._pool_with_room()
-                if pool is None:
-                    left = True
-                    continue
-                node = self._launch(now, pool)
-            self._nominate(pod, node)
-        if left and self._retry_handle is None:
-            self._retry_handle = self._queue.schedule(
-                now + self._config.provisioning_retry_s, PRIORITY_CONTROL, self._retry
-            )
-
-    def _retry(self, now: float) -> None:
-        """Pending pods requeue every 10 s (provisioning/controller.go) and trigger a new batch."""
-        self._retry_handle = None
-        if self._pending():
-            self._trigger(now)
-
-    def _pool_with_room(self) -> NodePoolSpec | None:
-        for pool in self._pools:
-            if pool.limit_nodes is None or self._pool_nodes[pool.name] < pool.limit_nodes:
-                return pool
-        return None
-
-    def _launch(self, now: float, pool: NodePoolSpec) -> NodeState:
-        cfg = self._config
-        lo, mode, hi = cfg.node_ready_s
-        delay = lo if hi <= lo else float(self._rng.triangular(lo, mode, hi))
-        node = NodeState(self._next_node, pool, now, now + delay)
-        self._next_node += 1
-        self._nodes[node.node_id] = node
-        self._pool_nodes[pool.name] += 1
-        node.ready_handle = self._queue.schedule(
-            node.ready_at, PRIORITY_CLUSTER, partial(self._node_ready, node)
-        )
-        if pool.capacity_type == "spot" and cfg.spot_interruptions_per_hour > 0:
-            after = float(self._rng.exponential(3600.0 / cfg.spot_interruptions_per_hour))
-            node.interrupt_handle = self._queue.schedule(
-                now + after, PRIORITY_CLUSTER, partial(self._interrupt, node)
-            )
-        self._ensure_disruption_loop(now)
-        return node
-
-    def _node_ready(self, node: NodeState, now: float) -> None:
-        """Initialized: bind the pods nominated to it (vLLM first), then a scheduler pass."""
-        node.ready_handle = None
-        if node.state != LAUNCHING:
-            return
-        node.state = NODE_READY
-        node.ready_s = now
+    def node_initialized(self, now: float, node: NodeState) -> None:
+        """Bind the pods nominated to ``node`` (vLLM first), then a scheduler pass."""
         for pod in sorted(node.pods, key=lambda p: (p.balloon, p.pod_id)):
             self._bind(now, pod, node)
         self._schedule(now)
 
-    # -- spot interruption ---------------------------------------------------------
-    def _interrupt(self, node: NodeState, now: float) -> None:
-        """Spot notice: Karpenter deletes the NodeClaim at once; EC2 reclaims at +notice.
+    def evict(self, now: float, node: NodeState, deadline_s: float) -> None:
+        """A spot notice on ``node``: the ReplicaSet replaces every evicted pod at once.
 
-        aws/karpenter-provider-aws pkg/controllers/interruption: no budget, no
-        pre-spin. Ready pods get min(grace, notice) to finish; the ReplicaSet
-        replaces every evicted pod at once; nominations go back to Pending.
+        Ready pods get ``pod_stopping`` with ``deadline_s``; balloons and pods
+        not yet Ready go at once; nominations go back to Pending.
         """
-        if node.state in (DELETING, NODE_GONE):
-            return
-        cfg = self._config
-        self.interruptions += 1
-        if node.ready_handle is not None:
-            node.ready_handle.cancel()
-            node.ready_handle = None
-        if node.interrupt_handle is not None:
-            node.interrupt_handle.cancel()
-            node.interrupt_handle = None
-        node.state = DELETING
-        end = now + cfg.spot_notice_s
-        node.gone_handle = self._queue.schedule(
-            end, PRIORITY_CLUSTER, partial(self._node_gone, node)
-        )
-        deadline = now + min(cfg.termination_grace_s, cfg.spot_notice_s)
         stopping: list[int] = []
         for pod in list(node.pods):
             if pod.state == TERMINATING:
@@ -545,21 +385,20 @@ class Cluster:
             if pod.balloon:
                 self._remove_balloon(now, pod)
             elif pod.state == NOMINATED:
-                self._unassign(pod)
+                unassign(pod)
             elif pod.state == READY:
                 del self._vllm[pod.pod_id]
-                self._start_terminating(now, pod, deadline)
+                self._start_terminating(now, pod, deadline_s)
                 stopping.append(pod.pod_id)
             else:
                 del self._vllm[pod.pod_id]
                 self._drop(now, pod)
         for pod_id in stopping:
-            self._listener.pod_stopping(now, pod_id, deadline, "spot_interruption")
+            self._listener.pod_stopping(now, pod_id, deadline_s, "spot_interruption")
         self._schedule(now)
 
-    def _node_gone(self, node: NodeState, now: float) -> None:
-        """The instance is terminated: pods still on it are lost, billing stops."""
-        node.gone_handle = None
+    def node_lost(self, now: float, node: NodeState) -> None:
+        """``node``'s instance is terminated: pods still terminating on it are gone now."""
         lost = [p for p in node.pods if p.state == TERMINATING]
         for pod in lost:
             if pod.handle is not None:
@@ -568,86 +407,5 @@ class Cluster:
             pod.state = GONE
             pod.node = None
         node.pods.clear()
-        self._close(now, node)
         for pod in lost:
             self._listener.pod_gone(now, pod.pod_id)
-
-    def _close(self, now: float, node: NodeState) -> None:
-        node.state = NODE_GONE
-        for handle in (node.ready_handle, node.interrupt_handle, node.gone_handle):
-            if handle is not None:
-                handle.cancel()
-        node.ready_handle = node.interrupt_handle = node.gone_handle = None
-        lifetime = now - node.launch_s
-        self._closed_cost += lifetime * self._config.price_per_s(node.pool.capacity_type)
-        self._closed_gpu_s += lifetime * self._config.gpus_per_node
-        del self._nodes[node.node_id]
-        self._pool_nodes[node.pool.name] -= 1
-
-    # -- Karpenter disruption (empty-node consolidation only) ----------------------
-    def _ensure_disruption_loop(self, now: float) -> None:
-        if self._disruption_handle is not None:
-            return
-        poll = self._config.disruption_poll_s
-        tick = self._t0 + math.ceil((now - self._t0) / poll - 1e-9) * poll
-        self._disruption_handle = self._queue.schedule(
-            max(tick, now), PRIORITY_CONTROL, self._disruption_pass
-        )
-
-    def _consolidatable(self, now: float, node: NodeState) -> bool:
-        """Initialized, not deleting, no pods at all (balloons count), idle for consolidateAfter."""
-        if node.state != NODE_READY or node.pods:
-            return False
-        after = node.pool.consolidate_after_s
-        if math.isinf(after):
-            return False
-        since = node.last_pod_event_s if node.last_pod_event_s is not None else node.ready_s
-        assert since is not None
-        return now - since >= after - 1e-9
-
-    def _disruption_pass(self, now: float) -> None:
-        """One pass of the 10 s disruption loop: pick empty nodes within each pool's budget.
-
-        kubernetes-sigs/karpenter pkg/controllers/disruption/emptiness.go waits
-        ``consolidationTTL`` (15 s) and validates again before deleting.
-        """
-        self._disruption_handle = None
-        if not self._nodes:
-            return  # restarted by the next launch
-        budgets: dict[str, int] = {}
-        for pool in self._config.pools:
-            initialized = [
-                n
-                for n in self._nodes.values()
-                if n.pool.name == pool.name and n.ready_s is not None
-            ]
-            deleting = sum(1 for n in initialized if n.state == DELETING)
-            budgets[pool.name] = max(0, pool.allowed_disruptions(len(initialized)) - deleting)
-        chosen: list[NodeState] = []
-        for node in self._nodes.values():
-            if self._consolidatable(now, node) and budgets[node.pool.name] > 0:
-                budgets[node.pool.name] -= 1
-                chosen.append(node)
-        poll = self._config.disruption_poll_s
-        if not chosen:
-            self._disruption_handle = self._queue.schedule(
-                now + poll, PRIORITY_CONTROL, self._disruption_pass
-            )
-            return
-        self._disruption_handle = self._queue.schedule(
-            now + self._config.consolidation_validation_s,
-            PRIORITY_CONTROL,
-            partial(self._consolidate_at, tuple(chosen)),
-        )
-
-    def _consolidate_at(self, chosen: tuple[NodeState, ...], now: float) -> None:
-        """Delete the candidates still empty after the validation wait; the next pass follows."""
-        self._disruption_handle = None
-        valid = [n for n in chosen if n.node_id in self._nodes and self._consolidatable(now, n)]
-        for node in valid:
-            self._close(now, node)
-        delay = 0.0 if valid else self._config.disruption_poll_s
-        if self._nodes:
-            self._disruption_handle = self._queue.schedule(
-                now + delay, PRIORITY_CONTROL, self._disruption_pass
-            )

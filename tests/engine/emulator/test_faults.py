@@ -23,6 +23,52 @@ MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 BOUND_S = 10.0  # generous: a loaded CI machine; a hang would take forever
 
 
+class _BrokenReplica:
+    """The emulator's replica with `advance_to` raising: a model fault on the clock task.
+
+    A wrapper, not a patched method: the compiled replica (``make native``)
+    does not let tests replace its methods.
+    """
+
+    def __init__(self, replica: Any) -> None:
+        self._replica = replica
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica, name)
+
+    def advance_to(self, t: float) -> list[Any]:
+        raise RuntimeError("simulated engine fault")
+
+
+class _NanProfile:
+    """A profile whose step time turns NaN once `broken` is set (a bad profile)."""
+
+    def __init__(self, profile: Any) -> None:
+        self._profile = profile
+        self.broken = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._profile, name)
+
+    def step_time_s(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
+        if self.broken:
+            return float("nan")
+        return float(self._profile.step_time_s(prefill_tokens, decode_seqs, context_tokens))
+
+
+def _nan_profiles(monkeypatch: pytest.MonkeyPatch) -> list[_NanProfile]:
+    """Emulators started from now on use a `_NanProfile`; the list fills as they start."""
+    build = EmulatorSettings.build_profile
+    made: list[_NanProfile] = []
+
+    def build_wrapped(self: EmulatorSettings) -> Any:
+        made.append(_NanProfile(build(self)))
+        return made[-1]
+
+    monkeypatch.setattr(EmulatorSettings, "build_profile", build_wrapped)
+    return made
+
+
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for fam in text_string_to_metric_families(text):
@@ -108,10 +154,7 @@ async def test_clock_failure_answers_in_flight_and_new_requests(
     async with async_emulator(max_num_seqs=1) as srv, aiohttp.ClientSession() as s:
         stream, plain = await _in_flight(s, srv)
 
-        def boom(t: float) -> list[Any]:
-            raise RuntimeError("simulated engine fault")
-
-        monkeypatch.setattr(srv.driver.replica, "advance_to", boom)
+        monkeypatch.setattr(srv.driver, "replica", _BrokenReplica(srv.driver.replica))
         await _assert_everything_fails(s, srv, stream, plain)
         assert isinstance(srv.driver.failure, RuntimeError)
     # leaving the block closed the server: stop() did not re-raise the failure
@@ -119,9 +162,11 @@ async def test_clock_failure_answers_in_flight_and_new_requests(
 
 async def test_nan_step_time_fails_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """A NaN step time (bad profile) surfaces on the next batch change, failing all."""
+    profiles = _nan_profiles(monkeypatch)
     async with async_emulator(max_num_seqs=2) as srv, aiohttp.ClientSession() as s:
         stream, plain = await _in_flight(s, srv)
-        monkeypatch.setattr(srv.driver.replica, "_step_time", lambda *a: float("nan"))
+        (profile,) = profiles
+        profile.broken = True
         # the next batch change (this submission) makes the model plan a NaN step
         r = await asyncio.wait_for(
             s.post(srv.url + "/v1/completions", json={"prompt": "y", "max_tokens": 5}), BOUND_S
@@ -134,10 +179,12 @@ async def test_nan_step_time_fails_every_request(monkeypatch: pytest.MonkeyPatch
 
 async def test_server_close_after_failure_does_not_raise(monkeypatch: pytest.MonkeyPatch) -> None:
     """stop()/close() after an engine failure return normally (cleanup must not raise)."""
+    profiles = _nan_profiles(monkeypatch)
     srv = await EmulatorServer.start(EmulatorSettings(profile=FAST_PROFILE))
     try:
         async with aiohttp.ClientSession() as s:
-            monkeypatch.setattr(srv.driver.replica, "_step_time", lambda *a: float("nan"))
+            (profile,) = profiles
+            profile.broken = True
             r = await s.post(srv.url + "/v1/completions", json={"prompt": "z", "max_tokens": 2})
             assert r.status == 500
             assert (await s.get(srv.url + "/health")).status == 503

@@ -1,0 +1,101 @@
+"""What one simulated run takes and gives: its knobs, its result, request outcomes, its errors.
+
+Apart from :mod:`simulations.simulation` (which re-exports all of it) so the
+data that describes a run reads without the event loop around it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "COMPLETED",
+    "PENDING",
+    "REJECTED",
+    "TIMED_OUT",
+    "ConservationError",
+    "SimConfig",
+    "SimResult",
+    "SloBudgetExceeded",
+]
+
+PENDING, COMPLETED, TIMED_OUT, REJECTED = 0, 1, 2, 3
+"""How a request ended (``SimResult.status``); PENDING only while a run lasts."""
+
+
+class ConservationError(AssertionError):
+    """A request ended twice or never: the simulator itself is wrong."""
+
+
+class SloBudgetExceeded(RuntimeError):
+    """More requests missed the TTFT SLO than the run's ``miss_budget`` allows
+    (a search over static fleets stops a hopeless run early)."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Knobs of one run that are not the policy's (seconds unless named)."""
+
+    slo_ttft_s: float = 1.0
+    timeout_s: float = 60.0
+    scrape_interval_s: float = 15.0
+    rate_window_s: float = 120.0
+    spot: bool = False
+    seed: int = 0
+    warm_start: bool = True
+    """Start the fleet Ready at t=0 (sized by the policy) rather than from nothing."""
+    cluster_overrides: tuple[tuple[str, Any], ...] = ()
+    """``ClusterConfig.for_profile`` overrides, e.g. (("spot_interruptions_per_hour", 2.0),)."""
+    interruptions: tuple[tuple[float, int], ...] = ()
+    """Injected interruption notices: (time_s, node_id); a node gone by then is skipped."""
+
+    def __post_init__(self) -> None:
+        for name in ("slo_ttft_s", "timeout_s", "scrape_interval_s", "rate_window_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.rate_window_s < 2 * self.scrape_interval_s:
+            raise ValueError("rate_window_s must span at least two scrape intervals")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        for at_s, node_id in self.interruptions:
+            if not math.isfinite(at_s) or not isinstance(node_id, int) or node_id < 0:
+                raise ValueError(
+                    f"interruptions are (finite time_s, node_id >= 0), got {(at_s, node_id)!r}"
+                )
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything one run produced; :mod:`simulations.report` summarizes it."""
+
+    policy: str
+    trace: str
+    profile: str
+    duration_s: float
+    slo_ttft_s: float
+    status: np.ndarray  # int8 per request: COMPLETED / TIMED_OUT / REJECTED
+    ttft_s: np.ndarray  # NaN without a first token
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    rejected_reasons: dict[str, int]
+    retried: int
+    gpu_hours: float
+    cost_usd: float
+    mean_replicas: float
+    max_replicas: int
+    busy_replica_s: float
+    served_tokens: float
+    """Prompt + output tokens of completed requests."""
+    capacity_tokens_per_s: float
+    """One replica's sustainable tokens/s at the workload's mean shape."""
+    scale_ups: int
+    spot_interruptions: int
+    timeline: dict[str, np.ndarray]
+    wall_s: float
+    events: int
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,141 @@
+"""Digest of every record a fixed battery of runs produces.
+
+Usage: ``python -m tests.support.native_digest``.
+
+Run once with the compiled engine (``make native``) and once with
+``PRESCALER_PURE_PYTHON=1``: equal digests mean the compiled modules give
+bit-identical records, latencies, metrics and simulation outcomes. Prints
+one JSON object: ``{"native": bool, "digests": {case: sha256}, "covers":
+{path: count}}``, the counts showing the battery reaches preemption, aborts
+and spot interruptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+import numpy as np
+
+import engine.replica
+from engine._native import is_native
+from engine.profiles import get_profile
+from engine.replica import Replica, run_requests
+from engine.requests import Request
+from simulations.policies import PolicySpec, predictive_spec, reactive_spec
+from simulations.runner import run_policy
+from simulations.simulation import SimConfig, SimResult
+from simulations.traffic import synthetic_workload
+
+PROFILES = ("llama-3-8b@g5.xlarge", "llama-3-8b@inf2.xlarge", "llama-3-70b-awq@g5.12xlarge")
+SIM_PROFILE = "llama-3-8b@g5.xlarge"
+
+
+def _requests(seed: int, n: int) -> list[Request]:
+    """Bursty arrivals with long and short prompts: prefill chunks, jumps, preemption."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(0.05, n))
+    prompts = rng.choice([8, 200, 1500, 3000], n, p=[0.3, 0.4, 0.2, 0.1])
+    outputs = rng.choice([1, 2, 40, 600], n, p=[0.1, 0.2, 0.5, 0.2])
+    return [
+        Request(f"r{i}", float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)
+    ]
+
+
+def _hash(parts: Iterable[object]) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else repr(part).encode())
+    return h.hexdigest()
+
+
+def _engine_case(profile_name: str, seed: int, jump: bool, covers: dict[str, int]) -> str:
+    replica, records = run_requests(get_profile(profile_name), _requests(seed, 300), jump=jump)
+    records.sort(key=lambda r: r.request_id)
+    covers["preemptions"] += replica.preemptions_total
+    return _hash([*records, replica.metrics_snapshot(), replica.steps_run])
+
+
+def _aborts_case(covers: dict[str, int]) -> str:
+    """Aborts mid-jump and interleaved lookups (the lazily applied steps)."""
+    replica = Replica(get_profile(SIM_PROFILE), latency_histograms=False)
+    out: list[object] = []
+    for i, req in enumerate(_requests(7, 200)):
+        out.extend(replica.advance_to(req.arrival_s))
+        replica.submit(req)
+        if i % 7 == 3:
+            rec = replica.abort(f"r{i - 2}")
+            covers["aborts"] += rec is not None
+            out.append(rec)
+        if i % 5 == 0:
+            out.append((replica.kv_blocks_used, replica.generation_tokens_total))
+    while (t := replica.next_event_time()) is not None:
+        out.extend(replica.advance_to(t))
+    return _hash([*out, replica.metrics_snapshot()])
+
+
+def _sim_digest(result: SimResult) -> str:
+    parts: list[object] = [
+        result.status.tobytes(),
+        result.ttft_s.tobytes(),
+        result.tpot_s.tobytes(),
+        result.e2e_s.tobytes(),
+        sorted(result.rejected_reasons.items()),
+        (result.retried, result.gpu_hours, result.cost_usd, result.mean_replicas),
+        (result.max_replicas, result.busy_replica_s, result.served_tokens),
+        (result.scale_ups, result.spot_interruptions),
+    ]
+    for key in sorted(result.timeline):
+        parts.append((key, np.asarray(result.timeline[key]).tobytes()))
+    return _hash(parts)
+
+
+def _sim_cases(covers: dict[str, int]) -> dict[str, str]:
+    profile = get_profile(SIM_PROFILE)
+    workload = synthetic_workload(
+        duration_s=1800.0,
+        base_rps=4.0,
+        seed=3,
+        bursts=((600.0, 300.0, 3.0),),
+        prompt_tokens=(1024.0, 1.0),
+        output_tokens=(256.0, 1.0),
+    )
+    spot = SimConfig(spot=True, seed=1, cluster_overrides=(("spot_interruptions_per_hour", 3.0),))
+    specs = {
+        "static": PolicySpec("static", "static", replicas=6),
+        "reactive": reactive_spec(12),
+        "predictive": predictive_spec(SIM_PROFILE, max_replicas=12),
+        "oracle": PolicySpec("oracle", "oracle"),
+    }
+    out = {
+        f"sim-{k}": _sim_digest(run_policy(s, workload, profile, SimConfig()))
+        for k, s in specs.items()
+    }
+    spotted = run_policy(specs["reactive"], workload, profile, spot)
+    covers["spot_interruptions"] += spotted.spot_interruptions
+    out["sim-reactive-spot"] = _sim_digest(spotted)
+    return out
+
+
+def digests(covers: dict[str, int]) -> dict[str, str]:
+    """Every case's digest, keyed by case name; `covers` counts the paths reached."""
+    out: dict[str, str] = {}
+    for name in PROFILES:
+        for seed in (0, 1):
+            for jump in (True, False):
+                key = f"{name}-{seed}-{'jump' if jump else 'step'}"
+                out[key] = _engine_case(name, seed, jump, covers)
+    out["aborts"] = _aborts_case(covers)
+    out.update(_sim_cases(covers))
+    return out
+
+
+def main() -> None:
+    covers = dict.fromkeys(("preemptions", "aborts", "spot_interruptions"), 0)
+    found = digests(covers)
+    print(json.dumps({"native": is_native(engine.replica), "digests": found, "covers": covers}))
+
+
+if __name__ == "__main__":
+    main()
