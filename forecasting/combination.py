@@ -100,21 +100,29 @@ def lfilter(b: list[float], a: list[float], x: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def _filter_last(b: list[float], a: list[float], d: list[float]) -> float:
-    """``lfilter(b, a, d)[-1]`` for ``len(a) == 3``, without storing the path.
+def _filter_last_pair(
+    b_one: list[float], b_two: list[float], a: list[float], d: list[float]
+) -> tuple[float, float]:
+    """``(lfilter(b_one, a, d)[-1], lfilter(b_two, a, d)[-1])`` for two-tap
+    numerators over ``[1, a1, a2]``, without storing the paths, in one pass.
 
     Same operations in the same order as :func:`lfilter`, so bit-equal; used
-    where only the state at the end of the history is read (predict).
+    where only the state at the end of the history is read (predict), where
+    damped Holt's level and trend share their input.
     """
-    b0, b1, b2 = float(b[0]), float(b[1]), 0.0
+    p0, p1, q0, q1 = float(b_one[0]), float(b_one[1]), float(b_two[0]), float(b_two[1])
     a1, a2 = float(a[1]), float(a[2])
-    z0 = z1 = 0.0
-    yn = 0.0
+    zero = 0.0  # the numerators' third tap
+    u0 = u1 = v0 = v1 = 0.0
+    one = two = 0.0
     for xn in d:
-        yn = z0 + b0 * xn
-        z0 = z1 + xn * b1 - yn * a1
-        z1 = xn * b2 - yn * a2
-    return yn
+        one = u0 + p0 * xn
+        u0 = u1 + xn * p1 - one * a1
+        u1 = xn * zero - one * a2
+        two = v0 + q0 * xn
+        v0 = v1 + xn * q1 - two * a1
+        v1 = xn * zero - two * a2
+    return one, two
 
 
 def _holt_filters(
@@ -167,9 +175,39 @@ def holt_state(
         return np.asarray(y, dtype=float), np.zeros(0)
     num_l, num_b, den = _holt_filters(alpha, beta, phi)
     d = y - y[0]
-    level = np.asarray(lfilter(num_l, den, d)) + y[0]
-    trend = np.asarray(lfilter(num_b, den, d))
-    return level, trend
+    level, trend = _lfilter_pair(num_l, num_b, den, d)
+    return level + y[0], trend
+
+
+def _lfilter_pair(
+    b_one: list[float], b_two: list[float], a: list[float], x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(lfilter(b_one, a, x), lfilter(b_two, a, x))`` for two-tap numerators
+    over one second-order denominator, in one pass: each filter's operations
+    are :func:`lfilter`'s, in its order, so both paths are bit-equal to it.
+
+    Why: damped Holt's level and trend share their input; one Python loop
+    over the history instead of two saves a third of the smoothers' cost.
+    """
+    if len(a) != 3 or float(a[0]) != 1.0 or len(b_one) != 2 or len(b_two) != 2:
+        raise ValueError("_lfilter_pair: two-tap numerators over [1, a1, a2] only")
+    p0, p1, q0, q1 = float(b_one[0]), float(b_one[1]), float(b_two[0]), float(b_two[1])
+    a1, a2 = float(a[1]), float(a[2])
+    zero = 0.0  # lfilter pads the numerators' third tap with 0.0
+    u0 = u1 = v0 = v1 = 0.0
+    one: list[float] = []
+    two: list[float] = []
+    put_one, put_two = one.append, two.append
+    for xn in np.asarray(x, dtype=float).tolist():
+        yn = u0 + p0 * xn
+        u0 = u1 + xn * p1 - yn * a1
+        u1 = xn * zero - yn * a2
+        put_one(yn)
+        yn = v0 + q0 * xn
+        v0 = v1 + xn * q1 - yn * a1
+        v1 = xn * zero - yn * a2
+        put_two(yn)
+    return np.array(one, dtype=float), np.array(two, dtype=float)
 
 
 def damped_sum(h: int, phi: float) -> float:
@@ -207,13 +245,33 @@ def trend_state(y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(y, dtype=float), np.zeros(0)
     y0 = float(y[0])
     d = np.asarray(y, dtype=float) - y0
-    a = np.asarray(lfilter([1.0], [1.0, -lam], d))
-    b = np.asarray(lfilter([0.0, lam], [1.0, -2.0 * lam, lam * lam], d))
+    a, b = _trend_sums(lam, d)
     j = np.arange(y.size, dtype=float)
     pw = lam**j
     w0, w1, w2 = np.cumsum(pw), np.cumsum(pw * j), np.cumsum(pw * j * j)
     level, slope = _trend_solve(a, b, w0, w1, w2)
     return level + y0, slope
+
+
+def _trend_sums(lam: float, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lfilter([1], [1, -lam], x), lfilter([0, lam], [1, -2 lam, lam^2], x))``
+    in one pass, each with :func:`lfilter`'s operations in its order (bit-equal)."""
+    a1 = float(-lam)
+    c1, c2, c3 = float(lam), float(-2.0 * lam), float(lam * lam)
+    zero, one = 0.0, 1.0  # lfilter's padded taps: b = [1, 0] and [0, lam, 0]
+    w = s0 = s1 = 0.0
+    first: list[float] = []
+    second: list[float] = []
+    put_first, put_second = first.append, second.append
+    for xn in np.asarray(x, dtype=float).tolist():
+        yn = w + one * xn
+        w = xn * zero - yn * a1
+        put_first(yn)
+        yn = s0 + zero * xn
+        s0 = s1 + xn * c1 - yn * c2
+        s1 = xn * zero - yn * c3
+        put_second(yn)
+    return np.array(first, dtype=float), np.array(second, dtype=float)
 
 
 def trend_last(y: np.ndarray, lam: float) -> tuple[float, float]:
@@ -229,14 +287,14 @@ def trend_last(y: np.ndarray, lam: float) -> tuple[float, float]:
     d = x - y0
     j = np.arange(x.size, dtype=float)
     pw = lam**j
-    level, slope = _trend_solve(
-        np.array([pw @ d]),
-        np.array([(pw * j) @ d]),
-        np.array([pw.sum()]),
-        np.array([(pw * j).sum()]),
-        np.array([(pw * j * j).sum()]),
-    )
-    return float(level[0]) + y0, float(slope[0])
+    pwj = pw * j
+    a, b = float(pw @ d), float(pwj @ d)
+    w0, w1, w2 = float(pw.sum()), float(pwj.sum()), float((pwj * j).sum())
+    # _trend_solve's arithmetic on one origin, in floats (no 1-element arrays).
+    det = w0 * w2 - w1 * w1
+    if det > 1e-9 * max(w0 * w2, 1e-300):
+        return (w2 * a - w1 * b) / det + y0, (w1 * a - w0 * b) / det
+    return a / w0 + y0, 0.0
 
 
 CANDIDATES: tuple[str, ...] = ("last", "ses", "holt", "trend")
@@ -258,6 +316,8 @@ class SmoothingBank:
         self._trend: dict[float, tuple[np.ndarray, np.ndarray]] = {}
         self._trend_end: dict[float, tuple[float, float]] = {}
         self._selected: dict[tuple[int, int], SmoothingParams] = {}
+        self._grid: tuple[np.ndarray, ...] | None = None
+        self._errors: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def ses(self, alpha: float) -> np.ndarray:
         if alpha not in self._ses:
@@ -298,34 +358,83 @@ class SmoothingBank:
 
     def _select(self, h: int, end: int) -> SmoothingParams:
         """:meth:`select`'s grid search (remembered per ``(h, end)``: with few
-        independent errors every horizon asks for the one-step choice)."""
-        origins = np.arange(0, max(end - h, 0))
-        if origins.size < 4:
+        independent errors every horizon asks for the one-step choice).
+
+        Each grid point's MAE is the mean of its absolute errors at origins
+        ``0 .. end - h - 1``: a prefix of its errors at every origin, which
+        :meth:`_grid_errors` computes once per horizon for all ends (the
+        rolling holdout asks for up to ``holdout_refits`` of them), each row
+        summed as ``np.mean`` sums one candidate's errors (bit-equal to
+        scoring the candidates one by one).
+        """
+        m = max(end - h, 0)
+        if m < 4:
             return SmoothingParams()
-        actual = self.y[origins + h]
+        if end > self.y.size:
+            raise ValueError(f"select: end {end} beyond the history ({self.y.size} steps)")
+        ses_mae, holt_mae, trend_mae = (
+            np.mean(err[:, :m], axis=1).tolist() for err in self._grid_errors(h)
+        )
         best_a, best = 0.5, math.inf
-        for a in _SES_ALPHAS:
-            mae = float(np.mean(np.abs(actual - self.ses(a)[origins])))
+        for a, mae in zip(_SES_ALPHAS, ses_mae, strict=True):
             if mae < best:
                 best_a, best = a, mae
-        carry = damped_sum(h, HOLT_DAMPING)
+        holt_keys = [(a, b) for a in _HOLT_ALPHAS for b in _HOLT_BETAS]
         best_h, best = (0.5, 0.1), math.inf
-        for a in _HOLT_ALPHAS:
-            for b in _HOLT_BETAS:
-                lv, tr = self.holt(a, b)
-                fc = np.maximum(lv[origins] + carry * tr[origins], 0.0)
-                mae = float(np.mean(np.abs(actual - fc)))
-                if mae < best:
-                    best_h, best = (a, b), mae
+        for key, mae in zip(holt_keys, holt_mae, strict=True):
+            if mae < best:
+                best_h, best = key, mae
         best_l, best = 0.9, math.inf
-        carry = damped_sum(h, TREND_DAMPING)
-        for lam in _TREND_LAMBDAS:
-            lv, sl = self.trend(lam)
-            fc = np.maximum(lv[origins] + carry * sl[origins], 0.0)
-            mae = float(np.mean(np.abs(actual - fc)))
+        for lam, mae in zip(_TREND_LAMBDAS, trend_mae, strict=True):
             if mae < best:
                 best_l, best = lam, mae
         return SmoothingParams(best_a, best_h[0], best_h[1], HOLT_DAMPING, best_l)
+
+    def _grid_paths(self) -> tuple[np.ndarray, ...]:
+        """Every grid point's path as one row of a matrix per smoother (rows in
+        grid order): ``(ses, holt level, holt trend, trend level, trend slope)``.
+
+        The per-parameter caches then hold views of these rows, so the paths
+        are stored once.
+        """
+        if self._grid is None:
+            n = self.y.size
+            ses = np.empty((len(_SES_ALPHAS), n))
+            for i, a in enumerate(_SES_ALPHAS):
+                ses[i] = self.ses(a)
+                self._ses[a] = ses[i]
+            holt_keys = [(a, b) for a in _HOLT_ALPHAS for b in _HOLT_BETAS]
+            level = np.empty((len(holt_keys), n))
+            trend = np.empty((len(holt_keys), n))
+            for i, key in enumerate(holt_keys):
+                level[i], trend[i] = self.holt(*key)
+                self._holt[key] = (level[i], trend[i])
+            line = np.empty((len(_TREND_LAMBDAS), n))
+            slope = np.empty((len(_TREND_LAMBDAS), n))
+            for i, lam in enumerate(_TREND_LAMBDAS):
+                line[i], slope[i] = self.trend(lam)
+                self._trend[lam] = (line[i], slope[i])
+            self._grid = (ses, level, trend, line, slope)
+        return self._grid
+
+    def _grid_errors(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Absolute h-step errors of every grid point at every origin
+        ``0 .. n - h - 1`` (rows as in :meth:`_grid_paths`), kept for the
+        last horizon asked for: the holdout asks horizon by horizon, and one
+        matrix (grid size times the history) is as much as the paths."""
+        if h not in self._errors:
+            ses, level, trend, line, slope = self._grid_paths()
+            m = self.y.size - h
+            actual = self.y[h:]
+            holt = np.maximum(level[:, :m] + damped_sum(h, HOLT_DAMPING) * trend[:, :m], 0.0)
+            lin = np.maximum(line[:, :m] + damped_sum(h, TREND_DAMPING) * slope[:, :m], 0.0)
+            self._errors.clear()
+            self._errors[h] = (
+                np.abs(actual - ses[:, :m]),
+                np.abs(actual - holt),
+                np.abs(actual - lin),
+            )
+        return self._errors[h]
 
     def forecasts(self, params: SmoothingParams, idx: np.ndarray, h: int) -> np.ndarray:
         """Forecasts for ``idx + h`` made at ``idx``: shape (len(CANDIDATES), n)."""
@@ -350,10 +459,14 @@ class SmoothingBank:
         observation; this runs each filter once without materialising its
         path (and level and trend share one pass's input list).
         """
+        return np.array(self.last_values(params, h))
+
+    def last_values(self, params: SmoothingParams, h: int) -> list[float]:
+        """:meth:`last_forecasts` as a list (the predictor prepends the ridge)."""
         y = self.y
         n = y.size
         if n == 0:
-            return self.forecasts(params, np.array([n - 1]), h)[:, 0]
+            return [float(v) for v in self.forecasts(params, np.array([n - 1]), h)[:, 0]]
         y0 = y[0]
         d: list[float] | None = None
         a = params.ses_alpha
@@ -383,17 +496,15 @@ class SmoothingBank:
                 num_l, num_b, den = _holt_filters(key[0], key[1], HOLT_DAMPING)
                 if d is None:
                     d = (y - y0).tolist()
-                level = float(np.float64(_filter_last(num_l, den, d)) + y0)
-                self._holt_end[key] = (level, _filter_last(num_b, den, d))
+                level_end, trend_end = _filter_last_pair(num_l, num_b, den, d)
+                self._holt_end[key] = (float(np.float64(level_end) + y0), trend_end)
             lv, tr = self._holt_end[key]
         holt = lv + damped_sum(h, params.damping) * tr
         lam = params.trend_lambda
         if lam not in self._trend_end:
             self._trend_end[lam] = trend_last(y, lam)
         tl, ts = self._trend_end[lam]
-        return np.array(
-            [float(y[-1]), ses, max(holt, 0.0), max(tl + damped_sum(h, TREND_DAMPING) * ts, 0.0)]
-        )
+        return [float(y[-1]), ses, max(holt, 0.0), max(tl + damped_sum(h, TREND_DAMPING) * ts, 0.0)]
 
 
 def inverse_error_weights(abs_err: np.ndarray, power: float = 2.0) -> np.ndarray:
@@ -430,16 +541,32 @@ def confidence_set_weights(abs_err: np.ndarray, z: float, h: int = 1) -> np.ndar
     return np.asarray(keep / keep.sum())
 
 
-def _simplex_grid(k: int, steps: int) -> np.ndarray:
-    """All weight vectors on the k-simplex with coordinates in 1/steps units."""
-    if k == 1:
-        return np.ones((1, 1))
-    rows = []
-    for i in range(steps + 1):
-        for rest in _simplex_grid(k - 1, steps - i) if steps - i > 0 else [np.zeros(k - 1)]:
-            rows.append(np.concatenate(([i / steps], np.asarray(rest) * (steps - i) / steps)))
-    grid = np.unique(np.round(np.array(rows), 9), axis=0)
-    return np.asarray(grid / grid.sum(axis=1, keepdims=True))
+def _simplex_grid(
+    k: int, steps: int, memo: dict[tuple[int, int], np.ndarray] | None = None
+) -> np.ndarray:
+    """All weight vectors on the k-simplex with coordinates in 1/steps units.
+
+    Each first coordinate ``i / steps`` is followed by the ``(k - 1)``-grid
+    of ``steps - i`` scaled by ``(steps - i) / steps``; the sub-grids are
+    built once each (``memo``) and scaled a block at a time, the same
+    operations on the same values as row by row.
+    """
+    memo = {} if memo is None else memo
+    key = (k, steps)
+    if key not in memo:
+        if k == 1:
+            memo[key] = np.ones((1, 1))
+            return memo[key]
+        blocks = []
+        for i in range(steps + 1):
+            rest = _simplex_grid(k - 1, steps - i, memo) if steps - i > 0 else np.zeros((1, k - 1))
+            block = np.empty((rest.shape[0], k))
+            block[:, 0] = i / steps
+            block[:, 1:] = rest * (steps - i) / steps
+            blocks.append(block)
+        grid = np.unique(np.round(np.vstack(blocks), 9), axis=0)
+        memo[key] = np.asarray(grid / grid.sum(axis=1, keepdims=True))
+    return memo[key]
 
 
 _GRID_CACHE: dict[tuple[int, int], np.ndarray] = {}
@@ -459,5 +586,8 @@ def min_abs_error_weights(forecasts: np.ndarray, actual: np.ndarray, steps: int 
     if grid is None:
         grid = _simplex_grid(k, steps)
         _GRID_CACHE[(k, steps)] = grid
-    mae = np.mean(np.abs(actual[None, :] - grid @ forecasts), axis=1)
+    err = grid @ forecasts
+    np.subtract(actual[None, :], err, out=err)
+    np.abs(err, out=err)
+    mae = np.mean(err, axis=1)
     return np.asarray(grid[int(np.argmin(mae))])

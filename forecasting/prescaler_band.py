@@ -60,6 +60,27 @@ def sorted_quantile(xs: np.ndarray, q: float) -> float:
     return hi - diff * (1 - gamma) if gamma >= 0.5 else lo + diff * gamma
 
 
+def median_and_quantile(xs: np.ndarray, q: float) -> tuple[float, float]:
+    """``(float(np.median(xs)), float(np.quantile(xs, q)))`` from one partition.
+
+    Why: the rolling holdout asks both of every refit's residuals; one
+    ``np.partition`` at the positions both read (and the last, where NaNs
+    go) replaces two partitions and numpy's per-call overhead. The median is
+    ``np.median``'s own mean of the middle values, the quantile
+    :func:`sorted_quantile` (numpy's steps), so both are bit-equal.
+    """
+    n = xs.size
+    if n == 0:
+        return float(np.median(xs)), float(np.quantile(xs, q))
+    half = n // 2
+    i = min(math.floor((n - 1) * q), n - 1)
+    kth = sorted({0, max(half - 1, 0), half, max(i, 0), min(i + 1, n - 1), n - 1})
+    part = np.partition(xs, kth)
+    middle = part[half : half + 1] if n % 2 else part[half - 1 : half + 1]
+    median = math.nan if math.isnan(float(part[-1])) else float(np.mean(middle))
+    return median, sorted_quantile(part, q)
+
+
 def recency_quantiles(values: np.ndarray, half_life: float, levels: np.ndarray) -> np.ndarray:
     """Quantiles at ``levels`` of ``values`` (oldest first), each weighted
     ``0.5 ** (age / half_life)``: non-exchangeable conformal (Barber, Candes,
@@ -93,7 +114,20 @@ def band_spread(band: np.ndarray, q: float, scale: float, widen: float) -> float
     median, never inside the point (lower quantiles at most 0, upper at least)."""
     if q == 0.5:
         return 0.0
-    off = float(np.interp(q, BAND_LEVELS, band)) * scale * widen
+    return level_spread(band_level(band, q), q, scale, widen)
+
+
+def band_level(band: np.ndarray, q: float) -> float:
+    """The holdout band's error at level ``q`` (before scale and widening)."""
+    return float(np.interp(q, BAND_LEVELS, band))
+
+
+def level_spread(level: float, q: float, scale: float, widen: float) -> float:
+    """:func:`band_spread` from the band's error at ``q`` (:func:`band_level`),
+    which a forecaster may keep between predictions."""
+    if q == 0.5:
+        return 0.0
+    off = level * scale * widen
     return min(0.0, off) if q < 0.5 else max(0.0, off)
 
 
@@ -106,7 +140,19 @@ def resid_quantile(
     m = resid.size
     if m >= min_empirical:
         return sorted_quantile(resid, q) * scale
-    sd = float(np.sqrt(np.mean(resid**2))) * scale if m >= 4 else diff_sd
+    return gaussian_quantile(q, scale, m, law_rms(resid) if m >= 4 else 0.0, diff_sd)
+
+
+def law_rms(resid: np.ndarray) -> float:
+    """The residuals' root mean square (the Gaussian band's deviation)."""
+    return float(np.sqrt(np.mean(resid**2)))
+
+
+def gaussian_quantile(q: float, scale: float, m: int, rms: float, diff_sd: float) -> float:
+    """:func:`resid_quantile`'s Gaussian band for ``m`` residuals of RMS
+    ``rms`` (:func:`law_rms`, unused below 4 residuals), which a forecaster
+    may keep between predictions."""
+    sd = rms * scale if m >= 4 else diff_sd
     sd = sd * math.sqrt(m / max(m - 2, 1)) if m >= 4 else sd
     return float(ppf(q)) * sd
 

@@ -64,6 +64,12 @@ def plausible(weights: np.ndarray, cands: np.ndarray, lo: float, hi: float) -> n
     left, the ridge (member 0) alone speaks.
     """
     keep = (cands >= min(lo, cands[0])) & (cands <= max(hi, cands[0]))
+    return renormalised(weights, keep)
+
+
+def renormalised(weights: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``weights`` on the members ``keep`` marks, summing to 1; the ridge
+    (member 0) alone when none of them has weight (see :func:`plausible`)."""
     kept = weights * keep
     total = float(kept.sum())
     if total <= 0.0:

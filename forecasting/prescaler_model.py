@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,20 +50,50 @@ from forecasting.forecast import (
 from forecasting.prescaler_band import (
     BAND_LEVELS,
     CAL_Q,
-    band_spread,
+    band_level,
     calibrated,
+    gaussian_quantile,
     holdout_band,
+    law_rms,
+    level_spread,
+    median_and_quantile,
     ppf,
     resid_quantile,
+    sorted_quantile,
     tail_factor,
 )
 from forecasting.prescaler_config import PrescalerConfig
-from forecasting.prescaler_members import member_weights, plausible, smoothers_equal
+from forecasting.prescaler_members import (
+    member_weights,
+    plausible,
+    renormalised,
+    smoothers_equal,
+)
 
 __all__ = ["PrescalerConfig", "PrescalerForecaster"]
 
 _MEAN_WINDOWS = (3, 12, 48)
 _SCALE_WINDOW = 12
+
+
+@dataclass(frozen=True)
+class _TrainRows:
+    """Per-origin quantities of the training history, over every origin
+    ``j = start .. n - 1``: each horizon's rows are slices of them.
+
+    Why: every feature and the local scale are elementwise in the origin, so
+    one pass per history gives each horizon's fit, holdout and test rows the
+    same floats as computing them per horizon (``_features`` and
+    ``_local_scale`` on the origins), without redoing the cumulative sums and
+    seasonal profiles a dozen times per fit.
+    """
+
+    start: int
+    last: np.ndarray
+    means: tuple[np.ndarray, ...]
+    profiles: tuple[np.ndarray, ...]
+    raw_scale: np.ndarray | None
+    scale_floor: float
 
 
 class PrescalerForecaster:
@@ -93,6 +124,10 @@ class PrescalerForecaster:
         self._ridge_resid: dict[int, np.ndarray] = {}
         self._tail: dict[int, float] = {}
         self._band: dict[int, np.ndarray] = {}
+        self._rows_cache: _TrainRows | None = None
+        self._penalties: dict[tuple[int, float, float], tuple[np.ndarray, np.ndarray]] = {}
+        self._law_cache: dict[tuple[str, int], tuple[np.ndarray, dict[float | None, float]]] = {}
+        self._all_kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ----------------------------------------------------------------- fitting
     def fit(self, y: np.ndarray, step_s: float) -> None:
@@ -170,9 +205,11 @@ class PrescalerForecaster:
             self._weights[h] = weights
         for h in range(1, self.config.fit_horizon + 1):
             self._fit_h(h)
-        # The smoothers' cached paths (tens of MB on long histories) are only
-        # needed again for a lazily fitted horizon, which rebuilds them.
+        # The smoothers' cached paths (tens of MB on long histories) and the
+        # training rows are only needed again for a lazily fitted horizon,
+        # which rebuilds them.
         self._bank = None
+        self._rows_cache = None
 
     def _prepare(self, train: np.ndarray, frac: float) -> None:
         day = daily_period(self._step_s)
@@ -185,14 +222,71 @@ class PrescalerForecaster:
         self._diff_sd = float(np.std(dz)) if dz.size >= 2 else 0.2
         self._coef = {}
         self._resid = {}
+        self._rows_cache = None
+        self._law_cache = {}
+        self._all_kept = {}
 
-    def _rows(self, n: int, h: int, split: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(fit rows, holdout rows) of origins for horizon ``h``."""
+    def _origins(self, h: int, split: int | None) -> tuple[int, int, int, int]:
+        """``(start, count, fit, test)``: origins ``start .. start + count - 1``
+        for horizon ``h``; the first ``fit`` of them train (their target before
+        ``split``) and those from position ``test`` on are held out (at or
+        after ``split``). Contiguous ranges, so rows are slices, not copies."""
+        z = self._train_z
+        assert z is not None
         start = max(self._periods, default=0)
-        idx = np.arange(start, n - h)
+        count = max(z.size - h - start, 0)
         if split is None:
-            return idx, idx[:0]
-        return idx[idx + h < split], idx[idx >= split]
+            return start, count, count, count
+        fit = min(max(split - h - start, 0), count)
+        return start, count, fit, min(max(split - start, 0), count)
+
+    def _train_rows(self) -> _TrainRows:
+        """The training history's per-origin quantities (:class:`_TrainRows`),
+        computed as :meth:`_features` and :meth:`_local_scale` compute them."""
+        if self._rows_cache is None:
+            z = self._train_z
+            assert z is not None
+            start = max(self._periods, default=0)
+            j = np.arange(start, z.size)
+            cs = np.concatenate(([0.0], np.cumsum(z)))
+            last = z[j]
+            means = []
+            for k in _MEAN_WINDOWS:
+                lo = np.maximum(j - k + 1, 0)
+                means.append((cs[j + 1] - cs[lo]) / (j + 1 - lo) - last)
+            profiles = tuple(self._profile(z, cs, j, p) for p in self._periods)
+            raw: np.ndarray | None = None
+            floor = 0.0
+            if self._use_scale:
+                adz = np.abs(np.diff(z, prepend=z[0]))
+                acs = np.concatenate(([0.0], np.cumsum(adz)))
+                lo = np.maximum(j - _SCALE_WINDOW + 1, 0)
+                raw = (acs[j + 1] - acs[lo]) / (j + 1 - lo)
+                floor = 0.1 * float(np.mean(adz)) + 1e-9
+            self._rows_cache = _TrainRows(start, last, tuple(means), profiles, raw, floor)
+        return self._rows_cache
+
+    def _train_features(self, h: int, lo: int, hi: int) -> np.ndarray:
+        """:meth:`_features` of the training origins at positions ``lo .. hi - 1``."""
+        rows = self._train_rows()
+        cols = [np.ones(hi - lo)]
+        cols.extend(m[lo:hi] for m in rows.means)
+        last = rows.last[lo:hi]
+        for profile in rows.profiles:
+            s_future = profile[lo + h : hi + h]
+            cols.append(s_future - profile[lo:hi])
+            cols.append(s_future - last)
+        return np.column_stack(cols)
+
+    def _train_scale(self, lo: int, hi: int) -> np.ndarray:
+        """:meth:`_local_scale` of the training origins at positions ``lo .. hi - 1``."""
+        if not self._use_scale:
+            return np.ones(hi - lo)
+        rows = self._train_rows()
+        assert rows.raw_scale is not None
+        if self._scale_floor is None:
+            self._scale_floor = rows.scale_floor
+        return np.maximum(rows.raw_scale[lo:hi], self._scale_floor)
 
     def update(self, y: np.ndarray) -> None:
         """Condition on a longer history; the fitted parameters stay."""
@@ -247,21 +341,16 @@ class PrescalerForecaster:
         z = self._train_z
         assert z is not None
         # Origins whose target phase has a past season (for the season terms).
-        idx, test = self._rows(z.size, h, split)
-        if idx.size < self.config.min_rows:
+        start, count, n_fit, first_test = self._origins(h, split)
+        if n_fit < self.config.min_rows:
             self._coef[h] = None
             return
-        x = self._features(z, idx, h)
-        target = z[idx + h] - z[idx]
-        n_feat = x.shape[1]
+        x = self._train_features(h, 0, n_fit)
+        target = z[start + h : start + h + n_fit] - z[start : start + n_fit]
         # Ridge toward the prior "mean of the last three steps" (feature 1).
-        prior = np.zeros(n_feat)
-        prior[1] = self.config.prior_weight
-        gram = x.T @ x
-        penalty = np.diag(np.full(n_feat, self.config.ridge))
-        coef = np.linalg.solve(gram + penalty, x.T @ target + penalty @ prior)
+        coef = self._solve(x, target)
         resid = target - x @ coef
-        scale = self._local_scale(z, idx)
+        scale = self._train_scale(0, n_fit)
         keep = slice(-self.config.residual_rows, None)
         self._coef[h] = coef
         self._resid[h] = np.sort(resid[keep] / scale[keep])
@@ -284,11 +373,12 @@ class PrescalerForecaster:
                 # holds exactly: keep 101 values, not every residual (a
                 # fitted forecaster per ScaledObject in the scaler).
                 self._resid[h] = self._ridge_resid[h] = np.quantile(self._resid[h], BAND_LEVELS)
-        if test.size:
+        if first_test < count:
             self._scored += 1
-            centre = z[test] + self._features(z, test, h) @ coef
-            test_scale = self._local_scale(z, test)
-            actual = np.exp(z[test + h]) - self._c
+            test = slice(start + first_test, start + count)
+            centre = z[test] + self._train_features(h, first_test, count) @ coef
+            test_scale = self._train_scale(first_test, count)
+            actual = np.exp(z[start + first_test + h : start + count + h]) - self._c
             for q in (0.5, 0.9):
                 off = self._resid_quantile(self._resid[h], q, 1.0) * test_scale
                 pred = np.maximum(np.exp(centre + off) - self._c, 0.0)
@@ -296,11 +386,17 @@ class PrescalerForecaster:
                 self._score += float(np.mean(np.maximum(q * diff, (q - 1) * diff)))
 
     def _solve(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:
-        """Ridge toward the prior (the plain fit of :meth:`_fit_h`)."""
-        prior = np.zeros(x.shape[1])
-        prior[1] = self.config.prior_weight
-        penalty = np.diag(np.full(x.shape[1], self.config.ridge))
-        return np.asarray(np.linalg.solve(x.T @ x + penalty, x.T @ target + penalty @ prior))
+        """Ridge toward the prior "mean of the last three steps" (feature 1);
+        the penalty and its pull are built once per feature count."""
+        key = (x.shape[1], self.config.ridge, self.config.prior_weight)
+        cached = self._penalties.get(key)
+        if cached is None:
+            prior = np.zeros(x.shape[1])
+            prior[1] = self.config.prior_weight
+            penalty = np.diag(np.full(x.shape[1], self.config.ridge))
+            cached = self._penalties[key] = (penalty, penalty @ prior)
+        penalty, pull = cached
+        return np.asarray(np.linalg.solve(x.T @ x + penalty, x.T @ target + pull))
 
     def _holdout_weights(self, h: int, split: int, bank: SmoothingBank) -> np.ndarray | None:
         """Combination weights from the candidates' holdout (see ``weighting``);
@@ -322,47 +418,50 @@ class PrescalerForecaster:
         y = bank.y
         z = self._train_z
         assert z is not None
-        idx, _ = self._rows(z.size, h, None)
+        start, count, _, _ = self._origins(h, None)
         refits = self.config.holdout_refits
         if refits > 0:
-            split = max(split, int(idx[0]) + self.config.min_rows + h) if idx.size else split
-        test = idx[idx >= split]
-        if idx.size - test.size < self.config.min_rows or test.size < self.config.min_holdout:
+            split = max(split, start + self.config.min_rows + h) if count else split
+        # Origins at positions first .. count - 1 are held out (idx >= split).
+        first = min(max(split - start, 0), count)
+        n_test = count - first
+        if first < self.config.min_rows or n_test < self.config.min_holdout:
             return None
-        x = self._features(z, idx, h)
-        target = z[idx + h] - z[idx]
-        scale = self._local_scale(z, idx)
-        n_fit0 = idx.size - test.size
+        x = self._train_features(h, 0, count)
+        target = z[start + h : start + h + count] - z[start : start + count]
+        scale = self._train_scale(0, count)
+        test = np.arange(start + first, start + count)
         bounds = (
-            np.unique(np.linspace(0, test.size, min(refits, test.size) + 1).astype(int))
+            np.unique(np.linspace(0, n_test, min(refits, n_test) + 1).astype(int))
             if refits > 0
-            else np.array([0, test.size])
+            else np.array([0, n_test])
         )
-        ridge = np.empty(test.size)
-        covered = np.empty(test.size, dtype=bool)
-        smooth = np.empty((len(CANDIDATES), test.size))
+        ridge = np.empty(n_test)
+        covered = np.empty(n_test, dtype=bool)
+        smooth = np.empty((len(CANDIDATES), n_test))
         for lo, hi in itertools.pairwise(bounds.tolist()):
-            b = int(test[lo])
-            fit = idx + h < b
-            xf = x[fit]
-            coef = self._solve(xf, target[fit])
-            q50 = float(np.median((target[fit] - xf @ coef) / scale[fit]))
-            rows = slice(n_fit0 + lo, n_fit0 + hi)
-            centre = z[test[lo:hi]] + x[rows] @ coef
+            b = start + first + lo
+            # The rows whose target lies before the block (a prefix).
+            n_fit = min(max(b - h - start, 0), count)
+            xf = x[:n_fit]
+            coef = self._solve(xf, target[:n_fit])
+            q50, upper = median_and_quantile((target[:n_fit] - xf @ coef) / scale[:n_fit], CAL_Q)
+            rows = slice(first + lo, first + hi)
+            origins = slice(start + first + lo, start + first + hi)
+            centre = z[origins] + x[rows] @ coef
             ridge[lo:hi] = np.exp(centre + q50 * scale[rows]) - self._c
-            upper = float(np.quantile((target[fit] - xf @ coef) / scale[fit], CAL_Q))
-            covered[lo:hi] = z[test[lo:hi] + h] <= centre + upper * scale[rows]
+            covered[lo:hi] = (
+                z[start + first + lo + h : start + first + hi + h] <= centre + upper * scale[rows]
+            )
             params = bank.select(h, b, self.config.min_independent_errors)
             smooth[:, lo:hi] = bank.forecasts(params, test[lo:hi], h)
         if self.config.calibrate_rows > 0:
-            self._tail[h] = tail_factor(
-                float(np.mean(covered)), test.size, self.config.calibrate_rows
-            )
+            self._tail[h] = tail_factor(float(np.mean(covered)), n_test, self.config.calibrate_rows)
         cands = np.vstack([np.maximum(ridge, 0.0), smooth])
-        actual = y[test + h]
+        actual = y[start + first + h : start + count + h]
         weights = self._member_weights(cands, actual, h)
-        if test.size >= self.config.band_min_errors * h > 0:
-            self._band[h] = self._holdout_band(weights @ cands, actual, scale[n_fit0:])
+        if n_test >= self.config.band_min_errors * h > 0:
+            self._band[h] = self._holdout_band(weights @ cands, actual, scale[first:])
         return weights
 
     def _holdout_band(self, point: np.ndarray, actual: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -390,9 +489,55 @@ class PrescalerForecaster:
         law = self._ridge_resid.get(h)
         if guard <= 0 or law is None or law.size == 0:
             return weights
-        lo = math.exp(centre + guard * self._resid_quantile(law, 0.1, scale)) - self._c
-        hi = math.exp(centre + guard * self._resid_quantile(law, 0.9, scale)) - self._c
+        lo = math.exp(centre + guard * self._law_quantile("ridge", h, law, 0.1, scale)) - self._c
+        hi = math.exp(centre + guard * self._law_quantile("ridge", h, law, 0.9, scale)) - self._c
+        low, high = min(lo, cands[0]), max(hi, cands[0])
+        if all(low <= v <= high for v in cands.tolist()):
+            # Every member inside (steady traffic): the renormalised weights
+            # are the same as at the last such forecast with these weights.
+            kept = self._all_kept.get(h)
+            if kept is None or kept[0] is not weights:
+                every = renormalised(weights, np.ones(cands.shape, dtype=bool))
+                kept = self._all_kept[h] = (weights, every)
+            return kept[1]
         return plausible(weights, cands, lo, hi)
+
+    def _law_levels(self, kind: str, h: int, law: np.ndarray) -> dict[float | None, float]:
+        """What predictions have read of ``law`` (``kind`` "ridge" is
+        ``_ridge_resid[h]``, "resid" ``_resid[h]``, "band" ``_band[h]``):
+        quantile levels by ``q``, its RMS under None. Forgotten when another
+        array takes its place (a fit, a lazily fitted horizon)."""
+        kept = self._law_cache.get((kind, h))
+        if kept is None or kept[0] is not law:
+            kept = self._law_cache[(kind, h)] = (law, {})
+        return kept[1]
+
+    def _law_quantile(self, kind: str, h: int, law: np.ndarray, q: float, scale: float) -> float:
+        """``_resid_quantile(law, q, scale)``, the law's own quantile (or, below
+        ``min_empirical`` residuals, its RMS) kept (:meth:`_law_levels`).
+
+        Why: every prediction reads the same few quantiles of laws fixed at
+        fit time; the scale of the moment multiplies them as before."""
+        levels = self._law_levels(kind, h, law)
+        m = law.size
+        if m < self.config.min_empirical:
+            rms = levels.get(None) if m >= 4 else 0.0
+            if rms is None:
+                rms = levels[None] = law_rms(law)
+            return gaussian_quantile(q, scale, m, rms, self._diff_sd)
+        level = levels.get(q)
+        if level is None:
+            level = levels[q] = sorted_quantile(law, q)
+        return level * scale
+
+    def _band_level(self, h: int, q: float) -> float:
+        """``band_level(self._band[h], q)``, kept (:meth:`_law_levels`)."""
+        band = self._band[h]
+        levels = self._law_levels("band", h, band)
+        level = levels.get(q)
+        if level is None:
+            level = levels[q] = band_level(band, q)
+        return level
 
     def _calibrated(self, q: float, h: int) -> float:
         """Quantile level ``q`` with its tail probability scaled by ``_tail[h]``."""
@@ -439,6 +584,7 @@ class PrescalerForecaster:
         out = np.empty((len(qs), horizon))
         bank: SmoothingBank | None = None
         lazy = False
+        recent_mean: float | None = None
         # Cold start: the rows since demand was first seen (idle rows before
         # it teach nothing about its dynamics) bound how far a band may reach.
         growth = self.config.cold_start_growth
@@ -452,7 +598,9 @@ class PrescalerForecaster:
                 lazy = True
             coef, resid, h_used = self._model_for(h)
             if coef is None:
-                center = float(np.mean(z[-3:]))
+                if recent_mean is None:
+                    recent_mean = float(np.mean(z[-3:]))
+                center = recent_mean
                 spread = [ppf(q) * self._diff_sd * math.sqrt(h) for q in qs]
             else:
                 center = float(z[-1] + rows[h - 1] @ coef)
@@ -464,9 +612,7 @@ class PrescalerForecaster:
                         # their state to far below the noise.
                         bank = SmoothingBank(self._y[-1024:])
                     ridge = math.exp(center + self._ridge_q50[h_used] * scale_now) - self._c
-                    cands = np.concatenate(
-                        ([max(ridge, 0.0)], bank.last_forecasts(self._smooth[h_used], h))
-                    )
+                    cands = np.array([max(ridge, 0.0), *bank.last_values(self._smooth[h_used], h)])
                     weights = self._plausible(weights, cands, center, h_used, scale_now)
                     center = math.log(max(float(weights @ cands), 0.0) + self._c)
                     point = True
@@ -475,15 +621,13 @@ class PrescalerForecaster:
                 widen = math.sqrt(h / h_used)
                 if not point:
                     spread = [
-                        0.0
-                        if point and q == 0.5
-                        else self._resid_quantile(resid, q, scale_now) * widen
-                        for q in qs
+                        self._law_quantile("resid", h_used, resid, q, scale_now) * widen for q in qs
                     ]
                 elif h_used in self._band:
                     # The combined point's own holdout error law, around it.
-                    band = self._band[h_used]
-                    spread = [band_spread(band, q, scale_now, widen) for q in qs]
+                    spread = [
+                        level_spread(self._band_level(h_used, q), q, scale_now, widen) for q in qs
+                    ]
                 else:
                     # The ridge's band, clipped so that it holds the point:
                     # lower quantiles never above it, upper never below.
@@ -495,7 +639,9 @@ class PrescalerForecaster:
                         else (min if q < 0.5 else max)(
                             0.0,
                             shift
-                            + self._resid_quantile(law, self._calibrated(q, h_used), scale_now)
+                            + self._law_quantile(
+                                "ridge", h_used, law, self._calibrated(q, h_used), scale_now
+                            )
                             * widen,
                         )
                         for q in qs
@@ -508,6 +654,7 @@ class PrescalerForecaster:
             # A lazily fitted horizon rebuilt the smoothers' cached paths
             # (several times the history's size); the next one rebuilds them.
             self._bank = None
+            self._rows_cache = None
         return Forecast(self._step_s, horizon, qs, out)
 
     def _model_for(self, h: int) -> tuple[np.ndarray | None, np.ndarray, int]:

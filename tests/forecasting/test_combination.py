@@ -19,6 +19,7 @@ from forecasting.combination import (
     min_abs_error_weights,
     ses_level,
 )
+from forecasting.prescaler_band import median_and_quantile
 from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 
@@ -208,6 +209,70 @@ def test_sorted_quantile_is_numpys_linear_quantile(values: list[float], q: float
     """The rank shortcut on presorted residuals reproduces np.quantile exactly."""
     xs = np.sort(np.asarray(values))
     assert _sorted_quantile(xs, q) == float(np.quantile(xs, q))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=80),
+    st.floats(0.0, 1.0),
+)
+def test_median_and_quantile_are_numpys(values: list[float], q: float) -> None:
+    """One partition gives np.median and np.quantile bit for bit (the rolling
+    holdout reads both of every refit's residuals)."""
+    xs = np.asarray(values)
+    assert median_and_quantile(xs, q) == (float(np.median(xs)), float(np.quantile(xs, q)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(-1e4, 1e4, allow_nan=False), min_size=1, max_size=120),
+    st.floats(0.02, 0.98),
+    st.floats(0.01, 0.5),
+    st.sampled_from((0.9, 0.95, 0.98, 0.99)),
+)
+def test_smoother_paths_are_the_filters_bit_for_bit(
+    values: list[float], alpha: float, beta: float, lam: float
+) -> None:
+    """Holt's level and trend, and the trend member's two sums, are filtered in
+    one pass each; every path must be :func:`lfilter`'s to the last bit (the
+    grid search compares them, and a changed bit can change a choice)."""
+    from forecasting.combination import _holt_filters, _trend_solve, trend_state
+
+    y = np.asarray(values)
+    d = y - y[0]
+    num_l, num_b, den = _holt_filters(alpha, beta, 0.9)
+    level, trend = holt_state(y, alpha, beta, 0.9)
+    assert np.array_equal(level, lfilter(num_l, den, d) + y[0])
+    assert np.array_equal(trend, lfilter(num_b, den, d))
+    a = lfilter([1.0], [1.0, -lam], d)
+    b = lfilter([0.0, lam], [1.0, -2.0 * lam, lam * lam], d)
+    j = np.arange(y.size, dtype=float)
+    pw = lam**j
+    ref_level, ref_slope = _trend_solve(
+        a, b, np.cumsum(pw), np.cumsum(pw * j), np.cumsum(pw * j * j)
+    )
+    line, slope = trend_state(y, lam)
+    assert np.array_equal(line, ref_level + y[0]) and np.array_equal(slope, ref_slope)
+
+
+def test_the_weight_grid_is_the_row_by_row_build() -> None:
+    """The simplex grid built a block at a time is the row-by-row one (the
+    MAE-optimal weights index it)."""
+    from forecasting.combination import _simplex_grid
+
+    def rows_one_by_one(k: int, steps: int) -> np.ndarray:
+        if k == 1:
+            return np.ones((1, 1))
+        rows = []
+        for i in range(steps + 1):
+            subs = rows_one_by_one(k - 1, steps - i) if steps - i > 0 else [np.zeros(k - 1)]
+            for rest in subs:
+                rows.append(np.concatenate(([i / steps], np.asarray(rest) * (steps - i) / steps)))
+        grid = np.unique(np.round(np.array(rows), 9), axis=0)
+        return np.asarray(grid / grid.sum(axis=1, keepdims=True))
+
+    for k, steps in ((1, 10), (2, 3), (3, 7), (5, 10)):
+        assert np.array_equal(_simplex_grid(k, steps), rows_one_by_one(k, steps))
 
 
 def test_few_independent_errors_choose_the_parameters_on_one_step_errors() -> None:
