@@ -56,12 +56,12 @@ front-fuzz:
 
 protos: $(PROTO_OUT)
 
-# The replica model compiled to C by mypyc (native/build.py; its MODULES are
+# The replica model and the simulator's request path compiled to C by mypyc (native/build.py; its MODULES are
 # the sources listed here): the same code, simulations 2-3x faster, loaded
 # only while it matches the sources exactly (engine/_native.py). Without a C
 # compiler the sources run; in CI (IN_CI) a build that fails fails the run.
 NATIVE := build/native/manifest.json
-$(NATIVE): engine/replica.py engine/steptime.py native/build.py $(STAMP)
+$(NATIVE): engine/replica.py engine/steptime.py simulations/router.py native/build.py $(STAMP)
 	$(PY) native/build.py >/dev/null || { [ -z "$(IN_CI)" ] && \
 		echo "compiled engine not built (no C compiler?): simulations run the pure-Python engine" >&2; }
 

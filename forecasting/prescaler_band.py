@@ -13,7 +13,8 @@ Three sources, from the most to the least evidence (the forecaster picks):
   RMS (or from the one-step changes).
 
 Errors are in the model's log scale divided by the local volatility, so that
-a band widens in bursts and narrows at night. Pure numpy.
+a band widens in bursts and narrows at night. :class:`LawLevels` keeps the
+levels that predictions read of laws fixed at fit time. Pure numpy.
 """
 
 from __future__ import annotations
@@ -182,3 +183,57 @@ def calibrated(q: float, factor: float) -> float:
     if q > 0.5:
         return min(1.0 - (1.0 - q) * factor, 0.999)
     return max(q * factor, 0.001)
+
+
+class LawLevels:
+    """The quantile levels that predictions have read of each law fixed at
+    fit time (a ridge residual law or a holdout band, told apart by a kind
+    and a horizon), kept until another array takes the law's place (a fit,
+    a lazily fitted horizon).
+
+    Why: every prediction reads the same few quantiles of the same laws; the
+    scale of the moment multiplies them as before, so the values are those
+    of :func:`resid_quantile` and :func:`band_level`.
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, int], tuple[np.ndarray, dict[float | None, float]]] = {}
+
+    def _levels(self, kind: str, h: int, law: np.ndarray) -> dict[float | None, float]:
+        """Quantile levels of ``law`` by ``q``, its RMS under None."""
+        kept = self._kept.get((kind, h))
+        if kept is None or kept[0] is not law:
+            kept = self._kept[(kind, h)] = (law, {})
+        return kept[1]
+
+    def quantile(
+        self,
+        kind: str,
+        h: int,
+        law: np.ndarray,
+        q: float,
+        scale: float,
+        min_empirical: int,
+        diff_sd: float,
+    ) -> float:
+        """``resid_quantile(law, q, scale, min_empirical, diff_sd)``, the law's
+        own quantile (or, below ``min_empirical`` residuals, its RMS) kept."""
+        levels = self._levels(kind, h, law)
+        m = law.size
+        if m < min_empirical:
+            rms = levels.get(None) if m >= 4 else 0.0
+            if rms is None:
+                rms = levels[None] = law_rms(law)
+            return gaussian_quantile(q, scale, m, rms, diff_sd)
+        level = levels.get(q)
+        if level is None:
+            level = levels[q] = sorted_quantile(law, q)
+        return level * scale
+
+    def band(self, h: int, band: np.ndarray, q: float) -> float:
+        """``band_level(band, q)``, kept (``kind`` "band")."""
+        levels = self._levels("band", h, band)
+        level = levels.get(q)
+        if level is None:
+            level = levels[q] = band_level(band, q)
+        return level

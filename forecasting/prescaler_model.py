@@ -7,14 +7,15 @@ with cheap smoothers, with a conformal band.
   survive any monotone transform; ``c`` keeps zeros finite and tiny rates
   nearly linear).
 - For each horizon ``h`` a small ridge regression predicts ``z[t+h] - z[t]``
-  from what is known at ``t``: the recent means (3, 12, 48 steps) relative to
-  the last value and, for each season with at least two full cycles in the
-  history (daily, weekly), the profile's expected change and distance. The
-  ridge pulls toward "the recent mean", so a few points give a sane,
-  cautious forecast.
+  from what is known at ``t`` (:mod:`forecasting.prescaler_features`): the
+  recent means (3, 12, 48 steps) relative to the last value and, for each
+  season with at least two full cycles in the history (daily, weekly), the
+  profile's expected change and distance. The ridge pulls toward "the recent
+  mean", so a few points give a sane, cautious forecast.
 - The point is a combination of five members (the ridge's median and the
-  smoothers of :mod:`forecasting.combination`), weighted on a rolling-origin
-  holdout inside the history (:mod:`forecasting.prescaler_members`).
+  smoothers of :mod:`forecasting.combination`), weighted
+  (:mod:`forecasting.prescaler_members`) on a rolling-origin holdout inside
+  the history (:mod:`forecasting.prescaler_holdout`).
 - The band (:mod:`forecasting.prescaler_band`) is the combined point's own
   holdout error law where the holdout holds enough independent errors, else
   the ridge's residual law, calibrated by its holdout coverage.
@@ -22,8 +23,10 @@ with cheap smoothers, with a conformal band.
   independent errors for a horizon, its forecasts stay within
   ``cold_start_growth`` times the largest value seen.
 
-Knobs: :mod:`forecasting.prescaler_config`; what each choice was compared
-with and the backtests that chose it: ``docs/decisions/forecasting.md``.
+This module runs them: it fits the ridge per horizon, chooses the offset,
+keeps what predictions read, and combines at predict time. Knobs:
+:mod:`forecasting.prescaler_config`; what each choice was compared with and
+the backtests that chose it: ``docs/decisions/forecasting.md``.
 
 ``fit`` costs a few least-squares solves; ``update`` only stores the longer
 history (coefficients and residual laws kept), and ``predict`` computes one
@@ -32,10 +35,8 @@ feature row per horizon, which keeps the hot path far under 10 ms.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,20 +50,24 @@ from forecasting.forecast import (
 )
 from forecasting.prescaler_band import (
     BAND_LEVELS,
-    CAL_Q,
-    band_level,
+    LawLevels,
     calibrated,
-    gaussian_quantile,
     holdout_band,
-    law_rms,
     level_spread,
-    median_and_quantile,
     ppf,
     resid_quantile,
-    sorted_quantile,
     tail_factor,
 )
 from forecasting.prescaler_config import PrescalerConfig
+from forecasting.prescaler_features import (
+    SCALE_WINDOW,
+    TrainRows,
+    features,
+    local_scale,
+    origin_ranges,
+    scale_floor,
+)
+from forecasting.prescaler_holdout import rolling_forecasts
 from forecasting.prescaler_members import (
     member_weights,
     plausible,
@@ -71,29 +76,6 @@ from forecasting.prescaler_members import (
 )
 
 __all__ = ["PrescalerConfig", "PrescalerForecaster"]
-
-_MEAN_WINDOWS = (3, 12, 48)
-_SCALE_WINDOW = 12
-
-
-@dataclass(frozen=True)
-class _TrainRows:
-    """Per-origin quantities of the training history, over every origin
-    ``j = start .. n - 1``: each horizon's rows are slices of them.
-
-    Why: every feature and the local scale are elementwise in the origin, so
-    one pass per history gives each horizon's fit, holdout and test rows the
-    same floats as computing them per horizon (``_features`` and
-    ``_local_scale`` on the origins), without redoing the cumulative sums and
-    seasonal profiles a dozen times per fit.
-    """
-
-    start: int
-    last: np.ndarray
-    means: tuple[np.ndarray, ...]
-    profiles: tuple[np.ndarray, ...]
-    raw_scale: np.ndarray | None
-    scale_floor: float
 
 
 class PrescalerForecaster:
@@ -124,9 +106,9 @@ class PrescalerForecaster:
         self._ridge_resid: dict[int, np.ndarray] = {}
         self._tail: dict[int, float] = {}
         self._band: dict[int, np.ndarray] = {}
-        self._rows_cache: _TrainRows | None = None
+        self._rows_cache: TrainRows | None = None
         self._penalties: dict[tuple[int, float, float], tuple[np.ndarray, np.ndarray]] = {}
-        self._law_cache: dict[tuple[str, int], tuple[np.ndarray, dict[float | None, float]]] = {}
+        self._laws = LawLevels()
         self._all_kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ----------------------------------------------------------------- fitting
@@ -223,70 +205,29 @@ class PrescalerForecaster:
         self._coef = {}
         self._resid = {}
         self._rows_cache = None
-        self._law_cache = {}
+        self._laws = LawLevels()
         self._all_kept = {}
 
-    def _origins(self, h: int, split: int | None) -> tuple[int, int, int, int]:
-        """``(start, count, fit, test)``: origins ``start .. start + count - 1``
-        for horizon ``h``; the first ``fit`` of them train (their target before
-        ``split``) and those from position ``test`` on are held out (at or
-        after ``split``). Contiguous ranges, so rows are slices, not copies."""
-        z = self._train_z
-        assert z is not None
-        start = max(self._periods, default=0)
-        count = max(z.size - h - start, 0)
-        if split is None:
-            return start, count, count, count
-        fit = min(max(split - h - start, 0), count)
-        return start, count, fit, min(max(split - start, 0), count)
-
-    def _train_rows(self) -> _TrainRows:
-        """The training history's per-origin quantities (:class:`_TrainRows`),
-        computed as :meth:`_features` and :meth:`_local_scale` compute them."""
+    def _train_rows(self) -> TrainRows:
+        """The training history's rows (:class:`TrainRows`), built once per
+        history and transform."""
         if self._rows_cache is None:
             z = self._train_z
             assert z is not None
-            start = max(self._periods, default=0)
-            j = np.arange(start, z.size)
-            cs = np.concatenate(([0.0], np.cumsum(z)))
-            last = z[j]
-            means = []
-            for k in _MEAN_WINDOWS:
-                lo = np.maximum(j - k + 1, 0)
-                means.append((cs[j + 1] - cs[lo]) / (j + 1 - lo) - last)
-            profiles = tuple(self._profile(z, cs, j, p) for p in self._periods)
-            raw: np.ndarray | None = None
-            floor = 0.0
-            if self._use_scale:
-                adz = np.abs(np.diff(z, prepend=z[0]))
-                acs = np.concatenate(([0.0], np.cumsum(adz)))
-                lo = np.maximum(j - _SCALE_WINDOW + 1, 0)
-                raw = (acs[j + 1] - acs[lo]) / (j + 1 - lo)
-                floor = 0.1 * float(np.mean(adz)) + 1e-9
-            self._rows_cache = _TrainRows(start, last, tuple(means), profiles, raw, floor)
+            self._rows_cache = TrainRows.build(
+                z, self._periods, self.config.max_seasons, self._use_scale
+            )
         return self._rows_cache
 
-    def _train_features(self, h: int, lo: int, hi: int) -> np.ndarray:
-        """:meth:`_features` of the training origins at positions ``lo .. hi - 1``."""
-        rows = self._train_rows()
-        cols = [np.ones(hi - lo)]
-        cols.extend(m[lo:hi] for m in rows.means)
-        last = rows.last[lo:hi]
-        for profile in rows.profiles:
-            s_future = profile[lo + h : hi + h]
-            cols.append(s_future - profile[lo:hi])
-            cols.append(s_future - last)
-        return np.column_stack(cols)
-
     def _train_scale(self, lo: int, hi: int) -> np.ndarray:
-        """:meth:`_local_scale` of the training origins at positions ``lo .. hi - 1``."""
+        """The local scale of the training origins at positions ``lo .. hi - 1``;
+        its floor, once set, holds for every later row and prediction."""
         if not self._use_scale:
             return np.ones(hi - lo)
         rows = self._train_rows()
-        assert rows.raw_scale is not None
         if self._scale_floor is None:
             self._scale_floor = rows.scale_floor
-        return np.maximum(rows.raw_scale[lo:hi], self._scale_floor)
+        return rows.scale(lo, hi, self._scale_floor)
 
     def update(self, y: np.ndarray) -> None:
         """Condition on a longer history; the fitted parameters stay."""
@@ -297,55 +238,17 @@ class PrescalerForecaster:
     def _z(self, y: np.ndarray) -> np.ndarray:
         return np.log(np.maximum(y, 0.0) + self._c)
 
-    def _features(
-        self, z: np.ndarray, idx: np.ndarray, h: int | np.ndarray, cs: np.ndarray | None = None
-    ) -> np.ndarray:
-        """Rows of features known at origins ``idx`` (last observed index) for
-        horizon ``h``, or row by row for horizons ``h`` (an array like ``idx``:
-        predict() builds every horizon's row in one pass, not one per step)."""
-        if cs is None:
-            cs = np.concatenate(([0.0], np.cumsum(z)))
-        last = z[idx]
-        cols = [np.ones(idx.size)]
-        for k in _MEAN_WINDOWS:
-            lo = np.maximum(idx - k + 1, 0)
-            cols.append((cs[idx + 1] - cs[lo]) / (idx + 1 - lo) - last)
-        for p in self._periods:
-            s_future = self._profile(z, cs, idx + h, p)
-            s_now = self._profile(z, cs, idx, p)
-            cols.append(s_future - s_now)
-            cols.append(s_future - last)
-        return np.column_stack(cols)
-
-    def _profile(self, z: np.ndarray, cs: np.ndarray, j: np.ndarray, p: int) -> np.ndarray:
-        """Mean over past seasons of the phase of ``j``, smoothed over +-w steps.
-
-        Only values at ``j - k p + w`` with ``k >= 1`` are read, all of which lie
-        at or before the origin as long as ``h + w <= p``.
-        """
-        w = max(0, p // 96)
-        total = np.zeros(j.size)
-        count = np.zeros(j.size)
-        for k in range(1, self.config.max_seasons + 1):
-            c = j - k * p
-            ok = c - w >= 0
-            lo = np.clip(c - w, 0, z.size)
-            hi = np.clip(c + w + 1, 0, z.size)
-            span = np.maximum(hi - lo, 1)
-            val = (cs[hi] - cs[lo]) / span
-            total += np.where(ok, val, 0.0)
-            count += ok
-        return np.where(count > 0, total / np.maximum(count, 1), z[np.minimum(j - 1, z.size - 1)])
-
     def _fit_h(self, h: int, split: int | None = None) -> None:
         z = self._train_z
         assert z is not None
         # Origins whose target phase has a past season (for the season terms).
-        start, count, n_fit, first_test = self._origins(h, split)
+        start, count, n_fit, first_test = origin_ranges(
+            z.size, h, max(self._periods, default=0), split
+        )
         if n_fit < self.config.min_rows:
             self._coef[h] = None
             return
-        x = self._train_features(h, 0, n_fit)
+        x = self._train_rows().features(h, 0, n_fit)
         target = z[start + h : start + h + n_fit] - z[start : start + n_fit]
         # Ridge toward the prior "mean of the last three steps" (feature 1).
         coef = self._solve(x, target)
@@ -376,11 +279,12 @@ class PrescalerForecaster:
         if first_test < count:
             self._scored += 1
             test = slice(start + first_test, start + count)
-            centre = z[test] + self._train_features(h, first_test, count) @ coef
+            centre = z[test] + self._train_rows().features(h, first_test, count) @ coef
             test_scale = self._train_scale(first_test, count)
             actual = np.exp(z[start + first_test + h : start + count + h]) - self._c
+            law, least = self._resid[h], self.config.min_empirical
             for q in (0.5, 0.9):
-                off = self._resid_quantile(self._resid[h], q, 1.0) * test_scale
+                off = resid_quantile(law, q, 1.0, least, self._diff_sd) * test_scale
                 pred = np.maximum(np.exp(centre + off) - self._c, 0.0)
                 diff = actual - pred
                 self._score += float(np.mean(np.maximum(q * diff, (q - 1) * diff)))
@@ -399,67 +303,51 @@ class PrescalerForecaster:
         return np.asarray(np.linalg.solve(x.T @ x + penalty, x.T @ target + pull))
 
     def _holdout_weights(self, h: int, split: int, bank: SmoothingBank) -> np.ndarray | None:
-        """Combination weights from the candidates' holdout (see ``weighting``);
-        records on the way the ridge band's holdout coverage (for
-        ``_tail_factor``) and, given enough errors, the combined point's
-        holdout error law (``_holdout_band``, see ``band_min_errors``).
-
-        Rolling origin inside the history (``holdout_refits`` > 0): every
-        origin from ``split`` on is forecast by every candidate, the ridge
-        refitted (and the smoothers' parameters re-chosen) at the start of
-        each of up to ``holdout_refits`` blocks on the rows whose target lies
-        before it; so every error is out of sample, as in the backtest. Why:
-        with a fixed single split a short history holds out a handful of
-        origins (or none: then the ridge alone spoke), and the weights were
-        noise; refitting as the origin rolls lets the holdout start as soon as
-        the ridge has ``min_rows`` rows, so a history of a few dozen steps
-        already weighs its candidates on tens of genuine forecasts.
-        """
-        y = bank.y
+        """Combination weights from the members' rolling-origin holdout
+        (:func:`rolling_forecasts`, from ``split`` on); records on the way the
+        ridge band's holdout coverage (``_tail``, see ``calibrate_rows``) and,
+        given enough errors, the combined point's holdout error law
+        (``_holdout_band``, see ``band_min_errors``)."""
         z = self._train_z
         assert z is not None
-        start, count, _, _ = self._origins(h, None)
+        start, count, _, _ = origin_ranges(z.size, h, max(self._periods, default=0), None)
         refits = self.config.holdout_refits
         if refits > 0:
+            # Rolling origin: the holdout starts once the ridge has ``min_rows`` rows.
             split = max(split, start + self.config.min_rows + h) if count else split
         # Origins at positions first .. count - 1 are held out (idx >= split).
         first = min(max(split - start, 0), count)
         n_test = count - first
         if first < self.config.min_rows or n_test < self.config.min_holdout:
             return None
-        x = self._train_features(h, 0, count)
+        x = self._train_rows().features(h, 0, count)
         target = z[start + h : start + h + count] - z[start : start + count]
         scale = self._train_scale(0, count)
-        test = np.arange(start + first, start + count)
-        bounds = (
-            np.unique(np.linspace(0, n_test, min(refits, n_test) + 1).astype(int))
-            if refits > 0
-            else np.array([0, n_test])
+        cands, covered = rolling_forecasts(
+            z,
+            x,
+            target,
+            scale,
+            bank,
+            self._solve,
+            h=h,
+            start=start,
+            first=first,
+            refits=refits,
+            c=self._c,
+            min_independent_errors=self.config.min_independent_errors,
         )
-        ridge = np.empty(n_test)
-        covered = np.empty(n_test, dtype=bool)
-        smooth = np.empty((len(CANDIDATES), n_test))
-        for lo, hi in itertools.pairwise(bounds.tolist()):
-            b = start + first + lo
-            # The rows whose target lies before the block (a prefix).
-            n_fit = min(max(b - h - start, 0), count)
-            xf = x[:n_fit]
-            coef = self._solve(xf, target[:n_fit])
-            q50, upper = median_and_quantile((target[:n_fit] - xf @ coef) / scale[:n_fit], CAL_Q)
-            rows = slice(first + lo, first + hi)
-            origins = slice(start + first + lo, start + first + hi)
-            centre = z[origins] + x[rows] @ coef
-            ridge[lo:hi] = np.exp(centre + q50 * scale[rows]) - self._c
-            covered[lo:hi] = (
-                z[start + first + lo + h : start + first + hi + h] <= centre + upper * scale[rows]
-            )
-            params = bank.select(h, b, self.config.min_independent_errors)
-            smooth[:, lo:hi] = bank.forecasts(params, test[lo:hi], h)
         if self.config.calibrate_rows > 0:
             self._tail[h] = tail_factor(float(np.mean(covered)), n_test, self.config.calibrate_rows)
-        cands = np.vstack([np.maximum(ridge, 0.0), smooth])
-        actual = y[start + first + h : start + count + h]
-        weights = self._member_weights(cands, actual, h)
+        actual = bank.y[start + first + h : start + count + h]
+        weights = member_weights(
+            cands,
+            actual,
+            h,
+            min_independent_errors=self.config.min_independent_errors,
+            combine_power=self.config.combine_power,
+            shrink_rows=self.config.shrink_rows,
+        )
         if n_test >= self.config.band_min_errors * h > 0:
             self._band[h] = self._holdout_band(weights @ cands, actual, scale[first:])
         return weights
@@ -469,16 +357,6 @@ class PrescalerForecaster:
         in the model's log scale over the local volatility."""
         err = (self._z(actual) - self._z(point)) / scale
         return holdout_band(err, self.config.band_half_life)
-
-    def _member_weights(self, cands: np.ndarray, actual: np.ndarray, h: int) -> np.ndarray:
-        return member_weights(
-            cands,
-            actual,
-            h,
-            min_independent_errors=self.config.min_independent_errors,
-            combine_power=self.config.combine_power,
-            shrink_rows=self.config.shrink_rows,
-        )
 
     def _plausible(
         self, weights: np.ndarray, cands: np.ndarray, centre: float, h: int, scale: float
@@ -502,42 +380,10 @@ class PrescalerForecaster:
             return kept[1]
         return plausible(weights, cands, lo, hi)
 
-    def _law_levels(self, kind: str, h: int, law: np.ndarray) -> dict[float | None, float]:
-        """What predictions have read of ``law`` (``kind`` "ridge" is
-        ``_ridge_resid[h]``, "resid" ``_resid[h]``, "band" ``_band[h]``):
-        quantile levels by ``q``, its RMS under None. Forgotten when another
-        array takes its place (a fit, a lazily fitted horizon)."""
-        kept = self._law_cache.get((kind, h))
-        if kept is None or kept[0] is not law:
-            kept = self._law_cache[(kind, h)] = (law, {})
-        return kept[1]
-
     def _law_quantile(self, kind: str, h: int, law: np.ndarray, q: float, scale: float) -> float:
-        """``_resid_quantile(law, q, scale)``, the law's own quantile (or, below
-        ``min_empirical`` residuals, its RMS) kept (:meth:`_law_levels`).
-
-        Why: every prediction reads the same few quantiles of laws fixed at
-        fit time; the scale of the moment multiplies them as before."""
-        levels = self._law_levels(kind, h, law)
-        m = law.size
-        if m < self.config.min_empirical:
-            rms = levels.get(None) if m >= 4 else 0.0
-            if rms is None:
-                rms = levels[None] = law_rms(law)
-            return gaussian_quantile(q, scale, m, rms, self._diff_sd)
-        level = levels.get(q)
-        if level is None:
-            level = levels[q] = sorted_quantile(law, q)
-        return level * scale
-
-    def _band_level(self, h: int, q: float) -> float:
-        """``band_level(self._band[h], q)``, kept (:meth:`_law_levels`)."""
-        band = self._band[h]
-        levels = self._law_levels("band", h, band)
-        level = levels.get(q)
-        if level is None:
-            level = levels[q] = band_level(band, q)
-        return level
+        """:func:`resid_quantile` of ``law`` (``kind`` "ridge" is
+        ``_ridge_resid[h]``, "resid" ``_resid[h]``), its levels kept."""
+        return self._laws.quantile(kind, h, law, q, scale, self.config.min_empirical, self._diff_sd)
 
     def _calibrated(self, q: float, h: int) -> float:
         """Quantile level ``q`` with its tail probability scaled by ``_tail[h]``."""
@@ -553,16 +399,13 @@ class PrescalerForecaster:
         return None
 
     def _local_scale(self, z: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        """Mean |one-step change| over the last 12 steps, floored."""
-        adz = np.abs(np.diff(z, prepend=z[0]))
-        cs = np.concatenate(([0.0], np.cumsum(adz)))
-        lo = np.maximum(idx - _SCALE_WINDOW + 1, 0)
-        raw = (cs[idx + 1] - cs[lo]) / (idx + 1 - lo)
+        """:func:`local_scale` of origins ``idx``; the floor, if no training
+        row has set it yet, from ``z``."""
         if not self._use_scale:
             return np.ones(idx.size)
         if self._scale_floor is None:
-            self._scale_floor = 0.1 * float(np.mean(adz)) + 1e-9
-        return np.maximum(raw, self._scale_floor)
+            self._scale_floor = scale_floor(z)
+        return local_scale(z, idx, self._scale_floor)
 
     # -------------------------------------------------------------- predicting
     def predict(
@@ -577,10 +420,11 @@ class PrescalerForecaster:
         longest = (self.config.max_seasons + 1) * p_max + p_max // 96 + 64 + horizon
         tail = self._y[-longest:]
         z = self._z(tail)
-        zz = z[-(_SCALE_WINDOW + 1) :]
+        zz = z[-(SCALE_WINDOW + 1) :]
         scale_now = float(self._local_scale(zz, np.array([zz.size - 1]))[0])
         cs = np.concatenate(([0.0], np.cumsum(z)))
-        rows = self._features(z, np.full(horizon, z.size - 1), np.arange(1, horizon + 1), cs)
+        idx, hs = np.full(horizon, z.size - 1), np.arange(1, horizon + 1)
+        rows = features(z, idx, hs, self._periods, self.config.max_seasons, cs)
         out = np.empty((len(qs), horizon))
         bank: SmoothingBank | None = None
         lazy = False
@@ -625,8 +469,10 @@ class PrescalerForecaster:
                     ]
                 elif h_used in self._band:
                     # The combined point's own holdout error law, around it.
+                    band = self._band[h_used]
                     spread = [
-                        level_spread(self._band_level(h_used, q), q, scale_now, widen) for q in qs
+                        level_spread(self._laws.band(h_used, band, q), q, scale_now, widen)
+                        for q in qs
                     ]
                 else:
                     # The ridge's band, clipped so that it holds the point:
@@ -663,6 +509,3 @@ class PrescalerForecaster:
             if coef is not None:
                 return coef, self._resid[hh], hh
         return None, np.empty(0), h
-
-    def _resid_quantile(self, resid: np.ndarray, q: float, scale: float) -> float:
-        return resid_quantile(resid, q, scale, self.config.min_empirical, self._diff_sd)

@@ -1,6 +1,7 @@
 """Compile the simulator's hot modules to C with mypyc (``make native``).
 
-The replica model's stepping is most of a simulation's time. mypyc turns
+The replica model's stepping and the request path around it are most of a
+simulation's time. mypyc turns
 the same type-annotated source into a C extension about 2-3x faster, with
 the same arithmetic (C doubles are Python floats; ints stay exact), so
 records are identical (``tests/engine/test_native.py`` checks it). The
@@ -25,10 +26,11 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("engine/replica.py", "engine/steptime.py")
+MODULES = ("engine/replica.py", "engine/steptime.py", "simulations/router.py")
 """Compiled together as one group (calls between them stay in C)."""
 GROUP = "engine.native"
-"""The group's shared library lands inside ``engine`` (found through its ``__path__``)."""
+"""The group's shared library lands inside ``engine`` (found through its ``__path__``);
+each package holding a compiled module puts its folder first the same way."""
 MANIFEST = "manifest.json"
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from forecasting.prescaler_features import TrainRows, features, local_scale, origin_ranges
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 
 
@@ -58,3 +61,29 @@ def test_repeated_and_updated_predictions_are_those_of_a_first_call() -> None:
     assert np.array_equal(
         f.predict(14, (0.1, 0.5, 0.9)).values, other.predict(14, (0.1, 0.5, 0.9)).values
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(min_value=40, max_value=400),
+    seasons=st.sampled_from([(), (16,), (16, 32)]),
+    h=st.integers(min_value=1, max_value=12),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_training_rows_are_the_features_of_their_origins(
+    n: int, seasons: tuple[int, ...], h: int, seed: int
+) -> None:
+    """Fit slices one pass over the training origins (``TrainRows``) where
+    predict builds rows per origin (``features``, ``local_scale``); both
+    must give the same floats, or a fitted coefficient would meet other
+    features at predict time than it was fitted on."""
+    z = np.log(np.random.default_rng(seed).poisson(20.0, n) + 1.0)
+    periods = tuple(p for p in seasons if n >= 2 * p)
+    rows = TrainRows.build(z, periods, 4, use_scale=True)
+    start, count, _, _ = origin_ranges(n, h, max(periods, default=0), None)
+    if count == 0:
+        return
+    idx = np.arange(start, start + count)
+    assert np.array_equal(rows.features(h, 0, count), features(z, idx, h, periods, 4))
+    floor = rows.scale_floor
+    assert np.array_equal(rows.scale(0, count, floor), local_scale(z, idx, floor))

@@ -84,6 +84,7 @@ def _engine_share(profile_name: str) -> float:
 def speed_rows() -> dict[str, Any]:
     """Requests per second per policy in this process (compiled engine or not)."""
     import engine.replica
+    import simulations.router
     from engine._native import is_native
 
     profile = get_profile(PROFILE)
@@ -113,7 +114,7 @@ def speed_rows() -> dict[str, Any]:
                 "events_per_s": round(r.events / wall),
             }
         )
-    native = is_native(engine.replica)
+    native = is_native(engine.replica) and is_native(simulations.router)
     # cProfile cannot see inside compiled functions: the share is the pure engine's
     share = None if native else round(_engine_share(PROFILE), 3)
     return {"trace": w.name, "native": native, "policies": rows, "engine_share": share}

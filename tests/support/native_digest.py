@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 import engine.replica
+import simulations.router
 from engine._native import is_native
 from engine.profiles import get_profile
 from engine.replica import Replica, run_requests
@@ -134,7 +135,8 @@ def digests(covers: dict[str, int]) -> dict[str, str]:
 def main() -> None:
     covers = dict.fromkeys(("preemptions", "aborts", "spot_interruptions"), 0)
     found = digests(covers)
-    print(json.dumps({"native": is_native(engine.replica), "digests": found, "covers": covers}))
+    native = is_native(engine.replica) and is_native(simulations.router)
+    print(json.dumps({"native": native, "digests": found, "covers": covers}))
 
 
 if __name__ == "__main__":
