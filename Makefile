@@ -61,7 +61,7 @@ protos: $(PROTO_OUT)
 # only while it matches the sources exactly (engine/_native.py). Without a C
 # compiler the sources run; in CI (IN_CI) a build that fails fails the run.
 NATIVE := build/native/manifest.json
-$(NATIVE): engine/replica.py engine/steptime.py simulations/router.py native/build.py $(STAMP)
+$(NATIVE): engine/replica.py engine/steptime.py simulations/router.py forecasting/filters.py native/build.py native/loader.py $(STAMP)
 	$(PY) native/build.py >/dev/null || { [ -z "$(IN_CI)" ] && \
 		echo "compiled engine not built (no C compiler?): simulations run the pure-Python engine" >&2; }
 
@@ -86,7 +86,8 @@ vllm-test: protos
 
 lint: protos
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy engine forecasting scaler simulations prescaler native/build.py
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy engine forecasting scaler simulations prescaler native
 	$(VENV)/bin/lint-imports
 	@$(call GO_OR_SKIP,out=$$(gofmt -l front); [ -z "$$out" ] || { \
 		echo "gofmt -l front lists: $$out (run gofmt -w front)" >&2; exit 1; }; FRONT_MOD=readonly sh front/go.sh vet .,gofmt/go vet of front/)

@@ -9,12 +9,8 @@ API around it. Nothing here imports the rest of the project, and nothing but
 the CLI and the emulator does I/O.
 """
 
-from pathlib import Path as _Path
+from native.loader import compiled_first
 
-from engine._native import native_dir as _native_dir
-
-# compiled copies of the hot modules (``make native``) come first, while
-# they match these sources exactly (see engine/_native.py)
-_compiled = _native_dir(_Path(__file__).resolve().parent)
-if _compiled is not None:
-    __path__.insert(0, str(_compiled))
+# the compiled replica model (``make native``) comes first while it matches these
+# sources exactly (native/loader.py); before any module of the package loads
+__path__ = compiled_first(__path__, __file__)

@@ -68,6 +68,7 @@ def content_type(version: MetricsVersion) -> str:
     """The ``Content-Type`` of /metrics for a generation, as the real server sends it."""
     return METRICS_CONTENT_TYPE_1_0 if version == "v0.32" else METRICS_CONTENT_TYPE
 
+
 TTFT_BUCKETS_V1: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
     10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,

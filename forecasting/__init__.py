@@ -6,6 +6,12 @@ simulator::
     from forecasting import Forecast, Forecaster, make_forecaster, METHODS
 """
 
+from native.loader import compiled_first
+
+# the compiled smoother loops (``make native``) come first while they match these
+# sources exactly (native/loader.py); before any module of the package loads
+__path__ = compiled_first(__path__, __file__)
+
 from forecasting.forecast import DEFAULT_QUANTILES, Forecast, Forecaster, point_forecast
 from forecasting.registry import ANCHORS, METHODS, make_forecaster
 from forecasting.series import SIGNALS, DemandSeries, bin_events, regularize

@@ -36,6 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from forecasting.filters import (
+    first_order,
+    first_order_last,
+    second_order,
+    trend_sums,
+    two_tap_pair,
+    two_tap_pair_last,
+)
+
 _SES_ALPHAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 _HOLT_ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.8)
 _HOLT_BETAS = (0.02, 0.05, 0.1, 0.2)
@@ -78,26 +87,12 @@ def lfilter(b: list[float], a: list[float], x: np.ndarray) -> np.ndarray:
         raise ValueError("lfilter: filters of order <= 2 with a[0] == 1 only")
     bb = [float(v) for v in b] + [0.0] * (n - len(b))
     aa = [float(v) for v in a] + [0.0] * (n - len(a))
-    xs = np.asarray(x, dtype=float).tolist()
-    out = [0.0] * len(xs)
     if n == 1:
         return np.asarray(x, dtype=float) * bb[0]
+    xs = np.asarray(x, dtype=float).tolist()
     if n == 2:
-        b0, b1, a1 = bb[0], bb[1], aa[1]
-        z = 0.0
-        for i, xn in enumerate(xs):
-            yn = z + b0 * xn
-            z = xn * b1 - yn * a1
-            out[i] = yn
-    else:
-        b0, b1, b2, a1, a2 = bb[0], bb[1], bb[2], aa[1], aa[2]
-        z0 = z1 = 0.0
-        for i, xn in enumerate(xs):
-            yn = z0 + b0 * xn
-            z0 = z1 + xn * b1 - yn * a1
-            z1 = xn * b2 - yn * a2
-            out[i] = yn
-    return np.array(out)
+        return np.array(first_order(bb[0], bb[1], aa[1], xs))
+    return np.array(second_order(bb[0], bb[1], bb[2], aa[1], aa[2], xs))
 
 
 def _filter_last_pair(
@@ -111,18 +106,7 @@ def _filter_last_pair(
     damped Holt's level and trend share their input.
     """
     p0, p1, q0, q1 = float(b_one[0]), float(b_one[1]), float(b_two[0]), float(b_two[1])
-    a1, a2 = float(a[1]), float(a[2])
-    zero = 0.0  # the numerators' third tap
-    u0 = u1 = v0 = v1 = 0.0
-    one = two = 0.0
-    for xn in d:
-        one = u0 + p0 * xn
-        u0 = u1 + xn * p1 - one * a1
-        u1 = xn * zero - one * a2
-        two = v0 + q0 * xn
-        v0 = v1 + xn * q1 - two * a1
-        v1 = xn * zero - two * a2
-    return one, two
+    return two_tap_pair_last(p0, p1, q0, q1, float(a[1]), float(a[2]), d)
 
 
 def _holt_filters(
@@ -192,21 +176,8 @@ def _lfilter_pair(
     if len(a) != 3 or float(a[0]) != 1.0 or len(b_one) != 2 or len(b_two) != 2:
         raise ValueError("_lfilter_pair: two-tap numerators over [1, a1, a2] only")
     p0, p1, q0, q1 = float(b_one[0]), float(b_one[1]), float(b_two[0]), float(b_two[1])
-    a1, a2 = float(a[1]), float(a[2])
-    zero = 0.0  # lfilter pads the numerators' third tap with 0.0
-    u0 = u1 = v0 = v1 = 0.0
-    one: list[float] = []
-    two: list[float] = []
-    put_one, put_two = one.append, two.append
-    for xn in np.asarray(x, dtype=float).tolist():
-        yn = u0 + p0 * xn
-        u0 = u1 + xn * p1 - yn * a1
-        u1 = xn * zero - yn * a2
-        put_one(yn)
-        yn = v0 + q0 * xn
-        v0 = v1 + xn * q1 - yn * a1
-        v1 = xn * zero - yn * a2
-        put_two(yn)
+    xs = np.asarray(x, dtype=float).tolist()
+    one, two = two_tap_pair(p0, p1, q0, q1, float(a[1]), float(a[2]), xs)
     return np.array(one, dtype=float), np.array(two, dtype=float)
 
 
@@ -256,21 +227,7 @@ def trend_state(y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
 def _trend_sums(lam: float, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(lfilter([1], [1, -lam], x), lfilter([0, lam], [1, -2 lam, lam^2], x))``
     in one pass, each with :func:`lfilter`'s operations in its order (bit-equal)."""
-    a1 = float(-lam)
-    c1, c2, c3 = float(lam), float(-2.0 * lam), float(lam * lam)
-    zero, one = 0.0, 1.0  # lfilter's padded taps: b = [1, 0] and [0, lam, 0]
-    w = s0 = s1 = 0.0
-    first: list[float] = []
-    second: list[float] = []
-    put_first, put_second = first.append, second.append
-    for xn in np.asarray(x, dtype=float).tolist():
-        yn = w + one * xn
-        w = xn * zero - yn * a1
-        put_first(yn)
-        yn = s0 + zero * xn
-        s0 = s1 + xn * c1 - yn * c2
-        s1 = xn * zero - yn * c3
-        put_second(yn)
+    first, second = trend_sums(float(lam), np.asarray(x, dtype=float).tolist())
     return np.array(first, dtype=float), np.array(second, dtype=float)
 
 
@@ -477,12 +434,8 @@ class SmoothingBank:
                 self._ses_end[a] = float(y[-1])
             else:
                 d = (y - y0).tolist()
-                # lfilter's first-order loop: z' = x * 0.0 - y * a1 (b1 padded to 0).
-                b0, a1 = float(a), float(a - 1.0)
-                z = yn = 0.0
-                for xn in d:
-                    yn = z + b0 * xn
-                    z = xn * 0.0 - yn * a1
+                # lfilter's first-order loop (b1 padded to 0), its end only
+                yn = first_order_last(float(a), float(a - 1.0), d)
                 self._ses_end[a] = float(np.float64(yn) + y0)
             ses = self._ses_end[a]
         else:

@@ -1,14 +1,16 @@
-"""Compile the simulator's hot modules to C with mypyc (``make native``).
+"""Compile the hot pure-Python modules to C with mypyc (``make native``).
 
 The replica model's stepping and the request path around it are most of a
-simulation's time. mypyc turns
-the same type-annotated source into a C extension about 2-3x faster, with
-the same arithmetic (C doubles are Python floats; ints stay exact), so
-records are identical (``tests/engine/test_native.py`` checks it). The
+simulation's time, and the smoothers' loops most of the forecaster's. mypyc
+turns the same type-annotated source into C extensions 2-3x faster (far more
+for the float loops), with the same arithmetic: C doubles are Python floats,
+ints stay exact, and floating-point contraction (fused multiply-add) is
+turned off so no compiler merges two roundings into one. Records and
+forecasts are identical (``tests/engine/test_native.py`` checks it). The
 pure-Python modules stay the reference and the fallback.
 
 The extensions go to ``build/native/`` beside a manifest of the sources'
-SHA-256. ``engine/_native.py`` puts them ahead of the sources only while
+SHA-256. ``native/loader.py`` puts them ahead of the sources only while
 every hash still matches, so an edited module never runs a stale build.
 
 Usage: ``python native/build.py [OUT_DIR]`` from the repository root.
@@ -24,13 +26,19 @@ import sysconfig
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ("engine/replica.py", "engine/steptime.py", "simulations/router.py")
-"""Compiled together as one group (calls between them stay in C)."""
-GROUP = "engine.native"
-"""The group's shared library lands inside ``engine`` (found through its ``__path__``);
-each package holding a compiled module puts its folder first the same way."""
+GROUPS: dict[str, tuple[str, ...]] = {
+    "engine.native": ("engine/replica.py", "engine/steptime.py", "simulations/router.py"),
+    "forecasting.native": ("forecasting/filters.py",),
+}
+"""Modules compiled together (calls within a group stay in C), by group name.
+A group's shared library lands in the package its name starts with, so
+``forecasting`` never loads ``engine``'s; each package holding a compiled
+module puts its compiled folder first on its ``__path__`` (native.loader)."""
+MODULES = tuple(m for group in GROUPS.values() for m in group)
+CFLAGS = ("-ffp-contract=off",)
 MANIFEST = "manifest.json"
 
 
@@ -39,9 +47,18 @@ def source_hashes(root: Path = ROOT) -> dict[str, str]:
     return {m: hashlib.sha256((root / m).read_bytes()).hexdigest() for m in MODULES}
 
 
+def _extensions(target_dir: str) -> list[Any]:
+    from mypyc.build import mypycify  # dev dependency: ships with mypy
+
+    groups: list[tuple[list[str], str | None]] = [(list(m), n) for n, m in GROUPS.items()]
+    extensions = mypycify(list(MODULES), separate=groups, opt_level="3", target_dir=target_dir)
+    for ext in extensions:
+        ext.extra_compile_args = [*ext.extra_compile_args, *CFLAGS]
+    return list(extensions)
+
+
 def build(out: Path) -> None:
     """Compile MODULES into ``out`` (a package tree) and write the manifest last."""
-    from mypyc.build import mypycify  # dev dependency: ships with mypy
     from setuptools import setup
 
     # setuptools reads the project's pyproject.toml on the way; its packaging
@@ -56,9 +73,7 @@ def build(out: Path) -> None:
         try:
             setup(
                 name="prescaler-native",
-                ext_modules=mypycify(
-                    list(MODULES), group_name=GROUP, opt_level="3", target_dir=f"{tmp}/c"
-                ),
+                ext_modules=_extensions(f"{tmp}/c"),
                 script_args=[
                     *("build_ext", "--build-lib", str(out), "--build-temp", tmp, "-q"),
                 ],

@@ -9,12 +9,8 @@ control plane (``keda``, ``hpa``), the traffic (``traffic``,
 See docs/simulator.md.
 """
 
-from pathlib import Path as _Path
+from native.loader import compiled_first
 
-from engine._native import native_dir as _native_dir
-
-# the compiled request path (``make native``) comes first while it matches
-# these sources exactly (see engine/_native.py)
-_compiled = _native_dir(_Path(__file__).resolve().parent)
-if _compiled is not None:
-    __path__.insert(0, str(_compiled))
+# the compiled request path (``make native``) comes first while it matches these
+# sources exactly (native/loader.py); before any module of the package loads
+__path__ = compiled_first(__path__, __file__)

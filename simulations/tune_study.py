@@ -277,9 +277,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         trial.set_user_attr("attainment", s.attainment)
         trial.set_user_attr("finished", s.finished)
         # (rung fraction, cost spent, attainment so far): later trials' pace bar
-        trial.set_user_attr(
-            "curve", [[f, p.cost_usd, p.running_attainment] for f, p in s.curve]
-        )
+        trial.set_user_attr("curve", [[f, p.cost_usd, p.running_attainment] for f, p in s.curve])
         # the constraint: <= 0 is feasible; TPE ranks infeasible trials by it.
         # A stopped trial's is its attainment so far: what it was on course for
         violation = ctx.target - s.attainment

@@ -202,9 +202,7 @@ async def _metrics(request: web.Request) -> web.Response:
         multiprocess=settings.api_server_count > 1,
         fresh=not state["stepped"],
     )
-    return web.Response(
-        body=body, headers={"Content-Type": content_type(settings.metrics_version)}
-    )
+    return web.Response(body=body, headers={"Content-Type": content_type(settings.metrics_version)})
 
 
 async def _models(request: web.Request) -> web.Response:

@@ -378,9 +378,7 @@ def fleet() -> Json:
             },
         }
     ]
-    kv = (
-        "{agg}(vllm:kv_cache_usage_perc{{{m}}}) or {agg}(vllm:gpu_cache_usage_perc{{{m}}})"
-    )
+    kv = "{agg}(vllm:kv_cache_usage_perc{{{m}}}) or {agg}(vllm:gpu_cache_usage_perc{{{m}}})"
 
     def ttft(q: str) -> str:
         return (
@@ -389,15 +387,32 @@ def fleet() -> Json:
         )
 
     panels = [
-        _stat(ids(), "Desired replicas", (0, 0, 6, 4),
-              _targets((f"prescaler_desired_replicas{{{SO}}}", "desired"))),
-        _stat(ids(), "Ready replicas", (6, 0, 6, 4),
-              _targets((f"prescaler_ready_replicas{{{SO}}}", "ready"))),
-        _stat(ids(), "Lead time", (12, 0, 6, 4),
-              _targets((f"prescaler_lead_time_seconds{{{SO}}}", "lead time")), unit="s"),
-        _stat(ids(), "Sources up", (18, 0, 6, 4),
-              _targets(("min(prescaler_source_up)", "all sources")),
-              mappings=up_mappings),
+        _stat(
+            ids(),
+            "Desired replicas",
+            (0, 0, 6, 4),
+            _targets((f"prescaler_desired_replicas{{{SO}}}", "desired")),
+        ),
+        _stat(
+            ids(),
+            "Ready replicas",
+            (6, 0, 6, 4),
+            _targets((f"prescaler_ready_replicas{{{SO}}}", "ready")),
+        ),
+        _stat(
+            ids(),
+            "Lead time",
+            (12, 0, 6, 4),
+            _targets((f"prescaler_lead_time_seconds{{{SO}}}", "lead time")),
+            unit="s",
+        ),
+        _stat(
+            ids(),
+            "Sources up",
+            (18, 0, 6, 4),
+            _targets(("min(prescaler_source_up)", "all sources")),
+            mappings=up_mappings,
+        ),
         _timeseries(
             ids(),
             "Desired vs ready replicas",
@@ -481,8 +496,7 @@ def fleet() -> Json:
             stack=True,
             minimum=0,
             description=(
-                "Which component set the replica count (reactive, predictive, hold, "
-                "fallback...)."
+                "Which component set the replica count (reactive, predictive, hold, fallback...)."
             ),
         ),
         _timeseries(
@@ -493,8 +507,7 @@ def fleet() -> Json:
             minimum=0,
             maximum=1,
             description=(
-                "1 while a data source answers; missing data holds replicas, never "
-                "lowers them."
+                "1 while a data source answers; missing data holds replicas, never lowers them."
             ),
         ),
         _timeseries(

@@ -158,7 +158,11 @@ REAL = Path(__file__).resolve().parents[1] / "vllm" / "data"
 def _v032(**kwargs: object) -> str:
     server = ServerInfo(block_size=128, num_gpu_blocks=8192, max_model_len=512)
     return render_metrics(
-        snapshot(), model_name="tiny", version="v0.32", server=server, **kwargs  # type: ignore[arg-type]
+        snapshot(),
+        model_name="tiny",
+        version="v0.32",
+        server=server,
+        **kwargs,  # type: ignore[arg-type]
     ).decode()
 
 
@@ -202,12 +206,16 @@ def test_multiprocess_fresh_page_lacks_the_same_samples_as_real_vllm() -> None:
 
     real = (REAL / "vllm-0.32-api-servers-2-fresh.txt").read_text()
     fresh = _v032(multiprocess=True, fresh=True, created=1.0)
-    assert empty(fresh) == empty(real) == {
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "vllm:num_requests_waiting_by_reason",
-        "vllm:kv_cache_usage_perc",
-    }
+    assert (
+        empty(fresh)
+        == empty(real)
+        == {
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:num_requests_waiting_by_reason",
+            "vllm:kv_cache_usage_perc",
+        }
+    )
     assert "_created" not in fresh
     assert empty(_v032(multiprocess=True, fresh=False)) == set()
     assert "_created" in _v032(created=1.0)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from engine._native import MANIFEST, PURE_ENV, native_dir
+from native.loader import MANIFEST, PURE_ENV, native_dir
 from tests.support.ci import fail_in_ci_else_skip
 
 ROOT = Path(__file__).parents[2]

@@ -58,8 +58,9 @@ def test_scaler_command_line_parses(overlay: str, rendered: dict[str, Objs]) -> 
         pytest.skip("scaler.cli not written yet")
     from prescaler.cli import build_parser
 
-    (deploy,) = [d for d in find_all(rendered[overlay], "Deployment")
-                 if d["metadata"]["name"] == "prescaler"]
+    (deploy,) = [
+        d for d in find_all(rendered[overlay], "Deployment") if d["metadata"]["name"] == "prescaler"
+    ]
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     argv = [*container["command"], *container["args"]]
     assert argv[:2] == ["prescaler", "serve"]

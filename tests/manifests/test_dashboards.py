@@ -161,11 +161,18 @@ def _titles(name: str) -> list[str]:
 def test_forecast_accuracy_panels() -> None:
     d = load(GRAFANA / "dashboards" / "forecast-accuracy.json")
     titles = " | ".join(_titles("forecast-accuracy.json"))
-    for want in ("Forecast vs actual", "Absolute percentage error", "Quantile coverage",
-                 "Lead time in use"):
+    for want in (
+        "Forecast vs actual",
+        "Absolute percentage error",
+        "Quantile coverage",
+        "Lead time in use",
+    ):
         assert want in titles
-    (fva,) = [p for p in panels(d)
-              if p["type"] == "timeseries" and p["title"].startswith("Forecast vs actual")]
+    (fva,) = [
+        p
+        for p in panels(d)
+        if p["type"] == "timeseries" and p["title"].startswith("Forecast vs actual")
+    ]
     assert fva["repeat"] == "horizon"
     legends = {t["legendFormat"] for t in fva["targets"]}
     assert {"actual", "upper quantile", "lower quantile"} <= legends
@@ -176,11 +183,19 @@ def test_forecast_accuracy_panels() -> None:
 def test_fleet_panels() -> None:
     d = load(GRAFANA / "dashboards" / "fleet.json")
     titles = " | ".join(_titles("fleet.json"))
-    for want in ("Desired vs ready replicas", "Queue", "KV cache usage", "Time to first token",
-                 "Decisions by reason", "Source health"):
+    for want in (
+        "Desired vs ready replicas",
+        "Queue",
+        "KV cache usage",
+        "Time to first token",
+        "Decisions by reason",
+        "Source health",
+    ):
         assert want in titles
-    assert any("histogram_quantile(0.99" in e and "vllm:time_to_first_token_seconds_bucket" in e
-               for e in exprs(d))
+    assert any(
+        "histogram_quantile(0.99" in e and "vllm:time_to_first_token_seconds_bucket" in e
+        for e in exprs(d)
+    )
 
 
 def _generator() -> ModuleType:
@@ -197,7 +212,8 @@ def test_generator_matches_committed_json() -> None:
     for name, build in gen.DASHBOARDS.items():
         committed = (GRAFANA / "dashboards" / name).read_text(encoding="utf-8")
         assert gen.render(build()) == committed, (
-            f"{name} is stale: run python manifests/grafana/generate.py")
+            f"{name} is stale: run python manifests/grafana/generate.py"
+        )
     assert gen.main(["--check"]) == 0
 
 
@@ -207,13 +223,19 @@ def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
     for path in DASHBOARDS:
         d = load(path)
         for i, expr in enumerate(exprs(d) + variable_exprs(d)):
-            rules.append({"record": f"dashboard:{path.stem.replace('-', '_')}:{i}",
-                          "expr": substitute(expr)})
+            rules.append(
+                {"record": f"dashboard:{path.stem.replace('-', '_')}:{i}", "expr": substitute(expr)}
+            )
     assert len(rules) > 20
     rules_file = tmp_path / "dashboards.rules.yml"
     rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    done = subprocess.run([promtool, "check", "rules", str(rules_file)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(rules)} rules found" in done.stdout
 
@@ -222,8 +244,28 @@ def test_promtool_rejects_a_broken_expression(tmp_path: Path) -> None:
     # The check above would be worthless if promtool accepted anything.
     promtool = need_tool("promtool")
     rules_file = tmp_path / "bad.rules.yml"
-    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [
-        {"record": "bad:x", "expr": substitute("sum(rate(vllm:x[$__rate_interval])")}]}]}))
-    done = subprocess.run([promtool, "check", "rules", str(rules_file)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    rules_file.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {
+                                "record": "bad:x",
+                                "expr": substitute("sum(rate(vllm:x[$__rate_interval])"),
+                            }
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    done = subprocess.run(
+        [promtool, "check", "rules", str(rules_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode != 0

@@ -46,8 +46,13 @@ MODEL = "llama-3-8b-instruct"
 SO_NAMESPACE, SO_NAME = "llm-serving", "vllm-llama3-8b"
 # Panels that must return data within the test's few seconds.
 PROMPT_PANELS = (
-    "vllm:", "prescaler_desired_replicas", "prescaler_ready_replicas", "prescaler_demand",
-    "prescaler_lead_time_seconds", "prescaler_decisions_total", "prescaler_source_up",
+    "vllm:",
+    "prescaler_desired_replicas",
+    "prescaler_ready_replicas",
+    "prescaler_demand",
+    "prescaler_lead_time_seconds",
+    "prescaler_decisions_total",
+    "prescaler_source_up",
     "prescaler_grpc_request_duration_seconds",
 )
 
@@ -66,8 +71,9 @@ def _substitute(expr: str, values: dict[str, str]) -> str:
 
 
 def _post(url: str, body: dict[str, Any]) -> int:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         resp.read()
         return int(resp.status)
@@ -83,11 +89,29 @@ def scaler(scaler_ports: tuple[int, int], tmp_path: Path) -> Iterator[str]:
     grpc_port, metrics_port = scaler_ports
     log = (tmp_path / "scaler.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "prescaler.cli", "serve", "--host", "127.0.0.1",
-         "--port", str(grpc_port), "--metrics-port", str(metrics_port),
-         "--refresh-seconds", "1", "--forecast-step-seconds", "1", "--refit-seconds", "5",
-         "--grace-seconds", "0"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "prescaler.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(grpc_port),
+            "--metrics-port",
+            str(metrics_port),
+            "--refresh-seconds",
+            "1",
+            "--forecast-step-seconds",
+            "1",
+            "--refit-seconds",
+            "5",
+            "--grace-seconds",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 30
@@ -115,43 +139,61 @@ def scaler(scaler_ports: tuple[int, int], tmp_path: Path) -> Iterator[str]:
 
 
 def test_every_panel_query_returns_data(
-    rendered: dict[str, list[dict[str, Any]]], scaler: str, scaler_ports: tuple[int, int],
+    rendered: dict[str, list[dict[str, Any]]],
+    scaler: str,
+    scaler_ports: tuple[int, int],
     tmp_path: Path,
 ) -> None:
     from protos import externalscaler_pb2 as pb
     from protos import externalscaler_pb2_grpc as pb_grpc
 
     trigger = find(rendered["gpu-g5-g6"], "ScaledObject", SO_NAME)["spec"]["triggers"][0]
-    with emu_support.running_emulators(1, served_model_name=MODEL, metrics_version="v1",
-                                       max_num_seqs=2) as v1_urls, \
-         emu_support.running_emulators(1, served_model_name=MODEL, metrics_version="v0",
-                                       max_num_seqs=2) as v0_urls:
+    with (
+        emu_support.running_emulators(
+            1, served_model_name=MODEL, metrics_version="v1", max_num_seqs=2
+        ) as v1_urls,
+        emu_support.running_emulators(
+            1, served_model_name=MODEL, metrics_version="v0", max_num_seqs=2
+        ) as v0_urls,
+    ):
         urls = v1_urls + v0_urls
         # the ScaledObject's namespace, as ServiceMonitor relabelling adds it: the
         # scaler confines its Prometheus queries to it
-        targets = [prom_support.Target(u.removeprefix("http://"),
-                                       {"pod": f"vllm-{i}", "namespace": SO_NAMESPACE})
-                   for i, u in enumerate(urls)]
+        targets = [
+            prom_support.Target(
+                u.removeprefix("http://"), {"pod": f"vllm-{i}", "namespace": SO_NAMESPACE}
+            )
+            for i, u in enumerate(urls)
+        ]
         targets.append(prom_support.Target(f"127.0.0.1:{scaler_ports[1]}", {"pod": "prescaler"}))
-        with prom_support.running_prometheus(targets, scrape_interval_s=0.5,
-                                             workdir=tmp_path) as prom:
+        with prom_support.running_prometheus(
+            targets, scrape_interval_s=0.5, workdir=tmp_path
+        ) as prom:
             prom.wait_for_targets_up(3)
             # A short lead time so forecasts mature (and their error and coverage
             # exist) within the test; everything else is the overlay's own metadata.
-            metadata = dict(trigger["metadata"], prometheusAddress=prom.url, prewarm="false",
-                            leadTimeSeconds="4")
-            ref = pb.ScaledObjectRef(name=SO_NAME, namespace=SO_NAMESPACE,
-                                     scalerMetadata=metadata)
-            with grpc.insecure_channel(scaler) as channel, \
-                 concurrent.futures.ThreadPoolExecutor(8) as pool:
+            metadata = dict(
+                trigger["metadata"],
+                prometheusAddress=prom.url,
+                prewarm="false",
+                leadTimeSeconds="4",
+            )
+            ref = pb.ScaledObjectRef(name=SO_NAME, namespace=SO_NAMESPACE, scalerMetadata=metadata)
+            with (
+                grpc.insecure_channel(scaler) as channel,
+                concurrent.futures.ThreadPoolExecutor(8) as pool,
+            ):
                 stub = pb_grpc.ExternalScalerStub(channel)
 
                 def poll() -> None:
                     spec = stub.GetMetricSpec(ref, timeout=10)
                     try:
-                        stub.GetMetrics(pb.GetMetricsRequest(
-                            scaledObjectRef=ref, metricName=spec.metricSpecs[0].metricName),
-                            timeout=10)
+                        stub.GetMetrics(
+                            pb.GetMetricsRequest(
+                                scaledObjectRef=ref, metricName=spec.metricSpecs[0].metricName
+                            ),
+                            timeout=10,
+                        )
                         stub.IsActive(ref, timeout=10)
                     except grpc.RpcError as exc:
                         # Before its first data the scaler answers UNAVAILABLE (KEDA
@@ -161,8 +203,9 @@ def test_every_panel_query_returns_data(
 
                 poll()
                 body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 64}
-                sent = [pool.submit(_post, f"{u}/v1/completions", body)
-                        for _ in range(6) for u in urls]
+                sent = [
+                    pool.submit(_post, f"{u}/v1/completions", body) for _ in range(6) for u in urls
+                ]
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and not all(f.done() for f in sent):
                     poll()
@@ -173,8 +216,10 @@ def test_every_panel_query_returns_data(
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline and not all(
                     prom.query(f'{metric}{{scaledobject="{SO_NAME}"}}')
-                    for metric in ("prescaler_forecast_abs_percentage_error",
-                                   "prescaler_forecast_coverage")
+                    for metric in (
+                        "prescaler_forecast_abs_percentage_error",
+                        "prescaler_forecast_coverage",
+                    )
                 ):
                     poll()
                     time.sleep(0.5)
@@ -186,8 +231,12 @@ def test_every_panel_query_returns_data(
             prom.wait_for("vllm:time_to_first_token_seconds_bucket", min_series=2)
             forecast = prom.query(f'prescaler_forecast{{scaledobject="{SO_NAME}"}}')
             values = {
-                "__rate_interval": "20s", "__interval": "1s", "__range": "5m",
-                "namespace": SO_NAMESPACE, "scaledobject": SO_NAME, "model": MODEL,
+                "__rate_interval": "20s",
+                "__interval": "1s",
+                "__range": "5m",
+                "namespace": SO_NAMESPACE,
+                "scaledobject": SO_NAME,
+                "model": MODEL,
                 # as the dashboard's own variable: label_values(prescaler_forecast, signal)
                 "signal": forecast[0]["metric"]["signal"] if forecast else "requests_per_s",
                 "horizon": forecast[0]["metric"]["horizon_seconds"] if forecast else "60",
@@ -202,9 +251,12 @@ def test_every_panel_query_returns_data(
                     result = prom.query(_substitute(expr, values))  # raises on a PromQL error
                     if not result:
                         empty.append(title)
-                must = [t for t in empty
-                        if any(m in dict(pending)[t] for m in PROMPT_PANELS)
-                        and "offset" not in dict(pending)[t]]
+                must = [
+                    t
+                    for t in empty
+                    if any(m in dict(pending)[t] for m in PROMPT_PANELS)
+                    and "offset" not in dict(pending)[t]
+                ]
                 if not empty or time.monotonic() > deadline:
                     break
                 time.sleep(1)

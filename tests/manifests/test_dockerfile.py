@@ -13,8 +13,7 @@ from tests.manifests.conftest import ROOT, find
 
 DOCKERFILE = ROOT / "Dockerfile"
 PROTOC = (
-    "python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. "
-    "protos/externalscaler.proto"
+    "python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. protos/externalscaler.proto"
 )
 
 

@@ -18,9 +18,7 @@ Objs = list[dict[str, Any]]
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-def test_overlay_objects_validate(
-    overlay: str, rendered: dict[str, Objs], crds: CrdIndex
-) -> None:
+def test_overlay_objects_validate(overlay: str, rendered: dict[str, Objs], crds: CrdIndex) -> None:
     objs = rendered[overlay]
     assert objs, f"{overlay} renders nothing"
     problems = validate_objects(objs, crds) + cross_check(objs, crds)
@@ -29,8 +27,9 @@ def test_overlay_objects_validate(
 
 def test_overlays_exist_and_differ(rendered: dict[str, Objs]) -> None:
     assert {"base", "gpu-g5-g6", "inf2", "push", "mtls", "full"} <= set(rendered)
-    kinds = {name: {(o["kind"], o["metadata"]["name"]) for o in objs}
-             for name, objs in rendered.items()}
+    kinds = {
+        name: {(o["kind"], o["metadata"]["name"]) for o in objs} for name, objs in rendered.items()
+    }
     assert ("NodePool", "gpu-spot") in kinds["gpu-g5-g6"]
     assert ("NodePool", "inf2") not in kinds["gpu-g5-g6"]
     assert ("NodePool", "inf2") in kinds["inf2"]
@@ -76,7 +75,9 @@ def test_gpu_pools(rendered: dict[str, Objs]) -> None:
         assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in tspec["taints"]
         assert tspec["expireAfter"] == "720h"
         assert tspec["nodeClassRef"] == {
-            "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "accelerated"
+            "group": "karpenter.k8s.aws",
+            "kind": "EC2NodeClass",
+            "name": "accelerated",
         }
         assert "nvidia.com/gpu" in pool["spec"]["limits"]
         assert pool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
@@ -87,7 +88,8 @@ def test_inf2_pool(rendered: dict[str, Objs]) -> None:
     pool = find(rendered["inf2"], "NodePool", "inf2")
     assert _req(pool, "karpenter.k8s.aws/instance-family") == ["inf2"]
     assert {"key": "aws.amazon.com/neuron", "value": "true", "effect": "NoSchedule"} in pool[
-        "spec"]["template"]["spec"]["taints"]
+        "spec"
+    ]["template"]["spec"]["taints"]
     assert "aws.amazon.com/neuron" in pool["spec"]["limits"]
 
 
@@ -99,7 +101,8 @@ def _container(deploy: dict[str, Any]) -> dict[str, Any]:
 
 def _probe_budget_s(probe: dict[str, Any]) -> int:
     return int(probe.get("initialDelaySeconds", 0)) + int(probe["periodSeconds"]) * int(
-        probe["failureThreshold"])
+        probe["failureThreshold"]
+    )
 
 
 def test_vllm_gpu_deployment(rendered: dict[str, Objs]) -> None:
@@ -108,8 +111,12 @@ def test_vllm_gpu_deployment(rendered: dict[str, Objs]) -> None:
     pod = deploy["spec"]["template"]
     c = _container(deploy)
     args = " ".join(c["args"])
-    for flag in ("--gpu-memory-utilization 0.90", "--max-model-len 8192",
-                 "--enable-chunked-prefill", "Meta-Llama-3-8B"):
+    for flag in (
+        "--gpu-memory-utilization 0.90",
+        "--max-model-len 8192",
+        "--enable-chunked-prefill",
+        "Meta-Llama-3-8B",
+    ):
         assert flag in args
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "1"
     shm = {v["name"]: v for v in pod["spec"]["volumes"]}["dshm"]
@@ -152,7 +159,8 @@ def test_scaled_object(rendered: dict[str, Objs]) -> None:
     (trigger,) = so["spec"]["triggers"]
     assert trigger["type"] == "external"
     assert trigger["metadata"]["scalerAddress"] == (
-        "dns:///prescaler.prescaler.svc.cluster.local:9090")
+        "dns:///prescaler.prescaler.svc.cluster.local:9090"
+    )
     assert trigger["metadata"]["prewarm"] == "true"
     assert so["spec"]["fallback"]["failureThreshold"] >= 1
     behavior = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
@@ -171,7 +179,10 @@ def test_push_and_mtls_variants(rendered: dict[str, Objs]) -> None:
     assert trig["metadata"]["enableTLS"] == "true"
     auth = find(rendered["mtls"], "TriggerAuthentication", trig["authenticationRef"]["name"])
     assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {
-        "caCert", "tlsClientCert", "tlsClientKey"}
+        "caCert",
+        "tlsClientCert",
+        "tlsClientKey",
+    }
     scaler = _container(find(rendered["mtls"], "Deployment", "prescaler"))
     # Kubelet gRPC probes cannot do TLS: TCP checks under mTLS.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -183,13 +194,20 @@ def test_scaler_deployment(rendered: dict[str, Objs]) -> None:
     deploy = find(objs, "Deployment", "prescaler")
     spec = deploy["spec"]["template"]["spec"]
     assert deploy["spec"]["replicas"] == 2
-    assert any(t["topologyKey"] == "kubernetes.io/hostname"
-               and t["whenUnsatisfiable"] == "DoNotSchedule"
-               for t in spec["topologySpreadConstraints"])
+    assert any(
+        t["topologyKey"] == "kubernetes.io/hostname" and t["whenUnsatisfiable"] == "DoNotSchedule"
+        for t in spec["topologySpreadConstraints"]
+    )
     assert spec["securityContext"]["runAsNonRoot"] is True
     c = _container(deploy)
     assert c["command"] + c["args"] == [
-        "prescaler", "serve", "--port", "9090", "--metrics-port", "9091"]
+        "prescaler",
+        "serve",
+        "--port",
+        "9090",
+        "--metrics-port",
+        "9091",
+    ]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -213,8 +231,12 @@ def test_scaler_rbac_is_least_privilege(rendered: dict[str, Objs]) -> None:
                         granted.add((group, res, verb, tuple(rule.get("resourceNames", []))))
     writes = {g for g in granted if g[2] not in ("get", "list", "watch")}
     assert writes == {("apps", "deployments/scale", "patch", ("prescaler-balloon",))}
-    for group, res in (("", "pods"), ("discovery.k8s.io", "endpointslices"), ("", "nodes"),
-                       ("karpenter.sh", "nodeclaims")):
+    for group, res in (
+        ("", "pods"),
+        ("discovery.k8s.io", "endpointslices"),
+        ("", "nodes"),
+        ("karpenter.sh", "nodeclaims"),
+    ):
         assert {v for g, r, v, _ in granted if (g, r) == (group, res)} == {"get", "list", "watch"}
     assert all("*" not in (g, r, v) for g, r, v, _ in granted)
 
@@ -263,8 +285,12 @@ def test_time_slicing_config(rendered: dict[str, Objs]) -> None:
 
 
 def test_dashboards_configmaps(rendered: dict[str, Objs]) -> None:
-    cms = [o for o in rendered["base"] if o["kind"] == "ConfigMap"
-           and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+    cms = [
+        o
+        for o in rendered["base"]
+        if o["kind"] == "ConfigMap"
+        and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+    ]
     assert sorted(next(iter(c["data"])) for c in cms) == ["fleet.json", "forecast-accuracy.json"]
 
 

@@ -407,8 +407,12 @@ def validate_objects(
     for obj in objs:
         problems += validate_object(obj, crds, k8s_version)
         meta = obj.get("metadata") or {}
-        key = (str(obj.get("apiVersion")), str(obj.get("kind")), meta.get("namespace"),
-               str(meta.get("name")))
+        key = (
+            str(obj.get("apiVersion")),
+            str(obj.get("kind")),
+            meta.get("namespace"),
+            str(meta.get("name")),
+        )
         if key in seen:
             problems.append(Problem(ref(obj), "metadata.name", "duplicate", "defined twice"))
         seen.add(key)
@@ -435,41 +439,88 @@ def check_ec2nodeclass(obj: Obj) -> list[Problem]:
     who = ref(obj)
     spec = obj.get("spec") or {}
     if ("role" in spec) == ("instanceProfile" in spec):
-        out.append(Problem(who, "spec", "cel:role-xor-instance-profile",
-                           "must specify exactly one of ['role', 'instanceProfile']"))
+        out.append(
+            Problem(
+                who,
+                "spec",
+                "cel:role-xor-instance-profile",
+                "must specify exactly one of ['role', 'instanceProfile']",
+            )
+        )
     terms = spec.get("amiSelectorTerms") or []
     aliases = [t["alias"] for t in terms if isinstance(t, Mapping) and "alias" in t]
     family = spec.get("amiFamily")
     for i, term in enumerate(terms):
         if isinstance(term, Mapping) and "alias" in term and (len(term) > 1 or len(terms) > 1):
-            out.append(Problem(who, f"spec.amiSelectorTerms[{i}]", "cel:alias-exclusive",
-                               "'alias' is mutually exclusive with other amiSelectorTerms"))
+            out.append(
+                Problem(
+                    who,
+                    f"spec.amiSelectorTerms[{i}]",
+                    "cel:alias-exclusive",
+                    "'alias' is mutually exclusive with other amiSelectorTerms",
+                )
+            )
     for alias in aliases:
         alias_family = str(alias).split("@", 1)[0]
         if "@" not in str(alias):
-            out.append(Problem(who, "spec.amiSelectorTerms", "cel:alias-format",
-                               f"alias {alias!r} must match 'family@version'"))
+            out.append(
+                Problem(
+                    who,
+                    "spec.amiSelectorTerms",
+                    "cel:alias-format",
+                    f"alias {alias!r} must match 'family@version'",
+                )
+            )
         if alias_family not in _ALIAS_FAMILIES:
-            out.append(Problem(who, "spec.amiSelectorTerms", "cel:alias-family",
-                               f"alias family {alias_family!r} is not supported"))
+            out.append(
+                Problem(
+                    who,
+                    "spec.amiSelectorTerms",
+                    "cel:alias-family",
+                    f"alias family {alias_family!r} is not supported",
+                )
+            )
         elif family is not None and family not in ("Custom", _ALIAS_FAMILIES[alias_family]):
-            out.append(Problem(
-                who, "spec.amiFamily", "cel:alias-ami-family",
-                f"amiFamily {family!r} conflicts with alias {alias!r}: "
-                f"must be {_ALIAS_FAMILIES[alias_family]!r} or 'Custom' (or unset)"))
+            out.append(
+                Problem(
+                    who,
+                    "spec.amiFamily",
+                    "cel:alias-ami-family",
+                    f"amiFamily {family!r} conflicts with alias {alias!r}: "
+                    f"must be {_ALIAS_FAMILIES[alias_family]!r} or 'Custom' (or unset)",
+                )
+            )
     if terms and not aliases and family is None:
-        out.append(Problem(who, "spec", "cel:ami-family-required",
-                           "must specify amiFamily if amiSelectorTerms does not contain an alias"))
+        out.append(
+            Problem(
+                who,
+                "spec",
+                "cel:ami-family-required",
+                "must specify amiFamily if amiSelectorTerms does not contain an alias",
+            )
+        )
     roots = 0
     for i, bdm in enumerate(spec.get("blockDeviceMappings") or []):
         ebs = bdm.get("ebs") or {}
         if ebs and "snapshotID" not in ebs and "volumeSize" not in ebs:
-            out.append(Problem(who, f"spec.blockDeviceMappings[{i}].ebs", "cel:ebs-size",
-                               "snapshotID or volumeSize must be defined"))
+            out.append(
+                Problem(
+                    who,
+                    f"spec.blockDeviceMappings[{i}].ebs",
+                    "cel:ebs-size",
+                    "snapshotID or volumeSize must be defined",
+                )
+            )
         roots += bool(bdm.get("rootVolume"))
     if roots > 1:
-        out.append(Problem(who, "spec.blockDeviceMappings", "cel:one-root-volume",
-                           "must have only one blockDeviceMappings with rootVolume"))
+        out.append(
+            Problem(
+                who,
+                "spec.blockDeviceMappings",
+                "cel:one-root-volume",
+                "must have only one blockDeviceMappings with rootVolume",
+            )
+        )
     return out
 
 
@@ -537,42 +588,71 @@ def _check_label_key(
     domain, _, name = key.rpartition("/")
     # CEL: restricted domains.
     if domain.endswith("karpenter.sh") and key not in (
-        "karpenter.sh/capacity-type", "karpenter.sh/nodepool"
+        "karpenter.sh/capacity-type",
+        "karpenter.sh/nodepool",
     ):
-        out.append(Problem(where, path, "cel:restricted-label-domain",
-                           f'label domain "karpenter.sh" is restricted ({key!r})'))
+        out.append(
+            Problem(
+                where,
+                path,
+                "cel:restricted-label-domain",
+                f'label domain "karpenter.sh" is restricted ({key!r})',
+            )
+        )
     if key == "karpenter.sh/nodepool":
-        out.append(Problem(where, path, "cel:restricted-label",
-                           'label "karpenter.sh/nodepool" is restricted'))
+        out.append(
+            Problem(
+                where, path, "cel:restricted-label", 'label "karpenter.sh/nodepool" is restricted'
+            )
+        )
     if key == "kubernetes.io/hostname":
-        out.append(Problem(where, path, "cel:restricted-label",
-                           'label "kubernetes.io/hostname" is restricted'))
+        out.append(
+            Problem(
+                where, path, "cel:restricted-label", 'label "kubernetes.io/hostname" is restricted'
+            )
+        )
     if domain.endswith("karpenter.k8s.aws"):
         allowed = _restricted_allow_list(crds, "karpenter.k8s.aws")
         if allowed is None:
             allowed = frozenset(
-                f"karpenter.k8s.aws/{n}" for n, d in WELL_KNOWN_LABELS.items()
+                f"karpenter.k8s.aws/{n}"
+                for n, d in WELL_KNOWN_LABELS.items()
                 if d == "karpenter.k8s.aws"
             )
         if key not in allowed:
-            out.append(Problem(where, path, "cel:restricted-label-domain",
-                               f'label domain "karpenter.k8s.aws" is restricted ({key!r})'))
+            out.append(
+                Problem(
+                    where,
+                    path,
+                    "cel:restricted-label-domain",
+                    f'label domain "karpenter.k8s.aws" is restricted ({key!r})',
+                )
+            )
     if in_labels:
         return out
     # Lint: keys that look like well-known labels but are not.
     right = WELL_KNOWN_LABELS.get(name)
     if domain and domain.endswith("k8s.aws") and domain != "karpenter.k8s.aws":
-        out.append(Problem(
-            where, path, "label-key",
-            f"unknown label domain {domain!r} in {key!r}: Karpenter's AWS labels are "
-            f"'karpenter.k8s.aws/<name>'"
-            + (f"; use '{right}/{name}'" if right else "")))
+        out.append(
+            Problem(
+                where,
+                path,
+                "label-key",
+                f"unknown label domain {domain!r} in {key!r}: Karpenter's AWS labels are "
+                f"'karpenter.k8s.aws/<name>'" + (f"; use '{right}/{name}'" if right else ""),
+            )
+        )
     elif right is not None and domain != right:
         what = "a bare key" if not domain else f"domain {domain!r}"
-        out.append(Problem(
-            where, path, "label-key",
-            f"{key!r} uses {what}: it is a custom label that constrains nothing (Karpenter "
-            f"just stamps it on the node); the well-known key is '{right}/{name}'"))
+        out.append(
+            Problem(
+                where,
+                path,
+                "label-key",
+                f"{key!r} uses {what}: it is a custom label that constrains nothing (Karpenter "
+                f"just stamps it on the node); the well-known key is '{right}/{name}'",
+            )
+        )
     return out
 
 
@@ -588,22 +668,44 @@ def check_requirements(
         values = [str(v) for v in req.get("values") or []]
         out += _check_label_key(key, where, f"{p}.key", crds, in_labels=False)
         if op == "In" and not values:
-            out.append(Problem(where, p, "cel:requirement-in-values",
-                               "requirements with operator 'In' must have a value defined"))
-        if op in ("Gt", "Lt", "Gte", "Lte") and not (
-            len(values) == 1 and values[0].isdigit()
-        ):
-            out.append(Problem(where, p, "cel:requirement-numeric",
-                               f"operator {op!r} needs a single non-negative integer value"))
+            out.append(
+                Problem(
+                    where,
+                    p,
+                    "cel:requirement-in-values",
+                    "requirements with operator 'In' must have a value defined",
+                )
+            )
+        if op in ("Gt", "Lt", "Gte", "Lte") and not (len(values) == 1 and values[0].isdigit()):
+            out.append(
+                Problem(
+                    where,
+                    p,
+                    "cel:requirement-numeric",
+                    f"operator {op!r} needs a single non-negative integer value",
+                )
+            )
         if op == "In" and "minValues" in req and len(values) < int(req["minValues"]):
-            out.append(Problem(where, p, "cel:requirement-min-values",
-                               "requirements with 'minValues' need at least that many values"))
+            out.append(
+                Problem(
+                    where,
+                    p,
+                    "cel:requirement-min-values",
+                    "requirements with 'minValues' need at least that many values",
+                )
+            )
         known = _KNOWN_VALUES.get(key)
         if known is not None and op in ("In", "NotIn"):
             unknown = sorted(set(values) - known)
             if unknown:
-                out.append(Problem(where, f"{p}.values", "label-value",
-                                   f"{key} has no value(s) {unknown}; known: {sorted(known)}"))
+                out.append(
+                    Problem(
+                        where,
+                        f"{p}.values",
+                        "label-value",
+                        f"{key} has no value(s) {unknown}; known: {sorted(known)}",
+                    )
+                )
     return out
 
 
@@ -631,21 +733,34 @@ def check_nodepool(obj: Obj, crds: CrdIndex | None = None) -> list[Problem]:
     tspec = template.get("spec") or {}
     out: list[Problem] = []
     for key in (template.get("metadata") or {}).get("labels") or {}:
-        out += _check_label_key(str(key), who, f"spec.template.metadata.labels[{key}]", crds,
-                                in_labels=True)
+        out += _check_label_key(
+            str(key), who, f"spec.template.metadata.labels[{key}]", crds, in_labels=True
+        )
     reqs = tspec.get("requirements") or []
     out += check_requirements(reqs, who, "spec.template.spec.requirements", crds)
     taints = tspec.get("taints") or []
     fams = _families(reqs)
     if any(_GPU_FAMILY.match(f) for f in fams) and not _has_taint(taints, "nvidia.com/gpu"):
-        out.append(Problem(who, "spec.template.spec.taints", "accelerator-taint",
-                           "GPU pool without a nvidia.com/gpu:NoSchedule taint: any pod may "
-                           "land on (and hold) an expensive GPU node"))
+        out.append(
+            Problem(
+                who,
+                "spec.template.spec.taints",
+                "accelerator-taint",
+                "GPU pool without a nvidia.com/gpu:NoSchedule taint: any pod may "
+                "land on (and hold) an expensive GPU node",
+            )
+        )
     if any(_NEURON_FAMILY.match(f) for f in fams) and not _has_taint(
         taints, "aws.amazon.com/neuron"
     ):
-        out.append(Problem(who, "spec.template.spec.taints", "accelerator-taint",
-                           "Neuron pool without an aws.amazon.com/neuron:NoSchedule taint"))
+        out.append(
+            Problem(
+                who,
+                "spec.template.spec.taints",
+                "accelerator-taint",
+                "Neuron pool without an aws.amazon.com/neuron:NoSchedule taint",
+            )
+        )
     return out
 
 
@@ -681,32 +796,55 @@ def check_device_plugin_config(obj: Obj) -> list[Problem]:
         if sharing is None:
             continue
         if not isinstance(sharing, dict) or not set(sharing) <= {"timeSlicing", "mps"}:
-            out.append(Problem(who, f"{p}.sharing", "device-plugin",
-                               "sharing takes 'timeSlicing' (or 'mps')"))
+            out.append(
+                Problem(
+                    who, f"{p}.sharing", "device-plugin", "sharing takes 'timeSlicing' (or 'mps')"
+                )
+            )
             continue
         ts = sharing.get("timeSlicing") or {}
         allowed = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
         for extra in sorted(set(ts) - allowed):
-            out.append(Problem(who, f"{p}.sharing.timeSlicing.{extra}", "device-plugin",
-                               "unknown field"))
+            out.append(
+                Problem(who, f"{p}.sharing.timeSlicing.{extra}", "device-plugin", "unknown field")
+            )
         resources = ts.get("resources")
         if not isinstance(resources, list) or not resources:
-            out.append(Problem(who, f"{p}.sharing.timeSlicing.resources", "device-plugin",
-                               "needs a non-empty list of {name, replicas}"))
+            out.append(
+                Problem(
+                    who,
+                    f"{p}.sharing.timeSlicing.resources",
+                    "device-plugin",
+                    "needs a non-empty list of {name, replicas}",
+                )
+            )
             continue
         for i, res in enumerate(resources):
             rp = f"{p}.sharing.timeSlicing.resources[{i}]"
-            if not isinstance(res, dict) or not set(res) <= {"name", "replicas", "rename",
-                                                             "devices"}:
+            if not isinstance(res, dict) or not set(res) <= {
+                "name",
+                "replicas",
+                "rename",
+                "devices",
+            }:
                 out.append(Problem(who, rp, "device-plugin", "unknown fields"))
                 continue
             if not str(res.get("name", "")).startswith("nvidia.com/"):
-                out.append(Problem(who, f"{rp}.name", "device-plugin",
-                                   "resource must be nvidia.com/gpu (or nvidia.com/mig-*)"))
+                out.append(
+                    Problem(
+                        who,
+                        f"{rp}.name",
+                        "device-plugin",
+                        "resource must be nvidia.com/gpu (or nvidia.com/mig-*)",
+                    )
+                )
             reps = res.get("replicas")
             if not isinstance(reps, int) or isinstance(reps, bool) or reps < 2:
-                out.append(Problem(who, f"{rp}.replicas", "device-plugin",
-                                   "replicas must be an integer >= 2"))
+                out.append(
+                    Problem(
+                        who, f"{rp}.replicas", "device-plugin", "replicas must be an integer >= 2"
+                    )
+                )
     return out
 
 
@@ -753,12 +891,14 @@ def pod_templates(objs: Iterable[Obj]) -> list[PodTemplate]:
     for obj in objs:
         if obj.get("kind") in _WORKLOADS:
             tpl = (obj.get("spec") or {}).get("template") or {}
-            out.append(PodTemplate(
-                owner=obj,
-                namespace=(obj.get("metadata") or {}).get("namespace", "default"),
-                labels=(tpl.get("metadata") or {}).get("labels") or {},
-                spec=tpl.get("spec") or {},
-            ))
+            out.append(
+                PodTemplate(
+                    owner=obj,
+                    namespace=(obj.get("metadata") or {}).get("namespace", "default"),
+                    labels=(tpl.get("metadata") or {}).get("labels") or {},
+                    spec=tpl.get("spec") or {},
+                )
+            )
     return out
 
 
@@ -793,8 +933,10 @@ def tolerates(tolerations: Sequence[Obj], taint: Obj) -> bool:
         op = t.get("operator", "Equal")
         if op == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
             return True
-        if op == "Equal" and t.get("key") == taint.get("key") and t.get("value") == taint.get(
-            "value"
+        if (
+            op == "Equal"
+            and t.get("key") == taint.get("key")
+            and t.get("value") == taint.get("value")
         ):
             return True
     return False
@@ -802,7 +944,7 @@ def tolerates(tolerations: Sequence[Obj], taint: Obj) -> bool:
 
 def _pool_offers(pool: Obj, key: str, values: set[str], op: str) -> bool:
     """Whether a NodePool can produce a node satisfying one pod requirement."""
-    tspec = ((pool.get("spec") or {}).get("template") or {})
+    tspec = (pool.get("spec") or {}).get("template") or {}
     labels = (tspec.get("metadata") or {}).get("labels") or {}
     reqs = (tspec.get("spec") or {}).get("requirements") or []
     if key in labels:
@@ -846,8 +988,10 @@ def pool_can_host(pool: Obj, pod: PodTemplate) -> bool:
 def _find(objs: Iterable[Obj], kind: str, name: str, namespace: str | None = None) -> Obj | None:
     for obj in objs:
         meta = obj.get("metadata") or {}
-        if obj.get("kind") == kind and meta.get("name") == name and (
-            namespace is None or meta.get("namespace") == namespace
+        if (
+            obj.get("kind") == kind
+            and meta.get("name") == name
+            and (namespace is None or meta.get("namespace") == namespace)
         ):
             return obj
     return None
@@ -864,30 +1008,51 @@ def _check_scaler_address(
 ) -> list[Problem]:
     m = _SCALER_ADDRESS.match(address)
     if not m:
-        return [Problem(who, path, "scaler-address",
-                        f"{address!r} is not dns:///<service>.<namespace>.svc.cluster.local:<port>")]
+        return [
+            Problem(
+                who,
+                path,
+                "scaler-address",
+                f"{address!r} is not dns:///<service>.<namespace>.svc.cluster.local:<port>",
+            )
+        ]
     out: list[Problem] = []
     if not m.group("scheme"):
-        out.append(Problem(who, path, "scaler-address",
-                           "use a dns:/// address so KEDA's round_robin reaches every replica"))
+        out.append(
+            Problem(
+                who,
+                path,
+                "scaler-address",
+                "use a dns:/// address so KEDA's round_robin reaches every replica",
+            )
+        )
     svc = _find(objs, "Service", m.group("svc"), m.group("ns"))
     if svc is None:
         missing = f"no Service {m.group('ns')}/{m.group('svc')} in the manifests"
         return [*out, Problem(who, path, "scaler-address", missing)]
     sspec = svc.get("spec") or {}
     if sspec.get("clusterIP") != "None":
-        out.append(Problem(who, path, "scaler-address",
-                           f"Service {ref(svc)} is not headless (clusterIP: None)"))
+        out.append(
+            Problem(
+                who, path, "scaler-address", f"Service {ref(svc)} is not headless (clusterIP: None)"
+            )
+        )
     port = int(m.group("port"))
     sport = next((p for p in sspec.get("ports") or [] if int(p.get("port", -1)) == port), None)
     if sport is None:
         return [*out, Problem(who, path, "scaler-address", f"{ref(svc)} has no port {port}")]
     if sport.get("appProtocol") != "grpc" and not str(sport.get("name", "")).startswith("grpc"):
-        out.append(Problem(who, path, "scaler-address",
-                           f"port {port} of {ref(svc)} is not a gRPC port (name grpc* or "
-                           "appProtocol: grpc)"))
+        out.append(
+            Problem(
+                who,
+                path,
+                "scaler-address",
+                f"port {port} of {ref(svc)} is not a gRPC port (name grpc* or appProtocol: grpc)",
+            )
+        )
     backends = [
-        p for p in pods
+        p
+        for p in pods
         if p.namespace == m.group("ns") and selector_matches(sspec.get("selector"), p.labels)
     ]
     if not backends:
@@ -897,14 +1062,26 @@ def _check_scaler_address(
         ports = pod.container_ports()
         ok = target in ports if isinstance(target, str) else int(target) in ports.values()
         if not ok:
-            out.append(Problem(who, path, "scaler-address",
-                               f"{pod.name} has no container port {target!r} behind {ref(svc)}"))
+            out.append(
+                Problem(
+                    who,
+                    path,
+                    "scaler-address",
+                    f"{pod.name} has no container port {target!r} behind {ref(svc)}",
+                )
+            )
     return out
 
 
 def _sa_may(
-    objs: Sequence[Obj], sa_ns: str, sa_name: str, ns: str, group: str, resource: str,
-    verb: str, name: str,
+    objs: Sequence[Obj],
+    sa_ns: str,
+    sa_name: str,
+    ns: str,
+    group: str,
+    resource: str,
+    verb: str,
+    name: str,
 ) -> bool:
     """Whether the ServiceAccount is granted verb on resource/name in ns."""
     for binding in objs:
@@ -915,14 +1092,19 @@ def _sa_may(
         if kind == "RoleBinding" and bmeta.get("namespace") != ns:
             continue
         if not any(
-            s.get("kind") == "ServiceAccount" and s.get("name") == sa_name
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == sa_name
             and s.get("namespace") == sa_ns
             for s in binding.get("subjects") or []
         ):
             continue
         role_ref = binding.get("roleRef") or {}
-        role = _find(objs, role_ref.get("kind", ""), role_ref.get("name", ""),
-                     bmeta.get("namespace") if role_ref.get("kind") == "Role" else None)
+        role = _find(
+            objs,
+            role_ref.get("kind", ""),
+            role_ref.get("name", ""),
+            bmeta.get("namespace") if role_ref.get("kind") == "Role" else None,
+        )
         for rule in (role or {}).get("rules") or []:
             if (
                 group in rule.get("apiGroups", [])
@@ -950,63 +1132,116 @@ def cross_check(objs: Sequence[Obj], crds: CrdIndex | None = None) -> list[Probl
             sel = spec.get("selector")
             labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
             if not selector_matches(sel, labels) or not sel:
-                out.append(Problem(who, "spec.selector", "selector",
-                                   "selector does not match the pod template's labels"))
+                out.append(
+                    Problem(
+                        who,
+                        "spec.selector",
+                        "selector",
+                        "selector does not match the pod template's labels",
+                    )
+                )
         elif kind in ("Service", "PodDisruptionBudget", "NetworkPolicy"):
             sel = spec.get("podSelector") if kind == "NetworkPolicy" else spec.get("selector")
             if not any(p.namespace == ns and selector_matches(sel, p.labels) for p in pods):
-                out.append(Problem(who, "spec.selector", "selector",
-                                   "selects no pod template in its namespace"))
+                out.append(
+                    Problem(
+                        who, "spec.selector", "selector", "selects no pod template in its namespace"
+                    )
+                )
             if kind == "Service":
                 for i, port in enumerate(spec.get("ports") or []):
                     target = port.get("targetPort")
                     if isinstance(target, str) and not any(
-                        p.namespace == ns and selector_matches(sel, p.labels)
-                        and target in p.container_ports() for p in pods
+                        p.namespace == ns
+                        and selector_matches(sel, p.labels)
+                        and target in p.container_ports()
+                        for p in pods
                     ):
-                        out.append(Problem(who, f"spec.ports[{i}].targetPort", "selector",
-                                           f"no selected pod has a port named {target!r}"))
+                        out.append(
+                            Problem(
+                                who,
+                                f"spec.ports[{i}].targetPort",
+                                "selector",
+                                f"no selected pod has a port named {target!r}",
+                            )
+                        )
         elif kind == "ServiceMonitor":
             names = (spec.get("namespaceSelector") or {}).get("matchNames") or [ns]
             svcs = [
-                o for o in objs if o.get("kind") == "Service" and ns_of(o) in names
-                and selector_matches(spec.get("selector"), (o.get("metadata") or {}).get(
-                    "labels") or {})
+                o
+                for o in objs
+                if o.get("kind") == "Service"
+                and ns_of(o) in names
+                and selector_matches(
+                    spec.get("selector"), (o.get("metadata") or {}).get("labels") or {}
+                )
             ]
             if not svcs:
                 out.append(Problem(who, "spec.selector", "selector", "selects no Service"))
             for i, ep in enumerate(spec.get("endpoints") or []):
                 if svcs and not any(
-                    ep.get("port") in {p.get("name") for p in (s.get("spec") or {}).get(
-                        "ports") or []} for s in svcs
+                    ep.get("port")
+                    in {p.get("name") for p in (s.get("spec") or {}).get("ports") or []}
+                    for s in svcs
                 ):
-                    out.append(Problem(who, f"spec.endpoints[{i}].port", "selector",
-                                       f"no selected Service has a port named {ep.get('port')!r}"))
+                    out.append(
+                        Problem(
+                            who,
+                            f"spec.endpoints[{i}].port",
+                            "selector",
+                            f"no selected Service has a port named {ep.get('port')!r}",
+                        )
+                    )
         elif kind == "NodePool":
             ref_ = ((spec.get("template") or {}).get("spec") or {}).get("nodeClassRef") or {}
             if _find(objs, str(ref_.get("kind", "EC2NodeClass")), str(ref_.get("name"))) is None:
-                out.append(Problem(who, "spec.template.spec.nodeClassRef", "reference",
-                                   f"no {ref_.get('kind')} named {ref_.get('name')!r}"))
+                out.append(
+                    Problem(
+                        who,
+                        "spec.template.spec.nodeClassRef",
+                        "reference",
+                        f"no {ref_.get('kind')} named {ref_.get('name')!r}",
+                    )
+                )
         elif kind in ("RoleBinding", "ClusterRoleBinding"):
             role_ref = obj.get("roleRef") or {}
             role_ns = ns if role_ref.get("kind") == "Role" else None
             if _find(objs, role_ref.get("kind", ""), role_ref.get("name", ""), role_ns) is None:
-                out.append(Problem(who, "roleRef", "reference",
-                                   f"no {role_ref.get('kind')} {role_ref.get('name')!r}"))
+                out.append(
+                    Problem(
+                        who,
+                        "roleRef",
+                        "reference",
+                        f"no {role_ref.get('kind')} {role_ref.get('name')!r}",
+                    )
+                )
             for i, s in enumerate(obj.get("subjects") or []):
-                if s.get("kind") == "ServiceAccount" and _find(
-                    objs, "ServiceAccount", s.get("name", ""), s.get("namespace")
-                ) is None:
-                    out.append(Problem(who, f"subjects[{i}]", "reference",
-                                       f"no ServiceAccount {s.get('namespace')}/{s.get('name')}"))
+                if (
+                    s.get("kind") == "ServiceAccount"
+                    and _find(objs, "ServiceAccount", s.get("name", ""), s.get("namespace")) is None
+                ):
+                    out.append(
+                        Problem(
+                            who,
+                            f"subjects[{i}]",
+                            "reference",
+                            f"no ServiceAccount {s.get('namespace')}/{s.get('name')}",
+                        )
+                    )
         elif kind in ("Role", "ClusterRole") and crds is not None:
             for i, rule in enumerate(obj.get("rules") or []):
                 for group in rule.get("apiGroups") or []:
                     if group in ("karpenter.sh", "karpenter.k8s.aws", "keda.sh"):
                         for res in rule.get("resources") or []:
                             if (group, res.split("/")[0]) not in crds.plurals:
-                                out.append(Problem(who, f"rules[{i}]", "reference",
-                                                   f"no CRD serves {group}/{res}"))
+                                out.append(
+                                    Problem(
+                                        who,
+                                        f"rules[{i}]",
+                                        "reference",
+                                        f"no CRD serves {group}/{res}",
+                                    )
+                                )
         elif kind == "ScaledObject":
             out += _check_scaled_object(obj, objs, pods)
 
@@ -1014,12 +1249,24 @@ def cross_check(objs: Sequence[Obj], crds: CrdIndex | None = None) -> list[Probl
         who = pod.name
         sa = pod.spec.get("serviceAccountName")
         if sa and sa != "default" and _find(objs, "ServiceAccount", sa, pod.namespace) is None:
-            out.append(Problem(who, "spec.template.spec.serviceAccountName", "reference",
-                               f"no ServiceAccount {pod.namespace}/{sa}"))
+            out.append(
+                Problem(
+                    who,
+                    "spec.template.spec.serviceAccountName",
+                    "reference",
+                    f"no ServiceAccount {pod.namespace}/{sa}",
+                )
+            )
         pc = pod.spec.get("priorityClassName")
         if pc and _find(objs, "PriorityClass", pc) is None:
-            out.append(Problem(who, "spec.template.spec.priorityClassName", "reference",
-                               f"no PriorityClass {pc!r}"))
+            out.append(
+                Problem(
+                    who,
+                    "spec.template.spec.priorityClassName",
+                    "reference",
+                    f"no PriorityClass {pc!r}",
+                )
+            )
         out += _check_accelerator_pod(pod, pools)
     return out
 
@@ -1031,32 +1278,56 @@ def _check_accelerator_pod(pod: PodTemplate, pools: Sequence[Obj]) -> list[Probl
     wants = {r for r in pod.requests() if r in ACCELERATOR_RESOURCES}
     tolerations = pod.spec.get("tolerations") or []
     hosts = [p for p in pools if pool_can_host(p, pod)]
-    if wants and pools and not any(
-        all(tolerates(tolerations, t) for t in
-            (((p.get("spec") or {}).get("template") or {}).get("spec") or {}).get("taints") or [])
-        for p in hosts
+    if (
+        wants
+        and pools
+        and not any(
+            all(
+                tolerates(tolerations, t)
+                for t in (((p.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                    "taints"
+                )
+                or []
+            )
+            for p in hosts
+        )
     ):
-        out.append(Problem(pod.name, "spec.template.spec", "accelerator-placement",
-                           f"requests {sorted(wants)} but no NodePool can host it "
-                           "(node affinity and taints)"))
+        out.append(
+            Problem(
+                pod.name,
+                "spec.template.spec",
+                "accelerator-placement",
+                f"requests {sorted(wants)} but no NodePool can host it (node affinity and taints)",
+            )
+        )
     for pool in hosts:
         tspec = ((pool.get("spec") or {}).get("template") or {}).get("spec") or {}
         taints = tspec.get("taints") or []
         accel = [
-            r for r in ((pool.get("spec") or {}).get("limits") or {})
-            if r in ACCELERATOR_RESOURCES
+            r for r in ((pool.get("spec") or {}).get("limits") or {}) if r in ACCELERATOR_RESOURCES
         ]
         if not accel or not all(tolerates(tolerations, t) for t in taints):
             continue  # the pod cannot (or need not) use this pool's accelerator
         if not any(r in wants for r in accel):
-            out.append(Problem(pod.name, "spec.template.spec", "accelerator-placement",
-                               f"tolerates {ref(pool)} but requests none of {accel}"))
+            out.append(
+                Problem(
+                    pod.name,
+                    "spec.template.spec",
+                    "accelerator-placement",
+                    f"tolerates {ref(pool)} but requests none of {accel}",
+                )
+            )
     if wants:
         for t in tolerations:
             if t.get("operator") == "Exists" and not t.get("key"):
-                out.append(Problem(pod.name, "spec.template.spec.tolerations",
-                                   "accelerator-placement",
-                                   "a toleration without key tolerates every taint"))
+                out.append(
+                    Problem(
+                        pod.name,
+                        "spec.template.spec.tolerations",
+                        "accelerator-placement",
+                        "a toleration without key tolerates every taint",
+                    )
+                )
     return out
 
 
@@ -1068,11 +1339,18 @@ def _check_scaled_object(
     out: list[Problem] = []
     target = spec.get("scaleTargetRef") or {}
     kind = target.get("kind", "Deployment")
-    if target.get("apiVersion", "apps/v1") != "apps/v1" or _find(
-        objs, kind, target.get("name", ""), ns
-    ) is None:
-        out.append(Problem(who, "spec.scaleTargetRef", "reference",
-                           f"no {kind} {ns}/{target.get('name')} (apps/v1)"))
+    if (
+        target.get("apiVersion", "apps/v1") != "apps/v1"
+        or _find(objs, kind, target.get("name", ""), ns) is None
+    ):
+        out.append(
+            Problem(
+                who,
+                "spec.scaleTargetRef",
+                "reference",
+                f"no {kind} {ns}/{target.get('name')} (apps/v1)",
+            )
+        )
     for i, trig in enumerate(spec.get("triggers") or []):
         p = f"spec.triggers[{i}]"
         if trig.get("type") not in ("external", "external-push"):
@@ -1086,48 +1364,93 @@ def _check_scaled_object(
         auth = trig.get("authenticationRef")
         if auth:
             akind = auth.get("kind", "TriggerAuthentication")
-            found = _find(objs, akind, auth.get("name", ""),
-                          ns if akind == "TriggerAuthentication" else None)
+            found = _find(
+                objs, akind, auth.get("name", ""), ns if akind == "TriggerAuthentication" else None
+            )
             if found is None:
-                out.append(Problem(who, f"{p}.authenticationRef", "reference",
-                                   f"no {akind} {auth.get('name')!r}"))
+                out.append(
+                    Problem(
+                        who,
+                        f"{p}.authenticationRef",
+                        "reference",
+                        f"no {akind} {auth.get('name')!r}",
+                    )
+                )
             else:
-                params = {r.get("parameter") for r in (found.get("spec") or {}).get(
-                    "secretTargetRef") or []}
+                params = {
+                    r.get("parameter")
+                    for r in (found.get("spec") or {}).get("secretTargetRef") or []
+                }
                 bad = sorted(params - {"caCert", "tlsClientCert", "tlsClientKey"})
                 if bad:
-                    out.append(Problem(ref(found), "spec.secretTargetRef", "keda-tls",
-                                       f"external scalers read only caCert, tlsClientCert, "
-                                       f"tlsClientKey; got {bad}"))
+                    out.append(
+                        Problem(
+                            ref(found),
+                            "spec.secretTargetRef",
+                            "keda-tls",
+                            f"external scalers read only caCert, tlsClientCert, "
+                            f"tlsClientKey; got {bad}",
+                        )
+                    )
         if meta.get("enableTLS", "false").lower() == "true" and not auth:
-            out.append(Problem(who, f"{p}.metadata.enableTLS", "keda-tls",
-                               "enableTLS without an authenticationRef for the certificates"))
-        for key, spec_key in (("minReplicas", "minReplicaCount"),
-                              ("maxReplicas", "maxReplicaCount")):
+            out.append(
+                Problem(
+                    who,
+                    f"{p}.metadata.enableTLS",
+                    "keda-tls",
+                    "enableTLS without an authenticationRef for the certificates",
+                )
+            )
+        for key, spec_key in (
+            ("minReplicas", "minReplicaCount"),
+            ("maxReplicas", "maxReplicaCount"),
+        ):
             if key in meta and spec_key in spec and int(meta[key]) != int(spec[spec_key]):
-                out.append(Problem(who, f"{p}.metadata.{key}", "keda-bounds",
-                                   f"{key}={meta[key]} differs from spec.{spec_key}="
-                                   f"{spec[spec_key]}"))
+                out.append(
+                    Problem(
+                        who,
+                        f"{p}.metadata.{key}",
+                        "keda-bounds",
+                        f"{key}={meta[key]} differs from spec.{spec_key}={spec[spec_key]}",
+                    )
+                )
         if meta.get("prewarm", "false").lower() == "true":
             out += _check_prewarm(objs, pods, who, f"{p}.metadata", ns, meta, address or "")
     return out
 
 
 def _check_prewarm(
-    objs: Sequence[Obj], pods: Sequence[PodTemplate], who: str, path: str, ns: str,
-    meta: Mapping[str, str], address: str,
+    objs: Sequence[Obj],
+    pods: Sequence[PodTemplate],
+    who: str,
+    path: str,
+    ns: str,
+    meta: Mapping[str, str],
+    address: str,
 ) -> list[Problem]:
     out: list[Problem] = []
     name = meta.get("prewarmDeployment", "prescaler-balloon")
     balloon = _find(objs, "Deployment", name, ns)
     if balloon is None:
-        return [Problem(who, f"{path}.prewarmDeployment", "prewarm",
-                        f"no Deployment {ns}/{name} to pre-warm with")]
+        return [
+            Problem(
+                who,
+                f"{path}.prewarmDeployment",
+                "prewarm",
+                f"no Deployment {ns}/{name} to pre-warm with",
+            )
+        ]
     bpod = next(p for p in pods if p.owner is balloon)
     pc = _find(objs, "PriorityClass", str(bpod.spec.get("priorityClassName")))
     if pc is None or int(pc.get("value", 0)) >= 0:
-        out.append(Problem(ref(balloon), "spec.template.spec.priorityClassName", "prewarm",
-                           "balloon pods need a PriorityClass below 0 so real pods preempt them"))
+        out.append(
+            Problem(
+                ref(balloon),
+                "spec.template.spec.priorityClassName",
+                "prewarm",
+                "balloon pods need a PriorityClass below 0 so real pods preempt them",
+            )
+        )
     # The scaler's identity: the ServiceAccount of the pods behind scalerAddress.
     m = _SCALER_ADDRESS.match(address)
     scaler_pods = []
@@ -1135,16 +1458,24 @@ def _check_prewarm(
         svc = _find(objs, "Service", m.group("svc"), m.group("ns"))
         if svc is not None:
             scaler_pods = [
-                p for p in pods if p.namespace == m.group("ns")
+                p
+                for p in pods
+                if p.namespace == m.group("ns")
                 and selector_matches((svc.get("spec") or {}).get("selector"), p.labels)
             ]
     for sp in scaler_pods:
         sa = sp.spec.get("serviceAccountName", "default")
         for verb in ("get", "patch"):
             if not _sa_may(objs, sp.namespace, sa, ns, "apps", "deployments/scale", verb, name):
-                out.append(Problem(who, f"{path}.prewarmDeployment", "prewarm",
-                                   f"ServiceAccount {sp.namespace}/{sa} may not {verb} "
-                                   f"deployments/scale {ns}/{name}"))
+                out.append(
+                    Problem(
+                        who,
+                        f"{path}.prewarmDeployment",
+                        "prewarm",
+                        f"ServiceAccount {sp.namespace}/{sa} may not {verb} "
+                        f"deployments/scale {ns}/{name}",
+                    )
+                )
     return out
 
 

@@ -76,9 +76,7 @@ async def test_a_bad_target_fails_only_its_objects(
     try:
         mine, theirs = Selection(urls=(good.url, bad_url)), Selection(urls=(good.url,))
         only_bad = Selection(urls=(bad_url,))
-        readings = await asyncio.wait_for(
-            source.read([mine, theirs, only_bad], 1.0), timeout=2.0
-        )
+        readings = await asyncio.wait_for(source.read([mine, theirs, only_bad], 1.0), timeout=2.0)
         partial = readings[mine]
         assert math.isnan(partial.waiting) and partial.running == 2.0
         assert partial.ready_replicas == 1 and partial.kv_usage == pytest.approx(0.3)

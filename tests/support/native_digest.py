@@ -19,11 +19,14 @@ from collections.abc import Iterable
 import numpy as np
 
 import engine.replica
+import forecasting.filters
 import simulations.router
-from engine._native import is_native
 from engine.profiles import get_profile
 from engine.replica import Replica, run_requests
 from engine.requests import Request
+from forecasting.combination import holt_state, lfilter, trend_state
+from forecasting.prescaler_model import PrescalerForecaster
+from native.loader import is_native
 from simulations.policies import PolicySpec, predictive_spec, reactive_spec
 from simulations.runner import run_policy
 from simulations.simulation import SimConfig, SimResult
@@ -74,6 +77,39 @@ def _aborts_case(covers: dict[str, int]) -> str:
     while (t := replica.next_event_time()) is not None:
         out.extend(replica.advance_to(t))
     return _hash([*out, replica.metrics_snapshot()])
+
+
+def _series(seed: int, n: int, step_s: float) -> np.ndarray:
+    """A daily cycle with noise, bursts and idle stretches (cold starts)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) * step_s
+    y = 20.0 * (1.0 + 0.8 * np.sin(2 * np.pi * t / 86_400.0)) + rng.normal(0.0, 3.0, n)
+    y[rng.random(n) < 0.02] *= 4.0
+    y[n // 3 : n // 3 + n // 20] = 0.0
+    return np.maximum(y, 0.0)
+
+
+def _forecast_cases() -> dict[str, str]:
+    """The forecaster at several cuts, and the smoothers' filters on their own."""
+    out: dict[str, str] = {}
+    for seed, step_s in ((0, 60.0), (1, 15.0)):
+        y = _series(seed, 4000, step_s)
+        parts: list[object] = []
+        model = PrescalerForecaster()
+        model.fit(y[:1500], step_s)
+        for cut in (1500, 2200, 3100, 4000):
+            if cut > 1500:
+                model.update(y[:cut])
+            parts.append(model.predict(20).values.tobytes())
+        model.fit(y[: n // 2] if (n := len(y)) else y, step_s)
+        parts.append(model.predict(40).values.tobytes())
+        out[f"forecast-{seed}"] = _hash(parts)
+    x = _series(2, 3000, 60.0) - 20.0
+    level, trend = holt_state(x, 0.3, 0.1, 0.9)
+    a, b = trend_state(x, 0.95)
+    filtered = lfilter([0.2, 0.1, 0.05], [1.0, -0.5, 0.06], x)
+    out["filters"] = _hash([v.tobytes() for v in (level, trend, a, b, filtered)])
+    return out
 
 
 def _sim_digest(result: SimResult) -> str:
@@ -128,6 +164,7 @@ def digests(covers: dict[str, int]) -> dict[str, str]:
                 key = f"{name}-{seed}-{'jump' if jump else 'step'}"
                 out[key] = _engine_case(name, seed, jump, covers)
     out["aborts"] = _aborts_case(covers)
+    out.update(_forecast_cases())
     out.update(_sim_cases(covers))
     return out
 
@@ -135,7 +172,7 @@ def digests(covers: dict[str, int]) -> dict[str, str]:
 def main() -> None:
     covers = dict.fromkeys(("preemptions", "aborts", "spot_interruptions"), 0)
     found = digests(covers)
-    native = is_native(engine.replica) and is_native(simulations.router)
+    native = all(is_native(m) for m in (engine.replica, simulations.router, forecasting.filters))
     print(json.dumps({"native": native, "digests": found, "covers": covers}))
 
 

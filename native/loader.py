@@ -50,6 +50,16 @@ def native_dir(package_dir: Path, build_dir: Path | None = None) -> Path | None:
     return compiled if compiled.is_dir() else None
 
 
+def compiled_first(path: list[str], init_file: str) -> list[str]:
+    """A package's ``__path__`` with its compiled folder first, when one may be used.
+
+    Called at the top of the package's ``__init__``, before it imports any
+    of its own modules: a module imported earlier stays the source one.
+    """
+    compiled = native_dir(Path(init_file).resolve().parent)
+    return path if compiled is None else [str(compiled), *path]
+
+
 def is_native(module: object) -> bool:
     """Whether `module` was loaded from a compiled extension."""
     return str(getattr(module, "__file__", "")).endswith(
