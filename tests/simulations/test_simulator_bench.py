@@ -194,7 +194,7 @@ def test_bench_fourteen_days() -> None:
     OUT.mkdir(exist_ok=True)
     json_path = OUT / "simulator_14days_summary.json"
     cmd = [
-        *(sys.executable, "-m", "simulations.cli", str(trace), "--rate-scale", "0.01"),
+        *(sys.executable, "-m", "prescaler", "simulate", str(trace), "--rate-scale", "0.01"),
         *("--policy", "predictive,oracle", "--jobs", "2", "--quiet", "--json", str(json_path)),
     ]
     t0 = time.perf_counter()
