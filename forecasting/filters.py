@@ -2,8 +2,8 @@
 
 Why a module of its own: these loops run once per smoother per prediction
 over up to a few thousand points, the forecaster's largest pure-Python cost
-in the live scaler and the simulator. Kept free of numpy and typed, they
-compile with mypyc (``make native``) to C loops with the very same
+(the simulator's predictive policy predicts on every poll). Kept free of
+numpy and typed, they compile with mypyc (``make native``) to C loops with the very same
 floating-point operations in the same order, so results are bit-identical
 compiled or not. Each loop is direct form II transposed with
 ``scipy.signal.lfilter``'s order of operations; the padded zero taps are

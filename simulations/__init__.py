@@ -9,8 +9,8 @@ control plane (``keda``, ``hpa``), the traffic (``traffic``,
 See docs/simulator.md.
 """
 
-from native.loader import compiled_first
+from prescaler_native.loader import compiled_first
 
 # the compiled request path (``make native``) comes first while it matches these
-# sources exactly (native/loader.py); before any module of the package loads
+# sources exactly (prescaler_native/loader.py); before any module of the package loads
 __path__ = compiled_first(__path__, __file__)

@@ -10,7 +10,6 @@ fresh build and once on the sources, in separate processes.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -21,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from native.loader import MANIFEST, PURE_ENV, native_dir
+from prescaler_native.build import PACKAGES, source_hashes
+from prescaler_native.loader import MANIFEST, PURE_ENV, compiled_first, ext_suffix, native_dir
 from tests.support.ci import fail_in_ci_else_skip
 
 ROOT = Path(__file__).parents[2]
@@ -31,8 +31,9 @@ def _can_compile() -> str | None:
     """Why mypyc cannot build here, or None."""
     try:
         import mypyc.build  # noqa: F401
-    except ImportError:
-        return "mypyc is not installed (it ships with mypy, a dev dependency)"
+        import setuptools  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (mypyc ships with mypy; both are dev dependencies)"
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not include.exists():
         return f"no Python headers ({include})"
@@ -49,7 +50,7 @@ def native_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fail_in_ci_else_skip(f"the compiled engine cannot be built: {why}")
     out = tmp_path_factory.mktemp("native")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "native" / "build.py"), str(out)],
+        [sys.executable, "-m", "prescaler_native.build", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -87,48 +88,81 @@ def test_compiled_engine_gives_identical_records(native_build: Path) -> None:
     assert all(count > 0 for count in native["covers"].values()), native["covers"]
 
 
-def _fake_build(tmp_path: Path, sources: dict[str, str], suffix: str | None) -> Path:
+def _fake_build(
+    tmp_path: Path,
+    sources: dict[str, str],
+    *,
+    suffix: str | None = None,
+    extensions: tuple[str, ...] = ("engine/replica",),
+    on_disk: tuple[str, ...] | None = None,
+) -> Path:
+    """A build folder with a manifest listing the `extensions` (module paths; the
+    suffix is added) and, on disk, the `on_disk` ones (default: the same)."""
+    suffix = ext_suffix() if suffix is None else suffix
     build = tmp_path / "build"
-    (build / "engine").mkdir(parents=True)
-    manifest = {"ext_suffix": suffix, "sources": sources}
+    listed = [e + suffix for e in extensions]
+    for rel in listed if on_disk is None else [e + suffix for e in on_disk]:
+        (build / rel).parent.mkdir(parents=True, exist_ok=True)
+        (build / rel).write_bytes(b"")
+    (build / "engine").mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "ext_suffix": suffix,
+        "packages": list(PACKAGES),
+        "sources": sources,
+        "extensions": listed,
+    }
     (build / MANIFEST).write_text(json.dumps(manifest))
     return build
 
 
-def _current_hashes() -> dict[str, str]:
-    """What native/build.py records for this checkout (loaded from its file: it is a script)."""
-    spec = importlib.util.spec_from_file_location("native_build", ROOT / "native" / "build.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    hashes: dict[str, str] = script.source_hashes(ROOT)
-    return hashes
-
-
-def test_a_matching_build_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Hashes of this checkout and this interpreter's suffix: the build comes first."""
+@pytest.fixture(autouse=True)
+def _sources_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PURE_ENV, raising=False)
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    build = _fake_build(tmp_path, _current_hashes(), suffix)
+
+
+def test_a_matching_build_is_used(tmp_path: Path) -> None:
+    """Every source hash of this checkout and this interpreter's suffix: the build comes first."""
+    build = _fake_build(tmp_path, source_hashes(ROOT))
     assert native_dir(ROOT / "engine", build) == build / "engine"
 
 
-def test_a_stale_build_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One source edited since the build (its hash differs): the sources run."""
-    monkeypatch.delenv(PURE_ENV, raising=False)
-    hashes = _current_hashes()
-    first = next(iter(hashes))
-    hashes[first] = "0" * 64
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    assert native_dir(ROOT / "engine", _fake_build(tmp_path, hashes, suffix)) is None
+def test_an_edit_anywhere_in_the_packages_makes_the_build_stale(tmp_path: Path) -> None:
+    """One source (any module of the packages, compiled or not) changed since the build."""
+    hashes = source_hashes(ROOT)
+    hashes["engine/requests.py"] = "0" * 64
+    assert native_dir(ROOT / "engine", _fake_build(tmp_path, hashes)) is None
 
 
-def test_another_interpreters_build_is_ignored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_source_file_added_since_the_build_makes_it_stale(tmp_path: Path) -> None:
+    """The manifest lacks a file the packages have now: the sources run."""
+    hashes = source_hashes(ROOT)
+    del hashes["forecasting/filters.py"]
+    assert native_dir(ROOT / "forecasting", _fake_build(tmp_path, hashes)) is None
+
+
+def test_another_interpreters_build_is_ignored(tmp_path: Path) -> None:
     """A build for another Python (extension suffix differs) is never loaded."""
-    monkeypatch.delenv(PURE_ENV, raising=False)
-    build = _fake_build(tmp_path, _current_hashes(), ".cpython-399-other.so")
+    build = _fake_build(tmp_path, source_hashes(ROOT), suffix=".cpython-399-other.so")
+    assert native_dir(ROOT / "engine", build) is None
+
+
+def test_an_extension_the_manifest_does_not_list_is_refused(tmp_path: Path) -> None:
+    """A leftover extension of an earlier build would load unchecked: the build is refused."""
+    build = _fake_build(
+        tmp_path, source_hashes(ROOT), on_disk=("engine/replica", "engine/leftover")
+    )
+    assert native_dir(ROOT / "engine", build) is None
+
+
+def test_a_listed_extension_that_is_missing_is_refused(tmp_path: Path) -> None:
+    """Half a build (one package's folder gone) would mix compiled and source modules."""
+    build = _fake_build(
+        tmp_path,
+        source_hashes(ROOT),
+        extensions=("engine/replica", "simulations/router"),
+        on_disk=("engine/replica",),
+    )
+    assert native_dir(ROOT / "simulations", build) is None
     assert native_dir(ROOT / "engine", build) is None
 
 
@@ -136,11 +170,24 @@ def test_pure_python_on_request_and_without_a_build(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PRESCALER_PURE_PYTHON=1 wins over a good build; no or a broken manifest: sources."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    build = _fake_build(tmp_path, _current_hashes(), suffix)
+    build = _fake_build(tmp_path / "good", source_hashes(ROOT))
     monkeypatch.setenv(PURE_ENV, "1")
     assert native_dir(ROOT / "engine", build) is None
     monkeypatch.delenv(PURE_ENV)
     assert native_dir(ROOT / "engine", tmp_path / "nowhere") is None
-    (build / MANIFEST).write_text("{not json")
-    assert native_dir(ROOT / "engine", build) is None
+    broken = _fake_build(tmp_path / "broken", source_hashes(ROOT))
+    (broken / MANIFEST).write_text("{not json")
+    assert native_dir(ROOT / "engine", broken) is None
+
+
+def test_compiled_first_puts_a_current_build_ahead_of_the_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package's __path__ gains the build's folder in front, or stays as it is."""
+    init = str(ROOT / "engine" / "__init__.py")
+    source_path = [str(ROOT / "engine")]
+    build = _fake_build(tmp_path / "good", source_hashes(ROOT))
+    monkeypatch.setenv("PRESCALER_NATIVE_DIR", str(build))
+    assert compiled_first(source_path, init) == [str(build / "engine"), *source_path]
+    monkeypatch.setenv("PRESCALER_NATIVE_DIR", str(tmp_path / "nowhere"))
+    assert compiled_first(source_path, init) == source_path

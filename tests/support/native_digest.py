@@ -19,17 +19,17 @@ from collections.abc import Iterable
 import numpy as np
 
 import engine.replica
-import forecasting.filters
 import simulations.router
 from engine.profiles import get_profile
 from engine.replica import Replica, run_requests
 from engine.requests import Request
+from forecasting import filters
 from forecasting.combination import holt_state, lfilter, trend_state
 from forecasting.prescaler_model import PrescalerForecaster
-from native.loader import is_native
+from prescaler_native.loader import is_native
 from simulations.policies import PolicySpec, predictive_spec, reactive_spec
 from simulations.runner import run_policy
-from simulations.simulation import SimConfig, SimResult
+from simulations.simulation import TIMED_OUT, SimConfig, SimResult
 from simulations.traffic import synthetic_workload
 
 PROFILES = ("llama-3-8b@g5.xlarge", "llama-3-8b@inf2.xlarge", "llama-3-70b-awq@g5.12xlarge")
@@ -109,7 +109,26 @@ def _forecast_cases() -> dict[str, str]:
     a, b = trend_state(x, 0.95)
     filtered = lfilter([0.2, 0.1, 0.05], [1.0, -0.5, 0.06], x)
     out["filters"] = _hash([v.tobytes() for v in (level, trend, a, b, filtered)])
+    out["filter-loops"] = _filter_loops()
     return out
+
+
+def _filter_loops() -> str:
+    """Every loop of forecasting.filters called directly, on inputs with NaN,
+    infinities and signed zeros (where ``x * 0.0`` is not ``0.0``)."""
+    rng = np.random.default_rng(5)
+    plain = rng.normal(0.0, 10.0, 500).tolist()
+    special = [*plain[:50], float("nan"), 3.0, float("inf"), -0.0, float("-inf"), 0.0, *plain[:20]]
+    parts: list[object] = []
+    for xs in (plain, special, [], [-0.0]):
+        parts.append(filters.first_order(0.3, 0.0, -0.7, xs))
+        parts.append(filters.second_order(0.2, 0.1, 0.05, -0.5, 0.06, xs))
+        parts.append(filters.first_order_last(0.3, -0.7, xs))
+        parts.append(filters.two_tap_pair(0.4, -0.1, 0.2, 0.05, -1.3, 0.42, xs))
+        parts.append(filters.two_tap_pair_last(0.4, -0.1, 0.2, 0.05, -1.3, 0.42, xs))
+        parts.append(filters.trend_sums(0.95, xs))
+    # repr keeps NaN, the infinities and the sign of zero apart
+    return _hash(parts)
 
 
 def _sim_digest(result: SimResult) -> str:
@@ -138,7 +157,12 @@ def _sim_cases(covers: dict[str, int]) -> dict[str, str]:
         prompt_tokens=(1024.0, 1.0),
         output_tokens=(256.0, 1.0),
     )
-    spot = SimConfig(spot=True, seed=1, cluster_overrides=(("spot_interruptions_per_hour", 3.0),))
+    # frequent interruptions with a 2 s notice: pods die serving, requests retry
+    spot = SimConfig(
+        spot=True,
+        seed=1,
+        cluster_overrides=(("spot_interruptions_per_hour", 6.0), ("spot_notice_s", 2.0)),
+    )
     specs = {
         "static": PolicySpec("static", "static", replicas=6),
         "reactive": reactive_spec(12),
@@ -149,8 +173,24 @@ def _sim_cases(covers: dict[str, int]) -> dict[str, str]:
         f"sim-{k}": _sim_digest(run_policy(s, workload, profile, SimConfig()))
         for k, s in specs.items()
     }
+    # a small fleet, long and over-long prompts, a short client timeout:
+    # rejections, time-outs and the gateway queue
+    stress = synthetic_workload(
+        duration_s=900.0,
+        base_rps=3.0,
+        seed=4,
+        prompt_tokens=(2500.0, 1.2),
+        output_tokens=(300.0, 1.0),
+    )
+    stressed = run_policy(
+        PolicySpec("static", "static", replicas=2), stress, profile, SimConfig(timeout_s=8.0)
+    )
+    covers["rejected"] += sum(stressed.rejected_reasons.values())
+    covers["timed_out"] += int((stressed.status == TIMED_OUT).sum())
+    out["sim-static-stressed"] = _sim_digest(stressed)
     spotted = run_policy(specs["reactive"], workload, profile, spot)
     covers["spot_interruptions"] += spotted.spot_interruptions
+    covers["retried"] += spotted.retried
     out["sim-reactive-spot"] = _sim_digest(spotted)
     return out
 
@@ -170,9 +210,11 @@ def digests(covers: dict[str, int]) -> dict[str, str]:
 
 
 def main() -> None:
-    covers = dict.fromkeys(("preemptions", "aborts", "spot_interruptions"), 0)
+    covers = dict.fromkeys(
+        ("preemptions", "aborts", "spot_interruptions", "retried", "rejected", "timed_out"), 0
+    )
     found = digests(covers)
-    native = all(is_native(m) for m in (engine.replica, simulations.router, forecasting.filters))
+    native = all(is_native(m) for m in (engine.replica, simulations.router, filters))
     print(json.dumps({"native": native, "digests": found, "covers": covers}))
 
 
