@@ -75,7 +75,8 @@ def _build_is_current(build_dir: Path, root: Path) -> bool:
             return False
         if any(file_sha256(root / rel) != digest for rel, digest in sources.items()):
             return False
-        return bool(extensions_in(build_dir) == sorted(manifest["extensions"]))
+        listed: list[str] = sorted(manifest["extensions"])
+        return extensions_in(build_dir) == listed
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,7 +39,7 @@ def _can_compile() -> str | None:
     if not include.exists():
         return f"no Python headers ({include})"
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if subprocess.run(["sh", "-c", f"command -v {cc}"], capture_output=True).returncode:
+    if shutil.which(cc) is None:
         return f"no C compiler ({cc})"
     return None
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from scaler.settings import LabelMatcher, parse_selector
-from scaler.sources.model import Selection
+from scaler.sources.model import Reading, Selection
 from scaler.sources.prometheus import PrometheusSource
 from scaler.sources.promql import SIGNALS
 from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
@@ -359,6 +359,30 @@ class _Vllm033:
         self.server.stop()
 
 
+async def _via_prometheus_and_scraped(
+    scraped: Selection, targets: list[Target], ready_query: str, settle_s: float
+) -> tuple[Reading, Reading]:
+    """The same fleet read through a real Prometheus (once ``ready_query`` has a
+    series and ``settle_s`` more of scrapes) and by direct scrape: (via, direct)."""
+    from scaler.sources.scrape import ScrapeSource
+
+    scrape = ScrapeSource(timeout_s=5)
+    await scrape.read([scraped], time.time())  # the scrape's first counters
+    with running_prometheus(targets) as server:
+        server.wait_for_targets_up(len(targets))
+        server.wait_for(ready_query, min_series=1)
+        time.sleep(settle_s)
+        promql = sel('namespace="llm"', "llama")
+        source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
+        try:
+            via_prometheus = (await source.read([promql], time.time() - 0.5))[promql]
+        finally:
+            await source.close()
+    direct = (await scrape.read([scraped], time.time()))[scraped]
+    await scrape.close()
+    return via_prometheus, direct
+
+
 async def test_newer_vllm_families_read_the_same_through_prometheus_as_scraped() -> None:
     """The same vLLM 0.33 fleet read through a real Prometheus and scraped
     directly gives the same reading: a sleeping replica
@@ -369,8 +393,6 @@ async def test_newer_vllm_families_read_the_same_through_prometheus_as_scraped()
     ``prompt_tokens_by_source_total{source="local_compute"}``; the KV cache
     size is ``num_gpu_blocks x block_size`` from ``vllm:cache_config_info``'s
     labels, averaged over replicas (vLLM 0.33 metric names, vllm/v1/metrics/loggers.py)."""
-    from scaler.sources.scrape import ScrapeSource
-
     awake = _Vllm033(
         num_gpu_blocks=1000, waiting=3, running=2,
         per_second={"stop": 20.0, "error": 5.0, "rejected": 10.0, "prompt": 2000.0,
@@ -382,22 +404,13 @@ async def test_newer_vllm_families_read_the_same_through_prometheus_as_scraped()
         scraped = Selection(
             (LabelMatcher("model_name", "=", "llama"),), urls=tuple(r.url for r in replicas)
         )
-        scrape = ScrapeSource(timeout_s=5)
-        first = time.time()
-        await scrape.read([scraped], first)
         targets = [Target(r.server.address, {"namespace": "llm"}) for r in replicas]
-        with running_prometheus(targets) as server:
-            server.wait_for_targets_up(2)
-            server.wait_for("rate(vllm:admission_rejections_total[5s]) > 0", min_series=1)
-            time.sleep(6)  # a full 5 s rate window of scrapes
-            promql = sel('namespace="llm"', "llama")
-            source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
-            try:
-                via_prometheus = (await source.read([promql], time.time() - 0.5))[promql]
-            finally:
-                await source.close()
-        direct = (await scrape.read([scraped], time.time()))[scraped]
-        await scrape.close()
+        via_prometheus, direct = await _via_prometheus_and_scraped(
+            scraped,
+            targets,
+            "rate(vllm:admission_rejections_total[5s]) > 0",
+            6.0,  # a full 5 s rate window of scrapes
+        )
     finally:
         for replica in replicas:
             replica.stop()
@@ -419,27 +432,17 @@ async def test_older_vllm_without_the_newer_families_reads_them_as_unknown() -> 
     by-source split) through Prometheus: every replica is ready, the arrival
     balance still works, and the newer signals are unknown (``None``), never
     zero, exactly as the direct scrape reports them."""
-    from scaler.sources.scrape import ScrapeSource
-
     old = FakeVllm(
         model="llama", engines=[Engine(waiting=2, running=1, per_second={"success": 4.0})]
     ).start()
     try:
         scraped = Selection((LabelMatcher("model_name", "=", "llama"),), urls=(old.url,))
-        scrape = ScrapeSource(timeout_s=5)
-        await scrape.read([scraped], time.time())
-        with running_prometheus([Target(old.address, {"namespace": "llm"})]) as server:
-            server.wait_for_targets_up(1)
-            server.wait_for("rate(vllm:request_success_total[5s]) > 0", min_series=1)
-            time.sleep(3)
-            promql = sel('namespace="llm"', "llama")
-            source = PrometheusSource(server.url, timeout_s=5, rate_window_s=5)
-            try:
-                via_prometheus = (await source.read([promql], time.time() - 0.5))[promql]
-            finally:
-                await source.close()
-        direct = (await scrape.read([scraped], time.time()))[scraped]
-        await scrape.close()
+        via_prometheus, direct = await _via_prometheus_and_scraped(
+            scraped,
+            [Target(old.address, {"namespace": "llm"})],
+            "rate(vllm:request_success_total[5s]) > 0",
+            3.0,
+        )
     finally:
         old.stop()
     for reading in (via_prometheus, direct):
