@@ -323,7 +323,11 @@ async def test_a_fresh_multiprocess_replica_does_not_blind_the_scaler() -> None:
                 await asyncio.sleep(0.1)
         finally:
             await state.stop()
-    assert decision.reason == "queue", decision
+    # The queue term drives the count. Under load two refreshes can pass
+    # between polls, and a later reading one request lower is then held up
+    # to the earlier one ("scale_down_hold"): still the queue's number.
+    assert decision.proposals["queue"] > 10, decision
+    assert decision.reason in {"queue", "scale_down_hold"}, decision
 
 
 async def test_a_fresh_page_through_the_scrape_source() -> None:
