@@ -245,10 +245,11 @@ StopRule = Callable[[Progress, float | None], str | None]
 None) and at each rung (its fraction of the requests); a reason string stops
 the run."""
 
-RUNGS: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
-"""Checkpoints, as fractions of the tuning part's requests: geometric, like
-successive halving's rungs, so a hopeless trial is judged on little work and
-a promising one is judged again as it gets more."""
+RUNGS: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8)
+"""Checkpoints, as fractions of the tuning part's requests: geometric up to
+1/2, like successive halving's rungs, so a hopeless trial is judged on little
+work and a promising one is judged again as it gets more; then 3/4 and 7/8,
+where a trial near the best is judged on cost before it runs to the end."""
 
 
 def rung_times(workload: Workload, fractions: Sequence[float]) -> tuple[tuple[float, float], ...]:

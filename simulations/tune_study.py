@@ -16,13 +16,13 @@ soon as they are out of the race (:class:`StopRules`). Exactly: once misses
 exceed what the target allows, or once the cost spent so far exceeds the
 best feasible trial's whole cost (cost only grows). On pace, at rungs
 (:data:`simulations.tune.RUNGS`, fractions of the requests): a trial whose
-attainment so far is well below the target (:meth:`TuneContext.slo_slack`),
-or, from 1/4 of the requests on, whose cost so far is well above what the
-best feasible trial had spent at the same rung
-(:meth:`TuneContext.cost_pace_slack`). A stopped trial is kept COMPLETE
-with ``finished`` False and a ``stopped`` reason, its cost unknown, so it is
-never the answer; the study's first trial is the base ScaledObject's own
-settings.
+attainment so far is well below the target (:meth:`TuneContext.slo_slack`,
+up to 1/2 of the requests), or, from 1/4 on, whose cost so far is above
+what the best feasible trial had spent at the same rung by more than two
+settings' spend can differ there (:meth:`TuneContext.cost_pace_slack`). A
+stopped trial is kept COMPLETE with ``finished`` False and a ``stopped``
+reason, its cost unknown, so it is never the answer; the study's first
+trial is the base ScaledObject's own settings.
 """
 
 from __future__ import annotations
@@ -71,8 +71,13 @@ __all__ = [
 
 PACE_FIRST_RUNG = 1 / 32
 """The rung at which the SLO pace rule allows the full ``slack``."""
+SLO_PACE_UNTIL = 0.5
+"""The last rung at which the SLO pace rule acts (later, the exact miss
+budget judges: attainment so far is then too close to call on pace)."""
 COST_PACE_FROM = 0.25
 """The first rung at which the cost pace rule acts."""
+COST_PACE_EARLY = 3.0
+"""How much wider the cost pace slack is at rungs before 1/2."""
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,13 @@ class TuneContext:
     slack: float = 0.02
     """A trial whose attainment so far is below ``target - slack`` at the
     first rung (1/32 of the requests) is stopped; the slack shrinks as the
-    square root of the work done at later rungs (see :meth:`slo_slack`)."""
-    cost_slack: float = 0.10
-    """A trial that at the rung half-way through has spent more than
+    work done to the power 3/4 at later rungs up to 1/2 (see
+    :meth:`slo_slack`)."""
+    cost_slack: float = 0.06
+    """A trial that at a rung from 1/2 on has spent more than
     ``1 + cost_slack`` times what the best feasible trial had spent there is
-    stopped; at 1/4 the slack is sqrt(2) times larger, before 1/4 the rule
-    does not act (see :meth:`cost_pace_slack`)."""
+    stopped; at 1/4 the slack is :data:`COST_PACE_EARLY` times larger, before
+    1/4 the rule does not act (see :meth:`cost_pace_slack`)."""
     prune: Literal["pace", "exact"] = "pace"
     """``exact``: stop only trials that can no longer be feasible or
     cheapest; ``pace``: also the rung rules above."""
@@ -122,26 +128,27 @@ class TuneContext:
         """How far below the target attainment so far may be at a rung.
 
         ``slack`` at 1/32, narrowing as the work to the power 3/4 (0.0025
-        at 1/2 with the default 0.02). Set from a few hand-made full runs of
-        random settings over one synthetic day, not re-measured by any test
-        or bench: there, attainment so far after 1/32 of the requests was
-        up to 1.8 points below the final figure, after 1/8 0.1, after 1/4
-        0.25 and after 1/2 0.1 points (more often above it: the fleet
-        starts warm)."""
+        at 1/2 with the default 0.02). A trial that would meet the target is
+        stopped only if its attainment so far is that much below its final
+        attainment; the bench ``tests/simulations/test_tune_bench.py -k
+        pace_rules`` measures that shortfall over settings of the search
+        space run to the end and fails when the slack does not cover it."""
         return self.slack * min(1.0, (PACE_FIRST_RUNG / fraction) ** 0.75)
 
     def cost_pace_slack(self, fraction: float) -> float | None:
         """How much more than the best's spend by a rung a trial may have
         spent, or None before :data:`COST_PACE_FROM`.
 
-        The share of a day's cost spent by a rung differs between settings
-        (a high minReplicas spends more early). In the same hand-made runs
-        as :meth:`slo_slack` (not re-measured by any test or bench) it was
-        26-29 % of the final cost by 1/4 of the requests, 48-50 % by 1/2,
-        and 14-18 % by 1/8, too wide to rank on."""
+        A trial that ends cheaper than the best can still have spent more
+        than it by a rung, by at most the ratio of the two settings' shares
+        of their day's cost spent by then (a high minReplicas spends more
+        early). The slack must cover the widest such ratio; the bench
+        ``tests/simulations/test_tune_bench.py -k pace_rules`` measures it
+        over settings of the search space run to the end and fails when the
+        slack does not cover it."""
         if fraction < COST_PACE_FROM:
             return None
-        return self.cost_slack * math.sqrt(0.5 / fraction)
+        return self.cost_slack * (COST_PACE_EARLY if fraction < 0.5 else 1.0)
 
 
 @dataclass(frozen=True)
@@ -244,7 +251,7 @@ class StopRules:
         if rung is None or ctx.prune != "pace":
             return None
         floor = ctx.target - ctx.slo_slack(rung)
-        if p.running_attainment < floor:
+        if rung <= SLO_PACE_UNTIL and p.running_attainment < floor:
             return (
                 f"slo pace: attainment {100 * p.running_attainment:.2f} % after "
                 f"{100 * rung:.1f} % of the requests, below {100 * floor:.2f} %"

@@ -161,10 +161,15 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert code == 0
     text = capsys.readouterr().out
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
-    assert list(doc) == ["trace", "slo_ttft_s", "target", "trials", "predictive", "reactive"]
+    assert list(doc) == [
+        "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
+    ]  # fmt: skip
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
     assert doc["trials"] == 3 and doc["target"] == 0.8 and doc["slo_ttft_s"] == 1.0
+    # the attainment the target stands for on each part: 0.8 x its idle ceiling
+    reached = doc["target_attainment"]
+    assert list(reached) == ["tuned", "holdout"] and all(0.0 < v <= 0.8 for v in reached.values())
     for part in ("tuned", "holdout"):
         for policy in ("predictive", "reactive"):
             assert set(doc[policy][part]) >= SUMMARY_KEYS

@@ -140,9 +140,9 @@ def test_cost_above_the_best_feasible_total_stops_at_any_check() -> None:
 def test_pace_rules_act_only_at_rungs_and_only_when_asked() -> None:
     """On pace, at a rung: attainment so far more than `slack` below the
     target at 1/32 of the requests (narrowing as the work to the power 3/4
-    after), or, from 1/4 on, cost spent more than `cost_slack` above the
-    best's at the same rung at 1/2 (sqrt(2) times that at 1/4); `exact` turns
-    both off."""
+    after, up to 1/2), or, from 1/4 on, cost spent more than `cost_slack`
+    above the best's at the same rung from 1/2 on (three times that at 1/4);
+    `exact` turns both off."""
     ctx = _ctx(_sized(100), target=0.9)
     first = 1 / 32
     best = BestSoFar(3, 10.0, {first: 0.5, 0.125: 1.0, 0.25: 2.0, 0.5: 4.0})
@@ -155,13 +155,14 @@ def test_pace_rules_act_only_at_rungs_and_only_when_asked() -> None:
     assert ctx.slo_slack(0.5) == pytest.approx(0.0025)
     later = _rules(ctx, best)(near, 0.5)
     assert later is not None and later.startswith("slo pace")
+    assert _rules(ctx, best)(near, 0.75) is None  # after 1/2 only the exact budget judges
     rules = _rules(ctx, best)
     reason = rules(Progress(100.0, 100, 0, 4.5), 0.5)  # 12.5 % over the best's 4.0
     assert reason is not None and reason.startswith("cost pace")
     assert rules.projected_cost_usd == pytest.approx(10.0 * 4.5 / 4.0)
-    assert _rules(ctx, best)(Progress(100.0, 100, 0, 4.3), 0.5) is None
-    assert _rules(ctx, best)(Progress(100.0, 100, 0, 2.25), 0.25) is None  # 12.5 % < 14.1 %
-    assert _rules(ctx, best)(Progress(100.0, 100, 0, 2.3), 0.25) is not None
+    assert _rules(ctx, best)(Progress(100.0, 100, 0, 4.2), 0.5) is None  # 5 % < 6 %
+    assert _rules(ctx, best)(Progress(100.0, 100, 0, 2.3), 0.25) is None  # 15 % < 18 %
+    assert _rules(ctx, best)(Progress(100.0, 100, 0, 2.4), 0.25) is not None
     assert _rules(ctx, best)(Progress(100.0, 100, 0, 1.9), 0.125) is None  # too early to rank
     assert _rules(ctx, best)(Progress(100.0, 100, 0, 9.0), 0.75) is None  # the best has no figure
     exact = _ctx(_sized(100), target=0.9, prune="exact")
