@@ -109,10 +109,15 @@ def _filter_last_pair(
     return two_tap_pair_last(p0, p1, q0, q1, float(a[1]), float(a[2]), d)
 
 
-def _holt_filters(
+def holt_filters(
     alpha: float, beta: float, phi: float
 ) -> tuple[list[float], list[float], list[float]]:
-    """(level numerator, trend numerator, denominator) of damped Holt (see holt_state)."""
+    """(level numerator, trend numerator, denominator) of damped Holt (see holt_state).
+
+    Public so that the filter coefficients, shared by the path
+    (:func:`holt_state`) and the end-state fast path (predict), can be
+    checked against :func:`lfilter` on their own.
+    """
     a, b = alpha, beta
     # State x_t = A x_{t-1} + B y_t with x = (level, trend).
     m = np.array([[1 - a, (1 - a) * phi], [-a * b, phi * (1 - a * b)]])
@@ -157,7 +162,7 @@ def holt_state(
     """
     if y.size == 0:
         return np.asarray(y, dtype=float), np.zeros(0)
-    num_l, num_b, den = _holt_filters(alpha, beta, phi)
+    num_l, num_b, den = holt_filters(alpha, beta, phi)
     d = y - y[0]
     level, trend = _lfilter_pair(num_l, num_b, den, d)
     return level + y[0], trend
@@ -188,13 +193,15 @@ def damped_sum(h: int, phi: float) -> float:
     return phi * (1 - phi**h) / (1 - phi)
 
 
-def _trend_solve(
+def trend_solve(
     a: np.ndarray, b: np.ndarray, w0: np.ndarray, w1: np.ndarray, w2: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(level, slope) of the weighted line ``y[t - j] ~ level - slope j``.
 
     ``a = sum w_j y``, ``b = sum w_j j y`` and ``w_m = sum w_j j^m``; with one
     point (or all weight on one) the slope is 0 and the level the weighted mean.
+    Public so that :func:`trend_state`'s closed-form solve can be checked on
+    its own against the line fitted from :func:`lfilter`'s sums.
     """
     det = w0 * w2 - w1 * w1
     ok = det > 1e-9 * np.maximum(w0 * w2, 1e-300)
@@ -220,7 +227,7 @@ def trend_state(y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
     j = np.arange(y.size, dtype=float)
     pw = lam**j
     w0, w1, w2 = np.cumsum(pw), np.cumsum(pw * j), np.cumsum(pw * j * j)
-    level, slope = _trend_solve(a, b, w0, w1, w2)
+    level, slope = trend_solve(a, b, w0, w1, w2)
     return level + y0, slope
 
 
@@ -247,7 +254,7 @@ def trend_last(y: np.ndarray, lam: float) -> tuple[float, float]:
     pwj = pw * j
     a, b = float(pw @ d), float(pwj @ d)
     w0, w1, w2 = float(pw.sum()), float(pwj.sum()), float((pwj * j).sum())
-    # _trend_solve's arithmetic on one origin, in floats (no 1-element arrays).
+    # trend_solve's arithmetic on one origin, in floats (no 1-element arrays).
     det = w0 * w2 - w1 * w1
     if det > 1e-9 * max(w0 * w2, 1e-300):
         return (w2 * a - w1 * b) / det + y0, (w1 * a - w0 * b) / det
@@ -446,7 +453,7 @@ class SmoothingBank:
             lv, tr = float(lv_path[-1]), float(tr_path[-1])
         else:
             if key not in self._holt_end:
-                num_l, num_b, den = _holt_filters(key[0], key[1], HOLT_DAMPING)
+                num_l, num_b, den = holt_filters(key[0], key[1], HOLT_DAMPING)
                 if d is None:
                     d = (y - y0).tolist()
                 level_end, trend_end = _filter_last_pair(num_l, num_b, den, d)
@@ -494,7 +501,7 @@ def confidence_set_weights(abs_err: np.ndarray, z: float, h: int = 1) -> np.ndar
     return np.asarray(keep / keep.sum())
 
 
-def _simplex_grid(
+def simplex_grid(
     k: int, steps: int, memo: dict[tuple[int, int], np.ndarray] | None = None
 ) -> np.ndarray:
     """All weight vectors on the k-simplex with coordinates in 1/steps units.
@@ -502,7 +509,9 @@ def _simplex_grid(
     Each first coordinate ``i / steps`` is followed by the ``(k - 1)``-grid
     of ``steps - i`` scaled by ``(steps - i) / steps``; the sub-grids are
     built once each (``memo``) and scaled a block at a time, the same
-    operations on the same values as row by row.
+    operations on the same values as row by row. Public because
+    :func:`min_abs_error_weights` indexes it: its rows are part of that
+    function's contract and are checked against the row-by-row build.
     """
     memo = {} if memo is None else memo
     key = (k, steps)
@@ -512,7 +521,7 @@ def _simplex_grid(
             return memo[key]
         blocks = []
         for i in range(steps + 1):
-            rest = _simplex_grid(k - 1, steps - i, memo) if steps - i > 0 else np.zeros((1, k - 1))
+            rest = simplex_grid(k - 1, steps - i, memo) if steps - i > 0 else np.zeros((1, k - 1))
             block = np.empty((rest.shape[0], k))
             block[:, 0] = i / steps
             block[:, 1:] = rest * (steps - i) / steps
@@ -537,7 +546,7 @@ def min_abs_error_weights(forecasts: np.ndarray, actual: np.ndarray, steps: int 
     k = forecasts.shape[0]
     grid = _GRID_CACHE.get((k, steps))
     if grid is None:
-        grid = _simplex_grid(k, steps)
+        grid = simplex_grid(k, steps)
         _GRID_CACHE[(k, steps)] = grid
     err = grid @ forecasts
     np.subtract(actual[None, :], err, out=err)

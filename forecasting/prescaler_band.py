@@ -110,6 +110,20 @@ def holdout_band(err: np.ndarray, half_life: float) -> np.ndarray:
     return np.quantile(err, BAND_LEVELS)
 
 
+def holdout_error_band(
+    point: np.ndarray, actual: np.ndarray, scale: np.ndarray, c: float, half_life: float
+) -> np.ndarray:
+    """The shipped point's error law on the holdout (see ``band_min_errors``):
+    :func:`holdout_band` of the errors in the model's log scale
+    ``log(max(y, 0) + c)`` over the local volatility ``scale``.
+
+    A function of its inputs (not of a fitted forecaster) so that the band's
+    definition, which every banded forecast reads, is checked on its own.
+    """
+    err = (np.log(np.maximum(actual, 0.0) + c) - np.log(np.maximum(point, 0.0) + c)) / scale
+    return holdout_band(err, half_life)
+
+
 def band_spread(band: np.ndarray, q: float, scale: float, widen: float) -> float:
     """Offset of quantile ``q`` from the point, from a holdout band: 0 for the
     median, never inside the point (lower quantiles at most 0, upper at least)."""

@@ -9,6 +9,8 @@ holdout. Pure numpy.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from forecasting.combination import inverse_error_weights, min_abs_error_weights
@@ -65,6 +67,50 @@ def plausible(weights: np.ndarray, cands: np.ndarray, lo: float, hi: float) -> n
     """
     keep = (cands >= min(lo, cands[0])) & (cands <= max(hi, cands[0]))
     return renormalised(weights, keep)
+
+
+def guarded_weights(
+    weights: np.ndarray,
+    cands: np.ndarray,
+    centre: float,
+    q_low: float,
+    q_high: float,
+    *,
+    guard: float,
+    c: float,
+    memo: dict[int, tuple[np.ndarray, np.ndarray]] | None = None,
+    key: int = 0,
+) -> np.ndarray:
+    """The guard: ``weights`` without the members (``cands``, demand units)
+    beyond ``guard`` times the ridge's residual band around ``centre``;
+    ``weights`` unchanged when ``guard`` <= 0.
+
+    ``q_low`` and ``q_high`` are the ridge's residual quantiles at 0.1 and
+    0.9 (scaled to the current volatility) and ``centre`` its point, in the
+    model's log scale ``log(y + c)``; the range is widened to hold the ridge's
+    own forecast (member 0), and :func:`plausible` drops what lies outside.
+    Why a function of its inputs: it decides which members a forecast reads,
+    so its rule is checked apart from a fitted forecaster. ``memo[key]``
+    (optional; the forecaster passes one per horizon) keeps the renormalised
+    weights of the last all-inside forecast with the same ``weights`` object:
+    steady traffic reuses them instead of renormalising each time.
+    """
+    if guard <= 0:
+        return weights
+    lo = math.exp(centre + guard * q_low) - c
+    hi = math.exp(centre + guard * q_high) - c
+    low, high = min(lo, cands[0]), max(hi, cands[0])
+    if all(low <= v <= high for v in cands.tolist()):
+        # Every member inside (steady traffic): the renormalised weights
+        # are the same as at the last such forecast with these weights.
+        kept = memo.get(key) if memo is not None else None
+        if kept is None or kept[0] is not weights:
+            every = renormalised(weights, np.ones(cands.shape, dtype=bool))
+            kept = (weights, every)
+            if memo is not None:
+                memo[key] = kept
+        return kept[1]
+    return plausible(weights, cands, lo, hi)
 
 
 def renormalised(weights: np.ndarray, keep: np.ndarray) -> np.ndarray:

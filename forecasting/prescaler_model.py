@@ -52,7 +52,7 @@ from forecasting.prescaler_band import (
     BAND_LEVELS,
     LawLevels,
     calibrated,
-    holdout_band,
+    holdout_error_band,
     level_spread,
     ppf,
     resid_quantile,
@@ -69,9 +69,8 @@ from forecasting.prescaler_features import (
 )
 from forecasting.prescaler_holdout import rolling_forecasts
 from forecasting.prescaler_members import (
+    guarded_weights,
     member_weights,
-    plausible,
-    renormalised,
     smoothers_equal,
 )
 
@@ -87,6 +86,7 @@ class PrescalerForecaster:
         self.config = config or PrescalerConfig()
         self._step_s = 0.0
         self._c = 1.0
+        self._offset_fraction: float | None = None
         self._periods: tuple[int, ...] = ()
         self._train_z: np.ndarray | None = None
         self._y: np.ndarray | None = None
@@ -195,6 +195,7 @@ class PrescalerForecaster:
 
     def _prepare(self, train: np.ndarray, frac: float) -> None:
         day = daily_period(self._step_s)
+        self._offset_fraction = frac
         self._c = max(frac * self._level, 1e-6) if self._level > 0 else 1.0
         self._train_z = self._z(train)
         start = max(self._periods, default=0)
@@ -207,6 +208,66 @@ class PrescalerForecaster:
         self._rows_cache = None
         self._laws = LawLevels()
         self._all_kept = {}
+
+    @property
+    def offset_fraction(self) -> float | None:
+        """The transform's offset as a fraction of the busy bins' mean (one of
+        ``config.offset_fractions``), as the last :meth:`fit` chose it; ``None``
+        before any fit. Read-only: it shows which transform (near
+        multiplicative .. near additive) the holdout picked."""
+        return self._offset_fraction
+
+    def combination_weights(self, h: int) -> np.ndarray | None:
+        """A copy of the members' weights (the ridge first, then
+        :data:`~forecasting.combination.CANDIDATES`) that combine the point
+        ``h`` steps ahead: horizon ``h``'s fitted weights or, where it has
+        none, the nearest shorter horizon's; ``None`` where the ridge alone
+        speaks (no horizon up to ``h`` had a holdout)."""
+        w = self._weights_at(h)
+        return None if w is None else w.copy()
+
+    @property
+    def offset(self) -> float | None:
+        """The transform's offset ``c`` (the model works on ``log(max(y, 0) +
+        c)``), as the last :meth:`fit` set it; ``None`` before any fit. Public
+        so that a forecast's values can be read in the model's log scale,
+        where its band's errors live."""
+        return None if self._offset_fraction is None else self._c
+
+    @property
+    def periods(self) -> tuple[int, ...]:
+        """The seasonal periods (in steps: a day, a week) the last :meth:`fit`
+        found at least two full cycles of, and so models; ``()`` before any
+        fit or without a season. Read-only: it shows which seasons the
+        forecasts follow."""
+        return self._periods
+
+    def smoothing_params(self, h: int) -> SmoothingParams | None:
+        """The smoothers' parameters (immutable) chosen for the combination
+        ``h`` steps ahead; ``None`` where horizon ``h`` has no combination (the
+        ridge alone) or is not fitted yet. Public: it shows which smoothing the
+        members of that horizon's point use."""
+        return self._smooth.get(h)
+
+    def holdout_band(self, h: int) -> np.ndarray | None:
+        """A copy of horizon ``h``'s holdout error band: the combined point's
+        out-of-sample errors (log scale over the local volatility) at
+        :data:`~forecasting.prescaler_band.BAND_LEVELS`; ``None`` where that
+        horizon's holdout held too few independent errors (see
+        ``band_min_errors``) and the ridge's band stands in. Public: it shows
+        which horizons' bands are split-conformal, and their error law."""
+        band = self._band.get(h)
+        return None if band is None else band.copy()
+
+    def ridge_residuals(self, h: int) -> np.ndarray | None:
+        """A copy of the ridge's sorted residual law for horizon ``h`` (log
+        scale over the local volatility) that the guard reads: every kept
+        residual or, where :meth:`holdout_band` has a band, its percent grid;
+        ``None`` where horizon ``h`` has no combination. Public: it shows the
+        ridge's fitted error law and how much of it a forecaster keeps."""
+        # The fit's own horizons only (a refit keeps older laws it no longer reads).
+        law = self._ridge_resid.get(h) if h in self._ridge_q50 else None
+        return None if law is None else law.copy()
 
     def _train_rows(self) -> TrainRows:
         """The training history's rows (:class:`TrainRows`), built once per
@@ -257,7 +318,7 @@ class PrescalerForecaster:
         keep = slice(-self.config.residual_rows, None)
         self._coef[h] = coef
         self._resid[h] = np.sort(resid[keep] / scale[keep])
-        weights = self._weights_for(h) if split is None else None
+        weights = self._weights_at(h) if split is None else None
         if weights is not None and self._train_y is not None:
             # The ridge's median offset (the ridge member of the combination)
             # and the smoothers' parameters for this horizon.
@@ -307,7 +368,7 @@ class PrescalerForecaster:
         (:func:`rolling_forecasts`, from ``split`` on); records on the way the
         ridge band's holdout coverage (``_tail``, see ``calibrate_rows``) and,
         given enough errors, the combined point's holdout error law
-        (``_holdout_band``, see ``band_min_errors``)."""
+        (:func:`holdout_error_band`, see ``band_min_errors``)."""
         z = self._train_z
         assert z is not None
         start, count, _, _ = origin_ranges(z.size, h, max(self._periods, default=0), None)
@@ -349,36 +410,33 @@ class PrescalerForecaster:
             shrink_rows=self.config.shrink_rows,
         )
         if n_test >= self.config.band_min_errors * h > 0:
-            self._band[h] = self._holdout_band(weights @ cands, actual, scale[first:])
+            self._band[h] = holdout_error_band(
+                weights @ cands, actual, scale[first:], self._c, self.config.band_half_life
+            )
         return weights
 
-    def _holdout_band(self, point: np.ndarray, actual: np.ndarray, scale: np.ndarray) -> np.ndarray:
-        """The shipped point's error law on the holdout (see ``band_min_errors``),
-        in the model's log scale over the local volatility."""
-        err = (self._z(actual) - self._z(point)) / scale
-        return holdout_band(err, self.config.band_half_life)
-
-    def _plausible(
+    def _guarded(
         self, weights: np.ndarray, cands: np.ndarray, centre: float, h: int, scale: float
     ) -> np.ndarray:
-        """``weights`` without the members beyond ``guard`` times the ridge's
-        0.1..0.9 residual band from its centre (:func:`plausible`)."""
+        """:func:`guarded_weights` with horizon ``h``'s ridge residual law at
+        0.1 and 0.9; ``weights`` unchanged where that law is empty."""
         guard = self.config.guard
         law = self._ridge_resid.get(h)
         if guard <= 0 or law is None or law.size == 0:
             return weights
-        lo = math.exp(centre + guard * self._law_quantile("ridge", h, law, 0.1, scale)) - self._c
-        hi = math.exp(centre + guard * self._law_quantile("ridge", h, law, 0.9, scale)) - self._c
-        low, high = min(lo, cands[0]), max(hi, cands[0])
-        if all(low <= v <= high for v in cands.tolist()):
-            # Every member inside (steady traffic): the renormalised weights
-            # are the same as at the last such forecast with these weights.
-            kept = self._all_kept.get(h)
-            if kept is None or kept[0] is not weights:
-                every = renormalised(weights, np.ones(cands.shape, dtype=bool))
-                kept = self._all_kept[h] = (weights, every)
-            return kept[1]
-        return plausible(weights, cands, lo, hi)
+        q_low = self._law_quantile("ridge", h, law, 0.1, scale)
+        q_high = self._law_quantile("ridge", h, law, 0.9, scale)
+        return guarded_weights(
+            weights,
+            cands,
+            centre,
+            q_low,
+            q_high,
+            guard=guard,
+            c=self._c,
+            memo=self._all_kept,
+            key=h,
+        )
 
     def _law_quantile(self, kind: str, h: int, law: np.ndarray, q: float, scale: float) -> float:
         """:func:`resid_quantile` of ``law`` (``kind`` "ridge" is
@@ -390,7 +448,9 @@ class PrescalerForecaster:
         factor = next((self._tail[hh] for hh in range(h, 0, -1) if hh in self._tail), 1.0)
         return calibrated(q, factor)
 
-    def _weights_for(self, h: int) -> np.ndarray | None:
+    def _weights_at(self, h: int) -> np.ndarray | None:
+        """The fitted array behind :meth:`combination_weights` (not a copy: the
+        guard's memo compares it by identity)."""
         for hh in range(h, 0, -1):
             if hh in self._weights:
                 w = self._weights[hh]
@@ -449,7 +509,7 @@ class PrescalerForecaster:
             else:
                 center = float(z[-1] + rows[h - 1] @ coef)
                 ridge_center = center
-                weights = self._weights_for(h_used)
+                weights = self._weights_at(h_used)
                 if weights is not None and h_used in self._ridge_q50:
                     if bank is None:
                         # The smoothers forget geometrically: 1024 steps hold
@@ -457,7 +517,7 @@ class PrescalerForecaster:
                         bank = SmoothingBank(self._y[-1024:])
                     ridge = math.exp(center + self._ridge_q50[h_used] * scale_now) - self._c
                     cands = np.array([max(ridge, 0.0), *bank.last_values(self._smooth[h_used], h)])
-                    weights = self._plausible(weights, cands, center, h_used, scale_now)
+                    weights = self._guarded(weights, cands, center, h_used, scale_now)
                     center = math.log(max(float(weights @ cands), 0.0) + self._c)
                     point = True
                 else:

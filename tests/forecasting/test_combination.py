@@ -13,11 +13,15 @@ from forecasting.combination import (
     SmoothingBank,
     SmoothingParams,
     damped_sum,
+    holt_filters,
     holt_state,
     inverse_error_weights,
     lfilter,
     min_abs_error_weights,
     ses_level,
+    simplex_grid,
+    trend_solve,
+    trend_state,
 )
 from forecasting.prescaler_band import median_and_quantile
 from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
@@ -101,9 +105,12 @@ def test_combination_weights_are_a_convex_mix_and_forecasts_sane() -> None:
     f = PrescalerForecaster()
     f.fit(y, 60)
     for h in range(1, 13):
-        w = f._weights_for(h)
+        w = f.combination_weights(h)
         assert w is not None and w.shape == (len(CANDIDATES) + 1,)
         assert abs(w.sum() - 1) < 1e-9 and np.all(w >= 0)
+        w[:] = -1.0  # a copy: the fitted weights stay
+        again = f.combination_weights(h)
+        assert again is not None and np.all(again >= 0)
     fc = f.predict(10, (0.1, 0.5, 0.9))
     assert np.all(np.diff(fc.values, axis=0) >= 0)
     assert abs(fc.median[0] - y[-1]) < 15
@@ -112,7 +119,7 @@ def test_combination_weights_are_a_convex_mix_and_forecasts_sane() -> None:
 def test_short_history_without_holdout_falls_back_to_the_ridge() -> None:
     f = PrescalerForecaster()
     f.fit(np.array([3.0, 4.0, 3.5, 3.8, 4.1, 3.9, 4.0, 3.7, 3.6, 4.2]), 30)
-    assert f._weights_for(2) is None
+    assert f.combination_weights(2) is None
     fc = f.predict(10)
     assert np.all(np.isfinite(fc.values)) and 2.0 < fc.median[0] < 6.0
 
@@ -236,11 +243,9 @@ def test_smoother_paths_are_the_filters_bit_for_bit(
     """Holt's level and trend, and the trend member's two sums, are filtered in
     one pass each; every path must be :func:`lfilter`'s to the last bit (the
     grid search compares them, and a changed bit can change a choice)."""
-    from forecasting.combination import _holt_filters, _trend_solve, trend_state
-
     y = np.asarray(values)
     d = y - y[0]
-    num_l, num_b, den = _holt_filters(alpha, beta, 0.9)
+    num_l, num_b, den = holt_filters(alpha, beta, 0.9)
     level, trend = holt_state(y, alpha, beta, 0.9)
     assert np.array_equal(level, lfilter(num_l, den, d) + y[0])
     assert np.array_equal(trend, lfilter(num_b, den, d))
@@ -248,7 +253,7 @@ def test_smoother_paths_are_the_filters_bit_for_bit(
     b = lfilter([0.0, lam], [1.0, -2.0 * lam, lam * lam], d)
     j = np.arange(y.size, dtype=float)
     pw = lam**j
-    ref_level, ref_slope = _trend_solve(
+    ref_level, ref_slope = trend_solve(
         a, b, np.cumsum(pw), np.cumsum(pw * j), np.cumsum(pw * j * j)
     )
     line, slope = trend_state(y, lam)
@@ -258,7 +263,6 @@ def test_smoother_paths_are_the_filters_bit_for_bit(
 def test_the_weight_grid_is_the_row_by_row_build() -> None:
     """The simplex grid built a block at a time is the row-by-row one (the
     MAE-optimal weights index it)."""
-    from forecasting.combination import _simplex_grid
 
     def rows_one_by_one(k: int, steps: int) -> np.ndarray:
         if k == 1:
@@ -272,7 +276,7 @@ def test_the_weight_grid_is_the_row_by_row_build() -> None:
         return np.asarray(grid / grid.sum(axis=1, keepdims=True))
 
     for k, steps in ((1, 10), (2, 3), (3, 7), (5, 10)):
-        assert np.array_equal(_simplex_grid(k, steps), rows_one_by_one(k, steps))
+        assert np.array_equal(simplex_grid(k, steps), rows_one_by_one(k, steps))
 
 
 def test_few_independent_errors_choose_the_parameters_on_one_step_errors() -> None:

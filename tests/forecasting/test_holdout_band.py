@@ -11,29 +11,27 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from forecasting.prescaler_band import BAND_LEVELS as _BAND_LEVELS
-from forecasting.prescaler_band import recency_quantiles
+from forecasting.prescaler_band import band_spread, holdout_error_band, recency_quantiles
 from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
 
 def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
-    f = PrescalerForecaster(PrescalerConfig(band_half_life=0.0))  # every error alike
-    f._c = 2.0
     rng = np.random.default_rng(1)
     point = rng.uniform(5, 50, 400)
     actual = point * np.exp(rng.normal(0, 0.2, 400))
     scale = np.full(400, 0.5)
-    band = f._holdout_band(point, actual, scale)
+    band = holdout_error_band(point, actual, scale, 2.0, 0.0)  # every error alike
     err = (np.log(actual + 2.0) - np.log(point + 2.0)) / 0.5
     assert band.shape == _BAND_LEVELS.shape
     assert np.allclose(band, np.quantile(err, _BAND_LEVELS))
     assert np.all(np.diff(band) >= 0)
-    weighted = PrescalerForecaster()
-    weighted._c = 2.0
-    half_life = weighted.config.band_half_life * err.size
+    default_half_life = PrescalerConfig().band_half_life
+    assert default_half_life > 0
+    half_life = default_half_life * err.size
     assert np.allclose(
-        weighted._holdout_band(point, actual, scale),
+        holdout_error_band(point, actual, scale, 2.0, default_half_life),
         recency_quantiles(err, half_life, _BAND_LEVELS),
     )
 
@@ -81,14 +79,15 @@ def test_horizons_with_enough_independent_errors_get_the_band() -> None:
     # Not the default count: at 50 errors the longest eager horizon falls short.
     f = PrescalerForecaster(PrescalerConfig(band_min_errors=50.0))
     f.fit(y, 60.0)
-    assert 1 in f._band and 5 in f._band
-    assert 12 not in f._band  # 12 * 50 = 600 origins: more than the history holds
+    assert f.holdout_band(1) is not None and f.holdout_band(5) is not None
+    assert f.holdout_band(12) is None  # 12 * 50 = 600 origins: more than the history holds
+    horizons = range(1, f.config.fit_horizon + 1)
     short = PrescalerForecaster()
     short.fit(y[:25], 60.0)  # about 15 holdout origins
-    assert short._band == {}
+    assert all(short.holdout_band(h) is None for h in horizons)
     off = PrescalerForecaster(PrescalerConfig(band_min_errors=0.0))
     off.fit(y, 60.0)
-    assert off._band == {}
+    assert all(off.holdout_band(h) is None for h in horizons)
 
 
 def test_predict_puts_the_band_around_the_combined_point() -> None:
@@ -96,17 +95,32 @@ def test_predict_puts_the_band_around_the_combined_point() -> None:
     y = rng.poisson(40.0, 600).astype(float)
     f = PrescalerForecaster()
     f.fit(y, 60.0)
-    assert not f._use_scale  # 600 rows: unscaled errors, so the arithmetic below is exact
-    f._band[1] = np.linspace(-0.3, 0.3, _BAND_LEVELS.size)
+    # Fewer rows than local_scale_rows: unscaled errors, so the arithmetic below is exact.
+    assert y.size < f.config.local_scale_rows
+    band, c = f.holdout_band(1), f.offset
+    assert band is not None and c is not None
+    low, high = float(np.interp(0.1, _BAND_LEVELS, band)), float(np.interp(0.9, _BAND_LEVELS, band))
+    assert low < 0.0 < high  # an unbiased law: no clipping below
     fc = f.predict(1, (0.1, 0.5, 0.9))
-    centre = math.log(fc.values[1, 0] + f._c)
-    assert fc.values[2, 0] == pytest.approx(math.exp(centre + 0.24) - f._c)
-    assert fc.values[0, 0] == pytest.approx(math.exp(centre - 0.24) - f._c)
-    # A biased law is clipped so that the band still holds the point.
-    f._band[1] = np.linspace(0.1, 0.2, _BAND_LEVELS.size)
-    fc = f.predict(1, (0.1, 0.5, 0.9))
-    assert fc.values[0, 0] == pytest.approx(fc.values[1, 0])
-    assert fc.values[2, 0] > fc.values[1, 0]
+    centre = math.log(fc.values[1, 0] + c)
+    assert fc.values[2, 0] == pytest.approx(math.exp(centre + high) - c)
+    assert fc.values[0, 0] == pytest.approx(math.exp(centre + low) - c)
+    for i, q in enumerate((0.1, 0.5, 0.9)):
+        assert fc.values[i, 0] == pytest.approx(
+            math.exp(centre + band_spread(band, q, 1.0, 1.0)) - c
+        )
+    # The band's offsets are the law's errors at each level ...
+    assert band_spread(np.linspace(-0.3, 0.3, _BAND_LEVELS.size), 0.9, 1.0, 1.0) == pytest.approx(
+        0.24
+    )
+    assert band_spread(np.linspace(-0.3, 0.3, _BAND_LEVELS.size), 0.1, 1.0, 1.0) == pytest.approx(
+        -0.24
+    )
+    # ... and a biased law is clipped so that the band still holds the point.
+    biased = np.linspace(0.1, 0.2, _BAND_LEVELS.size)
+    assert band_spread(biased, 0.1, 1.0, 1.0) == 0.0
+    assert band_spread(biased, 0.9, 1.0, 1.0) > 0.0
+    assert band_spread(-biased, 0.9, 1.0, 1.0) == 0.0
 
 
 def test_white_noise_band_covers_its_level() -> None:
@@ -115,7 +129,7 @@ def test_white_noise_band_covers_its_level() -> None:
     y = rng.normal(100, 10, 4000)
     f = PrescalerForecaster()
     f.fit(y[:2000], 60.0)
-    assert 2 in f._band
+    assert f.holdout_band(2) is not None
     assert 0.85 <= rolling_coverage(f, y, range(2000, 3990, 10)) <= 0.95
 
 
@@ -150,13 +164,23 @@ def test_banded_horizons_keep_the_guard_quantiles_of_the_ridge_law_exactly() -> 
     banded.fit(y, 60.0)
     full = PrescalerForecaster(PrescalerConfig(band_min_errors=0.0))
     full.fit(y, 60.0)
-    assert 1 in banded._band
-    assert banded._ridge_resid[1].size == _BAND_LEVELS.size < full._ridge_resid[1].size
+    assert banded.holdout_band(1) is not None and full.holdout_band(1) is None
+    kept, every = banded.ridge_residuals(1), full.ridge_residuals(1)
+    assert kept is not None and every is not None
+    assert kept.size == _BAND_LEVELS.size < every.size
     for q in (0.1, 0.9):
-        assert _sorted_quantile(banded._ridge_resid[1], q) == _sorted_quantile(
-            full._ridge_resid[1], q
-        )
+        assert _sorted_quantile(kept, q) == _sorted_quantile(every, q)
     assert np.array_equal(banded.predict(12, (0.5,)).values, full.predict(12, (0.5,)).values)
+    # After a jump the guard drops members (the median moves from the
+    # unguarded twin's), and it reads the same quantiles: the medians agree.
+    jump = np.concatenate([y, np.full(8, 90.0)])
+    unguarded = PrescalerForecaster(PrescalerConfig(guard=0.0))
+    unguarded.fit(y, 60.0)
+    for g in (banded, full, unguarded):
+        g.update(jump)
+    median = banded.predict(12, (0.5,)).values
+    assert np.array_equal(median, full.predict(12, (0.5,)).values)
+    assert not np.array_equal(median, unguarded.predict(12, (0.5,)).values)
 
 
 def test_negative_history_values_read_as_zero_in_the_band() -> None:
@@ -167,6 +191,7 @@ def test_negative_history_values_read_as_zero_in_the_band() -> None:
     assert (y < 0).any()
     f = PrescalerForecaster()
     f.fit(y, 60.0)
-    assert 1 in f._band and np.all(np.isfinite(f._band[1]))
+    band = f.holdout_band(1)
+    assert band is not None and np.all(np.isfinite(band))
     fc = f.predict(5, (0.1, 0.5, 0.9))
     assert np.all(fc.values[2] > fc.values[1] + 1.0)

@@ -16,6 +16,7 @@ from forecasting.combination import (
     trend_state,
 )
 from forecasting.prescaler_band import calibrated, tail_factor
+from forecasting.prescaler_members import guarded_weights
 from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
@@ -56,7 +57,7 @@ def test_a_short_history_already_weighs_its_pool() -> None:
     f = PrescalerForecaster()
     f.fit(y, 30.0)
     for h in (1, 2, 3):
-        w = f._weights[h]
+        w = f.combination_weights(h)
         assert w is not None and abs(float(w.sum()) - 1.0) < 1e-9 and np.all(w >= 0)
     fc = f.predict(5, (0.1, 0.5, 0.9))
     assert np.all(np.diff(fc.values, axis=0) >= 0)
@@ -85,29 +86,45 @@ def test_calibration_keeps_white_noise_bands_near_their_level() -> None:
     # the holdout band: tests/forecasting/test_holdout_band.py).
     f = PrescalerForecaster(PrescalerConfig(calibrate_rows=200, band_min_errors=0.0))
     f.fit(y[:2000], 60.0)
-    assert f._band == {} and f._tail
+    # The calibration acts: the ridge's band (calibrated only where no holdout
+    # band is kept) moves from its uncalibrated twin's, the median does not.
+    raw = PrescalerForecaster(PrescalerConfig(calibrate_rows=0, band_min_errors=0.0))
+    raw.fit(y[:2000], 60.0)
+    got, plain = f.predict(2, (0.1, 0.5, 0.9)).values, raw.predict(2, (0.1, 0.5, 0.9)).values
+    assert np.array_equal(got[1], plain[1])
+    assert not np.array_equal(got[[0, 2]], plain[[0, 2]])
     assert 0.8 <= rolling_coverage(f, y, range(2000, 2990, 10)) <= 0.97
 
 
 def test_members_outside_the_ridge_band_sit_out_a_forecast() -> None:
     """After a level shift the slow smoothers lag; the guard drops them."""
+    # A steady series near 100 with its offset (a quarter of the level) and
+    # ridge residual quantiles at 0.1 / 0.9 of about -0.02 / +0.02.
+    c, q_low, q_high = 25.0, -0.02, 0.02
+    guard = PrescalerConfig().guard
+    assert guard > 0
+    w = np.full(5, 0.2)
+    centre = float(np.log(100.0 + c))
+
+    def guarded(weights: np.ndarray, cands: np.ndarray, guard: float = guard) -> np.ndarray:
+        return guarded_weights(weights, cands, centre, q_low, q_high, guard=guard, c=c)
+
+    inside = np.array([100.0, 100.5, 99.5, 101.0, 99.0])
+    assert np.array_equal(guarded(w, inside), w)
+    memo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    remembered = guarded_weights(w, inside, centre, q_low, q_high, guard=guard, c=c, memo=memo)
+    assert np.array_equal(remembered, w) and memo[0][0] is w
+    lagging = np.array([100.0, 100.5, 160.0, 101.0, 40.0])
+    kept = guarded(w, lagging)
+    assert kept[2] == 0.0 and kept[4] == 0.0 and abs(kept.sum() - 1.0) < 1e-12
+    only_outliers = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
+    assert np.array_equal(guarded(only_outliers, lagging), [1, 0, 0, 0, 0])
+    assert np.array_equal(guarded(w, lagging, guard=0.0), w)  # the guard off
+    # End to end: 20 steps after a jump to 300 the median has followed it.
     rng = np.random.default_rng(5)
     y = 100 + rng.normal(0, 2, 500)
     f = PrescalerForecaster()
     f.fit(y, 60)
-    w = np.full(5, 0.2)
-    centre = float(np.log(100.0 + f._c))
-    inside = np.array([100.0, 100.5, 99.5, 101.0, 99.0])
-    assert np.array_equal(f._plausible(w, inside, centre, 1, 1.0), w)
-    lagging = np.array([100.0, 100.5, 160.0, 101.0, 40.0])
-    kept = f._plausible(w, lagging, centre, 1, 1.0)
-    assert kept[2] == 0.0 and kept[4] == 0.0 and abs(kept.sum() - 1.0) < 1e-12
-    only_outliers = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
-    assert np.array_equal(f._plausible(only_outliers, lagging, centre, 1, 1.0), [1, 0, 0, 0, 0])
-    off = PrescalerForecaster(PrescalerConfig(guard=0.0))
-    off.fit(y, 60)
-    assert np.array_equal(off._plausible(w, lagging, centre, 1, 1.0), w)
-    # End to end: 20 steps after a jump to 300 the median has followed it.
     f.update(np.concatenate([y, np.full(20, 300.0)]))
     assert f.predict(1).median[0] > 250
 
@@ -135,34 +152,37 @@ def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> N
     y = 50 + np.cumsum(rng.normal(0, 1, 40))
     f = PrescalerForecaster()
     f.fit(y, 30.0)
-    w10, w1 = f._weights[10], f._weights[1]
+    w10, w1 = f.combination_weights(10), f.combination_weights(1)
     assert w10 is not None and w10.size == len(CANDIDATES) + 1
     assert w10[0] == 0.0 and np.allclose(w10[1:], 1.0 / len(CANDIDATES))
     assert w1 is not None and w1[0] > 0.0 and not np.allclose(w1[1:], w1[1])
     # The forecast 10 steps ahead is the smoothers' plain mean.
     bank = SmoothingBank(y)
     point = float(f.predict(10, (0.5,)).values[0, -1])
-    assert point == pytest.approx(float(np.mean(bank.last_forecasts(f._smooth[10], 10))))
+    params = f.smoothing_params(10)
+    assert params is not None
+    assert point == pytest.approx(float(np.mean(bank.last_forecasts(params, 10))))
     # 16 steps: the 1-step holdout has 6 origins, the 2-step one 4 (under
     # min_holdout); that horizon gets the equal shares too, not horizon 1's
     # fitted weights. (At a count of 5: at the default 8, 6 origins are too
     # few for horizon 1 as well.)
     g = PrescalerForecaster(PrescalerConfig(min_independent_errors=5.0))
     g.fit(y[:16], 30.0)
-    g1, g2 = g._weights[1], g._weights[2]
+    g1, g2 = g.combination_weights(1), g.combination_weights(2)
     assert g1 is not None and g1[0] > 0.0
     assert g2 is not None and g2[0] == 0.0 and np.allclose(g2[1:], 1.0 / len(CANDIDATES))
     # The rule goes with min_independent_errors: off, horizon 2 borrows again.
     g_off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
     g_off.fit(y[:16], 30.0)
-    assert g_off._weights[2] is None
+    g_off1 = g_off.combination_weights(1)
+    assert g_off1 is not None and np.array_equal(g_off.combination_weights(2), g_off1)
     # With no holdout at all (10 steps) the ridge alone speaks.
     r = PrescalerForecaster()
     r.fit(y[:10], 30.0)
-    assert all(w is None for w in r._weights.values())
+    assert all(r.combination_weights(h) is None for h in range(1, r.config.fit_horizon + 1))
     off = PrescalerForecaster(PrescalerConfig(min_independent_errors=0))
     off.fit(y, 30.0)
-    w10_off = off._weights[10]
+    w10_off = off.combination_weights(10)
     assert w10_off is not None and not np.allclose(w10_off, 1.0 / w10_off.size)
     with pytest.raises(ValueError, match="min_independent_errors"):
         PrescalerConfig(min_independent_errors=-1.0)
@@ -180,10 +200,10 @@ def test_a_short_history_keeps_the_default_transform() -> None:
         y = 50 * (1.5 + np.sin(t / 20)) * np.exp(rng.normal(0, 0.3, t.size))
         free = PrescalerForecaster(PrescalerConfig(min_independent_errors=0.0))
         free.fit(y, 60.0)
-        chosen.add(round(free._c / free._level, 6))
+        chosen.add(free.offset_fraction)
         ruled = PrescalerForecaster()
         ruled.fit(y, 60.0)
-        assert ruled._c == pytest.approx(ruled.config.default_offset_fraction * ruled._level)
+        assert ruled.offset_fraction == ruled.config.default_offset_fraction
     assert len(chosen) == 2  # without the rule, two seeds, two transforms
 
 
@@ -192,11 +212,12 @@ def test_a_long_history_still_chooses_its_transform() -> None:
     y = 5 + np.arange(400) * 0.5 + rng.normal(0, 2, 400)  # a ramp: near-additive wins
     f = PrescalerForecaster()
     f.fit(y, 60.0)
-    assert f._c == pytest.approx(16.0 * f._level)
+    assert f.offset_fraction == 16.0
 
 
 def test_a_single_configured_offset_is_used_without_scoring() -> None:
     rng = np.random.default_rng(1)
     f = PrescalerForecaster(PrescalerConfig(offset_fractions=(4.0,)))
+    assert f.offset_fraction is None  # not fitted yet
     f.fit(rng.poisson(30.0, 400).astype(float), 60.0)
-    assert f._c == pytest.approx(4.0 * f._level)
+    assert f.offset_fraction == 4.0

@@ -83,12 +83,12 @@ def test_the_simulator_benches_compare_forecasters_before_the_held_out_day() -> 
     replay a window of the 10-s counts and backfill the demand before it: the
     window must end before the held-out day."""
     from tests.simulations.test_simulator_bench import CASES as SIM_CASES
-    from tests.simulations.test_simulator_bench import _window_and_scale
+    from tests.simulations.test_simulator_bench import window_and_scale
 
     aliases = {HOLDOUT_FILE, *SAME_DEMAND}
     for name, length_s in SIM_CASES:
         if name not in aliases:
             continue
         assert length_s is not None, f"{name}: the whole trace holds the held-out day"
-        start_s, _, _ = _window_and_scale(reference_path("traces", name), length_s)
+        start_s, _, _ = window_and_scale(reference_path("traces", name), length_s)
         assert start_s + length_s <= 6 * DAY_S - 5.0, name

@@ -23,7 +23,7 @@ import pytest
 from forecasting import METHODS
 from forecasting.baselines import available
 from simulations.cli import SimulateOptions, simulate
-from tests.simulations.test_simulator_bench import CASES, OUT, TRACES, _window_and_scale
+from tests.simulations.test_simulator_bench import CASES, OUT, TRACES, window_and_scale
 
 BASELINE_METHODS = ("sf_autoets", "sf_autotheta")
 """The statsforecast models fast enough to refit in a long replay (AutoARIMA and
@@ -59,7 +59,7 @@ def test_bench_forecasters_by_outcome() -> None:
         path = TRACES / name
         if not path.exists():
             continue
-        start, duration, scale = _window_and_scale(path, length)
+        start, duration, scale = window_and_scale(path, length)
         rows: dict[str, dict[str, float]] = {}
         t0 = time.perf_counter()
         for method in methods:

@@ -227,9 +227,12 @@ def test_bench_fourteen_days() -> None:
     )
 
 
-def _window_and_scale(path: Path, length_s: float | None) -> tuple[float, float | None, float]:
+def window_and_scale(path: Path, length_s: float | None) -> tuple[float, float | None, float]:
     """(start_s, duration_s, rate scale): the window around the busiest minute and
-    the scale that brings that minute to TARGET_PEAK_RPS."""
+    the scale that brings that minute to TARGET_PEAK_RPS.
+
+    Public because the forecaster outcome bench and the held-out-day check
+    (tests/forecasting/test_unseen_split.py) must replay the same windows."""
     series = read_series(path)
     if series.step_s < 60.0:
         series = read_series(path, 60.0)
@@ -262,7 +265,7 @@ def test_bench_outcomes_on_every_trace() -> None:
         path = TRACES / name
         if not path.exists():
             continue
-        start, duration, scale = _window_and_scale(path, length)
+        start, duration, scale = window_and_scale(path, length)
         w = load_workload(
             path, TrafficOptions(rate_scale=scale, start_s=start, duration_s=duration)
         )
