@@ -1,19 +1,29 @@
 # prescaler: the KEDA external scaler image the manifests deploy.
 #   docker build -t ghcr.io/<you>/prescaler:0.1.0 .
 # Three stages: the build stage generates the gRPC code from
-# protos/externalscaler.proto (never committed) and builds a wheel; the front
-# stage builds prescaler-front (the compiled gRPC front, Go and grpc-go from
-# Debian); the runtime stage installs only those and runs as an unprivileged
-# user. `prescaler serve` finds prescaler-front on the PATH.
+# protos/externalscaler.proto (never committed), builds a wheel and compiles
+# the hot modules with mypyc (prescaler_native/build.py: the forecaster's
+# smoothing loops among them, a third of the forecast worker's CPU); the
+# front stage builds prescaler-front (the compiled gRPC front, Go and
+# grpc-go from Debian); the runtime stage installs only those and runs as an
+# unprivileged user. `prescaler serve` finds prescaler-front on the PATH.
 
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN pip install "grpcio-tools>=1.60" "setuptools>=68" wheel
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+RUN pip install "grpcio-tools>=1.60" "setuptools>=68" wheel "mypy>=1.10"
 COPY . .
+# The compiled modules are type-checked against the installed dependencies,
+# like `make native`; the build's manifest records the sources' SHA-256,
+# which the installed copies in site-packages must match at run time.
 RUN python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. protos/externalscaler.proto \
     && python -m grpc_tools.protoc -I. --python_out=. protos/front.proto \
-    && pip wheel --no-deps --wheel-dir /wheels .
+    && pip wheel --no-deps --wheel-dir /wheels . \
+    && pip install /wheels/*.whl \
+    && python -m prescaler_native.build /native
 
 FROM python:3.11.11-slim-bookworm AS front
 RUN apt-get update \
@@ -32,6 +42,11 @@ RUN groupadd --system --gid 10001 prescaler \
        --shell /usr/sbin/nologin prescaler
 COPY --from=build /wheels /wheels
 RUN pip install /wheels/*.whl && rm -rf /wheels
+# The compiled modules load only while they match the installed sources
+# (prescaler_native/loader.py); the image refuses to build when they do not.
+COPY --from=build /native /opt/prescaler/native
+ENV PRESCALER_NATIVE_DIR=/opt/prescaler/native
+RUN python -c "import forecasting.filters as f, prescaler_native.loader as n; assert n.is_native(f)"
 COPY --from=front /out/prescaler-front /usr/local/bin/prescaler-front
 USER 10001:10001
 # 9090 gRPC (KEDA external scaler + grpc.health.v1), 9091 Prometheus /metrics.

@@ -89,6 +89,34 @@ def test_compiled_engine_gives_identical_records(native_build: Path) -> None:
     assert all(count > 0 for count in native["covers"].values()), native["covers"]
 
 
+def test_an_installed_copy_loads_the_build_made_from_its_checkout(
+    native_build: Path, tmp_path: Path
+) -> None:
+    """The container image's layout: the packages installed from a wheel into
+    another folder (site-packages), the build kept elsewhere and named by
+    ``PRESCALER_NATIVE_DIR``. The installed sources must be exactly the
+    checkout's, or the loader would fall back to them without a word."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(ROOT)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    probe = (
+        "import json, engine.replica as r, forecasting.filters as f, simulations.router as s\n"
+        "from prescaler_native.loader import is_native\n"
+        "print(json.dumps([r.__file__, [is_native(m) for m in (r, f, s)]]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    env.update({"PYTHONPATH": str(site), "PRESCALER_NATIVE_DIR": str(native_build)})
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    where, native = json.loads(proc.stdout)
+    assert Path(where).is_relative_to(native_build) and native == [True, True, True]
+
+
 def _fake_build(
     tmp_path: Path,
     sources: dict[str, str],

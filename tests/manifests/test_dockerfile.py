@@ -89,3 +89,25 @@ def test_the_compiled_front_is_on_the_runtime_path() -> None:
     runs = " ".join(args for name, args in ins if name == "RUN")
     assert "front/build.sh /out/prescaler-front" in runs
     assert "protos/front.proto" in runs
+
+
+def test_the_runtime_loads_the_compiled_modules_or_the_build_fails() -> None:
+    """The build stage compiles the hot modules (``prescaler_native.build``)
+    after installing the wheel they will be checked against; the runtime
+    stage names the build with ``PRESCALER_NATIVE_DIR`` and refuses to
+    finish when the loader would not use it (stale against the installed
+    sources), instead of shipping the pure-Python speed unnoticed."""
+    ins = instructions()
+    last_from = max(i for i, (name, _) in enumerate(ins) if name == "FROM")
+    build_runs = " ".join(args for name, args in ins[:last_from] if name == "RUN")
+    assert "gcc" in build_runs
+    assert build_runs.index("pip install /wheels/") < build_runs.index(
+        "python -m prescaler_native.build /native"
+    )
+    final = ins[last_from:]
+    copies = [args.split() for name, args in final if name == "COPY"]
+    assert ["--from=build", "/native", "/opt/prescaler/native"] in copies
+    envs = " ".join(args for name, args in final if name == "ENV")
+    assert "PRESCALER_NATIVE_DIR=/opt/prescaler/native" in envs
+    runs = [args for name, args in final if name == "RUN"]
+    assert any("assert n.is_native(f)" in r for r in runs)
