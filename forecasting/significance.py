@@ -1,4 +1,4 @@
-"""How sure a backtest is that one method's MAE differs from another's.
+"""How sure a backtest is that one method's MAE (or pinball loss) differs from another's.
 
 Why: a backtest scores tens to hundreds of rolling origins, and neighbouring
 origins' h-step errors share up to ``h - 1`` steps of the future, so a ratio of
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from forecasting.backtest import BacktestResult
+    from forecasting.backtest import BacktestResult, Trajectory
 
 
 FLOAT_DUST = 1e-9
@@ -139,6 +139,42 @@ def mae_ratios(
             block=block,
             level=level,
         )
+        for other, theirs in trajectories.items()
+        if other != method
+    }
+
+
+def pinball_ratios(
+    result: BacktestResult,
+    horizon: int,
+    method: str = "prescaler",
+    *,
+    q: float = 0.9,
+    level: float = 0.9,
+) -> dict[str, RatioInterval]:
+    """``pinball_q(method) / pinball_q(other)`` with its interval, for every
+    other method scored at ``horizon`` (steps), over the same origins.
+
+    The same paired block bootstrap as :func:`mae_ratios`, on each origin's
+    pinball loss of the ``q`` forecast (``q90``; ``q`` names its level), so
+    "worse on pinball" is judged as MAE is. Why: the scaler provisions for
+    the 0.9 quantile, and a pinball ratio near 1 needs the same test."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q must be in (0, 1), got {q}")
+    trajectories = result.trajectories[horizon]
+    if method not in trajectories:
+        raise ValueError(f"{method!r} was not backtested; scored: {', '.join(trajectories)}")
+    mine = trajectories[method]
+    origins = mine.actual.size
+    block = block_length(origins, horizon, result.stride)
+    dust = FLOAT_DUST * float(np.mean(np.abs(mine.actual))) if origins else 0.0
+
+    def loss(t: Trajectory) -> np.ndarray:
+        d = _undusted(t.actual - t.q90, dust)
+        return np.maximum(q * d, (q - 1.0) * d)
+
+    return {
+        other: mae_ratio_interval(loss(mine), loss(theirs), block=block, level=level)
         for other, theirs in trajectories.items()
         if other != method
     }

@@ -41,7 +41,7 @@ from forecasting.backtest import backtest
 from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
-from forecasting.significance import mae_ratios
+from forecasting.significance import mae_ratios, pinball_ratios
 from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]
@@ -116,6 +116,7 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
         # Is a MAE ratio above (or below) 1 evidence or the luck of a few
         # origins? Paired block bootstrap over the scored origins.
         all_ratios = mae_ratios(res, h)
+        pin_ratios = pinball_ratios(res, h)
         interval = all_ratios[best_mae_anchor]
         ratio = p.pinball_p90 / sc[best].pinball_p90
         if not held_out:
@@ -128,15 +129,19 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
             sf_ratio = p.pinball_p90 / sc[best_sf].pinball_p90
             if not held_out:
                 sf_ratios.append(sf_ratio)
+            sf_pin = pin_ratios[best_sf]
             sf = {
                 "best_statsforecast": best_sf,
                 "pinball_ratio_to_best_statsforecast": sf_ratio,
+                "pinball_ratio_to_best_statsforecast_interval90": [sf_pin.low, sf_pin.high],
+                "pinball_significantly_worse_than_best_statsforecast": (sf_pin.significantly_worse),
                 "statsforecast_coverage_p90": sc[best_sf].coverage_p90,
                 "mae_ratio_to_best_statsforecast": p.mae / sc[best_sf].mae,
                 "mae_ratio_to_best_statsforecast_interval90": [sf_int.low, sf_int.high],
             }
             sf_cols = (
-                f"  {best_sf:>12s} {sf_ratio:6.3f} {sc[best_sf].coverage_p90:6.2f} "
+                f"  {best_sf:>12s} {sf_ratio:6.3f} {sf_pin.low:6.3f}-{sf_pin.high:5.3f} "
+                f"{sc[best_sf].coverage_p90:6.2f} "
                 f"{p.mae / sc[best_sf].mae:8.3f} {sf_int.low:6.3f}-{sf_int.high:5.3f}"
             )
         best_all = min(sc, key=lambda m: sc[m].pinball_p90 if m != "prescaler" else np.inf)
@@ -154,6 +159,10 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
             "pinball_ratio_to_last_value": p.pinball_p90 / sc["last_value"].pinball_p90,
             "best_other_method": best_all,
             "pinball_ratio_to_best_other_method": p.pinball_p90 / sc[best_all].pinball_p90,
+            "pinball_ratio_to_best_other_method_interval90": [
+                pin_ratios[best_all].low,
+                pin_ratios[best_all].high,
+            ],
             "prescaler_coverage_p90": p.coverage_p90,
             "mae_ratio_to_best_anchor": p.mae / best_mae,
             "best_mae_anchor": best_mae_anchor,
@@ -186,7 +195,8 @@ def test_backtest_shipped_traces() -> None:
     lines = [
         f"{'series':34s} {'H(s)':>5s} {'best anchor':>14s} {'pin ratio':>9s} "
         f"{'vs last':>7s} {'MAE p/best':>10s} {'90% interval':>13s} {'cov p90':>7s}"
-        f"  {'best sf':>12s} {'pin/sf':>6s} {'cov sf':>6s} {'MAE p/sf':>8s} {'90% interval':>13s}"
+        f"  {'best sf':>12s} {'pin/sf':>6s} {'90% interval':>12s} {'cov sf':>6s} {'MAE p/sf':>8s}"
+        f" {'90% interval':>13s}"
     ]
     holdout = {name for name, *_ in HOLDOUT}
     rows = CASES + HOLDOUT
@@ -222,6 +232,10 @@ def test_backtest_shipped_traces() -> None:
             float(np.mean(sf_ratios)) if sf_ratios else None
         ),
         "mean_pinball_ratio_to_best_other_method": float(np.mean(best_other)),
+        "rows_pinball_significantly_worse_than_best_statsforecast": sum(
+            bool(r.get("pinball_significantly_worse_than_best_statsforecast"))
+            for r in shipped.values()
+        ),
         "wall_s": wall,
         "jobs": jobs,
         "holdout": sorted(holdout),
@@ -234,6 +248,11 @@ def test_backtest_shipped_traces() -> None:
             f"mean pinball ratio to best statsforecast: {np.mean(sf_ratios):.3f} (target <= 0.9)"
         )
     lines.append(f"mean pinball ratio to the best other method: {np.mean(best_other):.3f}")
+    lines.append(
+        "pinball significantly worse than the best statsforecast model (90 % paired block "
+        f"bootstrap) on {summary['rows_pinball_significantly_worse_than_best_statsforecast']}"
+        f"/{len(shipped)} rows"
+    )
     met = summary["rows_mae_at_most_best_anchor"]
     lines.append(
         f"MAE <= best anchor on {met}/{len(mae_ratio_values)} rows "

@@ -109,6 +109,27 @@ def test_mae_ratios_compare_one_method_with_every_other() -> None:
         mae_ratios(res, 3, "prescaler")
 
 
+def test_pinball_ratios_are_the_scores_ratio_with_an_interval() -> None:
+    """The point of each interval is the backtest's own pinball ratio at 0.9;
+    a method against itself ties exactly; a bad q is refused."""
+    from forecasting import DemandSeries
+    from forecasting.backtest import backtest
+    from forecasting.significance import pinball_ratios
+
+    y = 10 + np.sin(np.arange(300) / 7.0) + np.random.default_rng(6).normal(0, 0.3, 300)
+    res = backtest(DemandSeries(0, 60, y, "requests_per_s", "t"), (3,), ["last_value", "kalman"])
+    ratios = pinball_ratios(res, 3, "kalman")
+    sc = res.scores[3]
+    iv = ratios["last_value"]
+    assert iv.ratio == pytest.approx(sc["kalman"].pinball_p90 / sc["last_value"].pinball_p90)
+    assert iv.low <= iv.ratio <= iv.high
+    assert iv.block == block_length(sc["kalman"].origins, 3, res.stride)
+    with pytest.raises(ValueError, match="q must be"):
+        pinball_ratios(res, 3, "kalman", q=1.0)
+    with pytest.raises(ValueError, match="not backtested"):
+        pinball_ratios(res, 3, "prescaler")
+
+
 def test_draws_against_a_perfect_stretch_give_an_infinite_end_not_nan() -> None:
     """Where ``b`` made no error over a whole resampled run, that draw's ratio
     is infinite; the interval must then end at infinity, never at NaN (the
