@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -68,6 +70,8 @@ __all__ = [
     "study_fingerprint",
 ]
 
+
+log = logging.getLogger(__name__)
 
 PACE_FIRST_RUNG = 1 / 32
 """The rung at which the SLO pace rule allows the full ``slack``."""
@@ -348,21 +352,43 @@ def _states(*names: str) -> tuple[Any, ...]:
     return tuple(getattr(optuna.trial.TrialState, n) for n in names)
 
 
-def open_storage(url: str) -> Any:
+SCHEMA_RACE_TRIES = 5
+"""Attempts at opening a storage whose tables another process is creating."""
+
+
+def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> Any:
     """An optuna RDB storage (SQLite, PostgreSQL, MySQL URL) with trial
-    heartbeats, so a killed process's unfinished trial does not count."""
+    heartbeats, so a killed process's unfinished trial does not count.
+
+    Several ``prescaler tune`` processes started at once on an empty
+    database all create optuna's tables; PostgreSQL lets only one
+    ``CREATE TABLE`` win and fails the others ("already exists"). A loser
+    tries again after a short wait, when the tables are there to use."""
     import optuna
+    import sqlalchemy.exc
 
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
     import warnings
 
-    with warnings.catch_warnings():  # heartbeats are flagged experimental: chosen on purpose
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-        )
+    for attempt in range(1, SCHEMA_RACE_TRIES + 1):
+        try:
+            with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+                )
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+            sqlalchemy.exc.OperationalError,
+        ) as exc:
+            if attempt == SCHEMA_RACE_TRIES or "already exists" not in str(exc):
+                raise
+            log.info("storage %s: tables being created by another process, retrying", url)
+            sleep(0.25 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> Any:

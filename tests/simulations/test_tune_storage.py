@@ -188,3 +188,47 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     assert {k: complete[k] for k in before} == before
     assert len(complete) == 30
     assert json.loads((tmp_path / "k.json").read_text())["trials"] == 30
+
+
+def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tune processes starting on an empty PostgreSQL both create
+    optuna's tables, and the loser's CREATE TABLE fails with "already
+    exists" (seen in CI: a duplicate ``alembic_version`` type). open_storage
+    waits and opens it again; any other database error is raised at once."""
+    import sqlalchemy.exc
+
+    from simulations.tune_study import open_storage
+
+    real = optuna.storages.RDBStorage
+    lost = sqlalchemy.exc.IntegrityError(
+        "CREATE TABLE alembic_version", None,
+        Exception('duplicate key value violates unique constraint "pg_type_typname_nsp_index"'
+                  " DETAIL: Key (typname, typnamespace)=(alembic_version, 2200) already exists."),
+    )  # fmt: skip
+    calls: list[str] = []
+
+    def racing(url: str, **kwargs: object) -> object:
+        calls.append(url)
+        if len(calls) == 1:
+            raise lost
+        return real(url, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    waits: list[float] = []
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url, sleep=waits.append)
+    assert len(calls) == 2 and len(waits) == 1
+    assert isinstance(storage, real) and storage.get_all_studies() == []
+
+    other = sqlalchemy.exc.IntegrityError("INSERT", None, Exception("a NOT NULL constraint"))
+
+    def broken(url: str, **kwargs: object) -> object:
+        raise other
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
+    waits.clear()
+    with pytest.raises(sqlalchemy.exc.IntegrityError):
+        open_storage(url, sleep=waits.append)
+    assert waits == []
