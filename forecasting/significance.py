@@ -125,13 +125,7 @@ def mae_ratios(
 ) -> dict[str, RatioInterval]:
     """``MAE(method) / MAE(other)`` with its interval, for every other method
     the backtest scored at ``horizon`` (steps), over the same origins."""
-    trajectories = result.trajectories[horizon]
-    if method not in trajectories:
-        raise ValueError(f"{method!r} was not backtested; scored: {', '.join(trajectories)}")
-    mine = trajectories[method]
-    origins = mine.actual.size
-    block = block_length(origins, horizon, result.stride)
-    dust = FLOAT_DUST * float(np.mean(np.abs(mine.actual))) if origins else 0.0
+    trajectories, mine, block, dust = _paired(result, horizon, method)
     return {
         other: mae_ratio_interval(
             _undusted(mine.actual - mine.median, dust),
@@ -161,13 +155,7 @@ def pinball_ratios(
     the 0.9 quantile, and a pinball ratio near 1 needs the same test."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"q must be in (0, 1), got {q}")
-    trajectories = result.trajectories[horizon]
-    if method not in trajectories:
-        raise ValueError(f"{method!r} was not backtested; scored: {', '.join(trajectories)}")
-    mine = trajectories[method]
-    origins = mine.actual.size
-    block = block_length(origins, horizon, result.stride)
-    dust = FLOAT_DUST * float(np.mean(np.abs(mine.actual))) if origins else 0.0
+    trajectories, mine, block, dust = _paired(result, horizon, method)
 
     def loss(t: Trajectory) -> np.ndarray:
         d = _undusted(t.actual - t.q90, dust)
@@ -178,6 +166,21 @@ def pinball_ratios(
         for other, theirs in trajectories.items()
         if other != method
     }
+
+
+def _paired(
+    result: BacktestResult, horizon: int, method: str
+) -> tuple[dict[str, Trajectory], Trajectory, int, float]:
+    """What both ratio kinds share: every method's trajectories at
+    ``horizon``, ``method``'s own, the bootstrap block and the rounding dust."""
+    trajectories = result.trajectories[horizon]
+    if method not in trajectories:
+        raise ValueError(f"{method!r} was not backtested; scored: {', '.join(trajectories)}")
+    mine = trajectories[method]
+    origins = mine.actual.size
+    block = block_length(origins, horizon, result.stride)
+    dust = FLOAT_DUST * float(np.mean(np.abs(mine.actual))) if origins else 0.0
+    return trajectories, mine, block, dust
 
 
 def _undusted(err: np.ndarray, dust: float) -> np.ndarray:
