@@ -354,6 +354,10 @@ def _states(*names: str) -> tuple[Any, ...]:
 
 SCHEMA_RACE_TRIES = 5
 """Attempts at opening a storage whose tables another process is creating."""
+SCHEMA_RACE_SIGNS = ("already exists", "alembic_version")
+"""What a lost race says: a table or type created meanwhile (PostgreSQL), or
+the schema's version row stamped meanwhile (SQLite: a UNIQUE constraint on
+``alembic_version``)."""
 
 
 def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> Any:
@@ -361,34 +365,40 @@ def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> An
     heartbeats, so a killed process's unfinished trial does not count.
 
     Several ``prescaler tune`` processes started at once on an empty
-    database all create optuna's tables; PostgreSQL lets only one
-    ``CREATE TABLE`` win and fails the others ("already exists"). A loser
-    tries again after a short wait, when the tables are there to use."""
+    database all create optuna's tables and stamp their version; the
+    database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
+    A loser tries again after a short wait, when the tables are there."""
     import optuna
     import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
 
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
     import warnings
 
-    for attempt in range(1, SCHEMA_RACE_TRIES + 1):
+    def rdb() -> Any:
+        with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+            )
+
+    lost = (
+        sqlalchemy.exc.IntegrityError,
+        sqlalchemy.exc.ProgrammingError,
+        sqlalchemy.exc.OperationalError,
+    )
+    for attempt in range(1, SCHEMA_RACE_TRIES):
         try:
-            with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-                )
-        except (
-            sqlalchemy.exc.IntegrityError,
-            sqlalchemy.exc.ProgrammingError,
-            sqlalchemy.exc.OperationalError,
-        ) as exc:
-            if attempt == SCHEMA_RACE_TRIES or "already exists" not in str(exc):
+            return rdb()
+        except lost as exc:
+            if not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
                 raise
-            log.info("storage %s: tables being created by another process, retrying", url)
+            shown = make_url(url).render_as_string(hide_password=True)
+            log.info("storage %s: tables being created by another process, retrying", shown)
             sleep(0.25 * attempt)
-    raise AssertionError("unreachable")
+    return rdb()
 
 
 def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> Any:
