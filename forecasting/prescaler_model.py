@@ -161,7 +161,8 @@ class PrescalerForecaster:
             # candidate, or the default.
             value = fractions[0] if len(fractions) == 1 else self.config.default_offset_fraction
         self._prepare(train, value)
-        self._weights, self._ridge_q50, self._tail, self._band = {}, {}, {}, {}
+        self._weights, self._ridge_q50, self._ridge_resid = {}, {}, {}
+        self._tail, self._band = {}, {}
         self._train_y, self._bank, self._smooth = None, None, {}
         self._train_y = train
         self._bank = SmoothingBank(train)
@@ -265,8 +266,7 @@ class PrescalerForecaster:
         residual or, where :meth:`holdout_band` has a band, its percent grid;
         ``None`` where horizon ``h`` has no combination. Public: it shows the
         ridge's fitted error law and how much of it a forecaster keeps."""
-        # The fit's own horizons only (a refit keeps older laws it no longer reads).
-        law = self._ridge_resid.get(h) if h in self._ridge_q50 else None
+        law = self._ridge_resid.get(h)
         return None if law is None else law.copy()
 
     def _train_rows(self) -> TrainRows:

@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -88,9 +87,8 @@ def bench_series(name: str, step: float | None, window: int | None) -> DemandSer
     return series.window(window) if window else series
 
 
-RowResult = tuple[dict[str, dict[str, object]], list[str], list[float], list[float]]
-"""One row's report entries (per horizon), table lines, and its pinball
-ratios to the best anchor and to the best statsforecast model."""
+RowResult = tuple[dict[str, dict[str, object]], list[str]]
+"""One row's report entries (per horizon) and table lines."""
 
 
 def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
@@ -105,8 +103,6 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
     print(f"{name}: {wall:.0f} s", flush=True)
     report: dict[str, dict[str, object]] = {}
     lines: list[str] = []
-    ratios: list[float] = []
-    sf_ratios: list[float] = []
     for h_s, h in zip(horizons_s, hs, strict=True):
         sc = res.scores[h]
         best = res.best_anchor(h)
@@ -119,16 +115,12 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
         pin_ratios = pinball_ratios(res, h)
         interval = all_ratios[best_mae_anchor]
         ratio = p.pinball_p90 / sc[best].pinball_p90
-        if not held_out:
-            ratios.append(ratio)
         best_sf = res.best_baseline(h)
         sf_cols = ""
         sf: dict[str, object] = {}
         if best_sf is not None:
             sf_int = all_ratios[best_sf]
             sf_ratio = p.pinball_p90 / sc[best_sf].pinball_p90
-            if not held_out:
-                sf_ratios.append(sf_ratio)
             sf_pin = pin_ratios[best_sf]
             sf = {
                 "best_statsforecast": best_sf,
@@ -178,20 +170,18 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
             f"{p.mae / best_mae:10.3f} {interval.low:6.3f}-{interval.high:5.3f}"
             f" {p.coverage_p90:7.2f}{sf_cols}"
         )
-    return report, lines, ratios, sf_ratios
+    return report, lines
 
 
 @pytest.mark.bench
 @pytest.mark.timeout(3600)  # rows in 2 processes
-def test_backtest_shipped_traces() -> None:
+def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every method on every row, rows in ``PRESCALER_BACKTEST_JOBS`` (2)
     processes; the table is printed and written in ``CASES`` order."""
     if not TRACES.is_dir():
         pytest.skip(f"{TRACES} not found (traces live beside the checkout)")
     OUT.mkdir(exist_ok=True)
     report: dict[str, dict[str, object]] = {}
-    ratios: list[float] = []
-    sf_ratios: list[float] = []
     lines = [
         f"{'series':34s} {'H(s)':>5s} {'best anchor':>14s} {'pin ratio':>9s} "
         f"{'vs last':>7s} {'MAE p/best':>10s} {'90% interval':>13s} {'cov p90':>7s}"
@@ -202,23 +192,29 @@ def test_backtest_shipped_traces() -> None:
     rows = CASES + HOLDOUT
     jobs = int(os.environ.get("PRESCALER_BACKTEST_JOBS", "2"))
     t0 = time.perf_counter()
-    # fresh interpreters with one BLAS thread each: two rows on two cores,
-    # where a second thread per process would only contend
-    with _one_blas_thread(), ProcessPoolExecutor(jobs, get_context("spawn")) as pool:
+    # fresh interpreters with one BLAS thread each (numpy reads it at import):
+    # two rows on two cores, where a second thread per process would only contend
+    for key, value in ONE_CORE.items():
+        monkeypatch.setenv(key, value)
+    with ProcessPoolExecutor(jobs, get_context("spawn")) as pool:
         futures = [
             pool.submit(_score_row, name, step, hs, window, name in holdout)
             for name, step, hs, window in rows
         ]
         results = [f.result() for f in futures]
     wall = time.perf_counter() - t0
-    for (name, *_), (entries, row_lines, r, sfr) in zip(rows, results, strict=True):
+    for (name, *_), (entries, row_lines) in zip(rows, results, strict=True):
         if name == HOLDOUT[0][0]:
             lines.append("-- holdout (consulted by no choice) --")
         report.update(entries)
         lines.extend(row_lines)
-        ratios.extend(r)
-        sf_ratios.extend(sfr)
     shipped = {k: r for k, r in report.items() if not r["holdout"]}
+    ratios = [float(r["pinball_ratio_to_best_anchor"]) for r in shipped.values()]  # type: ignore[arg-type]
+    sf_ratios = [
+        float(r["pinball_ratio_to_best_statsforecast"])  # type: ignore[arg-type]
+        for r in shipped.values()
+        if "pinball_ratio_to_best_statsforecast" in r
+    ]
     mae_ratio_values = [float(r["mae_ratio_to_best_anchor"]) for r in shipped.values()]  # type: ignore[arg-type]
     best_other = [float(r["pinball_ratio_to_best_other_method"]) for r in shipped.values()]  # type: ignore[arg-type]
     summary = {
@@ -263,22 +259,6 @@ def test_backtest_shipped_traces() -> None:
     # The floor that must never break: prescaler never loses to last_value.
     for key, row in report.items():
         assert row["pinball_ratio_to_last_value"] < 1.0, key  # type: ignore[operator]
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """``ONE_CORE`` in the environment while processes are started (numpy
-    reads it once, at import), the caller's own values back after."""
-    saved = {k: os.environ.get(k) for k in ONE_CORE}
-    os.environ.update(ONE_CORE)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _synthetic_two_weeks() -> np.ndarray:

@@ -69,6 +69,19 @@ def _day_trace(path: Path) -> Path:
     return path
 
 
+def _day_context(tmp_path: Path, target: float) -> tuple[TuneContext, float]:
+    """The benches' study context over the synthetic day (about 10 replicas
+    of the default profile, the shipped defaults as base) at ``target`` x
+    the idle fleet's attainment, and that attainment."""
+    workload = load_workload(_day_trace(tmp_path / "day.csv"), TrafficOptions(seed=0))
+    bound = fleet_bound(workload, get_profile(PROFILE))
+    base, _ = default_bases(PROFILE, bound)
+    config = SimConfig()
+    ceiling = slo_ceiling(workload, PROFILE, config.slo_ttft_s)
+    ctx = TuneContext(workload, PROFILE, config, base, target * ceiling, max_replicas=bound)
+    return ctx, ceiling
+
+
 @pytest.mark.parametrize("target", SLO_TARGETS, ids=lambda t: f"target={t:g}")
 def test_tune_speed(tmp_path: Path, target: float) -> None:
     """Wall time per trial on one simulated day at about 10 replicas, 2 jobs,
@@ -76,13 +89,8 @@ def test_tune_speed(tmp_path: Path, target: float) -> None:
     the 15-minute goal."""
     trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "4"))
     jobs = 2
-    workload = load_workload(_day_trace(tmp_path / "day.csv"), TrafficOptions(seed=0))
-    profile = get_profile(PROFILE)
-    bound = fleet_bound(workload, profile)
-    base, _ = default_bases(PROFILE, bound)
-    config = SimConfig()
-    ceiling = slo_ceiling(workload, PROFILE, config.slo_ttft_s)
-    ctx = TuneContext(workload, PROFILE, config, base, target * ceiling, max_replicas=bound)
+    ctx, ceiling = _day_context(tmp_path, target)
+    workload, config = ctx.workload, ctx.config
     t0 = time.perf_counter()
     cpu0 = _cpu_s()
     result = run_study(
@@ -103,7 +111,7 @@ def test_tune_speed(tmp_path: Path, target: float) -> None:
         "profile": PROFILE,
         "mean_rps": MEAN_RPS,
         "requests": len(workload),
-        "max_replicas": bound,
+        "max_replicas": ctx.max_replicas,
         "jobs": jobs,
         "cpu_count": os.cpu_count(),
         "trials": len(result.trials),
@@ -238,14 +246,13 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
     import optuna
 
     from simulations.tune import PREDICTIVE_SPACE, apply_metadata, rung_times, sample_metadata
-    from simulations.tune_study import SLO_PACE_UNTIL, TuneContext
+    from simulations.tune_study import SLO_PACE_UNTIL
 
     n = int(os.environ.get("PRESCALER_TUNE_PACE_TRIALS", "16"))
-    workload = load_workload(_day_trace(tmp_path / "day.csv"), TrafficOptions(seed=0))
-    profile = get_profile(PROFILE)
-    bound = fleet_bound(workload, profile)
-    base, _ = default_bases(PROFILE, bound)
-    config = SimConfig()
+    ctx, _ = _day_context(tmp_path, SLO_TARGETS[0])
+    workload, config, base, bound, target = (
+        ctx.workload, ctx.config, ctx.base, ctx.max_replicas, ctx.target
+    )  # fmt: skip
     rungs = rung_times(workload, SHARE_FRACTIONS)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -257,9 +264,6 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
     with ProcessPoolExecutor(2) as pool:
         runs = list(pool.map(_full_run, jobs))
     wall = time.perf_counter() - t0
-    ceiling = slo_ceiling(workload, PROFILE, config.slo_ttft_s)
-    target = SLO_TARGETS[0] * ceiling
-    ctx = TuneContext(workload, PROFILE, config, base, target, max_replicas=bound)
     near = [r for r in runs if r.attainment >= target]
     assert len(near) >= 2, "too few settings met the target to measure a spread"
     rows: list[dict[str, float | None]] = []
