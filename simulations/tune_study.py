@@ -9,7 +9,7 @@ machine, PostgreSQL across machines): each trial is committed when it ends,
 so a killed run loses no finished trial, and any number of ``prescaler
 tune`` processes, on any machines, fill one study up to ``--trials``.
 Running trials send heartbeats; a killed process's trial is marked failed
-after :data:`GRACE_S` and re-run.
+after :data:`GRACE_S` and re-run (:mod:`simulations.tune_storage`).
 
 Most trials cannot win, and a trial is a whole simulation, so trials stop as
 soon as they are out of the race (:class:`StopRules`). Exactly: once misses
@@ -54,6 +54,7 @@ from simulations.tune import (
     score,
     seed_params,
 )
+from simulations.tune_storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_storage
 
 __all__ = [
     "GRACE_S",
@@ -338,10 +339,6 @@ def make_sampler(seed: int | None) -> Any:
         )
 
 
-HEARTBEAT_S = 10
-"""Each running trial's heartbeat in the storage; one silent for
-:data:`GRACE_S` (its process was killed) is marked failed and re-run."""
-GRACE_S = 60
 _COUNTED = ("COMPLETE", "RUNNING")
 """What fills the study up to ``--trials`` (a queued WAITING trial counts once taken)."""
 
@@ -350,55 +347,6 @@ def _states(*names: str) -> tuple[Any, ...]:
     import optuna
 
     return tuple(getattr(optuna.trial.TrialState, n) for n in names)
-
-
-SCHEMA_RACE_TRIES = 5
-"""Attempts at opening a storage whose tables another process is creating."""
-SCHEMA_RACE_SIGNS = ("already exists", "alembic_version")
-"""What a lost race says: a table or type created meanwhile (PostgreSQL), or
-the schema's version row stamped meanwhile (SQLite: a UNIQUE constraint on
-``alembic_version``)."""
-
-
-def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> Any:
-    """An optuna RDB storage (SQLite, PostgreSQL, MySQL URL) with trial
-    heartbeats, so a killed process's unfinished trial does not count.
-
-    Several ``prescaler tune`` processes started at once on an empty
-    database all create optuna's tables and stamp their version; the
-    database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
-    A loser tries again after a short wait, when the tables are there."""
-    import optuna
-    import sqlalchemy.exc
-    from sqlalchemy.engine import make_url
-
-    kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
-    import warnings
-
-    def rdb() -> Any:
-        with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-            )
-
-    lost = (
-        sqlalchemy.exc.IntegrityError,
-        sqlalchemy.exc.ProgrammingError,
-        sqlalchemy.exc.OperationalError,
-    )
-    for attempt in range(1, SCHEMA_RACE_TRIES):
-        try:
-            return rdb()
-        except lost as exc:
-            if not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
-                raise
-            shown = make_url(url).render_as_string(hide_password=True)
-            log.info("storage %s: tables being created by another process, retrying", shown)
-            sleep(0.25 * attempt)
-    return rdb()
 
 
 def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> Any:
@@ -423,17 +371,6 @@ def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> 
     return study
 
 
-def _fail_stale(study: Any) -> None:
-    """Mark trials of killed processes (no heartbeat for GRACE_S) failed."""
-    import warnings
-
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
 def _counted(study: Any) -> int:
     import optuna
 
@@ -449,8 +386,9 @@ def _worker(
     import optuna
     from optuna.study import MaxTrialsCallback
 
-    probe = _load_study(open_storage(url), name, 0, fingerprint)
-    _fail_stale(probe)
+    store = open_storage(url)
+    probe = _load_study(store, name, 0, fingerprint)
+    DeadTrials(store).fail(probe)
     before = _counted(probe)
     if before >= n_trials:
         return 0
@@ -503,7 +441,6 @@ def run_study(
     ``n_trials`` trials in all, wait for trials other processes still run
     (up to ``wait_s``; a dead one's is failed after its grace period), then
     read every finished trial back: every process reports the same best."""
-    import time
 
     import optuna
 
@@ -511,7 +448,10 @@ def run_study(
         raise ValueError(f"trials must be >= 1, got {n_trials}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    study = _load_study(open_storage(storage), study_name, 0, fingerprint)  # create it up front
+    store = open_storage(storage)
+    study = _load_study(store, study_name, 0, fingerprint)  # create it up front
+    dead = DeadTrials(store)
+    dead.fail(study)  # a trial that never beat is failed GRACE_S after this first sight
     seed = seed_params(ctx.base, ctx.space, ctx.max_replicas)
     if seed is not None and not study.get_trials(deepcopy=False):
         # a fresh study starts from the deployed settings; skip_if_exists keeps
@@ -541,7 +481,7 @@ def run_study(
                 for fut in futures:
                     fut.result()
         while study.get_trials(deepcopy=False, states=running) and time.monotonic() < deadline:
-            _fail_stale(study)
+            dead.fail(study)
             time.sleep(1.0)
         if _counted(study) >= n_trials or time.monotonic() >= deadline:
             break

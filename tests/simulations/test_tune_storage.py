@@ -44,6 +44,18 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def busy_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An hour of busier traffic: trials long enough (about a second each
+    here) that two processes started half a second apart both run some,
+    however unevenly the machine schedules their start-up."""
+    path = tmp_path_factory.mktemp("busy") / "counts.csv"
+    rng = np.random.default_rng(3)
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(200, 500, 60))]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
 def _pg_bin(name: str) -> str:
     found = shutil.which(name) or next(
         iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
@@ -104,7 +116,7 @@ def _two_tunes(trace: Path, storage: str, tmp_path: Path, trials: int) -> list[d
     procs = []
     for k in range(2):
         argv = [
-            sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "600",
+            sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "3600",
             "--trials", str(trials), "--target", "0.8", "--quiet", "--storage", storage,
             "--study", "shared", "--json", str(tmp_path / f"tune{k}.json"),
         ]  # fmt: skip
@@ -132,28 +144,32 @@ def _check_shared(storage: str, docs: list[dict[str, object]], trials: int) -> N
         assert {k: meta[k] for k in best.user_attrs["metadata"]} == best.user_attrs["metadata"]
 
 
-def test_two_tune_processes_share_one_postgresql_study(trace: Path, tmp_path: Path) -> None:
+def test_two_tune_processes_share_one_postgresql_study(busy_trace: Path, tmp_path: Path) -> None:
     """optuna RDBStorage on PostgreSQL: two `prescaler tune` processes on one
     study both add trials, stop at --trials in all, and each reports the
     study's best (optuna docs, "Easy Parallelization")."""
     with running_postgres() as url:
-        docs = _two_tunes(trace, url, tmp_path, trials=6)
+        docs = _two_tunes(busy_trace, url, tmp_path, trials=6)
         _check_shared(url, docs, 6)
 
 
-def test_two_tune_processes_share_one_sqlite_study(trace: Path, tmp_path: Path) -> None:
+def test_two_tune_processes_share_one_sqlite_study(busy_trace: Path, tmp_path: Path) -> None:
     """The same on one machine with a SQLite file (the default storage kind)."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    docs = _two_tunes(trace, url, tmp_path, trials=6)
+    docs = _two_tunes(busy_trace, url, tmp_path, trials=6)
     _check_shared(url, docs, 6)
 
 
+@pytest.mark.timeout(900)  # up to 300 s for two trials, 30 for the kill, 300 + 2 graces again
 def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> None:
     """SIGKILL mid-study (30 trials, most stopped early, so the kill lands
     well before the end): the trials finished before the kill are in the
     storage (optuna RDBStorage commits each trial as it ends); the same
     command again keeps them, fails the killed trial once its heartbeat is
-    silent for the grace period, and completes the study to --trials."""
+    silent for the grace period, and completes the study to --trials. A
+    trial created just before the kill, before its first heartbeat (made
+    here on purpose: the kill landed there once in CI and the resumed run
+    waited for it until the test timed out), is failed and replaced too."""
     import signal
 
     from simulations.tune_study import GRACE_S
@@ -181,6 +197,7 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
         if t.state == optuna.trial.TrialState.COMPLETE
     }
     assert len(before) >= 2
+    optuna.load_study(study_name="k", storage=url).ask()  # RUNNING, never a heartbeat
     again = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=300 + 2 * GRACE_S)
     assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
     after = optuna.load_study(study_name="k", storage=url).trials
@@ -188,6 +205,35 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     assert {k: complete[k] for k in before} == before
     assert len(complete) == 30
     assert json.loads((tmp_path / "k.json").read_text())["trials"] == 30
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask() outside optimize
+def test_a_trial_that_never_beat_is_failed_after_the_grace_period(tmp_path: Path) -> None:
+    """A process killed between creating a trial and its first heartbeat
+    leaves it RUNNING with no heartbeat, which optuna's stale rule skips:
+    the watch fails it once it has seen it silent for the grace period on its
+    own clock, and never fails a trial that beats."""
+    from simulations.tune_storage import GRACE_S, DeadTrials, open_storage
+
+    store = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    study = optuna.create_study(study_name="d", storage=store)
+    orphan = study.ask()
+    alive = study.ask()
+    study_id = store.get_study_id_from_name("d")
+    store.record_heartbeat(store.get_trial_id_from_study_id_trial_number(study_id, alive.number))
+    now = [1000.0]
+    watch = DeadTrials(store, clock=lambda: now[0])
+    assert watch.fail(study) == []
+    now[0] += GRACE_S - 1
+    assert watch.fail(study) == []
+    now[0] += 1
+    assert watch.fail(study) == [orphan.number]
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
+    assert states == {orphan.number: failed, alive.number: running}
+    now[0] += 10 * GRACE_S
+    assert watch.fail(study) == []  # the beating trial's heartbeat is fresh (the DB's clock)
+    assert study.get_trials(deepcopy=False)[alive.number].state == running
 
 
 def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
@@ -199,7 +245,7 @@ def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
     waits and opens it again; any other database error is raised at once."""
     import sqlalchemy.exc
 
-    from simulations.tune_study import open_storage
+    from simulations.tune_storage import open_storage
 
     real = optuna.storages.RDBStorage
     lost = sqlalchemy.exc.IntegrityError(

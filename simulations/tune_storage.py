@@ -1,0 +1,158 @@
+"""Where ``prescaler tune``'s trials live, and how a dead process's trials
+are found.
+
+Trials are committed to an optuna RDB storage (SQLite on one machine,
+PostgreSQL across machines) so that several processes fill one study and a
+killed one loses nothing finished. This module opens that storage (riding
+out the race of several processes creating its tables at once) and fails the
+trials a killed process left RUNNING, so a resumed study replaces them
+instead of waiting for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "GRACE_S",
+    "HEARTBEAT_S",
+    "SCHEMA_RACE_SIGNS",
+    "SCHEMA_RACE_TRIES",
+    "DeadTrials",
+    "open_storage",
+]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 10
+"""Each running trial's heartbeat in the storage; one silent for
+:data:`GRACE_S` (its process was killed) is marked failed and re-run."""
+GRACE_S = 60
+SCHEMA_RACE_TRIES = 5
+"""Attempts at opening a storage whose tables another process is creating."""
+SCHEMA_RACE_SIGNS = ("already exists", "alembic_version")
+"""What a lost race says: a table or type created meanwhile (PostgreSQL), or
+the schema's version row stamped meanwhile (SQLite: a UNIQUE constraint on
+``alembic_version``)."""
+
+
+def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> Any:
+    """An optuna RDB storage (SQLite, PostgreSQL, MySQL URL) with trial
+    heartbeats, so a killed process's unfinished trial does not count.
+
+    Several ``prescaler tune`` processes started at once on an empty
+    database all create optuna's tables and stamp their version; the
+    database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
+    A loser tries again after a short wait, when the tables are there."""
+    import optuna
+    import sqlalchemy.exc
+    from sqlalchemy.engine import make_url
+
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
+    import warnings
+
+    def rdb() -> Any:
+        with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+            )
+
+    lost = (
+        sqlalchemy.exc.IntegrityError,
+        sqlalchemy.exc.ProgrammingError,
+        sqlalchemy.exc.OperationalError,
+    )
+    for attempt in range(1, SCHEMA_RACE_TRIES):
+        try:
+            return rdb()
+        except lost as exc:
+            if not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
+                raise
+            shown = make_url(url).render_as_string(hide_password=True)
+            log.info("storage %s: tables being created by another process, retrying", shown)
+            sleep(0.25 * attempt)
+    return rdb()
+
+
+class DeadTrials:
+    """Fails the RUNNING trials of processes that were killed.
+
+    Optuna fails a trial whose heartbeat has been silent for :data:`GRACE_S`,
+    but skips a trial that never sent one: a process killed between creating
+    a trial (``Study.ask``) and its heartbeat thread's first beat leaves a
+    trial RUNNING that no rule fails, and a resumed study would wait for it
+    until its deadline. A trial this watch has seen RUNNING with no heartbeat
+    for :data:`GRACE_S` of its own clock is failed too (a live process beats
+    within milliseconds of creating a trial). The clock is the watching
+    process's, so machines' clocks never need to agree."""
+
+    def __init__(
+        self, storage: Any, *, grace_s: float = GRACE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._storage = storage
+        self._grace_s = grace_s
+        self._clock = clock
+        self._silent_since: dict[int, float] = {}
+
+    def fail(self, study: Any) -> list[int]:
+        """Fail the study's dead trials; returns the numbers of the trials
+        this call failed for never having beaten (optuna's own rule fails
+        silent ones, and says nothing)."""
+        import warnings
+
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        now = self._clock()
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        study_id = self._storage.get_study_id_from_name(study.study_name)
+        ids = {
+            self._storage.get_trial_id_from_study_id_trial_number(study_id, t.number): t.number
+            for t in running
+        }
+        silent = set(ids) - self._beating(list(ids))
+        for trial_id in list(self._silent_since):
+            if trial_id not in silent:
+                del self._silent_since[trial_id]
+        failed: list[int] = []
+        for trial_id in sorted(silent):
+            since = self._silent_since.setdefault(trial_id, now)
+            if now - since < self._grace_s:
+                continue
+            try:
+                if self._storage.set_trial_state_values(
+                    trial_id, state=optuna.trial.TrialState.FAIL
+                ):
+                    failed.append(ids[trial_id])
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # it ended meanwhile, or another process failed it
+            del self._silent_since[trial_id]
+        if failed:
+            log.warning(
+                "trials %s never sent a heartbeat in %g s (their process died as they "
+                "started): failed, to be run again",
+                failed,
+                self._grace_s,
+            )
+        return failed
+
+    def _beating(self, trial_ids: list[int]) -> set[int]:
+        """The trials among ``trial_ids`` with a heartbeat row: optuna's
+        ``trial_heartbeats`` table, which no public call reads."""
+        if not trial_ids:
+            return set()
+        from sqlalchemy import bindparam, text
+
+        query = text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
+            bindparam("ids", expanding=True)
+        )
+        with self._storage.engine.connect() as conn:
+            return {int(row[0]) for row in conn.execute(query, {"ids": trial_ids})}
