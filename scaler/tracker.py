@@ -21,6 +21,9 @@ process)::
     step = tracker.conclude(pending)
 
 ``Tracker.step`` runs all of them in process.
+
+Its plain data types live in ``scaler.tracker_data`` and the forecast
+requests in ``scaler.prediction``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -30,9 +33,7 @@ import logging
 import math
 import zlib
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,22 @@ from scaler.policy import (
     decide,
 )
 from scaler.policy import is_active as policy_is_active
+from scaler.prediction import (
+    ForecasterBackend,
+    ForecasterFactory,
+    ForecastResult,
+    Prediction,
+    PredictRequest,
+    run_prediction,
+)
 from scaler.settings import ScalerSettings
+from scaler.tracker_data import (
+    MIN_FIT_BINS,
+    Pending,
+    TrackerConfig,
+    TrackerReading,
+    TrackerStep,
+)
 
 __all__ = [
     "DEFAULT_LEAD_TIME_S",
@@ -78,191 +94,14 @@ profile: the optimised cold start of an 8B model on a new GPU node
 SIGNAL = "requests_per_s"
 """The forecast signal (and the accuracy ledger's key for it)."""
 
-MIN_FIT_BINS = 8
-"""Fewer closed bins than this and no forecast is made (the policy then
-works on live signals alone)."""
-
 LEAD_SAMPLES = 256
 """Measured pod starts kept for ``leadTimeSeconds: auto``."""
-
-
-# --------------------------------------------------------------------- data in
-@dataclass(frozen=True)
-class TrackerReading:
-    """What one refresh read for one ScaledObject (plain data).
-
-    The same fields as ``scaler.sources.Reading``: ``None`` is "not
-    measurable", ``waiting`` NaN is unknown; never zero for missing data,
-    which the policy would read as an idle fleet. ``lead_time_samples_s``
-    are creation -> Ready durations of the pods Ready now (``auto`` lead).
-    """
-
-    time_s: float
-    ready_replicas: int
-    waiting: float
-    running: float
-    kv_usage: float | None = None
-    arrival_rate_rps: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
-    preemptions_per_s: float | None = None
-    completion_rate_rps: float | None = None
-    lead_time_samples_s: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
-class TrackerConfig:
-    """Cadences shared by every tracker of one scaler (seconds).
-
-    ``forecast_step_s`` (default max(15, refresh)) must be a multiple of the
-    refresh: a bin then always ends on a refresh, and predicting per bin
-    rather than per refresh keeps 1,000 forecasters affordable.
-    ``fit_window_s`` is the history a fit sees; ``capacity_window_s`` how
-    long learned capacity is kept.
-    """
-
-    refresh_interval_s: float = 5.0
-    refit_interval_s: float = 600.0
-    forecast_step_s: float | None = None
-    fit_window_s: float = 7200.0
-    capacity_window_s: float = 3600.0
-
-    def __post_init__(self) -> None:
-        if not self.refresh_interval_s > 0:
-            raise ValueError(f"refresh_interval_s must be > 0, got {self.refresh_interval_s}")
-        if not self.refit_interval_s > 0:
-            raise ValueError(f"refit_interval_s must be > 0, got {self.refit_interval_s}")
-        step = self.step_s
-        ratio = step / self.refresh_interval_s
-        if not step > 0 or abs(ratio - round(ratio)) > 1e-9:
-            raise ValueError(
-                f"forecast_step_s ({step}) must be a positive multiple of "
-                f"refresh_interval_s ({self.refresh_interval_s})"
-            )
-        if not self.fit_window_s > 0:
-            raise ValueError(f"fit_window_s must be > 0, got {self.fit_window_s}")
-        if not self.capacity_window_s > 0:
-            raise ValueError(f"capacity_window_s must be > 0, got {self.capacity_window_s}")
-
-    @property
-    def step_s(self) -> float:
-        """The forecast bin width in effect."""
-        if self.forecast_step_s is not None:
-            return float(self.forecast_step_s)
-        return max(15.0, float(self.refresh_interval_s))
-
-    @property
-    def fit_bins(self) -> int:
-        """Bins a fit sees (at least ``MIN_FIT_BINS``)."""
-        return max(MIN_FIT_BINS, int(self.fit_window_s / self.step_s))
-
-
-# ---------------------------------------------------------------- forecasters
-class ForecastResult(Protocol):
-    """What a forecaster's ``predict`` returns (``forecasting.Forecast``)."""
-
-    def quantile(self, q: float) -> Any: ...
-
-
-class ForecasterBackend(Protocol):
-    """The forecaster a tracker drives: ``forecasting``'s models in process,
-    or ``scaler.forecast_worker.RemoteForecaster`` in a child process."""
-
-    def fit(self, y: np.ndarray, step_s: float) -> None: ...
-
-    def update(self, y: np.ndarray) -> None: ...
-
-    def predict(self, horizon_steps: int, quantiles: Sequence[float] = ...) -> Any: ...
-
-
-ForecasterFactory = Callable[[str], ForecasterBackend]
 
 
 def _in_process(method: str) -> ForecasterBackend:
     from forecasting import make_forecaster
 
     return make_forecaster(method)
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The latest forecast, per bin from ``origin_s`` (index i covers
-    ``(origin + i step, origin + (i+1) step]``)."""
-
-    origin_s: float
-    step_s: float
-    quantile: float
-    upper: np.ndarray
-    median: np.ndarray
-
-
-@dataclass(frozen=True)
-class PredictRequest:
-    """One forecast to compute at a closed bin: refit on ``fit_y`` first when
-    a refit boundary passed, then condition on ``y`` and predict ``steps``."""
-
-    forecaster: ForecasterBackend
-    origin_s: float
-    lead_s: float
-    boundary: float
-    fit_y: np.ndarray | None
-    y: np.ndarray
-    steps: int
-    step_s: float
-    quantile: float  # the upper quantile the policy provisions for
-
-    @property
-    def quantiles(self) -> tuple[float, float]:
-        """What to ask the forecaster for: the median and ``quantile``."""
-        q = self.quantile
-        return (0.5, q) if q > 0.5 else (q, 0.5)
-
-
-def run_prediction(request: PredictRequest) -> Any:
-    """Compute ``request`` in process: the forecast, or the exception it raised
-    (handed to ``Tracker.finish_prediction`` either way)."""
-    try:
-        if request.fit_y is not None:
-            request.forecaster.fit(request.fit_y, request.step_s)
-        request.forecaster.update(request.y)
-        return request.forecaster.predict(request.steps, quantiles=request.quantiles)
-    except Exception as exc:
-        return exc
-
-
-# ------------------------------------------------------------------ data out
-@dataclass(frozen=True)
-class Pending:
-    """A reading taken in, waiting for its decision (``Tracker.conclude``).
-
-    ``settled`` says the accuracy ledger settled forecasts (export it);
-    ``decide`` is False for replayed steps older than the stabilization
-    window, which only feed the history.
-    """
-
-    t: float
-    observation: Observation | None
-    lead_s: float
-    settled: bool
-    decide: bool
-
-
-@dataclass(frozen=True)
-class TrackerStep:
-    """The outcome of one step: the decision and what it was made from.
-
-    ``active`` is KEDA's IsActive; ``burst`` that a burst started (push it);
-    ``observation`` is None when the reading was missing or held as an
-    outage; ``capacity`` is the per-replica capacity the decision used.
-    """
-
-    decision: Decision
-    forecast: DemandForecast | None
-    active: bool
-    burst: bool
-    lead_s: float
-    capacity: ReplicaCapacity
-    observation: Observation | None
 
 
 def _nan(value: float | None) -> float:

@@ -207,7 +207,7 @@ def test_a_batch_answers_like_single_calls_and_keeps_errors_apart(
 
 async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
     """150 objects whose bin closes together: 2 round trips (chunks of 100), not 150."""
-    from scaler.state import PREDICT_CHUNK
+    from scaler.live_step import PREDICT_CHUNK
 
     clock = [1000.0]
     state = _clocked_state(

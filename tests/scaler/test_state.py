@@ -497,7 +497,7 @@ def test_cpu_pacer_caps_the_share_of_cpu_it_takes() -> None:
     """After each slice of CPU it sleeps (1 - share) / share of it; share 1 never sleeps."""
     cpu = [0.0]
     sleeps: list[float] = []
-    from scaler.state import CpuPacer
+    from scaler.pacing import CpuPacer
 
     pacer = CpuPacer(0.25, slice_s=0.002, cpu=lambda: cpu[0], sleep=sleeps.append)
     for _ in range(10):

@@ -1,0 +1,119 @@
+"""What a live step sends out: the scaler's own metrics and the balloon
+Deployment's size.
+
+Kept out of the step itself: exporting never changes a decision, and the
+balloon PATCH runs on its own thread so a slow API server never delays one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import math
+from typing import Any
+
+from scaler.live_entry import Entry
+from scaler.telemetry import ScalerTelemetry
+from scaler.tracker import SIGNAL
+from scaler.tracker_data import TrackerStep
+
+__all__ = ["LiveOutputs"]
+
+# Logs under the live loop's name, as before this layer had a module of its own.
+log = logging.getLogger("scaler.state")
+
+
+class LiveOutputs:
+    """The layer of :class:`scaler.state.ScalerState` that exports a live step
+    (telemetry) and pre-warms nodes (balloons)."""
+
+    telemetry: ScalerTelemetry
+    _balloon_controller: Any
+    _balloon_pool: concurrent.futures.ThreadPoolExecutor
+
+    # ------------------------------------------------------------ telemetry
+    def _export(self, entry: Entry, step: TrackerStep) -> None:
+        ns, name = entry.key
+        obs, forecast, lead_s = step.observation, step.forecast, step.lead_s
+        last_fresh = entry.tracker.last_fresh_observation
+        ready = (
+            obs.ready_replicas
+            if obs is not None
+            else (last_fresh.ready_replicas if last_fresh is not None else 0)
+        )
+        demand: list[tuple[str, float]] = []
+        if obs is not None:
+            for signal, value in (
+                ("requests_per_s", obs.arrival_rate_rps),
+                ("waiting", obs.waiting),
+                ("running", obs.running),
+                ("kv_cache_usage", obs.kv_usage),
+                ("tokens_per_s", obs.prompt_tokens_per_s + obs.generation_tokens_per_s),
+                ("preemptions_per_s", obs.preemptions_per_s),
+            ):
+                if math.isfinite(value):
+                    demand.append((signal, value))
+        forecasts: list[tuple[str, float, float, float]] = []
+        if forecast is not None:
+            forecasts.append((SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s))
+            forecasts.append((SIGNAL, 0.5, lead_s, forecast.median_requests_per_s))
+        # One lock acquisition per object, not ten.
+        self.telemetry.record_refresh(ns, name, step.decision, ready, lead_s, demand, forecasts)
+
+    def _export_accuracy(self, entry: Entry) -> None:
+        ns, name = entry.key
+        ledger = entry.tracker.ledger
+        for signal, horizon, quantile in ledger.keys():  # noqa: SIM118 (not a dict)
+            ape = ledger.mean_ape(signal, horizon)
+            if math.isfinite(ape):
+                self.telemetry.record_forecast_error(ns, name, signal, horizon, ape)
+            coverage = ledger.coverage(signal, quantile)
+            if math.isfinite(coverage):
+                self.telemetry.record_coverage(ns, name, signal, quantile, coverage)
+
+    def _prewarm(self, entry: Entry, step: TrackerStep, t: float) -> None:
+        """Node pre-warming: size the balloon Deployment one node lead time ahead.
+
+        The sizing is ``scaler.prewarm.plan_balloons`` (pure); the PATCH goes
+        through ``scaler.sources.balloon`` on its own thread, so a slow API
+        server never delays decisions.
+        """
+        settings = entry.settings
+        if not settings.prewarm:
+            return
+        from scaler.prewarm import plan_balloons
+
+        forecast = entry.tracker.demand_forecast(t, settings.node_lead_time_seconds)
+        obs = step.observation
+        ready = obs.ready_replicas if obs is not None else 0
+        plan = plan_balloons(
+            settings=settings,
+            forecast=forecast,
+            capacity=step.capacity,
+            ready_replicas=ready,
+            desired_replicas=step.decision.replicas,
+            current_balloons=entry.balloons,
+        )
+        if plan.replicas == entry.balloons and entry.balloons_applied:
+            return
+        entry.balloons = plan.replicas
+        entry.balloons_applied = False
+        controller = self._balloons()
+        namespace, deployment = entry.key[0], settings.prewarm_deployment
+
+        def apply() -> None:
+            try:
+                controller.apply(namespace, deployment, plan.replicas)
+                entry.balloons_applied = True
+            except Exception as exc:  # retried at the next refresh
+                log.warning("balloon %s/%s: %s", namespace, deployment, exc)
+
+        self._balloon_pool.submit(apply)
+
+    def _balloons(self) -> Any:
+        if self._balloon_controller is None:
+            from scaler.sources.balloon import BalloonController
+            from scaler.sources.kube import default_api_factory
+
+            self._balloon_controller = BalloonController(default_api_factory().api_client)
+        return self._balloon_controller

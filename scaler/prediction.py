@@ -1,0 +1,90 @@
+"""One forecast a tracker asks for, as plain data, and computing it in process.
+
+A request is data rather than a call so the live loop can send the forecasts
+of many objects to the forecast worker in one round trip; the simulator
+computes them in process with :func:`run_prediction` (pure: no I/O, no clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "ForecastResult",
+    "ForecasterBackend",
+    "ForecasterFactory",
+    "PredictRequest",
+    "Prediction",
+    "run_prediction",
+]
+
+
+# ---------------------------------------------------------------- forecasters
+class ForecastResult(Protocol):
+    """What a forecaster's ``predict`` returns (``forecasting.Forecast``)."""
+
+    def quantile(self, q: float) -> Any: ...
+
+
+class ForecasterBackend(Protocol):
+    """The forecaster a tracker drives: ``forecasting``'s models in process,
+    or ``scaler.forecast_worker.RemoteForecaster`` in a child process."""
+
+    def fit(self, y: np.ndarray, step_s: float) -> None: ...
+
+    def update(self, y: np.ndarray) -> None: ...
+
+    def predict(self, horizon_steps: int, quantiles: Sequence[float] = ...) -> Any: ...
+
+
+ForecasterFactory = Callable[[str], ForecasterBackend]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The latest forecast, per bin from ``origin_s`` (index i covers
+    ``(origin + i step, origin + (i+1) step]``)."""
+
+    origin_s: float
+    step_s: float
+    quantile: float
+    upper: np.ndarray
+    median: np.ndarray
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """One forecast to compute at a closed bin: refit on ``fit_y`` first when
+    a refit boundary passed, then condition on ``y`` and predict ``steps``."""
+
+    forecaster: ForecasterBackend
+    origin_s: float
+    lead_s: float
+    boundary: float
+    fit_y: np.ndarray | None
+    y: np.ndarray
+    steps: int
+    step_s: float
+    quantile: float  # the upper quantile the policy provisions for
+
+    @property
+    def quantiles(self) -> tuple[float, float]:
+        """What to ask the forecaster for: the median and ``quantile``."""
+        q = self.quantile
+        return (0.5, q) if q > 0.5 else (q, 0.5)
+
+
+def run_prediction(request: PredictRequest) -> Any:
+    """Compute ``request`` in process: the forecast, or the exception it raised
+    (handed to ``Tracker.finish_prediction`` either way)."""
+    try:
+        if request.fit_y is not None:
+            request.forecaster.fit(request.fit_y, request.step_s)
+        request.forecaster.update(request.y)
+        return request.forecaster.predict(request.steps, quantiles=request.quantiles)
+    except Exception as exc:
+        return exc

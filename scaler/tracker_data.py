@@ -1,0 +1,124 @@
+"""The plain data a :class:`scaler.tracker.Tracker` takes and gives.
+
+Kept apart from the tracker's state machine so the live loop, the simulator
+and the tests share frozen, plain types: cadences and readings in, a pending
+reading and the step's outcome out (pure: no I/O, no clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scaler.policy import Decision, DemandForecast, Observation, ReplicaCapacity
+
+__all__ = ["MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerReading", "TrackerStep"]
+
+MIN_FIT_BINS = 8
+"""Fewer closed bins than this and no forecast is made (the policy then
+works on live signals alone)."""
+
+
+# --------------------------------------------------------------------- data in
+@dataclass(frozen=True)
+class TrackerReading:
+    """What one refresh read for one ScaledObject (plain data).
+
+    The same fields as ``scaler.sources.Reading``: ``None`` is "not
+    measurable", ``waiting`` NaN is unknown; never zero for missing data,
+    which the policy would read as an idle fleet. ``lead_time_samples_s``
+    are creation -> Ready durations of the pods Ready now (``auto`` lead).
+    """
+
+    time_s: float
+    ready_replicas: int
+    waiting: float
+    running: float
+    kv_usage: float | None = None
+    arrival_rate_rps: float | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    preemptions_per_s: float | None = None
+    completion_rate_rps: float | None = None
+    lead_time_samples_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Cadences shared by every tracker of one scaler (seconds).
+
+    ``forecast_step_s`` (default max(15, refresh)) must be a multiple of the
+    refresh: a bin then always ends on a refresh, and predicting per bin
+    rather than per refresh keeps 1,000 forecasters affordable.
+    ``fit_window_s`` is the history a fit sees; ``capacity_window_s`` how
+    long learned capacity is kept.
+    """
+
+    refresh_interval_s: float = 5.0
+    refit_interval_s: float = 600.0
+    forecast_step_s: float | None = None
+    fit_window_s: float = 7200.0
+    capacity_window_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.refresh_interval_s > 0:
+            raise ValueError(f"refresh_interval_s must be > 0, got {self.refresh_interval_s}")
+        if not self.refit_interval_s > 0:
+            raise ValueError(f"refit_interval_s must be > 0, got {self.refit_interval_s}")
+        step = self.step_s
+        ratio = step / self.refresh_interval_s
+        if not step > 0 or abs(ratio - round(ratio)) > 1e-9:
+            raise ValueError(
+                f"forecast_step_s ({step}) must be a positive multiple of "
+                f"refresh_interval_s ({self.refresh_interval_s})"
+            )
+        if not self.fit_window_s > 0:
+            raise ValueError(f"fit_window_s must be > 0, got {self.fit_window_s}")
+        if not self.capacity_window_s > 0:
+            raise ValueError(f"capacity_window_s must be > 0, got {self.capacity_window_s}")
+
+    @property
+    def step_s(self) -> float:
+        """The forecast bin width in effect."""
+        if self.forecast_step_s is not None:
+            return float(self.forecast_step_s)
+        return max(15.0, float(self.refresh_interval_s))
+
+    @property
+    def fit_bins(self) -> int:
+        """Bins a fit sees (at least ``MIN_FIT_BINS``)."""
+        return max(MIN_FIT_BINS, int(self.fit_window_s / self.step_s))
+
+
+# ------------------------------------------------------------------ data out
+@dataclass(frozen=True)
+class Pending:
+    """A reading taken in, waiting for its decision (``Tracker.conclude``).
+
+    ``settled`` says the accuracy ledger settled forecasts (export it);
+    ``decide`` is False for replayed steps older than the stabilization
+    window, which only feed the history.
+    """
+
+    t: float
+    observation: Observation | None
+    lead_s: float
+    settled: bool
+    decide: bool
+
+
+@dataclass(frozen=True)
+class TrackerStep:
+    """The outcome of one step: the decision and what it was made from.
+
+    ``active`` is KEDA's IsActive; ``burst`` that a burst started (push it);
+    ``observation`` is None when the reading was missing or held as an
+    outage; ``capacity`` is the per-replica capacity the decision used.
+    """
+
+    decision: Decision
+    forecast: DemandForecast | None
+    active: bool
+    burst: bool
+    lead_s: float
+    capacity: ReplicaCapacity
+    observation: Observation | None
