@@ -21,6 +21,10 @@ node is busy; a refresh has seconds of slack."""
 
 
 def lower_priority() -> None:
+    """Lower the calling thread's CPU priority by :data:`COMPUTE_NICE`: the
+    compute thread yields to the gRPC handlers, which must answer KEDA in
+    microseconds whatever the refits cost (a no-op where the OS has no
+    per-thread priority)."""
     with contextlib.suppress(AttributeError, OSError):
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + COMPUTE_NICE)

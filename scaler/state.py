@@ -46,13 +46,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from scaler.backfill import BACKFILL_CHUNK as BACKFILL_CHUNK
-from scaler.backfill import MAX_CATCH_UP_S as MAX_CATCH_UP_S
 from scaler.backfill import Backfill
 from scaler.forecast_worker import ForecastWorker
 from scaler.live_entry import Entry, ObjectKey, observation_from, tracker_reading
-from scaler.live_step import PREDICT_CHUNK as PREDICT_CHUNK
-from scaler.pacing import COMPUTE_NICE as COMPUTE_NICE
 from scaler.pacing import CpuPacer, lower_priority
 from scaler.policy import Decision
 from scaler.settings import ScalerSettings

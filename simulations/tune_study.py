@@ -388,6 +388,8 @@ def _worker(
 
     store = open_storage(url)
     probe = _load_study(store, name, 0, fingerprint)
+    # optuna's silent-heartbeat rule; a trial that never beat is failed by
+    # run_study's watch, which sees it long enough
     DeadTrials(store).fail(probe)
     before = _counted(probe)
     if before >= n_trials:

@@ -197,13 +197,14 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
         if t.state == optuna.trial.TrialState.COMPLETE
     }
     assert len(before) >= 2
-    optuna.load_study(study_name="k", storage=url).ask()  # RUNNING, never a heartbeat
+    planted = optuna.load_study(study_name="k", storage=url).ask().number  # never beats
     again = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=300 + 2 * GRACE_S)
     assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
     after = optuna.load_study(study_name="k", storage=url).trials
     complete = {t.number: t.params for t in after if t.state == optuna.trial.TrialState.COMPLETE}
     assert {k: complete[k] for k in before} == before
     assert len(complete) == 30
+    assert after[planted].state == optuna.trial.TrialState.FAIL
     assert json.loads((tmp_path / "k.json").read_text())["trials"] == 30
 
 
@@ -231,6 +232,10 @@ def test_a_trial_that_never_beat_is_failed_after_the_grace_period(tmp_path: Path
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     running, failed = optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL
     assert states == {orphan.number: failed, alive.number: running}
+    late = study.ask()  # each trial's grace runs from its own first sighting
+    assert watch.fail(study) == []
+    now[0] += GRACE_S
+    assert watch.fail(study) == [late.number]
     now[0] += 10 * GRACE_S
     assert watch.fail(study) == []  # the beating trial's heartbeat is fresh (the DB's clock)
     assert study.get_trials(deepcopy=False)[alive.number].state == running
