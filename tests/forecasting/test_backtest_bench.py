@@ -36,7 +36,8 @@ import numpy as np
 import pytest
 
 from forecasting import ANCHORS, METHODS, make_forecaster
-from forecasting.backtest import backtest
+from forecasting.backtest import BacktestResult, backtest, pinball
+from forecasting.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
@@ -85,6 +86,39 @@ def bench_series(name: str, step: float | None, window: int | None) -> DemandSer
     if held is not None:
         series = series.until(series.start_s + held[1])
     return series.window(window) if window else series
+
+
+def blend_bounds(res: BacktestResult, h: int, best_pinball: float) -> dict[str, object]:
+    """How far blending every scored method's 0.9 quantile (prescaler's
+    among them) could go on this row, as ratios to the best other method's
+    pinball: chosen in hindsight (an optimistic bound no forecaster can
+    reach) and walk-forward (chosen, as a forecaster would, on the origins
+    whose targets were already seen, refitted on the models' cadence)."""
+    trajs = res.trajectories[h]
+    names = list(trajs)
+    forecasts = np.column_stack([trajs[m].q90 for m in names])
+    actual = trajs["prescaler"].actual
+    hind = hindsight_blend(actual, forecasts, 0.9)
+    walk = walk_forward_blend(
+        actual,
+        forecasts,
+        trajs["prescaler"].target_index,
+        h,
+        0.9,
+        refit_every=res.refit_every,
+        fallback=names.index("prescaler"),
+    )
+    return {
+        "blend_hindsight_ratio_to_best_other_method": hind.pinball / best_pinball,
+        "blend_hindsight_weights": {
+            m: float(w) for m, w in zip(names, hind.weights, strict=True) if w >= 0.01
+        },
+        "blend_walk_forward_ratio_to_best_other_method": pinball(actual, walk.forecast, 0.9)
+        / best_pinball,
+        "blend_walk_forward_coverage_p90": float(np.mean(actual <= walk.forecast)),
+        # the rest are prescaler alone: too few targets seen yet to blend on
+        "blend_walk_forward_blended_share": float(np.mean(walk.blended)),
+    }
 
 
 RowResult = tuple[dict[str, dict[str, object]], list[str]]
@@ -162,6 +196,7 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
             "mae_ratio_bootstrap_block": interval.block,
             "mae_significantly_worse": interval.significantly_worse,
             **sf,
+            **blend_bounds(res, h, sc[best_all].pinball_p90),
             "methods": {m: s.as_contract() for m, s in sc.items()},
         }
         lines.append(
@@ -217,6 +252,8 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     mae_ratio_values = [float(r["mae_ratio_to_best_anchor"]) for r in shipped.values()]  # type: ignore[arg-type]
     best_other = [float(r["pinball_ratio_to_best_other_method"]) for r in shipped.values()]  # type: ignore[arg-type]
+    hindsight = [float(r["blend_hindsight_ratio_to_best_other_method"]) for r in shipped.values()]  # type: ignore[arg-type]
+    walk = [float(r["blend_walk_forward_ratio_to_best_other_method"]) for r in shipped.values()]  # type: ignore[arg-type]
     summary = {
         "mean_pinball_ratio_to_best_anchor": float(np.mean(ratios)),
         "mean_mae_ratio_to_best_anchor": float(np.mean(mae_ratio_values)),
@@ -228,6 +265,8 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
             float(np.mean(sf_ratios)) if sf_ratios else None
         ),
         "mean_pinball_ratio_to_best_other_method": float(np.mean(best_other)),
+        "mean_blend_hindsight_ratio_to_best_other_method": float(np.mean(hindsight)),
+        "mean_blend_walk_forward_ratio_to_best_other_method": float(np.mean(walk)),
         "rows_pinball_significantly_worse_than_best_statsforecast": sum(
             bool(r.get("pinball_significantly_worse_than_best_statsforecast"))
             for r in shipped.values()
@@ -245,6 +284,18 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
         )
     lines.append(f"mean pinball ratio to the best other method: {np.mean(best_other):.3f}")
     lines.append(
+        "blend of every method's 0.9 quantile, mean ratio to the best other method: "
+        f"{np.mean(hindsight):.3f} chosen in hindsight, {np.mean(walk):.3f} walk-forward"
+    )
+    for key, r in report.items():
+        if key == next((k for k, row in report.items() if row["holdout"]), None):
+            lines.append("  -- holdout (consulted by no choice) --")
+        lines.append(
+            f"  {key[:40]:40s} hindsight {r['blend_hindsight_ratio_to_best_other_method']:.3f} "
+            f"walk-forward {r['blend_walk_forward_ratio_to_best_other_method']:.3f} "
+            f"(blended on {r['blend_walk_forward_blended_share']:.0%} of the origins)"
+        )
+    lines.append(
         "pinball significantly worse than the best statsforecast model (90 % paired block "
         f"bootstrap) on {summary['rows_pinball_significantly_worse_than_best_statsforecast']}"
         f"/{len(shipped)} rows"
@@ -259,6 +310,8 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     # The floor that must never break: prescaler never loses to last_value.
     for key, row in report.items():
         assert row["pinball_ratio_to_last_value"] < 1.0, key  # type: ignore[operator]
+        # Every method alone is a blend: the hindsight bound is at most the best one.
+        assert row["blend_hindsight_ratio_to_best_other_method"] <= 1.0 + 1e-9, key  # type: ignore[operator]
 
 
 def _synthetic_two_weeks() -> np.ndarray:
