@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from forecasting.backtest import pinball
+
 
 @dataclass(frozen=True, eq=False)
 class Blend:
@@ -83,14 +85,9 @@ def hindsight_blend(actual: np.ndarray, forecasts: np.ndarray, q: float) -> Blen
     # The solver's optimum holds to its tolerance (about 1e-7); each single
     # column is a blend too, so "never worse than the best" holds exactly.
     candidates = [weights, *np.eye(m)]
-    losses = [_pinball(a, f @ w, q) for w in candidates]
+    losses = [pinball(a, f @ w, q) for w in candidates]
     best = int(np.argmin(losses))
     return Blend(candidates[best], losses[best])
-
-
-def _pinball(actual: np.ndarray, forecast: np.ndarray, q: float) -> float:
-    diff = actual - forecast
-    return float(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
 
 
 @dataclass(frozen=True, eq=False)

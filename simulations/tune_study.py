@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -71,8 +70,6 @@ __all__ = [
     "study_fingerprint",
 ]
 
-
-log = logging.getLogger(__name__)
 
 PACE_FIRST_RUNG = 1 / 32
 """The rung at which the SLO pace rule allows the full ``slack``."""

@@ -168,8 +168,8 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     command again keeps them, fails the killed trial once its heartbeat is
     silent for the grace period, and completes the study to --trials. A
     trial created just before the kill, before its first heartbeat (made
-    here on purpose: the kill landed there once in CI and the resumed run
-    waited for it until the test timed out), is failed and replaced too."""
+    here on purpose: a kill landing there once made the resumed run wait
+    for it until the test timed out), is failed and replaced too."""
     import signal
 
     from simulations.tune_study import GRACE_S
