@@ -7,7 +7,8 @@ holds (``engine.kvcache_capacity``). The scheduler, replica and metric
 modules build on it; ``engine.emulator`` puts a real clock and vLLM's HTTP
 API around it. Nothing here imports the rest of the project (but
 ``prescaler_native.loader``, which picks compiled copies), and nothing but
-the CLI and the emulator does I/O.
+the CLI, the emulator and the profile-file reader (``engine.profile_files``,
+``engine.metrics_reader``) does I/O.
 """
 
 from prescaler_native.loader import compiled_first

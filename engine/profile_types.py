@@ -1,0 +1,255 @@
+"""The profile types: a replica's model, device, vLLM settings, prices and start-up.
+
+Kept apart from the catalogue and the file loader so both can build these
+without importing each other; ``engine.profiles`` re-exports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from engine.hardware import HardwareSpec
+from engine.kvcache_capacity import KvBudget, check_weights_fit, paged_kv_budget
+from engine.models import ModelSpec
+from engine.steptime import (
+    KV_DTYPE_BYTES,
+    StepTimer,
+    check_precision,
+    linear_time_s,
+    weight_bytes,
+)
+from engine.throughput import (
+    SHAREGPT_MIX,
+    RequestMix,
+    SaturatedThroughput,
+    saturated_throughput,
+)
+
+
+@dataclass(frozen=True)
+class StartupTimes:
+    """Cold-start phases of a replica on a new node, in seconds (docs/facts.md section 6).
+
+    ``node_ready_s``: Karpenter launch until the device plugin advertises the
+    accelerator; ``image_pull_s``: pull and extract the serving image;
+    ``model_load_s``: vLLM start until the readiness probe passes (weights,
+    compile, CUDA graphs). Defaults elsewhere are the *optimised* case
+    (pre-cached images, compile cache), about 2.5 min in total for 8B.
+    """
+
+    node_ready_s: float
+    image_pull_s: float
+    model_load_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("node_ready_s", "image_pull_s", "model_load_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"StartupTimes: {name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def total_s(self) -> float:
+        return self.node_ready_s + self.image_pull_s + self.model_load_s
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """The vLLM engine arguments that change capacity and speed, validated like vLLM does."""
+
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 8192
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    enable_chunked_prefill: bool = True
+    num_gpu_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.block_size not in (1, 8, 16, 32, 64, 128):
+            raise ValueError(
+                f"block_size must be one of 1, 8, 16, 32, 64, 128, got {self.block_size}"
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) "
+                f"must be >= max_model_len ({self.max_model_len}): a whole prompt must fit one step"
+            )
+        if self.num_gpu_blocks is not None and (
+            isinstance(self.num_gpu_blocks, bool)
+            or not isinstance(self.num_gpu_blocks, int)
+            or self.num_gpu_blocks < 1
+        ):
+            raise ValueError(
+                f"num_gpu_blocks must be None or an integer >= 1, got {self.num_gpu_blocks!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One replica: model x instance x parallelism x precision x vLLM settings."""
+
+    name: str
+    model: ModelSpec
+    hardware: HardwareSpec
+    instance_type: str
+    tp: int
+    precision: str
+    vllm: VllmSettings
+    price_on_demand_per_hour: float
+    price_spot_per_hour: float
+    startup: StartupTimes
+    notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            raise ValueError(f"profile {self.name!r}: tp must be an integer >= 1, got {self.tp!r}")
+        check_precision(self.precision, self.hardware)
+        if self.price_on_demand_per_hour < 0 or self.price_spot_per_hour < 0:
+            raise ValueError(f"profile {self.name!r}: prices must be >= 0")
+        if self.vllm.max_model_len > self.model.max_position:
+            raise ValueError(
+                f"profile {self.name!r}: max_model_len {self.vllm.max_model_len} exceeds "
+                f"{self.model.name}'s context of {self.model.max_position} tokens"
+            )
+        check_weights_fit(
+            self.model,
+            self.hardware,
+            self.tp,
+            self.precision,
+            self.vllm.gpu_memory_utilization,
+            self.instance_type,
+        )
+        if self.hardware.static_kv:
+            kv = self.kv_tokens * self.model.kv_bytes_per_token(KV_DTYPE_BYTES) / self.tp
+            if weight_bytes(self.model, self.precision) / self.tp + kv > self.hardware.memory_bytes:
+                raise ValueError(
+                    f"profile {self.name!r}: compiled shape {self.vllm.max_num_seqs} x "
+                    f"{self.vllm.max_model_len} tokens of static KV does not fit beside the "
+                    f"weights in {self.hardware.memory_gib} GiB"
+                )
+            return
+        if self.kv_blocks < 1 or self.kv_tokens < self.vllm.max_model_len:
+            raise ValueError(
+                f"profile {self.name!r}: the KV cache holds {self.kv_tokens} tokens, fewer than "
+                f"max_model_len {self.vllm.max_model_len} (vLLM refuses to start); lower "
+                "max_model_len or max_num_batched_tokens, or raise gpu_memory_utilization"
+            )
+
+    # -- capacity -------------------------------------------------------------
+    @cached_property
+    def kv_budget(self) -> KvBudget | None:
+        """vLLM's start-up memory split on one device; None on static-KV chips."""
+        if self.hardware.static_kv:
+            return None
+        v = self.vllm
+        return paged_kv_budget(
+            self.model,
+            self.hardware,
+            self.tp,
+            self.precision,
+            v.gpu_memory_utilization,
+            v.max_num_batched_tokens,
+            v.max_num_seqs,
+            v.block_size,
+        )
+
+    @cached_property
+    def kv_blocks(self) -> int:
+        """KV-cache blocks of ``block_size`` tokens.
+
+        ``num_gpu_blocks`` if set (a measured value wins); on Inferentia2 the
+        static compiled shape, max_num_seqs x max_model_len; otherwise derived
+        from memory like vLLM's profiling run does.
+        """
+        v = self.vllm
+        if v.num_gpu_blocks is not None:
+            return v.num_gpu_blocks
+        if self.hardware.static_kv:
+            return v.max_num_seqs * -(-v.max_model_len // v.block_size)
+        budget = self.kv_budget
+        assert budget is not None
+        return budget.blocks
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.kv_blocks * self.vllm.block_size
+
+    @property
+    def devices(self) -> int:
+        return self.tp
+
+    # -- speed ----------------------------------------------------------------
+    @cached_property
+    def step_time_s(self) -> Callable[[int, int, int], float]:
+        """``step_time_s(prefill_tokens, decode_seqs, context_tokens)``: seconds of
+        one scheduler iteration.
+
+        ``prefill_tokens``: prompt tokens computed this step (all chunks);
+        ``decode_seqs``: sequences generating one token; ``context_tokens``:
+        total KV tokens attention reads this step. Non-decreasing in each.
+        The folded timer's own method, not a wrapper around it: the simulator
+        calls it a few times per engine event, and one call layer less is a
+        measurable share of a run.
+        """
+        return self._step_timer.time_s
+
+    @cached_property
+    def _step_timer(self) -> StepTimer:
+        """``engine.steptime.step_time_s`` with this profile's constants folded once
+        (bit-identical; the simulator calls it several times per scheduler event)."""
+        return StepTimer(self.model, self.hardware, self.tp, self.precision)
+
+    def linear_time_s(self, tokens: int) -> float:
+        """Linear-ops-only kernel time (no attention, overhead, LM head): Vidur's quantity."""
+        return linear_time_s(self.model, self.hardware, self.tp, self.precision, tokens)
+
+    def decode_itl_s(self, batch: int, context_per_seq: int) -> float:
+        """Inter-token latency of a pure decode step of ``batch`` sequences."""
+        return self.step_time_s(0, batch, batch * context_per_seq)
+
+    def saturated_throughput(
+        self, mix: RequestMix = SHAREGPT_MIX, *, chunked_prefill: bool | None = None
+    ) -> SaturatedThroughput:
+        """Steady-state tokens/s of this replica kept full with ``mix`` (see engine.throughput).
+
+        A sustainable per-replica capacity for sizing; ``chunked_prefill``
+        defaults to the profile's vLLM setting.
+        """
+        v = self.vllm
+        chunked = v.enable_chunked_prefill if chunked_prefill is None else chunked_prefill
+        return saturated_throughput(
+            self,
+            kv_tokens=self.kv_tokens,
+            max_num_seqs=v.max_num_seqs,
+            block_size=v.block_size,
+            mix=mix,
+            chunked_prefill=chunked,
+        )
+
+    # -- derived --------------------------------------------------------------
+    def with_vllm(self, **overrides: Any) -> Profile:
+        """A copy with some vLLM settings replaced; everything is validated again."""
+        known = {f.name for f in dataclasses.fields(VllmSettings)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown vLLM setting(s) {', '.join(unknown)}; "
+                f"expected some of {', '.join(sorted(known))}"
+            )
+        return dataclasses.replace(self, vllm=dataclasses.replace(self.vllm, **overrides))
