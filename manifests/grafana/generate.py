@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Generate prescaler's two Grafana dashboards as JSON.
+"""Generate prescaler's two Grafana dashboards as JSON, with Grafana's own SDK.
 
 Why a script: the two dashboards share variables, label filters and panel
-boilerplate, and the metric names must match the scaler's contract
-(docs/contracts.md) exactly. Writing them once here keeps them
-consistent; the JSON output is committed next to it (kustomize turns it into
-ConfigMaps) and a test checks that the committed JSON is what this script
-produces.
+styling, and the metric names must match the scaler's contract
+(docs/contracts.md) exactly. Why ``grafana-foundation-sdk`` (Grafana's typed
+builders, a dev extra): the panel, target and variable fields are checked by
+types generated from Grafana's own schema instead of hand-written JSON. The
+JSON output is committed next to this script (kustomize turns it into
+ConfigMaps) and a test checks that it is what this script produces.
 
     python manifests/grafana/generate.py          # rewrite dashboards/*.json
     python manifests/grafana/generate.py --check  # exit 1 if they differ
 
-No datasource uid is hard-coded: every panel and variable uses the
-``${datasource}`` template variable.
+No datasource uid is hard-coded: every panel, target and variable uses the
+``${datasource}`` variable, whose initial value is the import input
+``DS_PROMETHEUS`` (declared in ``__inputs``, which the SDK does not model),
+so Grafana's Import asks for the Prometheus data source.
 """
 
 from __future__ import annotations
@@ -20,186 +23,177 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_builder
+from grafana_foundation_sdk.builders import dashboard as dashboard_builder
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
 
 HERE = Path(__file__).resolve().parent
 OUT_DIR = HERE / "dashboards"
 
-DS: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+DS = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+# The import input: Grafana's Import replaces "${DS_PROMETHEUS}" everywhere in
+# the JSON with the data source picked in its form.
+DS_INPUT = "DS_PROMETHEUS"
 
 # Label filters. The scaler labels its per-object series with the
 # ScaledObject's namespace and name; prescaler_source_up (one source serves
 # many ScaledObjects) and prescaler_grpc_request_duration_seconds carry only
 # `source` / `method`, so those panels are not filtered by ScaledObject.
-# vLLM series are told apart by `model_name` (each Deployment serves a
+# vLLM series carry the pod's namespace (a PodMonitor, or the scrape job's
+# relabelling) and are told apart by `model_name` (each Deployment serves a
 # distinct --served-model-name).
 SO = 'namespace="$namespace",scaledobject="$scaledobject"'
-MODEL = 'model_name=~"$model"'
+VLLM = 'namespace="$namespace",model_name=~"$model"'
 
 # prescaler_forecast_abs_percentage_error and prescaler_forecast_coverage are
 # fractions (0.25 = 25 %), like vLLM's *_perc gauges.
 FRACTION_UNIT = "percentunit"
 
 Json = dict[str, Any]
+Query = tuple[str, str]  # (PromQL, legend)
 
 
-class _Ids:
-    """Hands out unique, stable panel ids in creation order."""
-
-    def __init__(self) -> None:
-        self._next = 0
-
-    def __call__(self) -> int:
-        self._next += 1
-        return self._next
-
-
-def _target(expr: str, legend: str, ref: str, *, instant: bool = False) -> Json:
-    return {
-        "datasource": DS,
-        "expr": expr,
-        "legendFormat": legend,
-        "refId": ref,
-        "range": not instant,
-        "instant": instant,
-    }
-
-
-def _targets(*pairs: tuple[str, str], instant: bool = False) -> list[Json]:
-    return [
-        _target(expr, legend, chr(ord("A") + i), instant=instant)
-        for i, (expr, legend) in enumerate(pairs)
-    ]
+def _targets(
+    queries: Sequence[Query], *, instant: bool = False
+) -> list[cogbuilder.Builder[cogvariants.Dataquery]]:
+    """One Prometheus target per query, refIds A, B, C... in order."""
+    out: list[cogbuilder.Builder[cogvariants.Dataquery]] = []
+    for i, (expr, legend) in enumerate(queries):
+        target = (
+            prometheus.Dataquery()
+            .datasource(DS)
+            .expr(expr)
+            .legend_format(legend)
+            .ref_id(chr(ord("A") + i))
+        )
+        out.append(target.instant() if instant else target.range())
+    return out
 
 
 def _timeseries(
-    pid: int,
     title: str,
-    grid: tuple[int, int, int, int],
-    targets: list[Json],
+    size: tuple[int, int],
+    queries: Sequence[Query],
     *,
     unit: str = "short",
     description: str = "",
     bars: bool = False,
     stack: bool = False,
-    overrides: list[Json] | None = None,
     minimum: float | None = None,
     maximum: float | None = None,
-) -> Json:
-    x, y, w, h = grid
-    custom: Json = {
-        "drawStyle": "bars" if bars else "line",
-        "lineWidth": 1 if bars else 2,
-        "fillOpacity": 60 if bars else 10,
-        "showPoints": "never",
-        "spanNulls": False,
-        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-    }
-    defaults: Json = {"unit": unit, "custom": custom}
+) -> timeseries.Panel:
+    """A time series panel; ``size`` is (width, height) in grid units, placed by the SDK."""
+    width, height = size
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .span(width)
+        .height(height)
+        .unit(unit)
+        .targets(_targets(queries))
+        .draw_style(common.GraphDrawStyle.BARS if bars else common.GraphDrawStyle.LINE)
+        .line_width(1 if bars else 2)
+        .fill_opacity(60 if bars else 10)
+        .show_points(common.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .stacking(
+            common_builder.StackingConfig()
+            .mode(common.StackingMode.NORMAL if stack else common.StackingMode.NONE)
+            .group("A")
+        )
+        .legend(
+            common_builder.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(
+            common_builder.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
+    )
     if minimum is not None:
-        defaults["min"] = minimum
+        panel = panel.min(minimum)
     if maximum is not None:
-        defaults["max"] = maximum
-    return {
-        "id": pid,
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
-        "options": {
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-        "targets": targets,
-    }
+        panel = panel.max(maximum)
+    return panel
 
 
 def _stat(
-    pid: int,
     title: str,
-    grid: tuple[int, int, int, int],
-    targets: list[Json],
+    size: tuple[int, int],
+    queries: Sequence[Query],
     *,
     unit: str = "short",
     description: str = "",
-    mappings: list[Json] | None = None,
-) -> Json:
-    x, y, w, h = grid
-    return {
-        "id": pid,
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": DS,
-        "gridPos": {"x": x, "y": y, "w": w, "h": h},
-        "fieldConfig": {"defaults": {"unit": unit, "mappings": mappings or []}, "overrides": []},
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "colorMode": "value",
-            "graphMode": "area",
-            "textMode": "auto",
-        },
-        "targets": targets,
-    }
+    mappings: list[model.ValueMapping] | None = None,
+    instant: bool = False,
+) -> stat.Panel:
+    """A single-value panel showing each series' last value."""
+    width, height = size
+    return (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .span(width)
+        .height(height)
+        .unit(unit)
+        .mappings(mappings or [])
+        .targets(_targets(queries, instant=instant))
+        .reduce_options(
+            common_builder.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False)
+        )
+        .color_mode(common.BigValueColorMode.VALUE)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .text_mode(common.BigValueTextMode.AUTO)
+    )
 
 
-def _row(pid: int, title: str, y: int) -> Json:
-    return {
-        "id": pid,
-        "type": "row",
-        "title": title,
-        "collapsed": False,
-        "gridPos": {"x": 0, "y": y, "w": 24, "h": 1},
-        "panels": [],
-    }
-
-
-def _datasource_var() -> Json:
-    return {
-        "type": "datasource",
-        "name": "datasource",
-        "label": "Data source",
-        "query": "prometheus",
-        "regex": "",
-        "hide": 0,
-        "refresh": 1,
-        "current": {},
-        "options": [],
-    }
-
-
-def _query_var(
+def _query_variable(
     name: str, label: str, query: str, *, multi: bool = False, include_all: bool = False
-) -> Json:
-    var: Json = {
-        "type": "query",
-        "name": name,
-        "label": label,
-        "datasource": DS,
-        "definition": query,
-        "query": {"query": query, "refId": f"{name}-variable"},
-        "refresh": 2,
-        "sort": 3,
-        "regex": "",
-        "hide": 0,
-        "multi": multi,
-        "includeAll": include_all,
-        "current": {},
-        "options": [],
-    }
-    if include_all:
-        var["allValue"] = ".*"
-    return var
+) -> dashboard_builder.QueryVariable:
+    variable = (
+        dashboard_builder.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query({"query": query, "refId": f"{name}-variable"})
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.NUMERICAL_ASC)
+        .multi(multi)
+        .include_all(include_all)
+    )
+    return variable.all_value(".*") if include_all else variable
 
 
-def _scaledobject_vars() -> list[Json]:
+def _datasource_variable() -> dashboard_builder.DatasourceVariable:
+    placeholder = f"${{{DS_INPUT}}}"
+    return (
+        dashboard_builder.DatasourceVariable("datasource")
+        .label("Data source")
+        .type("prometheus")
+        .current(model.VariableOption(selected=True, text=placeholder, value=placeholder))
+    )
+
+
+def _scaledobject_variables() -> list[dashboard_builder.QueryVariable]:
     return [
-        _datasource_var(),
-        _query_var("namespace", "Namespace", "label_values(prescaler_desired_replicas, namespace)"),
-        _query_var(
+        _query_variable(
+            "namespace", "Namespace", "label_values(prescaler_desired_replicas, namespace)"
+        ),
+        _query_variable(
             "scaledobject",
             "ScaledObject",
             'label_values(prescaler_desired_replicas{namespace="$namespace"}, scaledobject)',
@@ -207,124 +201,114 @@ def _scaledobject_vars() -> list[Json]:
     ]
 
 
-def _dashboard(uid: str, title: str, variables: list[Json], panels: list[Json]) -> Json:
-    return {
-        "uid": uid,
-        "title": title,
-        "tags": ["prescaler", "vllm", "keda"],
-        "editable": True,
-        "graphTooltip": 1,
-        "refresh": "30s",
-        "schemaVersion": 39,
-        "version": 1,
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "timezone": "browser",
-        "annotations": {"list": []},
-        "links": [],
-        "templating": {"list": variables},
-        "panels": panels,
-    }
+def _dashboard(uid: str, title: str) -> dashboard_builder.Dashboard:
+    return (
+        dashboard_builder.Dashboard(title)
+        .uid(uid)
+        .tags(["prescaler", "vllm", "keda"])
+        .editable()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .version(1)
+        .with_variable(_datasource_variable())
+    )
+
+
+def _to_json(built: model.Dashboard) -> Json:
+    """The SDK's model as plain JSON, plus the import inputs it does not model."""
+    data: Json = json.loads(json.dumps(built, cls=JSONEncoder))
+    data["__inputs"] = [
+        {
+            "name": DS_INPUT,
+            "label": "Prometheus",
+            "description": "The Prometheus that scrapes prescaler and vLLM",
+            "type": "datasource",
+            "pluginId": "prometheus",
+            "pluginName": "Prometheus",
+        }
+    ]
+    return data
 
 
 def forecast_accuracy() -> Json:
     """What the scaler forecast, what came, and how wrong it was."""
-    ids = _Ids()
     sig = f'{SO},signal="$signal"'
     fc = f'{sig},horizon_seconds="$horizon"'
-    variables = [
-        *_scaledobject_vars(),
-        _query_var(
-            "signal",
-            "Signal",
-            f"label_values(prescaler_forecast{{{SO}}}, signal)",
-        ),
-        _query_var(
-            "horizon",
-            "Horizon (s)",
-            f"label_values(prescaler_forecast{{{sig}}}, horizon_seconds)",
-            multi=True,
-            include_all=True,
-        ),
-    ]
-    band: list[Json] = [
-        {
-            "matcher": {"id": "byName", "options": "upper quantile"},
-            "properties": [
-                {"id": "custom.fillBelowTo", "value": "lower quantile"},
-                {"id": "custom.lineWidth", "value": 0},
-                {"id": "custom.fillOpacity", "value": 25},
-            ],
-        },
-        {
-            "matcher": {"id": "byName", "options": "lower quantile"},
-            "properties": [
-                {"id": "custom.lineWidth", "value": 0},
-                {"id": "custom.fillOpacity", "value": 0},
-            ],
-        },
-        {
-            "matcher": {"id": "byName", "options": "actual"},
-            "properties": [
-                {"id": "custom.lineWidth", "value": 3},
-                {"id": "color", "value": {"mode": "fixed", "fixedColor": "orange"}},
-            ],
-        },
-    ]
-    forecast_vs_actual = _timeseries(
-        ids(),
-        "Forecast vs actual, horizon ${horizon} s",
-        (0, 1, 24, 9),
-        _targets(
-            (f"prescaler_demand{{{sig}}}", "actual"),
-            (f"max(prescaler_forecast{{{fc}}} offset ${{horizon}}s)", "upper quantile"),
-            (f"min(prescaler_forecast{{{fc}}} offset ${{horizon}}s)", "lower quantile"),
-            (f"prescaler_forecast{{{fc}}} offset ${{horizon}}s", "q{{quantile}}"),
-        ),
-        description=(
-            "Each forecast is shifted forward by its horizon (`offset`), so at time t "
-            "it shows what the scaler predicted for t at t - horizon, next to what "
-            "came (`prescaler_demand`). The band spans the lowest to the highest "
-            "exported quantile."
-        ),
-        overrides=band,
-    )
-    forecast_vs_actual["repeat"] = "horizon"
-    forecast_vs_actual["repeatDirection"] = "v"
-    panels = [
-        _row(ids(), "Forecast vs actual (one panel per horizon)", 0),
-        forecast_vs_actual,
-        _row(ids(), "Error and calibration", 10),
+    forecast_vs_actual = (
         _timeseries(
-            ids(),
-            "Absolute percentage error by horizon",
-            (0, 11, 12, 8),
-            _targets(
-                (f"prescaler_forecast_abs_percentage_error{{{sig}}}", "{{horizon_seconds}} s"),
+            "Forecast vs actual, horizon ${horizon} s",
+            (24, 9),
+            [
+                (f"prescaler_demand{{{sig}}}", "actual"),
+                (f"max(prescaler_forecast{{{fc}}} offset ${{horizon}}s)", "upper quantile"),
+                (f"min(prescaler_forecast{{{fc}}} offset ${{horizon}}s)", "lower quantile"),
+                (f"prescaler_forecast{{{fc}}} offset ${{horizon}}s", "q{{quantile}}"),
+            ],
+            description=(
+                "Each forecast is shifted forward by its horizon (`offset`), so at time t "
+                "it shows what the scaler predicted for t at t - horizon, next to what "
+                "came (`prescaler_demand`). The band spans the lowest to the highest "
+                "exported quantile."
             ),
+        )
+        .override_by_name(
+            "upper quantile",
+            [
+                model.DynamicConfigValue(id_val="custom.fillBelowTo", value="lower quantile"),
+                model.DynamicConfigValue(id_val="custom.lineWidth", value=0),
+                model.DynamicConfigValue(id_val="custom.fillOpacity", value=25),
+            ],
+        )
+        .override_by_name(
+            "lower quantile",
+            [
+                model.DynamicConfigValue(id_val="custom.lineWidth", value=0),
+                model.DynamicConfigValue(id_val="custom.fillOpacity", value=0),
+            ],
+        )
+        .override_by_name(
+            "actual",
+            [
+                model.DynamicConfigValue(id_val="custom.lineWidth", value=3),
+                model.DynamicConfigValue(
+                    id_val="color", value={"mode": "fixed", "fixedColor": "orange"}
+                ),
+            ],
+        )
+        .repeat("horizon")
+        .repeat_direction("v")
+    )
+    panels: list[Any] = [
+        dashboard_builder.Row("Forecast vs actual (one panel per horizon)"),
+        forecast_vs_actual,
+        dashboard_builder.Row("Error and calibration"),
+        _timeseries(
+            "Absolute percentage error by horizon",
+            (12, 8),
+            [(f"prescaler_forecast_abs_percentage_error{{{sig}}}", "{{horizon_seconds}} s")],
             unit=FRACTION_UNIT,
             minimum=0,
             description="|forecast - actual| / actual per horizon, as exported by the scaler.",
         ),
         _stat(
-            ids(),
             "Mean absolute percentage error over the time range",
-            (12, 11, 12, 8),
-            _targets(
+            (12, 8),
+            [
                 (
                     "avg by (horizon_seconds) (avg_over_time("
                     f"prescaler_forecast_abs_percentage_error{{{sig}}}[$__range]))",
                     "{{horizon_seconds}} s",
-                ),
-                instant=True,
-            ),
+                )
+            ],
             unit=FRACTION_UNIT,
+            instant=True,
         ),
         _timeseries(
-            ids(),
             "Quantile coverage",
-            (0, 19, 12, 8),
-            _targets((f"prescaler_forecast_coverage{{{sig}}}", "q{{quantile}}")),
+            (12, 8),
+            [(f"prescaler_forecast_coverage{{{sig}}}", "q{{quantile}}")],
             unit=FRACTION_UNIT,
             minimum=0,
             maximum=1,
@@ -335,113 +319,99 @@ def forecast_accuracy() -> Json:
             ),
         ),
         _stat(
-            ids(),
             "Lead time in use",
-            (12, 19, 6, 8),
-            _targets((f"prescaler_lead_time_seconds{{{SO}}}", "lead time")),
+            (6, 8),
+            [(f"prescaler_lead_time_seconds{{{SO}}}", "lead time")],
             unit="s",
             description="Node + pod start + model load: how far ahead the scaler sizes the fleet.",
         ),
         _timeseries(
-            ids(),
             "Lead time over time",
-            (18, 19, 6, 8),
-            _targets((f"prescaler_lead_time_seconds{{{SO}}}", "lead time")),
+            (6, 8),
+            [(f"prescaler_lead_time_seconds{{{SO}}}", "lead time")],
             unit="s",
             minimum=0,
         ),
     ]
-    return _dashboard(
-        "prescaler-forecast-accuracy", "prescaler / Forecast accuracy", variables, panels
+    variables = [
+        *_scaledobject_variables(),
+        _query_variable("signal", "Signal", f"label_values(prescaler_forecast{{{SO}}}, signal)"),
+        _query_variable(
+            "horizon",
+            "Horizon (s)",
+            f"label_values(prescaler_forecast{{{sig}}}, horizon_seconds)",
+            multi=True,
+            include_all=True,
+        ),
+    ]
+    return _assemble(
+        _dashboard("prescaler-forecast-accuracy", "prescaler / Forecast accuracy"),
+        variables,
+        panels,
     )
 
 
 def fleet() -> Json:
     """Replicas, load on vLLM, latency, and why the scaler chose each count."""
-    ids = _Ids()
-    variables = [
-        *_scaledobject_vars(),
-        _query_var(
-            "model",
-            "vLLM model",
-            "label_values(vllm:num_requests_running, model_name)",
-            multi=True,
-            include_all=True,
-        ),
+    up_mappings: list[model.ValueMapping] = [
+        model.ValueMap(
+            options={
+                "0": model.ValueMappingResult(text="down", color="red", index=0),
+                "1": model.ValueMappingResult(text="up", color="green", index=1),
+            }
+        )
     ]
-    up_mappings = [
-        {
-            "type": "value",
-            "options": {
-                "0": {"text": "down", "color": "red", "index": 0},
-                "1": {"text": "up", "color": "green", "index": 1},
-            },
-        }
-    ]
-    kv = "{agg}(vllm:kv_cache_usage_perc{{{m}}}) or {agg}(vllm:gpu_cache_usage_perc{{{m}}})"
+
+    def kv(agg: str) -> str:
+        return (
+            f"{agg}(vllm:kv_cache_usage_perc{{{VLLM}}}) or "
+            f"{agg}(vllm:gpu_cache_usage_perc{{{VLLM}}})"
+        )
 
     def ttft(q: str) -> str:
         return (
             f"histogram_quantile({q}, sum by (le) "
-            f"(rate(vllm:time_to_first_token_seconds_bucket{{{MODEL}}}[$__rate_interval])))"
+            f"(rate(vllm:time_to_first_token_seconds_bucket{{{VLLM}}}[$__rate_interval])))"
         )
 
-    panels = [
+    def vllm_rate(counter: str) -> str:
+        return f"sum(rate({counter}{{{VLLM}}}[$__rate_interval]))"
+
+    panels: list[Any] = [
+        _stat("Desired replicas", (6, 4), [(f"prescaler_desired_replicas{{{SO}}}", "desired")]),
+        _stat("Ready replicas", (6, 4), [(f"prescaler_ready_replicas{{{SO}}}", "ready")]),
         _stat(
-            ids(),
-            "Desired replicas",
-            (0, 0, 6, 4),
-            _targets((f"prescaler_desired_replicas{{{SO}}}", "desired")),
+            "Lead time", (6, 4), [(f"prescaler_lead_time_seconds{{{SO}}}", "lead time")], unit="s"
         ),
         _stat(
-            ids(),
-            "Ready replicas",
-            (6, 0, 6, 4),
-            _targets((f"prescaler_ready_replicas{{{SO}}}", "ready")),
-        ),
-        _stat(
-            ids(),
-            "Lead time",
-            (12, 0, 6, 4),
-            _targets((f"prescaler_lead_time_seconds{{{SO}}}", "lead time")),
-            unit="s",
-        ),
-        _stat(
-            ids(),
             "Sources up",
-            (18, 0, 6, 4),
-            _targets(("min(prescaler_source_up)", "all sources")),
+            (6, 4),
+            [("min(prescaler_source_up)", "all sources")],
             mappings=up_mappings,
         ),
         _timeseries(
-            ids(),
             "Desired vs ready replicas",
-            (0, 4, 12, 8),
-            _targets(
+            (12, 8),
+            [
                 (f"prescaler_desired_replicas{{{SO}}}", "desired (scaler)"),
                 (f"prescaler_ready_replicas{{{SO}}}", "ready"),
-            ),
+            ],
             minimum=0,
             description="The gap is pods starting: node launch, image pull, model load.",
         ),
         _timeseries(
-            ids(),
             "Queue",
-            (12, 4, 12, 8),
-            _targets(
-                (f"sum(vllm:num_requests_waiting{{{MODEL}}})", "waiting"),
-                (f"sum(vllm:num_requests_running{{{MODEL}}})", "running"),
-            ),
+            (12, 8),
+            [
+                (f"sum(vllm:num_requests_waiting{{{VLLM}}})", "waiting"),
+                (f"sum(vllm:num_requests_running{{{VLLM}}})", "running"),
+            ],
             minimum=0,
         ),
         _timeseries(
-            ids(),
             "KV cache usage",
-            (0, 12, 12, 8),
-            _targets(
-                (kv.format(agg="max", m=MODEL), "max over replicas"),
-                (kv.format(agg="avg", m=MODEL), "mean over replicas"),
-            ),
+            (12, 8),
+            [(kv("max"), "max over replicas"), (kv("avg"), "mean over replicas")],
             unit="percentunit",
             minimum=0,
             maximum=1,
@@ -451,47 +421,39 @@ def fleet() -> Json:
             ),
         ),
         _timeseries(
-            ids(),
             "Time to first token",
-            (12, 12, 12, 8),
-            _targets((ttft("0.99"), "p99"), (ttft("0.5"), "p50")),
+            (12, 8),
+            [(ttft("0.99"), "p99"), (ttft("0.5"), "p50")],
             unit="s",
             minimum=0,
             description="From vLLM's histogram vllm:time_to_first_token_seconds, all replicas.",
         ),
         _timeseries(
-            ids(),
             "Token throughput",
-            (0, 20, 12, 8),
-            _targets(
-                (f"sum(rate(vllm:prompt_tokens_total{{{MODEL}}}[$__rate_interval]))", "prompt"),
-                (
-                    f"sum(rate(vllm:generation_tokens_total{{{MODEL}}}[$__rate_interval]))",
-                    "generation",
-                ),
-            ),
-            unit="short",
+            (12, 8),
+            [
+                (vllm_rate("vllm:prompt_tokens_total"), "prompt"),
+                (vllm_rate("vllm:generation_tokens_total"), "generation"),
+            ],
             minimum=0,
             stack=True,
         ),
         _timeseries(
-            ids(),
             "Demand signals (scaler's view)",
-            (12, 20, 12, 8),
-            _targets((f"prescaler_demand{{{SO}}}", "{{signal}}")),
+            (12, 8),
+            [(f"prescaler_demand{{{SO}}}", "{{signal}}")],
             minimum=0,
         ),
         _timeseries(
-            ids(),
             "Decisions by reason",
-            (0, 28, 12, 8),
-            _targets(
+            (12, 8),
+            [
                 (
                     f"sum by (reason) (increase(prescaler_decisions_total{{{SO}}}"
                     "[$__rate_interval]))",
                     "{{reason}}",
                 )
-            ),
+            ],
             bars=True,
             stack=True,
             minimum=0,
@@ -500,10 +462,9 @@ def fleet() -> Json:
             ),
         ),
         _timeseries(
-            ids(),
             "Source health",
-            (12, 28, 12, 8),
-            _targets(("prescaler_source_up", "{{source}}")),
+            (12, 8),
+            [("prescaler_source_up", "{{source}}")],
             minimum=0,
             maximum=1,
             description=(
@@ -511,48 +472,68 @@ def fleet() -> Json:
             ),
         ),
         _timeseries(
-            ids(),
             "Preemptions",
-            (0, 36, 12, 8),
-            _targets(
-                (
-                    f"sum(rate(vllm:num_preemptions_total{{{MODEL}}}[$__rate_interval]))",
-                    "preemptions/s",
-                )
-            ),
+            (12, 8),
+            [(vllm_rate("vllm:num_preemptions_total"), "preemptions/s")],
             minimum=0,
         ),
         _timeseries(
-            ids(),
             "Scaler gRPC latency p99 by method",
-            (12, 36, 12, 8),
-            _targets(
+            (12, 8),
+            [
                 (
                     "histogram_quantile(0.99, sum by (le, method) (rate("
                     "prescaler_grpc_request_duration_seconds_bucket[$__rate_interval])))",
                     "{{method}}",
                 )
-            ),
+            ],
             unit="s",
             minimum=0,
         ),
     ]
-    return _dashboard("prescaler-fleet", "prescaler / Fleet", variables, panels)
+    variables = [
+        *_scaledobject_variables(),
+        _query_variable(
+            "model",
+            "vLLM model",
+            'label_values(vllm:num_requests_running{namespace="$namespace"}, model_name)',
+            multi=True,
+            include_all=True,
+        ),
+    ]
+    return _assemble(_dashboard("prescaler-fleet", "prescaler / Fleet"), variables, panels)
 
 
-DASHBOARDS = {
+def _assemble(
+    board: dashboard_builder.Dashboard, variables: Sequence[Any], panels: Sequence[Any]
+) -> Json:
+    """Add variables and panels in order (the SDK lays them out), then number the panels."""
+    for variable in variables:
+        board = board.with_variable(variable)
+    for panel in panels:
+        if isinstance(panel, dashboard_builder.Row):
+            board = board.with_row(panel)
+        else:
+            board = board.with_panel(panel)
+    built = board.build()
+    for pid, panel in enumerate(built.panels or [], start=1):
+        panel.id_val = pid
+    return _to_json(built)
+
+
+DASHBOARDS: dict[str, Callable[[], Json]] = {
     "forecast-accuracy.json": forecast_accuracy,
     "fleet.json": fleet,
 }
 
 
 def render(dashboard: Json) -> str:
-    """Stable text form: what is committed and what the test compares."""
-    return json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n"
+    """Stable text form (keys sorted): what is committed and what the test compares."""
+    return json.dumps(dashboard, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare, exit 1 on drift")
     args = parser.parse_args(argv)
     stale = []

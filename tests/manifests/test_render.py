@@ -26,7 +26,7 @@ def test_overlay_objects_validate(overlay: str, rendered: dict[str, Objs], crds:
 
 
 def test_overlays_exist_and_differ(rendered: dict[str, Objs]) -> None:
-    assert {"base", "gpu-g5-g6", "inf2", "push", "mtls", "full"} <= set(rendered)
+    assert {"base", "gpu-g5-g6", "inf2", "push", "mtls", "full", "observed"} <= set(rendered)
     kinds = {
         name: {(o["kind"], o["metadata"]["name"]) for o in objs} for name, objs in rendered.items()
     }
@@ -36,8 +36,14 @@ def test_overlays_exist_and_differ(rendered: dict[str, Objs]) -> None:
     assert ("NodePool", "gpu-spot") not in kinds["inf2"]
     assert ("TriggerAuthentication", "prescaler-mtls") in kinds["mtls"]
     assert {("NodePool", "gpu-spot"), ("NodePool", "inf2")} <= kinds["full"]
-    # The base is only the scaler, its dashboards and namespaces.
-    assert not any(k in ("NodePool", "ScaledObject") for k, _ in kinds["base"])
+    # The base is only the scaler and its namespaces.
+    assert not any(k in ("NodePool", "ScaledObject", "ConfigMap") for k, _ in kinds["base"])
+    assert kinds["observed"] - kinds["gpu-g5-g6"] == {
+        ("ServiceMonitor", "prescaler"),
+        ("PodMonitor", "vllm"),
+        ("ConfigMap", "prescaler-dashboard-fleet"),
+        ("ConfigMap", "prescaler-dashboard-forecast-accuracy"),
+    }
 
 
 def test_ec2nodeclass(rendered: dict[str, Objs]) -> None:
@@ -214,10 +220,21 @@ def test_scaler_deployment(rendered: dict[str, Objs]) -> None:
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"]["port"] == 9090
-    assert c["image"].startswith("ghcr.io/") and ":" in c["image"]
+    # The base's `images:` entry names the placeholder every overlay overrides.
+    assert c["image"] == "registry.example.com/prescaler:0.1.0"
     assert find(objs, "PodDisruptionBudget", "prescaler")["spec"]["minAvailable"] == 1
+
+
+def test_prometheus_operator_component(rendered: dict[str, Objs]) -> None:
+    objs = rendered["observed"]
     sm = find(objs, "ServiceMonitor", "prescaler")
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    # The scaler's series carry the ScaledObject's namespace: keep it.
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
+    pm = find(objs, "PodMonitor", "vllm")
+    vllm = find(objs, "Deployment", "vllm-llama3-8b")
+    assert pm["metadata"]["namespace"] == vllm["metadata"]["namespace"]
+    assert pm["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
 
 
 def test_scaler_rbac_is_least_privilege(rendered: dict[str, Objs]) -> None:
@@ -287,7 +304,7 @@ def test_time_slicing_config(rendered: dict[str, Objs]) -> None:
 def test_dashboards_configmaps(rendered: dict[str, Objs]) -> None:
     cms = [
         o
-        for o in rendered["base"]
+        for o in rendered["observed"]
         if o["kind"] == "ConfigMap"
         and o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
     ]

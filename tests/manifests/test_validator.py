@@ -216,10 +216,17 @@ BREAKS: list[tuple[str, str, str, Callable[[dict[str, Any]], None], str]] = [
         "schema",
     ),
     (
-        "base",
+        "observed",
         "ServiceMonitor",
         "prescaler",
         lambda o: o["spec"]["endpoints"][0].update(interval="fast"),
+        "schema",
+    ),
+    (
+        "observed",
+        "PodMonitor",
+        "vllm",
+        lambda o: o["spec"].update(endpoints=o["spec"].pop("podMetricsEndpoints")),
         "schema",
     ),
 ]
@@ -345,10 +352,24 @@ CROSS_BREAKS: list[tuple[str, str, str, Callable[[dict[str, Any]], None], str]] 
         "selector",
     ),
     (
-        "base",
+        "observed",
         "ServiceMonitor",
         "prescaler",
         lambda o: o["spec"]["endpoints"][0].update(port="http"),
+        "selector",
+    ),
+    (
+        "observed",
+        "PodMonitor",
+        "vllm",
+        lambda o: o["spec"]["podMetricsEndpoints"][0].update(port="metrics"),
+        "selector",
+    ),
+    (
+        "observed",
+        "PodMonitor",
+        "vllm",
+        lambda o: o["spec"]["namespaceSelector"].update(matchNames=["prescaler"]),
         "selector",
     ),
     (

@@ -38,6 +38,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+from tests.manifests.hand_schemas import HAND_SCHEMAS
+
 __all__ = [
     "DEFAULT_K8S_VERSION",
     "CrdIndex",
@@ -242,100 +244,6 @@ def load_crds(paths: Iterable[Path]) -> CrdIndex:
     for path in paths:
         docs.extend(load_yaml_documents(path.read_text(encoding="utf-8")))
     return CrdIndex(docs)
-
-
-# Hand-written strict schemas for two CRD kinds whose upstream CRDs are not
-# shipped: only the fields these manifests use (anything else is an error).
-_STR = {"type": "string"}
-_SELECTOR = {
-    "type": "object",
-    "properties": {
-        "matchLabels": {"type": "object", "additionalProperties": _STR},
-        "matchExpressions": {"type": "array", "items": {"type": "object"}},
-    },
-    "additionalProperties": False,
-}
-_METADATA = {
-    "type": "object",
-    "properties": {
-        "name": _STR,
-        "namespace": _STR,
-        "labels": {"type": "object", "additionalProperties": _STR},
-        "annotations": {"type": "object", "additionalProperties": _STR},
-    },
-    "required": ["name"],
-    "additionalProperties": False,
-}
-HAND_SCHEMAS: dict[tuple[str, str], Mapping[str, Any]] = {
-    ("keda.sh/v1alpha1", "TriggerAuthentication"): {
-        "type": "object",
-        "properties": {
-            "apiVersion": _STR,
-            "kind": _STR,
-            "metadata": _METADATA,
-            "spec": {
-                "type": "object",
-                "properties": {
-                    "secretTargetRef": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "properties": {"parameter": _STR, "name": _STR, "key": _STR},
-                            "required": ["parameter", "name", "key"],
-                            "additionalProperties": False,
-                        },
-                    },
-                },
-                "additionalProperties": False,
-            },
-        },
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-    },
-    ("monitoring.coreos.com/v1", "ServiceMonitor"): {
-        "type": "object",
-        "properties": {
-            "apiVersion": _STR,
-            "kind": _STR,
-            "metadata": _METADATA,
-            "spec": {
-                "type": "object",
-                "properties": {
-                    "selector": _SELECTOR,
-                    "namespaceSelector": {
-                        "type": "object",
-                        "properties": {
-                            "any": {"type": "boolean"},
-                            "matchNames": {"type": "array", "items": _STR},
-                        },
-                        "additionalProperties": False,
-                    },
-                    "endpoints": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "port": _STR,
-                                "path": _STR,
-                                "interval": {"type": "string", "pattern": r"^[0-9]+(ms|s|m|h)$"},
-                                "scheme": {"enum": ["http", "https"]},
-                                "honorLabels": {"type": "boolean"},
-                            },
-                            "required": ["port"],
-                            "additionalProperties": False,
-                        },
-                    },
-                },
-                "required": ["selector", "endpoints"],
-                "additionalProperties": False,
-            },
-        },
-        "required": ["apiVersion", "kind", "metadata", "spec"],
-        "additionalProperties": False,
-    },
-}
 
 
 def _schema_problems(obj: Obj, schema: Mapping[str, Any], rule: str) -> list[Problem]:
@@ -1190,6 +1098,26 @@ def cross_check(objs: Sequence[Obj], crds: CrdIndex | None = None) -> list[Probl
                             f"spec.endpoints[{i}].port",
                             "selector",
                             f"no selected Service has a port named {ep.get('port')!r}",
+                        )
+                    )
+        elif kind == "PodMonitor":
+            names = (spec.get("namespaceSelector") or {}).get("matchNames") or [ns]
+            selected = [
+                p
+                for p in pods
+                if p.namespace in names and selector_matches(spec.get("selector"), p.labels)
+            ]
+            if not selected:
+                out.append(Problem(who, "spec.selector", "selector", "selects no pod template"))
+            for i, ep in enumerate(spec.get("podMetricsEndpoints") or []):
+                missing = [p.name for p in selected if ep.get("port") not in p.container_ports()]
+                if missing:
+                    out.append(
+                        Problem(
+                            who,
+                            f"spec.podMetricsEndpoints[{i}].port",
+                            "selector",
+                            f"{', '.join(missing)} has no container port named {ep.get('port')!r}",
                         )
                     )
         elif kind == "NodePool":
