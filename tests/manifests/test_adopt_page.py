@@ -178,6 +178,28 @@ def test_trigger_keys_on_the_page_are_contract_keys() -> None:
     assert all(f"`{k}`" in contracts for k in keys), keys
 
 
+def test_images_entry_for_the_short_name_matches_nothing(workdir: Path, tmp_path: Path) -> None:
+    # What the page warns about: the base has already renamed `prescaler`, so
+    # an outer overlay must name the placeholder, not `prescaler`.
+    shutil.copytree(workdir, tmp_path / "w")
+    kustomization = tmp_path / "w" / "deploy" / "my-cluster" / "kustomization.yaml"
+    text = kustomization.read_text(encoding="utf-8")
+    kustomization.write_text(
+        text.replace("- name: registry.example.com/prescaler\n", "- name: prescaler\n"),
+        encoding="utf-8",
+    )
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", "deploy/my-cluster"],
+        cwd=tmp_path / "w",
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "image: registry.example.com/prescaler:0.1.0" in rendered
+    assert "platform/prescaler" not in rendered
+
+
 def test_kustomize_edit_set_image(workdir: Path, tmp_path: Path) -> None:
     if shutil.which("kustomize") is None:
         pytest.skip("the standalone kustomize is not installed (kubectl has no `edit`)")
