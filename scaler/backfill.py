@@ -13,10 +13,11 @@ import logging
 import math
 from collections.abc import Sequence
 
+from decision.reading import Reading
 from scaler.live_entry import Entry, ObjectKey
 from scaler.pacing import CpuPacer
 from scaler.refresh import RefreshLoop
-from scaler.sources import History, Reading, SourceSpec
+from scaler.sources import History, SourceSpec
 
 __all__ = ["BACKFILL_CHUNK", "MAX_CATCH_UP_S", "Backfill"]
 

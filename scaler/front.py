@@ -39,9 +39,9 @@ from typing import Protocol
 
 import grpc
 
+from decision.policy import Decision
+from decision.settings import ScalerSettings
 from protos import front_pb2
-from scaler.policy import Decision
-from scaler.settings import ScalerSettings
 from scaler.telemetry import RPC_BUCKETS, ScalerTelemetry
 from scaler.tls import ServerTls
 

@@ -1,8 +1,6 @@
-"""One live ScaledObject as the refresh loop keeps it, and a source's reading
-as the tracker's plain data.
+"""One live ScaledObject as the refresh loop keeps it.
 
-Shared by every layer of the live loop (refresh, backfill, step, outputs);
-the one place ``scaler.sources`` data becomes ``scaler.tracker`` data.
+Shared by every layer of the live loop (refresh, backfill, step, outputs).
 """
 
 from __future__ import annotations
@@ -11,39 +9,22 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from scaler.policy import Decision, DemandForecast, Observation
-from scaler.prediction import Prediction
-from scaler.settings import ScalerSettings
-from scaler.sources import Reading, Selection, SourceSpec
-from scaler.tracker import Tracker
-from scaler.tracker import observation_from as _tracker_observation
-from scaler.tracker_data import TrackerReading
+from decision.policy import Decision, DemandForecast, Observation
+from decision.prediction import Prediction
+from decision.reading import Reading
+from decision.settings import ScalerSettings
+from decision.tracker import Tracker
+from decision.tracker import observation_from as _tracker_observation
+from scaler.sources import Selection, SourceSpec
 
-__all__ = ["Entry", "ObjectKey", "observation_from", "tracker_reading"]
+__all__ = ["Entry", "ObjectKey", "observation_from"]
 
 ObjectKey = tuple[str, str]
 
 
-def tracker_reading(reading: Reading) -> TrackerReading:
-    """A source's reading as the tracker's plain data."""
-    return TrackerReading(
-        time_s=reading.time_s,
-        ready_replicas=reading.ready_replicas,
-        waiting=reading.waiting,
-        running=reading.running,
-        kv_usage=reading.kv_usage,
-        arrival_rate_rps=reading.arrival_rate_rps,
-        prompt_tokens_per_s=reading.prompt_tokens_per_s,
-        generation_tokens_per_s=reading.generation_tokens_per_s,
-        preemptions_per_s=reading.preemptions_per_s,
-        completion_rate_rps=reading.completion_rate_rps,
-        lead_time_samples_s=reading.lead_time_samples_s,
-    )
-
-
 def observation_from(reading: Reading, now_s: float) -> Observation:
     """The policy's view of one reading (unknowns become NaN)."""
-    return _tracker_observation(tracker_reading(reading), now_s)
+    return _tracker_observation(reading, now_s)
 
 
 @dataclass

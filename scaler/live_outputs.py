@@ -12,10 +12,10 @@ import logging
 import math
 from typing import Any
 
+from decision.tracker import SIGNAL
+from decision.tracker_data import TrackerStep
 from scaler.live_entry import Entry
 from scaler.telemetry import ScalerTelemetry
-from scaler.tracker import SIGNAL
-from scaler.tracker_data import TrackerStep
 
 __all__ = ["LiveOutputs"]
 
@@ -74,14 +74,14 @@ class LiveOutputs:
     def _prewarm(self, entry: Entry, step: TrackerStep, t: float) -> None:
         """Node pre-warming: size the balloon Deployment one node lead time ahead.
 
-        The sizing is ``scaler.prewarm.plan_balloons`` (pure); the PATCH goes
+        The sizing is ``decision.prewarm.plan_balloons`` (pure); the PATCH goes
         through ``scaler.sources.balloon`` on its own thread, so a slow API
         server never delays decisions.
         """
         settings = entry.settings
         if not settings.prewarm:
             return
-        from scaler.prewarm import plan_balloons
+        from decision.prewarm import plan_balloons
 
         forecast = entry.tracker.demand_forecast(t, settings.node_lead_time_seconds)
         obs = step.observation

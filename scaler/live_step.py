@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
+from decision.prediction import PredictRequest, run_prediction
+from decision.reading import Reading
+from decision.tracker_data import Pending
 from scaler.forecast_worker import ForecastWorker, ForecastWorkerError, RemoteForecaster
-from scaler.live_entry import Entry, tracker_reading
+from scaler.live_entry import Entry
 from scaler.live_outputs import LiveOutputs
 from scaler.pacing import CpuPacer
-from scaler.prediction import PredictRequest, run_prediction
-from scaler.sources import Reading
-from scaler.tracker_data import Pending
 
 __all__ = ["PREDICT_CHUNK", "LiveStep"]
 
@@ -67,8 +67,7 @@ class LiveStep(LiveOutputs):
         decide_it: bool = True,
     ) -> Pending | None:
         """Take one reading into the object's tracker; ``None`` if ``t`` is old."""
-        converted = tracker_reading(reading) if reading is not None else None
-        pending = entry.tracker.ingest(t, converted, now_s, decide=decide_it)
+        pending = entry.tracker.ingest(t, reading, now_s, decide=decide_it)
         if pending is not None and live and pending.settled:
             self._export_accuracy(entry)
         return pending

@@ -15,12 +15,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from decision.prediction import PredictRequest
+from decision.reading import Reading
+from decision.tracker_data import Pending
 from scaler.live_entry import Entry, ObjectKey
 from scaler.live_step import LiveStep
 from scaler.pacing import CpuPacer
-from scaler.prediction import PredictRequest
-from scaler.sources import MetricSource, Reading, SourceFactory, SourceSpec
-from scaler.tracker_data import Pending
+from scaler.sources import MetricSource, SourceFactory, SourceSpec
 
 __all__ = ["RefreshLoop"]
 

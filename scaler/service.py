@@ -44,6 +44,8 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from decision.policy import NO_ANSWER_REASONS, Decision
+from decision.settings import ScalerSettings, SettingsError, parse_settings
 from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
 from scaler.front import (
@@ -55,8 +57,6 @@ from scaler.front import (
     private_socket_dir,
     remove_private_dir,
 )
-from scaler.policy import NO_ANSWER_REASONS, Decision
-from scaler.settings import ScalerSettings, SettingsError, parse_settings
 from scaler.sources import foreign_namespace_key
 from scaler.telemetry import MetricsServer, ScalerTelemetry
 from scaler.tls import ServerTls, server_credentials

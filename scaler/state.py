@@ -9,7 +9,7 @@ in one background task:
   each source is read ONCE for all its ScaledObjects (``scaler.sources``).
 - The readings are turned into observations, forecast bins, forecasts and
   decisions in a single worker thread (``_compute``), off the event loop,
-  by one ``scaler.tracker.Tracker`` per object: the pure path from a
+  by one ``decision.tracker.Tracker`` per object: the pure path from a
   reading to a decision, which the simulator runs too. This module keeps the
   I/O around it (sources, the forecast worker, telemetry, balloons).
 - A forecaster is refitted at per-object boundaries every
@@ -46,12 +46,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from decision.policy import Decision
+from decision.settings import ScalerSettings
+from decision.tracker import DEFAULT_LEAD_TIME_S, Tracker, warming_decision
+from decision.tracker_data import TrackerConfig
 from scaler.backfill import Backfill
 from scaler.forecast_worker import ForecastWorker
-from scaler.live_entry import Entry, ObjectKey, observation_from, tracker_reading
+from scaler.live_entry import Entry, ObjectKey, observation_from
 from scaler.pacing import CpuPacer, lower_priority
-from scaler.policy import Decision
-from scaler.settings import ScalerSettings
 from scaler.sources import (
     MetricSource,
     SourceFactory,
@@ -60,9 +62,8 @@ from scaler.sources import (
     selection_for,
 )
 from scaler.telemetry import ScalerTelemetry
-from scaler.tracker import DEFAULT_LEAD_TIME_S, Tracker, TrackerConfig, warming_decision
 
-__all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState", "observation_from", "tracker_reading"]
+__all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState", "observation_from"]
 
 log = logging.getLogger(__name__)
 

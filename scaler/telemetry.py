@@ -24,7 +24,7 @@ when a ScaledObject disappears, and never touches the global registry unless
 asked.
 
 The forecast-accuracy ledger whose figures the two forecast-error gauges carry
-is pure bookkeeping and lives in ``scaler.forecast_ledger``; it is re-exported
+is pure bookkeeping and lives in ``decision.forecast_ledger``; it is re-exported
 here, where its users import it from.
 """
 
@@ -49,8 +49,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from scaler.forecast_ledger import ForecastLedger, SettledForecast
-from scaler.policy import Decision
+from decision.forecast_ledger import ForecastLedger, SettledForecast
+from decision.policy import Decision
 
 __all__ = [
     "CONTENT_TYPE",

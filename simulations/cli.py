@@ -244,8 +244,8 @@ def _history(opts: SimulateOptions, workload: Workload) -> DemandHistory | None:
         return None
     import numpy as np
 
+    from decision.tracker_data import TrackerConfig
     from forecasting.readers import read_series
-    from scaler.tracker import TrackerConfig
     from simulations.backfill import demand_before
     from simulations.policies import REFRESH_S
 

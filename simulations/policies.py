@@ -6,7 +6,7 @@
   (:func:`simulations.scaledobject.seeds_reactive`) through KEDA and the HPA.
 - ``predictive``: prescaler's own ScaledObject (shaped like the shipped
   ``manifests/vllm/gpu/scaledobject.yaml``), its trigger answered by
-  :class:`scaler.tracker.Tracker` on what the emulated Prometheus shows.
+  :class:`decision.tracker.Tracker` on what the emulated Prometheus shows.
 - ``oracle``: the only code that sees future arrivals. Every 15 s it sets the
   Deployment to the replicas the true peak token demand over the next
   start-up lead time needs, at the profile's sustainable per-replica rate
@@ -27,12 +27,13 @@ from typing import Literal
 
 import numpy as np
 
+from decision.policy import NO_ANSWER_REASONS
+from decision.prewarm import plan_balloons
+from decision.tracker import Tracker
+from decision.tracker_data import TrackerConfig
 from engine.profiles import Profile
 from forecasting import make_forecaster
 from forecasting.registry import BASELINES
-from scaler.policy import NO_ANSWER_REASONS
-from scaler.prewarm import plan_balloons
-from scaler.tracker import Tracker, TrackerConfig
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_CONTROL
 from simulations.hpa import Hpa
@@ -60,7 +61,7 @@ ORACLE_STEP_S = 15.0
 """The oracle re-decides as often as the HPA syncs."""
 ORACLE_UTILIZATION = 0.85
 """Peak load per replica the oracle sizes for, as a fraction of the sustainable
-rate: ``scaler.capacity``'s rate is ~95 % of a saturated replica's, and a
+rate: ``decision.capacity``'s rate is ~95 % of a saturated replica's, and a
 fleet run at that through a 15 s peak queues (M/G/c), however well it knows
 the future."""
 HPA_SYNC_S = 15.0

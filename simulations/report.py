@@ -120,7 +120,7 @@ def policy_summary(
     e2e = np.where(completed, r.e2e_s, np.nan)
     gpu_s = r.gpu_hours * 3600.0
     replica_s = gpu_s / max(1, tp)
-    # served load over what the billed replicas could sustain (scaler.capacity)
+    # served load over what the billed replicas could sustain (decision.capacity)
     util = (
         r.served_tokens / (r.capacity_tokens_per_s * replica_s)
         if replica_s > 0 and r.capacity_tokens_per_s > 0

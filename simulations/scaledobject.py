@@ -13,7 +13,7 @@ HPA's legacy defaults). A trigger's ``metricType`` defaults to AverageValue.
 Exactly one trigger is supported, of one of two kinds:
 
 - ``external`` / ``external-push``: the prescaler itself. Its metadata is
-  parsed by :func:`scaler.settings.parse_settings`, the function the live
+  parsed by :func:`decision.settings.parse_settings`, the function the live
   scaler uses, so bad metadata fails here with the same error. The metric is
   the desired replica count with an AverageValue target of 1.
 - ``prometheus`` over a vLLM metric: ``query`` must be ``sum|avg|max(M{...})``
@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
-from scaler.settings import ScalerSettings, parse_settings
+from decision.settings import ScalerSettings, parse_settings
 from simulations.hpa import HpaBehavior, HpaConfig
 from simulations.keda import FallbackBehavior, KedaConfig
 

@@ -25,7 +25,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from scaler.tracker import TrackerReading
+from decision.reading import Reading
 
 __all__ = ["COUNTERS", "GAUGES", "PrometheusView", "ScrapeSample"]
 
@@ -161,13 +161,13 @@ class PrometheusView:
             value = self.gauge(metric, aggregation)
         return 0.0 if value is None else value
 
-    def reading(self, lead_time_samples_s: tuple[float, ...] = ()) -> TrackerReading | None:
+    def reading(self, lead_time_samples_s: tuple[float, ...] = ()) -> Reading | None:
         """What ``scaler.sources`` would hand the tracker now (None before the first scrape)."""
         last = self.latest
         if last is None:
             return None
         targets = last.targets
-        return TrackerReading(
+        return Reading(
             time_s=last.time_s,
             ready_replicas=targets,
             waiting=last.sums[0],

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from decision.capacity import RequestShape, profile_capacity
+from decision.policy import ReplicaCapacity
 from engine.profiles import Profile
 from engine.replica import Replica, RequestRejected
-from scaler.capacity import RequestShape, profile_capacity
-from scaler.policy import ReplicaCapacity
 from simulations.traffic import Workload
 
 __all__ = ["rejections", "servable", "workload_capacity"]
@@ -26,7 +26,7 @@ def servable(workload: Workload, profile: Profile) -> np.ndarray:
 
 
 def workload_capacity(workload: Workload, profile: Profile) -> ReplicaCapacity:
-    """One replica's sustainable rate (``scaler.capacity``) at the mean shape of
+    """One replica's sustainable rate (``decision.capacity``) at the mean shape of
     the requests it can serve."""
     ok = servable(workload, profile)
     if ok.any():

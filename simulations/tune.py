@@ -8,7 +8,7 @@ compared fairly (each at its own best). The parts:
 - :data:`PREDICTIVE_SPACE`: the trigger keys searched, with ranges and steps
   that give values a person would paste (``0.85``, ``240``), never
   ``0.8473921``. Values are written as the strings the trigger metadata holds
-  and parsed back by :func:`scaler.settings.parse_settings`, the live
+  and parsed back by :func:`decision.settings.parse_settings`, the live
   scaler's parser, so a tuned block can never be one the scaler refuses.
 - :func:`split_workload`: out of sample by default; the first part of the
   trace is tuned on, the held-back rest only scores the chosen settings.
@@ -40,8 +40,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from decision.settings import parse_settings
 from engine.profiles import get_profile
-from scaler.settings import parse_settings
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec

@@ -144,7 +144,7 @@ def _histories(
     ``--no-backfill`` (``series`` None)."""
     if series is None:
         return None, None
-    from scaler.tracker import TrackerConfig
+    from decision.tracker_data import TrackerConfig
     from simulations.backfill import window_history
     from simulations.policies import REFRESH_S
 
@@ -212,9 +212,9 @@ def _metadata_block(meta: Mapping[str, str]) -> str:
 def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None) -> int:
     """Do the whole tune; returns the exit status (0, or EXIT_SLO_UNMET)."""
     out = sys.stdout if out is None else out
+    from decision.settings import parse_settings
     from engine.profiles import get_profile
     from forecasting.readers import read_series
-    from scaler.settings import parse_settings
     from simulations.policies import fleet_bound
     from simulations.scaledobject import load_scaledobject, seeds_reactive
     from simulations.simulation import SimConfig

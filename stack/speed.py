@@ -37,10 +37,10 @@ STREAM_QUANTUM_S = 0.25
 
 
 def install_scaler(speed: float) -> None:
-    """Patch ``scaler.tracker`` in this process: profile capacity x ``speed``."""
-    import scaler.tracker as tracker
-    from scaler.capacity import capacity_for
-    from scaler.policy import ReplicaCapacity
+    """Patch ``decision.tracker`` in this process: profile capacity x ``speed``."""
+    import decision.tracker as tracker
+    from decision.capacity import capacity_for
+    from decision.policy import ReplicaCapacity
 
     def scaled_capacity(settings: Any) -> ReplicaCapacity:
         cap = capacity_for(settings)

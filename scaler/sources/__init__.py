@@ -28,11 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scaler.settings import LabelMatcher, ScalerSettings
+from decision.settings import LabelMatcher, ScalerSettings
 from scaler.sources.model import (
     History,
     MetricSource,
-    Reading,
     Selection,
     SourceError,
     SourceSpec,
@@ -43,7 +42,6 @@ __all__ = [
     "DEFAULT_RATE_WINDOW_S",
     "History",
     "MetricSource",
-    "Reading",
     "Selection",
     "SourceError",
     "SourceFactory",

@@ -1,7 +1,7 @@
 """Sets the balloon (placeholder) Deployment's replicas through the Kubernetes API.
 
 The only node pre-warming code that talks to the outside; the sizing is
-``scaler.prewarm.plan_balloons`` (pure). It PATCHes the Deployment's
+``decision.prewarm.plan_balloons`` (pure). It PATCHes the Deployment's
 ``scale`` subresource with a JSON merge patch (``{"spec": {"replicas": N}}``
 -- RBAC needs ``patch`` and ``get`` on ``deployments/scale``), and only when
 the count changes: the last value set is remembered per Deployment and

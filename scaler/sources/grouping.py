@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from scaler.sources.model import History, Reading, Selection, SourceError, usable
+from decision.reading import Reading, usable
+from scaler.sources.model import History, Selection, SourceError
 from scaler.sources.promql import CACHE_BLOCK_SIZE_LABEL, CACHE_BLOCKS_LABEL, QueryPlan
 
 GroupKey = tuple[str, ...]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from scaler.sources.model import History, Reading, Selection, SourceError, SourceSpec
+from decision.reading import Reading
+from scaler.sources.model import History, Selection, SourceError, SourceSpec
 from scaler.sources.scrape import ScrapeSource, aggregate
 
 DEFAULT_VLLM_PORT = 8000

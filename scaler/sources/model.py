@@ -1,7 +1,7 @@
 """Plain data shared by every metric source: what one ScaledObject reads, what comes back.
 
 Why a module of its own: the Prometheus, direct-scrape and Kubernetes sources
-all answer in the same ``Reading`` shape, so ``scaler.state`` never needs to
+all answer in the same ``Reading`` shape (``decision.reading``), so ``scaler.state`` never needs to
 know where numbers came from, and tests can fake a source with a few lines.
 """
 
@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Protocol
 
 import numpy as np
+
+from decision.reading import Reading
 
 SourceKind = Literal["prometheus", "scrape", "kubernetes"]
 
@@ -24,7 +26,7 @@ class SourceError(RuntimeError):
 
 
 class Matcher(Protocol):
-    """A validated label matcher: ``scaler.settings.LabelMatcher`` (which
+    """A validated label matcher: ``decision.settings.LabelMatcher`` (which
     renders escaped PromQL with ``promql()``)."""
 
     @property
@@ -93,64 +95,6 @@ class SourceSpec:
     def label(self) -> str:
         """The ``source`` label of ``prescaler_source_up``."""
         return self.kind
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the fleet of one ScaledObject looked like at ``time_s``.
-
-    Rates are per second over the source's rate window (Prometheus) or since
-    the previous scrape (direct); ``None`` means "not measurable" (first
-    scrape, a restart, the counter is absent on that vLLM version, or some
-    replica could not be read). ``waiting`` is NaN when unknown (a replica
-    could not be read, or the gauge is absent); ``running`` is NaN when the
-    gauge is absent, and the readable replicas' sum (a lower bound) when some
-    replica could not be read. Missing data is never reported as zero, which
-    the policy would read as an idle fleet. Where vLLM splits its queue by
-    reason, ``waiting`` is the part waiting for capacity (requests deferred by
-    LoRA budget or KV transfer do not ask for replicas).
-    ``arrival_rate_rps`` = finished requests per second + growth of requests
-    in the system (the whole queue + running) per second: an exact balance
-    over the window, and unlike completions alone it rises the moment a burst
-    queues. Both sources also add requests turned away at admission (where
-    vLLM counts them), and leave finishes with ``finished_reason="error"``
-    (an internal failure, answered 500) out of ``completion_rate_rps`` while
-    still balancing them in arrivals.
-
-    Optional, from newer vLLM metric sets (``None`` where the source or the
-    vLLM version does not say): ``rejections_per_s``, requests turned away
-    at admission (already inside ``arrival_rate_rps``: it is demand);
-    ``computed_prompt_tokens_per_s``, prompt tokens actually prefilled (not
-    served from a cache); ``kv_cache_tokens``, one replica's KV cache size in
-    tokens (the mean over replicas that state it).
-    """
-
-    time_s: float
-    ready_replicas: int
-    waiting: float
-    running: float
-    kv_usage: float | None = None
-    arrival_rate_rps: float | None = None
-    completion_rate_rps: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
-    preemptions_per_s: float | None = None
-    lead_time_samples_s: tuple[float, ...] = field(default=(), compare=False)
-    rejections_per_s: float | None = None
-    computed_prompt_tokens_per_s: float | None = None
-    kv_cache_tokens: float | None = None
-
-
-def usable(reading: Reading) -> bool:
-    """Whether the policy can act on ``reading``: it knows the queue or KV usage.
-
-    Sources drop readings that know neither, so the state sees "no reading"
-    and the data's age keeps growing (stale hold, then ``fallbackReplicas``);
-    a NaN-only reading would look fresh yet never reach the fallback.
-    """
-    return math.isfinite(reading.waiting) or (
-        reading.kv_usage is not None and math.isfinite(reading.kv_usage)
-    )
 
 
 def finite_or_error(value: float, what: str) -> float:

@@ -20,8 +20,9 @@ from typing import Any
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from decision.reading import Reading
 from scaler.sources.grouping import HISTORY_SIGNALS, split_history, split_instant, split_range
-from scaler.sources.model import History, Reading, Selection, SourceError, SourceSpec
+from scaler.sources.model import History, Selection, SourceError, SourceSpec
 from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, build_plan
 
 QUERY_THREADS = 3

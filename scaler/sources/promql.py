@@ -8,7 +8,7 @@ Prometheus' own matcher semantics (``scaler.sources.model.matcher_matches``).
 When every ScaledObject selects the same series, the matchers go into the
 query itself (rendered by ``LabelMatcher.promql()``, escaped): nothing from
 metadata is ever pasted raw into PromQL. Label *names* are validated by
-``scaler.settings`` (``[a-zA-Z_][a-zA-Z0-9_]*``), so ``by (...)`` is safe.
+``decision.settings`` (``[a-zA-Z_][a-zA-Z0-9_]*``), so ``by (...)`` is safe.
 
 Signals (both vLLM generations; ``engine`` is summed away because it is
 never a grouping label):

@@ -24,7 +24,8 @@ from typing import Any
 
 import aiohttp
 
-from scaler.sources.model import History, Reading, Selection, SourceSpec, usable
+from decision.reading import Reading, usable
+from scaler.sources.model import History, Selection, SourceSpec
 from scaler.sources.vllm_text import (
     ADMISSION_REJECTIONS,
     FAILED_REASONS,

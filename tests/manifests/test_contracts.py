@@ -25,9 +25,9 @@ def _module_exists(name: str) -> bool:
 def test_trigger_metadata_is_accepted_by_the_scaler(
     overlay: str, rendered: dict[str, Objs]
 ) -> None:
-    if not _module_exists("scaler.settings"):
-        pytest.skip("scaler.settings not written yet")
-    from scaler.settings import SettingsError, parse_settings
+    if not _module_exists("decision.settings"):
+        pytest.skip("decision.settings not written yet")
+    from decision.settings import SettingsError, parse_settings
 
     triggers = [
         (so["metadata"]["name"], t)

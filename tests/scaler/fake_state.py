@@ -6,8 +6,8 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-from scaler.policy import Decision
-from scaler.settings import ScalerSettings
+from decision.policy import Decision
+from decision.settings import ScalerSettings
 
 
 class FakeState:

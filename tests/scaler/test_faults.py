@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from scaler.settings import parse_settings
+from decision.settings import parse_settings
 from scaler.sources.prometheus import PrometheusSource
 from scaler.sources.scrape import ScrapeSource
 from scaler.state import ScalerState

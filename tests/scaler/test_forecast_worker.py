@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from decision.reading import Reading
 from forecasting import make_forecaster
 from scaler.forecast_worker import ForecastWorker, ForecastWorkerError
-from scaler.sources import Reading, Selection, SourceSpec
+from scaler.sources import Selection, SourceSpec
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.test_state import FakeSource, make_state, meta

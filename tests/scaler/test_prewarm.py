@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 
-from scaler.policy import DemandForecast, ReplicaCapacity
-from scaler.prewarm import plan_balloons
-from scaler.settings import ScalerSettings, parse_settings
+from decision.policy import DemandForecast, ReplicaCapacity
+from decision.prewarm import plan_balloons
+from decision.settings import ScalerSettings, parse_settings
 from scaler.sources.balloon import BalloonController, BalloonError
 from tests.scaler.fake_kube_api import FakeKubeApi
 

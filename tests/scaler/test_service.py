@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from decision.policy import Decision
 from protos import externalscaler_pb2 as pb
-from scaler.policy import Decision
 from scaler.service import METRIC_NAME, SERVICE_NAME, RunningServer, SettingsCache, start_server
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState

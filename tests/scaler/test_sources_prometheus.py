@@ -7,8 +7,9 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from scaler.settings import LabelMatcher, parse_selector
-from scaler.sources.model import Reading, Selection
+from decision.reading import Reading
+from decision.settings import LabelMatcher, parse_selector
+from scaler.sources.model import Selection
 from scaler.sources.prometheus import PrometheusSource
 from scaler.sources.promql import SIGNALS
 from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.settings import LabelMatcher, parse_selector
+from decision.settings import LabelMatcher, parse_selector
 from scaler.sources.grouping import split_instant, split_range
 from scaler.sources.model import Selection, SourceError
 from scaler.sources.promql import SIGNALS, build_plan, group_labels_for
@@ -371,8 +371,8 @@ def _tokens_of(r: object) -> float | None:
 
 
 def _decide(reading: object) -> object:
-    from scaler.policy import Decision, ReplicaCapacity, decide
-    from scaler.settings import parse_settings
+    from decision.policy import Decision, ReplicaCapacity, decide
+    from decision.settings import parse_settings
     from scaler.state import observation_from
 
     settings = parse_settings(
@@ -462,7 +462,7 @@ def test_lost_query_counts_vanished_series_of_targets_still_scraped() -> None:
 
 def test_prometheus_selection_is_confined_to_the_scaledobject_namespace() -> None:
     """``model`` alone used to sum every namespace's queue."""
-    from scaler.settings import parse_settings
+    from decision.settings import parse_settings
     from scaler.sources import selection_for
 
     prom = {"prometheusAddress": "http://p:9090", "model": "meta-llama/Meta-Llama-3-8B-Instruct"}

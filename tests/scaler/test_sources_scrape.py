@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from scaler.settings import LabelMatcher
+from decision.settings import LabelMatcher
 from scaler.sources.kube import KubernetesSource, PodDiscovery, api_for_host, pod_info
 from scaler.sources.model import Selection, SourceError
 from scaler.sources.scrape import ScrapeSource
@@ -213,8 +213,8 @@ async def test_not_ready_pods_that_serve_count_their_queue(
 ) -> None:
     """4 pods all NotReady (readiness timing out under load) used to
     read as an empty fleet -> decide said 0 'idle'. Their queue is real demand."""
-    from scaler.policy import Decision, ReplicaCapacity, decide
-    from scaler.settings import parse_settings
+    from decision.policy import Decision, ReplicaCapacity, decide
+    from decision.settings import parse_settings
     from scaler.state import observation_from
 
     replicas = [fake_vllm(engines=[Engine(waiting=8, running=4)]) for _ in range(4)]
@@ -279,8 +279,8 @@ async def test_a_fresh_multiprocess_replica_does_not_blind_the_scaler() -> None:
     scaler still sees the busy replica beside it and scales on its queue.
     Before: the page was rejected, the whole selection had no reading, and the
     scaler answered 1 replica while ~200 requests queued."""
+    from decision.settings import parse_settings
     from engine.emulator import EmulatorServer, EmulatorSettings
-    from scaler.settings import parse_settings
     from scaler.state import ScalerState
     from scaler.telemetry import ScalerTelemetry
 

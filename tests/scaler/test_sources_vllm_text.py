@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scaler.settings import LabelMatcher
+from decision.settings import LabelMatcher
 from scaler.sources.model import Selection
 from scaler.sources.scrape import TargetState, aggregate
 from scaler.sources.vllm_text import page_rates, parse_vllm_text

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from scaler.settings import ScalerSettings, parse_settings
-from scaler.sources import History, Reading, Selection, SourceError, SourceSpec
+from decision.reading import Reading
+from decision.settings import ScalerSettings, parse_settings
+from scaler.sources import History, Selection, SourceError, SourceSpec
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
 
@@ -138,7 +139,7 @@ def make_state(
     )  # type: ignore[arg-type]
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:

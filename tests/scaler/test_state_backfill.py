@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scaler.policy import Decision
-from scaler.settings import parse_settings
+from decision.policy import Decision
+from decision.settings import parse_settings
 from scaler.sources.prometheus import PrometheusSource
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from scaler.policy import Decision
+from decision.policy import Decision
 from scaler.telemetry import CONTENT_TYPE, ForecastLedger, ScalerTelemetry
 
 GOLDEN = (Path(__file__).parent / "data" / "telemetry_golden.txt").read_text()

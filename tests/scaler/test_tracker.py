@@ -1,4 +1,4 @@
-"""scaler.tracker: the pure per-ScaledObject path from a reading to a Decision.
+"""decision.tracker: the pure per-ScaledObject path from a reading to a Decision.
 
 The live ``ScalerState`` and a bare ``Tracker`` fed the same readings must
 decide identically (the simulator runs the tracker and its results must
@@ -19,19 +19,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.policy import Decision
-from scaler.settings import ScalerSettings, parse_settings
-from scaler.sources import History, Reading, Selection, SourceError
-from scaler.state import ScalerState, tracker_reading
+from decision.policy import Decision
+from decision.prediction import ForecasterBackend, run_prediction
+from decision.reading import Reading
+from decision.settings import ScalerSettings, parse_settings
+from decision.tracker import DEFAULT_LEAD_TIME_S, Tracker
+from decision.tracker_data import TrackerConfig
+from scaler.sources import History, Selection, SourceError
+from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
-from scaler.tracker import (
-    DEFAULT_LEAD_TIME_S,
-    ForecasterBackend,
-    Tracker,
-    TrackerConfig,
-    TrackerReading,
-    run_prediction,
-)
 
 Script = Callable[[float], Reading | None]
 
@@ -190,7 +186,7 @@ async def test_the_live_state_and_a_bare_tracker_decide_identically(
             else:
                 await state.refresh(t)
             reading = scenario(t)
-            step = tracker.step(t, None if reading is None else tracker_reading(reading), t)
+            step = tracker.step(t, reading, t)
             live = state.decision("ns", "so")
             assert live == step.decision, (i, live, step.decision)
             assert state.is_active("ns", "so") == step.active, i
@@ -212,8 +208,8 @@ async def test_the_live_state_and_a_bare_tracker_decide_identically(
         assert tracker.fitted
 
 
-def _fresh(t: float, *, ready: int = 2, waiting: float = 9.0) -> TrackerReading:
-    return TrackerReading(
+def _fresh(t: float, *, ready: int = 2, waiting: float = 9.0) -> Reading:
+    return Reading(
         time_s=t,
         ready_replicas=ready,
         waiting=waiting,
@@ -226,8 +222,8 @@ def _fresh(t: float, *, ready: int = 2, waiting: float = 9.0) -> TrackerReading:
     )
 
 
-def _empty(t: float) -> TrackerReading:
-    return TrackerReading(
+def _empty(t: float) -> Reading:
+    return Reading(
         time_s=t, ready_replicas=0, waiting=0.0, running=0.0, kv_usage=None, arrival_rate_rps=0.0
     )
 
@@ -390,7 +386,7 @@ def test_lead_time_auto_uses_measured_starts_then_the_profile_then_the_default()
     profile's cold start, else DEFAULT_LEAD_TIME_S."""
     bare = Tracker(("ns", "so"), settings_for(forecast="off"), CONFIG)
     assert bare.step(T0, _fresh(T0), T0).lead_s == DEFAULT_LEAD_TIME_S
-    measured = TrackerReading(
+    measured = Reading(
         time_s=T0 + DT,
         ready_replicas=1,
         waiting=0.0,

@@ -2,7 +2,7 @@
 
 ``prescaler serve`` reads the last hours of demand from Prometheus before it
 answers an object's first poll (``scaler.state``'s backfill into
-``scaler.tracker.Tracker.load_history``); a window cut from inside a trace
+``decision.tracker.Tracker.load_history``); a window cut from inside a trace
 gives the simulated tracker the same.
 """
 

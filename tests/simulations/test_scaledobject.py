@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scaler.settings import SettingsError, parse_settings
+from decision.settings import SettingsError, parse_settings
 from simulations.hpa import HpaBehavior
 from simulations.scaledobject import (
     PromQuery,
@@ -166,7 +166,7 @@ def test_external_push_sets_push() -> None:
 
 
 def test_bad_prescaler_metadata_fails_like_the_live_scaler() -> None:
-    """Prescaler metadata is parsed by scaler.settings.parse_settings: the same
+    """Prescaler metadata is parsed by decision.settings.parse_settings: the same
     SettingsError, naming the same key, as the running scaler would give."""
     meta = {"prometheusAddress": "http://prometheus:9090", "targetKvCacheUsage": "2"}
     doc = _doc(triggers=[{"type": "external", "metadata": meta}])

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.settings import parse_settings
+from decision.settings import parse_settings
 from simulations.backfill import DemandHistory
 from simulations.scaledobject import seeds_reactive
 from simulations.simulation import SimConfig
@@ -48,7 +48,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
-    """Whatever the sampler picks, the metadata parses with scaler.settings'
+    """Whatever the sampler picks, the metadata parses with decision.settings'
     own parser (the live scaler's), values are plain decimal strings, and a
     conditional key (nodeLeadTimeSeconds) appears only with prewarm on."""
     base, _ = default_bases(PROFILE, 10)
@@ -70,7 +70,7 @@ def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
 def test_apply_metadata_keeps_the_users_other_keys() -> None:
     """--scaledobject: keys not searched (data source, selector, fallback) stay
     as the user wrote them; fallbackReplicas is raised to a higher floor, since
-    scaler.settings refuses a fallback outside [minReplicas, maxReplicas]."""
+    decision.settings refuses a fallback outside [minReplicas, maxReplicas]."""
     base, _ = default_bases(PROFILE, 10)
     meta = dict(base.trigger.metadata)
     assert meta["fallbackReplicas"] == "4"
@@ -155,7 +155,7 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
 ) -> None:
     """tune --json: exactly the published keys, strict JSON; SUMMARY is one
     policy's `simulate --json` entry on each part; the printed metadata block
-    is the JSON's metadata and scaler.settings parses it."""
+    is the JSON's metadata and decision.settings parses it."""
     png = tmp_path / "trials.png"
     code, out = _tune(trace, tmp_path, "--plot", str(png))
     assert code == 0

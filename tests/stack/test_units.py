@@ -3,7 +3,7 @@
 Time compression must be the same everywhere (docs/stack.md): every
 time-valued trigger key and ``prescaler serve`` interval divided by K,
 nothing else in the manifest's metadata touched (the trigger keys are those
-of scaler.settings, parsed by the live scaler). The load generator follows
+of decision.settings, parsed by the live scaler). The load generator follows
 the simulator's request rules (simulations.simulation): each request ends
 exactly once, vLLM's 400 is a rejection with its message.
 """
@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 
+from decision.settings import parse_settings
 from prescaler.cli import build_parser
-from scaler.settings import parse_settings
 from simulations.scaledobject import load_scaledobject
 from simulations.simulation import COMPLETED, REJECTED
 from simulations.traffic import Workload

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from scaler.settings import LabelMatcher
-from scaler.sources.model import Reading, Selection
+from decision.reading import Reading
+from decision.settings import LabelMatcher
+from scaler.sources.model import Selection
 from scaler.sources.scrape import ScrapeSource
 from tests.vllm.real_vllm import HOME, get, tiny_model, vllm_python, vllm_server
 

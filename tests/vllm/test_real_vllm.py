@@ -18,8 +18,8 @@ import aiohttp
 import grpc
 import pytest
 
+from decision.settings import parse_settings
 from engine.emulator import EmulatorServer, EmulatorSettings
-from scaler.settings import parse_settings
 from scaler.sources.scrape import ScrapeSource
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry

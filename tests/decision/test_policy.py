@@ -1,4 +1,4 @@
-"""scaler.policy: worked examples and hypothesis properties of decide()."""
+"""decision.policy: worked examples and hypothesis properties of decide()."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.policy import (
+from decision.policy import (
     REASONS,
     Decision,
     DemandForecast,
@@ -18,7 +18,7 @@ from scaler.policy import (
     decide,
     is_active,
 )
-from scaler.settings import ScalerSettings, parse_settings
+from decision.settings import ScalerSettings, parse_settings
 
 NAN = math.nan
 BASE = ScalerSettings(prometheus_address="http://p:9090")

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scaler.policy import DemandForecast, ReplicaCapacity
-from scaler.settings import ScalerSettings
+from decision.policy import DemandForecast, ReplicaCapacity
+from decision.settings import ScalerSettings
 
 __all__ = ["BalloonPlan", "plan_balloons"]
 

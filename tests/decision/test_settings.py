@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.settings import (
+from decision.settings import (
     FORECAST_METHODS,
     KEDA_KEYS,
     METADATA_KEYS,
@@ -218,11 +218,11 @@ def test_forecast_methods_from_forecasting() -> None:
 
 
 def test_parsing_imports_nothing() -> None:
-    """forecasting (pandas, statsmodels: ~0.6 s) is imported with scaler.settings,
+    """forecasting (pandas, statsmodels: ~0.6 s) is imported with decision.settings,
     never by parse_settings, which runs inside gRPC handlers on the event loop."""
     code = (
         "import sys\n"
-        "import scaler.settings as s\n"
+        "import decision.settings as s\n"
         "assert 'forecasting' in sys.modules\n"
         "before = set(sys.modules)\n"
         "meta = {'prometheusAddress': 'http://p:9090', 'forecast': 'holt_winters',\n"

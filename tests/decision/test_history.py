@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
+from decision.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 
 
 def test_a_bin_holds_the_reading_at_its_end_and_closes_there() -> None:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from scaler.policy import ReplicaCapacity
-from scaler.settings import ScalerSettings
+from decision.policy import ReplicaCapacity
+from decision.settings import ScalerSettings
 
 __all__ = ["DEFAULT_MIX", "RequestShape", "capacity_for", "profile_capacity"]
 

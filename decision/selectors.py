@@ -1,9 +1,9 @@
 """Label selectors in trigger metadata: PromQL matchers and Kubernetes pod selectors.
 
-Split from ``scaler.settings`` because it is a job of its own: a small real
+Split from ``decision.settings`` because it is a job of its own: a small real
 parser that turns user text into validated values, so that metadata is never
 pasted raw into a PromQL query or a Kubernetes API call. Pure (no I/O); the
-errors are plain ``ValueError``, which ``scaler.settings`` wraps with the
+errors are plain ``ValueError``, which ``decision.settings`` wraps with the
 metadata key at fault.
 
 * ``selector`` (PromQL label matchers, ``model="llama",pod=~"vllm-.*"``):

@@ -41,7 +41,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scaler.settings import ScalerSettings
+from decision.settings import ScalerSettings
 
 __all__ = [
     "NO_ANSWER_REASONS",

@@ -22,8 +22,8 @@ process)::
 
 ``Tracker.step`` runs all of them in process.
 
-Its plain data types live in ``scaler.tracker_data`` and the forecast
-requests in ``scaler.prediction``; both are re-exported here.
+Its plain data types live in ``decision.tracker_data`` and the forecast
+requests in ``decision.prediction``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from scaler.capacity import capacity_for
-from scaler.forecast_ledger import ForecastLedger
-from scaler.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
-from scaler.policy import (
+from decision.capacity import capacity_for
+from decision.forecast_ledger import ForecastLedger
+from decision.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
+from decision.policy import (
     Decision,
     DemandForecast,
     Observation,
@@ -48,39 +48,28 @@ from scaler.policy import (
     burst_started,
     decide,
 )
-from scaler.policy import is_active as policy_is_active
-from scaler.prediction import (
+from decision.policy import is_active as policy_is_active
+from decision.prediction import (
     ForecasterBackend,
     ForecasterFactory,
-    ForecastResult,
     Prediction,
     PredictRequest,
     run_prediction,
 )
-from scaler.settings import ScalerSettings
-from scaler.tracker_data import (
+from decision.reading import Reading
+from decision.settings import ScalerSettings
+from decision.tracker_data import (
     MIN_FIT_BINS,
     Pending,
     TrackerConfig,
-    TrackerReading,
     TrackerStep,
 )
 
 __all__ = [
     "DEFAULT_LEAD_TIME_S",
-    "MIN_FIT_BINS",
     "SIGNAL",
-    "ForecastResult",
-    "ForecasterBackend",
-    "Pending",
-    "PredictRequest",
-    "Prediction",
     "Tracker",
-    "TrackerConfig",
-    "TrackerReading",
-    "TrackerStep",
     "observation_from",
-    "run_prediction",
     "warming_decision",
 ]
 
@@ -108,7 +97,7 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def observation_from(reading: TrackerReading, now_s: float) -> Observation:
+def observation_from(reading: Reading, now_s: float) -> Observation:
     """The policy's view of one reading (unknowns become NaN)."""
     return Observation(
         time_s=reading.time_s,
@@ -124,7 +113,7 @@ def observation_from(reading: TrackerReading, now_s: float) -> Observation:
     )
 
 
-def _tokens(reading: TrackerReading) -> float:
+def _tokens(reading: Reading) -> float:
     parts = [reading.prompt_tokens_per_s, reading.generation_tokens_per_s]
     known = [p for p in parts if p is not None]
     return sum(known) if known else math.nan
@@ -294,7 +283,7 @@ class Tracker:
         self._last_time_s = float(times[-1])
 
     # ---------------------------------------------------------------- a step
-    def step(self, t: float, reading: TrackerReading | None, now_s: float) -> TrackerStep:
+    def step(self, t: float, reading: Reading | None, now_s: float) -> TrackerStep:
         """All phases in process: the decision at grid time ``t`` from
         ``reading`` (None: the source failed) evaluated at ``now_s``.
         ``t`` must be later than the previous step's."""
@@ -309,7 +298,7 @@ class Tracker:
         return step
 
     def ingest(
-        self, t: float, reading: TrackerReading | None, now_s: float, *, decide: bool = True
+        self, t: float, reading: Reading | None, now_s: float, *, decide: bool = True
     ) -> Pending | None:
         """Take one reading into the history; ``None`` if ``t`` is not new.
 
@@ -432,7 +421,7 @@ class Tracker:
         return DEFAULT_LEAD_TIME_S
 
     def capacity(self, now_s: float) -> ReplicaCapacity:
-        """Profile or ``capacityTokensPerSecond`` (scaler.capacity), else learned.
+        """Profile or ``capacityTokensPerSecond`` (decision.capacity), else learned.
 
         Token capacity alone is turned into requests/s with the observed
         tokens per request, so the request-rate forecast can use it too.

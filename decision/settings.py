@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from decision.selectors import LabelMatcher, parse_selector, re2_problem, validate_pod_selector
+
 # Imported here, at module import, not in the RPC path: ``forecasting`` pulls
 # in pandas and statsmodels (~0.6 s), which must never run inside a gRPC
 # handler on the event loop. METHODS is the one list of method names.
 from forecasting import METHODS as FORECAST_METHODS
-from scaler.selectors import LabelMatcher, parse_selector, re2_problem, validate_pod_selector
 
 __all__ = [
     "FORECAST_METHODS",
@@ -53,7 +54,7 @@ class SettingsError(ValueError):
         self.detail = message
 
 
-# Label matchers and pod selectors live in scaler.selectors (a parser of their
+# Label matchers and pod selectors live in decision.selectors (a parser of their
 # own); re-exported here, where the rest of the scaler has always found them.
 
 

@@ -1,4 +1,4 @@
-"""Per-replica capacity from engine profiles (scaler.capacity)."""
+"""Per-replica capacity from engine profiles (decision.capacity)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from scaler.capacity import RequestShape, capacity_for, profile_capacity
-from scaler.policy import ReplicaCapacity
-from scaler.settings import ScalerSettings
+from decision.capacity import RequestShape, capacity_for, profile_capacity
+from decision.policy import ReplicaCapacity
+from decision.settings import ScalerSettings
 
 BASE = ScalerSettings(prometheus_address="http://p:9090")
 

@@ -1,45 +1,22 @@
-"""The plain data a :class:`scaler.tracker.Tracker` takes and gives.
+"""The plain data a :class:`decision.tracker.Tracker` takes and gives.
 
 Kept apart from the tracker's state machine so the live loop, the simulator
-and the tests share frozen, plain types: cadences and readings in, a pending
-reading and the step's outcome out (pure: no I/O, no clock).
+and the tests share frozen, plain types: cadences in (readings are
+``decision.reading.Reading``), a pending reading and the step's outcome out
+(pure: no I/O, no clock).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scaler.policy import Decision, DemandForecast, Observation, ReplicaCapacity
+from decision.policy import Decision, DemandForecast, Observation, ReplicaCapacity
 
-__all__ = ["MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerReading", "TrackerStep"]
+__all__ = ["MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerStep"]
 
 MIN_FIT_BINS = 8
 """Fewer closed bins than this and no forecast is made (the policy then
 works on live signals alone)."""
-
-
-# --------------------------------------------------------------------- data in
-@dataclass(frozen=True)
-class TrackerReading:
-    """What one refresh read for one ScaledObject (plain data).
-
-    The same fields as ``scaler.sources.Reading``: ``None`` is "not
-    measurable", ``waiting`` NaN is unknown; never zero for missing data,
-    which the policy would read as an idle fleet. ``lead_time_samples_s``
-    are creation -> Ready durations of the pods Ready now (``auto`` lead).
-    """
-
-    time_s: float
-    ready_replicas: int
-    waiting: float
-    running: float
-    kv_usage: float | None = None
-    arrival_rate_rps: float | None = None
-    prompt_tokens_per_s: float | None = None
-    generation_tokens_per_s: float | None = None
-    preemptions_per_s: float | None = None
-    completion_rate_rps: float | None = None
-    lead_time_samples_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
