@@ -14,7 +14,6 @@ serve` prints.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shlex
@@ -29,6 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
+import decision.settings as decision_settings
+from decision import policy
 from tests.manifests.conftest import MANIFESTS, ROOT, find, need_tool
 from tests.manifests.namespaces import created_namespaces, namespace_uses
 from tests.manifests.test_dashboards import CONTRACT_METRICS, VLLM_METRICS, metric_names
@@ -148,20 +149,10 @@ def test_own_overlay_renders_and_validates(workdir: Path, crds: CrdIndex) -> Non
     assert nodeclass["spec"]["role"] == "KarpenterNodeRole-prod-eu"
 
 
-def _settings_module() -> Any:
-    # The pure settings parser; its package moved from scaler/ to decision/.
-    for name in ("decision.settings", "scaler.settings"):
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
-    pytest.skip("no settings module")
-
-
 def test_own_overlay_trigger_is_accepted_by_the_scaler(workdir: Path) -> None:
     objs = load_yaml_documents((workdir / "my-cluster.yaml").read_text(encoding="utf-8"))
     trigger = find(objs, "ScaledObject", "vllm-llama3-8b")["spec"]["triggers"][0]
-    settings = _settings_module().parse_settings(trigger["metadata"])
+    settings = decision_settings.parse_settings(trigger["metadata"])
     assert settings.model == "llama-3-8b-instruct"
     assert settings.source_kind == "prometheus"
 
@@ -328,15 +319,6 @@ def test_promql_blocks_parse_and_use_contract_metrics(tmp_path: Path) -> None:
 
 
 def test_decision_reasons_on_the_page_exist() -> None:
-    policy = None
-    for name in ("decision.policy", "scaler.policy"):
-        try:
-            policy = importlib.import_module(name)
-            break
-        except ModuleNotFoundError:
-            continue
-    if policy is None:
-        pytest.skip("no policy module")
     sentence = page().split("says why:", 1)[1].split(";\n\n", 1)[0]
     named = set(re.findall(r"`(\w+)`", sentence))
     assert len(named) >= 8

@@ -4,31 +4,20 @@ scaler container's command line through the real ``prescaler`` CLI parser."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
 
+from decision.settings import SettingsError, parse_settings
 from tests.manifests.conftest import OVERLAYS, find_all
 
 Objs = list[dict[str, Any]]
-
-
-def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_trigger_metadata_is_accepted_by_the_scaler(
     overlay: str, rendered: dict[str, Objs]
 ) -> None:
-    if not _module_exists("decision.settings"):
-        pytest.skip("decision.settings not written yet")
-    from decision.settings import SettingsError, parse_settings
-
     triggers = [
         (so["metadata"]["name"], t)
         for so in find_all(rendered[overlay], "ScaledObject")
@@ -43,8 +32,6 @@ def test_trigger_metadata_is_accepted_by_the_scaler(
         try:
             settings = parse_settings(trigger["metadata"])
         except SettingsError as exc:
-            if exc.key == "profile" and not _module_exists("engine.profiles"):
-                pytest.skip("engine.profiles not written yet: profiles cannot be checked")
             raise AssertionError(f"{overlay} ScaledObject {name}: {exc}") from exc
         assert settings.source_kind == "prometheus"
         assert settings.model == trigger["metadata"]["model"]
@@ -54,8 +41,6 @@ def test_trigger_metadata_is_accepted_by_the_scaler(
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_scaler_command_line_parses(overlay: str, rendered: dict[str, Objs]) -> None:
-    if not _module_exists("scaler.cli"):
-        pytest.skip("scaler.cli not written yet")
     from prescaler.cli import build_parser
 
     (deploy,) = [
