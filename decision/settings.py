@@ -17,6 +17,7 @@ therefore read as ``<ourKey>`` (an error if both are given); any other
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -372,9 +373,7 @@ def parse_settings(metadata: Mapping[str, str]) -> ScalerSettings:
             extra[raw_key] = raw_value
             continue
         if key not in _PARSERS:
-            raise SettingsError(
-                raw_key, "unknown metadata key (see the scaler's README for the keys)"
-            )
+            raise SettingsError(raw_key, _unknown_key(raw_key))
         if key in seen:
             raise SettingsError(raw_key, f"given twice (as {seen[key]} and {raw_key})")
         seen[key] = raw_key
@@ -409,5 +408,18 @@ def parse_settings(metadata: Mapping[str, str]) -> ScalerSettings:
     if settings.fallback_replicas is not None and not (
         settings.min_replicas <= settings.fallback_replicas <= settings.max_replicas
     ):
-        raise SettingsError(seen["fallbackReplicas"], "must lie within [minReplicas, maxReplicas]")
+        raise SettingsError(
+            seen["fallbackReplicas"],
+            f"{settings.fallback_replicas} must lie within [minReplicas, maxReplicas] = "
+            f"[{settings.min_replicas}, {settings.max_replicas}]",
+        )
     return settings
+
+
+def _unknown_key(key: str) -> str:
+    """The error for a key nobody reads, with the nearest known key when one is
+    close (a typo or a wrong case is the usual cause)."""
+    by_lower = {k.lower(): k for k in [*_PARSERS, *sorted(KEDA_KEYS)]}
+    near = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f"; did you mean {by_lower[near[0]]!r}?" if near else ""
+    return f"unknown metadata key{hint} (the scaler's README lists the keys)"

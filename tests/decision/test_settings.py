@@ -419,3 +419,44 @@ def test_pod_selector_validation() -> None:
     for bad in ["", "a=b=c", "a in ()", "-bad=x", "a=(b)"]:
         with pytest.raises(ValueError):
             validate_pod_selector(bad)
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("targetWaitingPerReplca", "targetWaitingPerReplica"),
+        ("leadtimeseconds", "leadTimeSeconds"),
+        ("forecastQuantil", "forecastQuantile"),
+        ("prometheusAdress", "prometheusAddress"),
+        ("scalerAdress", "scalerAddress"),
+    ],
+)
+def test_unknown_key_suggests_the_nearest(typo: str, meant: str) -> None:
+    """A misspelt or wrongly cased key is refused, naming it and the key it is nearest to."""
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, typo: "1"})
+    assert err.value.key == typo
+    assert f"did you mean {meant!r}?" in str(err.value)
+
+
+def test_unknown_key_far_from_every_key_suggests_nothing() -> None:
+    """A key like no known one gets no guess, only where the keys are listed."""
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, "colour": "blue"})
+    assert err.value.key == "colour"
+    assert "did you mean" not in str(err.value) and "README" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "fallback"),
+    [({"maxReplicas": "3"}, "5"), ({"minReplicas": "2", "maxReplicas": "6"}, "1")],
+)
+def test_fallback_replicas_out_of_range_names_the_values(
+    bounds: dict[str, str], fallback: str
+) -> None:
+    """fallbackReplicas outside [minReplicas, maxReplicas]: the error holds all three values."""
+    with pytest.raises(SettingsError) as err:
+        parse_settings({**PROM, **bounds, "fallbackReplicas": fallback})
+    lo, hi = bounds.get("minReplicas", "0"), bounds["maxReplicas"]
+    assert err.value.key == "fallbackReplicas"
+    assert f"{fallback} must lie within [minReplicas, maxReplicas] = [{lo}, {hi}]" in str(err.value)
