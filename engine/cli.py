@@ -1,7 +1,9 @@
-"""``prescaler engine ...``: print what the engine model derives for each profile.
+"""``prescaler engine ...``: print what the engine model derives for each profile,
+and fit a profile to a real server's measurements.
 
-A thin shell: the figures come from ``engine.profiles.profile_summary``;
-this module only formats them.
+A thin shell: the figures come from ``engine.profiles.profile_summary`` and
+the fit from ``engine.profile_fit``; this module reads the inputs, writes
+the profile file and formats the report.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import json
 import sys
 from typing import Any
 
+from engine.profile_fit_cli import register_fit_profile
 from engine.profiles import SUMMARY_BATCHES, SUMMARY_CONTEXT_TOKENS, all_profile_summaries
 
 
 def register(subparsers: Any) -> None:
-    """Add ``engine`` and its ``profiles`` subcommand to the top-level CLI."""
+    """Add ``engine`` and its ``profiles`` and ``fit-profile`` subcommands to the top-level CLI."""
     engine = subparsers.add_parser(
         "engine", help="inspect the replica performance model (profiles, step times)"
     )
@@ -35,6 +38,7 @@ def register(subparsers: Any) -> None:
         "--json", action="store_true", help="print a JSON list instead of a table"
     )
     profiles.set_defaults(func=run_profiles)
+    register_fit_profile(engine_sub)
 
 
 def run_profiles(args: argparse.Namespace) -> int:

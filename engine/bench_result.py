@@ -1,0 +1,112 @@
+"""The result file of ``vllm bench serve --save-result``, read into a ``BenchMeasurement``.
+
+Field names are those vLLM's ``vllm/benchmarks/serve.py`` writes (the
+``result_json`` of its ``main``, merged with ``benchmark()``'s ``result``):
+``completed``, ``num_prompts``, ``total_input_tokens``,
+``total_output_tokens``, ``duration``, ``request_rate`` (a number or the
+string ``"inf"``), ``max_concurrency`` (null when not capped),
+``request_throughput``, ``output_throughput``, ``median_ttft_ms``,
+``median_itl_ms`` (and ``median_tpot_ms``, ``p99_*_ms`` which the fit does
+not need). Per-request lists (``input_lens``...) are only kept with
+``--save-detailed``, so the mean lengths come from the totals. Pure: the
+caller parses the JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from engine.profile_fit import BenchMeasurement
+from engine.serving_replay import ServingLoad
+
+#: The replay is capped at this many requests: the medians settle well before.
+MAX_REPLAY_REQUESTS = 400
+
+
+class BenchResultError(ValueError):
+    """A benchmark result the fit cannot use: which file, which field, why."""
+
+    def __init__(self, source: str, key: str, message: str) -> None:
+        super().__init__(f"{source}: field {key!r}: {message}")
+        self.source = source
+        self.key = key
+
+
+def _number(doc: Mapping[str, Any], key: str, source: str, *, positive: bool = True) -> float:
+    if key not in doc:
+        raise BenchResultError(source, key, "missing (was it saved with --save-result?)")
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BenchResultError(source, key, f"expected a number, got {value!r}")
+    if positive and value <= 0:
+        raise BenchResultError(source, key, f"must be > 0, got {value!r}")
+    return float(value)
+
+
+def bench_measurement(doc: Any, source: str) -> BenchMeasurement:
+    """The load and the medians of one ``vllm bench serve`` result."""
+    if not isinstance(doc, Mapping):
+        raise BenchResultError(source, "(document)", "expected a JSON object")
+    completed = int(_number(doc, "completed", source))
+    prompt = _number(doc, "total_input_tokens", source) / completed
+    output = _number(doc, "total_output_tokens", source) / completed
+    rate_raw = doc.get("request_rate", "inf")
+    rate: float | None
+    if rate_raw in ("inf", None) or (isinstance(rate_raw, float) and math.isinf(rate_raw)):
+        rate = None
+    else:
+        rate = _number(doc, "request_rate", source)
+    conc_raw = doc.get("max_concurrency")
+    if conc_raw is not None and (isinstance(conc_raw, bool) or not isinstance(conc_raw, int)):
+        raise BenchResultError(
+            source, "max_concurrency", f"expected an integer or null, got {conc_raw!r}"
+        )
+    load = ServingLoad(
+        num_requests=min(completed, MAX_REPLAY_REQUESTS),
+        prompt_tokens=max(1, round(prompt)),
+        output_tokens=max(1, round(output)),
+        max_concurrency=conc_raw,
+        request_rate=rate,
+    )
+    return BenchMeasurement(
+        load=load,
+        median_ttft_s=_number(doc, "median_ttft_ms", source) / 1e3,
+        median_itl_s=_number(doc, "median_itl_ms", source) / 1e3,
+        output_throughput=_number(doc, "output_throughput", source),
+    )
+
+
+def bench_result_document(
+    load: ServingLoad,
+    *,
+    duration_s: float,
+    median_ttft_s: float,
+    median_itl_s: float,
+    median_tpot_s: float,
+    model_id: str = "model",
+) -> dict[str, Any]:
+    """A result document in vLLM's field names (for fixtures and the real-vLLM bench)."""
+    total_out = load.num_requests * load.output_tokens
+    return {
+        "date": "synthetic",
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "model_id": model_id,
+        "num_prompts": load.num_requests,
+        "request_rate": "inf" if load.request_rate is None else load.request_rate,
+        "burstiness": 1.0,
+        "max_concurrency": load.max_concurrency,
+        "duration": duration_s,
+        "completed": load.num_requests,
+        "failed": 0,
+        "total_input_tokens": load.num_requests * load.prompt_tokens,
+        "total_output_tokens": total_out,
+        "request_throughput": load.num_requests / duration_s,
+        "output_throughput": total_out / duration_s,
+        "total_token_throughput": (load.num_requests * load.prompt_tokens + total_out) / duration_s,
+        "median_ttft_ms": median_ttft_s * 1e3,
+        "median_tpot_ms": median_tpot_s * 1e3,
+        "median_itl_ms": median_itl_s * 1e3,
+    }

