@@ -37,7 +37,14 @@ from prescaler_native.loader import (
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[str, ...]] = {
-    "engine.native": ("engine/replica.py", "engine/steptime.py", "simulations/router.py"),
+    "engine.native": (
+        "engine/replica_state.py",
+        "engine/replica_counters.py",
+        "engine/replica_loop.py",
+        "engine/replica.py",
+        "engine/steptime.py",
+        "simulations/router.py",
+    ),
     "forecasting.native": ("forecasting/filters.py",),
 }
 """Modules compiled together (calls within a group stay in C), by group name.

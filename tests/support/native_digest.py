@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 
 import engine.replica
+import engine.replica_loop
 import simulations.router
 from engine.profiles import get_profile
 from engine.replica import Replica, run_requests
@@ -214,7 +215,8 @@ def main() -> None:
         ("preemptions", "aborts", "spot_interruptions", "retried", "rejected", "timed_out"), 0
     )
     found = digests(covers)
-    native = all(is_native(m) for m in (engine.replica, simulations.router, filters))
+    compiled = (engine.replica, engine.replica_loop, simulations.router, filters)
+    native = all(is_native(m) for m in compiled)
     print(json.dumps({"native": native, "digests": found, "covers": covers}))
 
 
