@@ -8,7 +8,7 @@ from forecasting import baselines
 from forecasting.anchors import Arima, FftMax, HoltWinters, Kalman, LastValue, SeasonalNaive
 from forecasting.baselines import BASELINES, StatsForecastBaseline
 from forecasting.forecast import Forecaster
-from forecasting.prescaler_model import PrescalerForecaster
+from forecasting.prescaler.model import PrescalerForecaster
 
 _FACTORIES: dict[str, Callable[[], Forecaster]] = {
     "last_value": LastValue,

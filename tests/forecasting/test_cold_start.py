@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forecasting import make_forecaster
-from forecasting.prescaler_config import PrescalerConfig
-from forecasting.prescaler_model import PrescalerForecaster
+from forecasting.prescaler.config import PrescalerConfig
+from forecasting.prescaler.model import PrescalerForecaster
 
 OUT = Path(__file__).parents[2] / "bench-results"
 STEP_S = 15.0

@@ -23,9 +23,9 @@ from forecasting.combination import (
     trend_solve,
     trend_state,
 )
-from forecasting.prescaler_band import median_and_quantile
-from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
-from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler.band import median_and_quantile
+from forecasting.prescaler.band import sorted_quantile as _sorted_quantile
+from forecasting.prescaler.model import PrescalerConfig, PrescalerForecaster
 
 
 def _holt_loop(y: np.ndarray, a: float, b: float, phi: float) -> tuple[np.ndarray, np.ndarray]:

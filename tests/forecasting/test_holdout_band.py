@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from forecasting.prescaler_band import BAND_LEVELS as _BAND_LEVELS
-from forecasting.prescaler_band import band_spread, holdout_error_band, recency_quantiles
-from forecasting.prescaler_band import sorted_quantile as _sorted_quantile
-from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler.band import BAND_LEVELS as _BAND_LEVELS
+from forecasting.prescaler.band import band_spread, holdout_error_band, recency_quantiles
+from forecasting.prescaler.band import sorted_quantile as _sorted_quantile
+from forecasting.prescaler.model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
 

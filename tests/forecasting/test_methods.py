@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from forecasting import METHODS, make_forecaster
-from forecasting.prescaler_model import PrescalerForecaster
+from forecasting.prescaler.model import PrescalerForecaster
 
 STEP = 600.0  # 10-minute steps: 144 per day keeps seasonal fits fast
 DAY = 144

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forecasting.prescaler_features import TrainRows, features, local_scale, origin_ranges
-from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler.features import TrainRows, features, local_scale, origin_ranges
+from forecasting.prescaler.model import PrescalerConfig, PrescalerForecaster
 
 
 def _series(seed: int, n: int) -> np.ndarray:

@@ -15,9 +15,9 @@ from forecasting.combination import (
     trend_last,
     trend_state,
 )
-from forecasting.prescaler_band import calibrated, tail_factor
-from forecasting.prescaler_members import guarded_weights
-from forecasting.prescaler_model import PrescalerConfig, PrescalerForecaster
+from forecasting.prescaler.band import calibrated, tail_factor
+from forecasting.prescaler.members import guarded_weights
+from forecasting.prescaler.model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
 
 

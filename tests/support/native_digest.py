@@ -26,7 +26,7 @@ from engine.replica import Replica, run_requests
 from engine.requests import Request
 from forecasting import filters
 from forecasting.combination import holt_state, lfilter, trend_state
-from forecasting.prescaler_model import PrescalerForecaster
+from forecasting.prescaler.model import PrescalerForecaster
 from prescaler_native.loader import is_native
 from simulations.policies import PolicySpec, predictive_spec, reactive_spec
 from simulations.runner import run_policy

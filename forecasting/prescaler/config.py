@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PrescalerConfig:
-    """Knobs of :class:`forecasting.prescaler_model.PrescalerForecaster`."""
+    """Knobs of :class:`forecasting.prescaler.model.PrescalerForecaster`."""
 
     # ----------------------------------------------------------- the ridge
     offset_fractions: tuple[float, ...] = (0.25, 1.0, 16.0)

@@ -13,8 +13,8 @@ origins (or none: then the ridge alone spoke), and the weights were noise;
 refitting as the origin rolls lets the holdout start as soon as the ridge has
 ``min_rows`` rows, so a history of a few dozen steps already weighs its
 members on tens of genuine forecasts. Pure numpy; the forecaster turns the
-forecasts into weights (:mod:`forecasting.prescaler_members`) and bands
-(:mod:`forecasting.prescaler_band`).
+forecasts into weights (:mod:`forecasting.prescaler.members`) and bands
+(:mod:`forecasting.prescaler.band`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from forecasting.combination import CANDIDATES, SmoothingBank
-from forecasting.prescaler_band import CAL_Q, median_and_quantile
+from forecasting.prescaler.band import CAL_Q, median_and_quantile
 
 
 def rolling_forecasts(

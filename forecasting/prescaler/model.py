@@ -7,16 +7,16 @@ with cheap smoothers, with a conformal band.
   survive any monotone transform; ``c`` keeps zeros finite and tiny rates
   nearly linear).
 - For each horizon ``h`` a small ridge regression predicts ``z[t+h] - z[t]``
-  from what is known at ``t`` (:mod:`forecasting.prescaler_features`): the
+  from what is known at ``t`` (:mod:`forecasting.prescaler.features`): the
   recent means (3, 12, 48 steps) relative to the last value and, for each
   season with at least two full cycles in the history (daily, weekly), the
   profile's expected change and distance. The ridge pulls toward "the recent
   mean", so a few points give a sane, cautious forecast.
 - The point is a combination of five members (the ridge's median and the
   smoothers of :mod:`forecasting.combination`), weighted
-  (:mod:`forecasting.prescaler_members`) on a rolling-origin holdout inside
-  the history (:mod:`forecasting.prescaler_holdout`).
-- The band (:mod:`forecasting.prescaler_band`) is the combined point's own
+  (:mod:`forecasting.prescaler.members`) on a rolling-origin holdout inside
+  the history (:mod:`forecasting.prescaler.holdout`).
+- The band (:mod:`forecasting.prescaler.band`) is the combined point's own
   holdout error law where the holdout holds enough independent errors, else
   the ridge's residual law, calibrated by its holdout coverage.
 - Cold start: while the rows since demand was first seen hold too few
@@ -25,7 +25,7 @@ with cheap smoothers, with a conformal band.
 
 This module runs them: it fits the ridge per horizon, chooses the offset,
 keeps what predictions read, and combines at predict time. Knobs:
-:mod:`forecasting.prescaler_config`; what each choice was compared with and
+:mod:`forecasting.prescaler.config`; what each choice was compared with and
 the backtests that chose it: ``docs/decisions/forecasting.md``.
 
 ``fit`` costs a few least-squares solves; ``update`` only stores the longer
@@ -48,7 +48,7 @@ from forecasting.forecast import (
     check_predict_args,
     daily_period,
 )
-from forecasting.prescaler_band import (
+from forecasting.prescaler.band import (
     BAND_LEVELS,
     LawLevels,
     calibrated,
@@ -58,8 +58,8 @@ from forecasting.prescaler_band import (
     resid_quantile,
     tail_factor,
 )
-from forecasting.prescaler_config import PrescalerConfig
-from forecasting.prescaler_features import (
+from forecasting.prescaler.config import PrescalerConfig
+from forecasting.prescaler.features import (
     SCALE_WINDOW,
     TrainRows,
     features,
@@ -67,8 +67,8 @@ from forecasting.prescaler_features import (
     origin_ranges,
     scale_floor,
 )
-from forecasting.prescaler_holdout import rolling_forecasts
-from forecasting.prescaler_members import (
+from forecasting.prescaler.holdout import rolling_forecasts
+from forecasting.prescaler.members import (
     guarded_weights,
     member_weights,
     smoothers_equal,
@@ -253,7 +253,7 @@ class PrescalerForecaster:
     def holdout_band(self, h: int) -> np.ndarray | None:
         """A copy of horizon ``h``'s holdout error band: the combined point's
         out-of-sample errors (log scale over the local volatility) at
-        :data:`~forecasting.prescaler_band.BAND_LEVELS`; ``None`` where that
+        :data:`~forecasting.prescaler.band.BAND_LEVELS`; ``None`` where that
         horizon's holdout held too few independent errors (see
         ``band_min_errors``) and the ridge's band stands in. Public: it shows
         which horizons' bands are split-conformal, and their error law."""
