@@ -90,7 +90,7 @@ vllm-test: protos
 lint: protos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy engine forecasting decision scaler simulations prescaler prescaler_native
+	$(VENV)/bin/mypy engine forecasting decision scaler simulations prescaler prescaler_native benchmarks
 	$(VENV)/bin/lint-imports
 	@$(call GO_OR_SKIP,out=$$(gofmt -l front); [ -z "$$out" ] || { \
 		echo "gofmt -l front lists: $$out (run gofmt -w front)" >&2; exit 1; }; FRONT_MOD=readonly sh front/go.sh vet .,gofmt/go vet of front/)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.calibration import (
+from benchmarks.engine_calibration import (
     VIDUR_A100_LINEAR_MS,
     calibration_points,
     fit_efficiency,

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting import ANCHORS, METHODS, make_forecaster
 from forecasting.backtest import BacktestResult, backtest, pinball
-from forecasting.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting.backtest import pinball
-from forecasting.quantile_blend import hindsight_blend, walk_forward_blend
 
 
 def test_an_exact_mix_of_two_forecasts_is_found() -> None:

@@ -17,8 +17,8 @@ both. Two answers bound it:
   hindsight blend gains and this one does not is what only knowing the
   scored actuals buys (and, on the first origins, the method it starts from).
 
-Pure numpy and scipy; :mod:`scipy.optimize` is imported on first use so the
-live scaler, which never blends, does not pay its resident memory.
+Pure numpy and scipy (:mod:`scipy.optimize` imported on first use). Only the
+backtest bench uses it, so it lives in ``benchmarks`` rather than the product.
 """
 
 from __future__ import annotations
