@@ -1,8 +1,9 @@
 """What a live step sends out: the scaler's own metrics and the balloon
 Deployment's size.
 
-Kept out of the step itself: exporting never changes a decision, and the
-balloon PATCH runs on its own thread so a slow API server never delays one.
+A sink the stepper calls with each live step's result: exporting never
+changes a decision, and the balloon PATCH runs on its own thread so a slow
+API server never delays one.
 """
 
 from __future__ import annotations
@@ -12,24 +13,54 @@ import logging
 import math
 from typing import Any
 
+from decision.prewarm import plan_balloons
 from decision.tracker import SIGNAL
 from decision.tracker_data import TrackerStep
-from scaler.live_entry import Entry
+from scaler.registry import Entry
 from scaler.telemetry import ScalerTelemetry
 
 __all__ = ["LiveOutputs"]
 
-# Logs under the live loop's name, as before this layer had a module of its own.
-log = logging.getLogger("scaler.state")
+log = logging.getLogger(__name__)
 
 
 class LiveOutputs:
-    """The layer of :class:`scaler.state.ScalerState` that exports a live step
-    (telemetry) and pre-warms nodes (balloons)."""
+    """Exports each live step (``telemetry``) and pre-warms nodes (balloons).
 
-    telemetry: ScalerTelemetry
-    _balloon_controller: Any
-    _balloon_pool: concurrent.futures.ThreadPoolExecutor
+    ``balloon_controller`` is a ``scaler.sources.balloon.BalloonController``-like
+    object (``apply(namespace, deployment, replicas)``); the real one is made
+    on first use, so objects without ``prewarm`` never reach the API server.
+    """
+
+    def __init__(self, telemetry: ScalerTelemetry, balloon_controller: Any = None) -> None:
+        self.telemetry = telemetry
+        self._balloon_controller = balloon_controller
+        self._balloon_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="prescaler-balloon"
+        )
+
+    # ------------------------------------------------------- the sink's side
+    def settled(self, entry: Entry) -> None:
+        """A forecast bin settled: export the object's forecast accuracy."""
+        ns, name = entry.key
+        ledger = entry.tracker.ledger
+        for signal, horizon, quantile in ledger.keys():  # noqa: SIM118 (not a dict)
+            ape = ledger.mean_ape(signal, horizon)
+            if math.isfinite(ape):
+                self.telemetry.record_forecast_error(ns, name, signal, horizon, ape)
+            coverage = ledger.coverage(signal, quantile)
+            if math.isfinite(coverage):
+                self.telemetry.record_coverage(ns, name, signal, quantile, coverage)
+
+    def stepped(self, entry: Entry, step: TrackerStep, t: float) -> None:
+        """An object was decided at grid time ``t``: export it, then pre-warm."""
+        self._export(entry, step)
+        self._prewarm(entry, step, t)
+
+    def close(self) -> None:
+        """Stop the balloon thread (a pending PATCH is dropped: the next
+        scaler's refresh sends it again)."""
+        self._balloon_pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------ telemetry
     def _export(self, entry: Entry, step: TrackerStep) -> None:
@@ -60,17 +91,7 @@ class LiveOutputs:
         # One lock acquisition per object, not ten.
         self.telemetry.record_refresh(ns, name, step.decision, ready, lead_s, demand, forecasts)
 
-    def _export_accuracy(self, entry: Entry) -> None:
-        ns, name = entry.key
-        ledger = entry.tracker.ledger
-        for signal, horizon, quantile in ledger.keys():  # noqa: SIM118 (not a dict)
-            ape = ledger.mean_ape(signal, horizon)
-            if math.isfinite(ape):
-                self.telemetry.record_forecast_error(ns, name, signal, horizon, ape)
-            coverage = ledger.coverage(signal, quantile)
-            if math.isfinite(coverage):
-                self.telemetry.record_coverage(ns, name, signal, quantile, coverage)
-
+    # -------------------------------------------------------------- balloons
     def _prewarm(self, entry: Entry, step: TrackerStep, t: float) -> None:
         """Node pre-warming: size the balloon Deployment one node lead time ahead.
 
@@ -81,8 +102,6 @@ class LiveOutputs:
         settings = entry.settings
         if not settings.prewarm:
             return
-        from decision.prewarm import plan_balloons
-
         forecast = entry.tracker.demand_forecast(t, settings.node_lead_time_seconds)
         obs = step.observation
         ready = obs.ready_replicas if obs is not None else 0

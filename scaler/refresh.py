@@ -1,188 +1,245 @@
-"""One refresh: every source read once at a grid time, every ready object re-decided.
+"""The refresh loop: every source read once at each grid time, every ready
+object re-decided, new objects backfilled, missed refreshes caught up.
 
-Reads are grouped per source (one query for all objects sharing a
-Prometheus); the compute runs off the event loop, phase by phase across
-objects, so all their forecasts go to the worker in one batch.
+The reads run on the event loop; the compute runs on one thread of its own
+at a lower priority (``scaler.pacing``), so the gRPC handlers answering from
+memory never wait for a refit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import gc
 import logging
+import math
+import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TypeVar
 
-from decision.prediction import PredictRequest
-from decision.reading import Reading
-from decision.tracker_data import Pending
-from scaler.live_entry import Entry, ObjectKey
-from scaler.live_step import LiveStep
-from scaler.pacing import CpuPacer
-from scaler.sources import MetricSource, SourceFactory, SourceSpec
+from scaler.backfill import (
+    BACKFILL_CHUNK,
+    fill,
+    read_backfill,
+    read_catch_up,
+    replay,
+)
+from scaler.pacing import CpuPacer, lower_priority
+from scaler.registry import ObjectKey, ObjectRegistry
+from scaler.source_reader import SourceReader
+from scaler.stepper import Stepper
 
-__all__ = ["RefreshLoop"]
+__all__ = ["EXPIRE_EVERY", "RefreshLoop"]
 
-# Logs under the live loop's name, as before this layer had a module of its own.
-log = logging.getLogger("scaler.state")
+log = logging.getLogger(__name__)
+
+EXPIRE_EVERY = 60
+"""Refreshes between two sweeps for objects KEDA stopped asking about."""
+
+_T = TypeVar("_T")
 
 
-class RefreshLoop(LiveStep):
-    """The layer of :class:`scaler.state.ScalerState` that reads the sources and
-    re-decides every ready object at a grid time."""
+class RefreshLoop:
+    """Drives ``objects`` from ``reader`` through ``stepper`` on a time grid.
 
-    _clock: Callable[[], float]
-    _entries: dict[ObjectKey, Entry]
-    _sources: dict[SourceSpec, MetricSource]
-    _source_factory: SourceFactory
-    _source_was_up: dict[SourceSpec, bool]
-    _compute_pool: concurrent.futures.ThreadPoolExecutor
-    _last_tick_s: float | None
-    compute_share: float
-    expire_after_s: float
-    refreshes: int
-    refresh_seconds: deque[float]
+    Grid times are multiples of ``refresh_interval_s``, read
+    ``query_delay_s`` late so every sample up to them has landed (every
+    replica of the scaler reads the same numbers). ``compute_share`` paces
+    the compute thread (``CpuPacer``); objects not polled for
+    ``expire_after_s`` are forgotten.
+    """
 
-    if TYPE_CHECKING:
-
-        def forget(self, namespace: str, name: str) -> None: ...
-
-    def _source(self, spec: SourceSpec) -> MetricSource:
-        source = self._sources.get(spec)
-        if source is None:
-            source = self._sources[spec] = self._source_factory(spec)
-        return source
-
-    def _source_label(self, spec: SourceSpec) -> str:
-        return f"prometheus:{spec.address}" if spec.kind == "prometheus" else spec.kind
-
-    async def _read(self, entries: Sequence[Entry], tick: float) -> dict[ObjectKey, Reading]:
-        by_spec: dict[SourceSpec, list[Entry]] = {}
-        for entry in entries:
-            by_spec.setdefault(entry.spec, []).append(entry)
-        specs = list(by_spec)
-        answers = await asyncio.gather(
-            *(
-                self._source(spec).read(
-                    list(dict.fromkeys(e.selection for e in by_spec[spec])), tick
-                )
-                for spec in specs
-            ),
-            return_exceptions=True,
+    def __init__(
+        self,
+        objects: ObjectRegistry,
+        reader: SourceReader,
+        stepper: Stepper,
+        *,
+        refresh_interval_s: float,
+        query_delay_s: float,
+        forecast_step_s: float,
+        compute_share: float = 0.25,
+        expire_after_s: float = 3600.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not 0 < compute_share <= 1:
+            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
+        self.objects = objects
+        self.reader = reader
+        self.stepper = stepper
+        self.refresh_interval_s = float(refresh_interval_s)
+        self.query_delay_s = float(query_delay_s)
+        self.forecast_step_s = float(forecast_step_s)
+        self.compute_share = float(compute_share)
+        self.expire_after_s = float(expire_after_s)
+        self._clock = clock
+        self._compute_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="prescaler-state", initializer=lower_priority
         )
-        readings: dict[ObjectKey, Reading] = {}
-        for spec, answer in zip(specs, answers, strict=True):
-            if isinstance(answer, BaseException):
-                if isinstance(answer, asyncio.CancelledError):
-                    raise answer
-                self._source_health(spec, False, str(answer))
-                continue
-            complete = True
-            for entry in by_spec[spec]:
-                reading = answer.get(entry.selection)
-                if reading is None:
-                    complete = False
-                else:
-                    readings[entry.key] = reading
-            self._source_health(spec, complete, "some objects got no reading")
-        return readings
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self.last_tick_s: float | None = None
+        """The grid time of the latest refresh (``None`` before the first)."""
+        self.refreshes = 0
+        self.refresh_seconds: deque[float] = deque(maxlen=1000)
+        """Wall time of the latest refreshes (for ``status``)."""
 
-    def _source_health(self, spec: SourceSpec, up: bool, why: str) -> None:
-        """``prescaler_source_up``, and a log line when it changes (not every refresh)."""
-        label = self._source_label(spec)
-        self.telemetry.set_source_up(label, up)
-        if self._source_was_up.get(spec, True) != up:
-            if up:
-                log.info("source %s is back", label)
-            else:
-                log.warning("source %s failed: %s", label, why)
-        self._source_was_up[spec] = up
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Run the loop as a task of the running event loop (idempotent)."""
+        if self._task is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        # The compute thread shares the GIL with the gRPC handlers; a short
+        # switch interval bounds how long a handler waits for it.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        self._task = asyncio.create_task(self._run(), name="prescaler-refresh")
 
-    def _expire(self) -> None:
-        """Forget objects KEDA stopped asking about (ScaledObject deleted)."""
-        cutoff = time.monotonic() - self.expire_after_s
-        for key in [k for k, e in self._entries.items() if e.last_seen_s < cutoff]:
-            log.info("forgetting %s/%s: not polled for %.0f s", *key, self.expire_after_s)
-            self.forget(*key)
+    async def stop(self) -> None:
+        """Cancel the loop and stop the compute thread."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._compute_pool.shutdown(wait=False, cancel_futures=True)
 
+    def wake(self) -> None:
+        """Start a backfill now rather than at the next grid time (safe from
+        any thread; a no-op before :meth:`start`)."""
+        if self._wake is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._wake.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def grid(self, now_s: float) -> float:
+        """The latest grid time whose samples have surely landed."""
+        step = self.refresh_interval_s
+        return math.floor(round((now_s - self.query_delay_s) / step, 9)) * step
+
+    # ----------------------------------------------------------------- steps
     async def refresh(self, tick: float) -> None:
-        """Read every source once at grid time ``tick`` and re-decide everything."""
+        """Read every source once at grid time ``tick`` and re-decide every
+        ready object not yet past it; bursts go to the subscribers."""
         started = time.perf_counter()
         entries = [
             e
-            for e in self._entries.values()
-            if e.ready and (e.tracker.last_time_s is None or e.tracker.last_time_s < tick)
+            for e in self.objects.ready()
+            if e.tracker.last_time_s is None or e.tracker.last_time_s < tick
         ]
-        self._last_tick_s = tick
+        self.last_tick_s = tick
         if not entries:
             return
-        readings = await self._read(entries, tick)
+        readings = await self.reader.read(entries, tick)
         work = [(e, readings.get(e.key), e.generation) for e in entries]
-        loop = asyncio.get_running_loop()
-        bursts = await loop.run_in_executor(self._compute_pool, self._compute, work, tick)
-        self._notify(bursts)
+
+        def advance() -> list[ObjectKey]:
+            return self.stepper.advance(work, tick, self._clock(), self._pacer())
+
+        bursts = await self._compute(advance)
+        self.objects.notify(bursts)
         self.refreshes += 1
         self.refresh_seconds.append(time.perf_counter() - started)
-        if self.refreshes % 60 == 0:
-            self._expire()
+        if self.refreshes % EXPIRE_EVERY == 0:
+            self.objects.expire(self.expire_after_s)
 
-    def _notify(self, keys: Sequence[ObjectKey]) -> None:
-        for key in keys:
-            entry = self._entries.get(key)
-            if entry is None:
-                continue
-            for queue in list(entry.subscribers):
-                if not queue.full():
-                    queue.put_nowait(True)
+    async def backfill(self, tick: float) -> None:
+        """Backfill up to ``BACKFILL_CHUNK`` objects that wait for it, so they
+        answer at ``tick`` as if the scaler had run all along.
 
-    def _compute(
-        self, work: Sequence[tuple[Entry, Reading | None, int]], tick: float
-    ) -> list[ObjectKey]:
-        """One live refresh of many objects (see :meth:`_advance`)."""
-        return self._advance(work, tick, self._clock(), CpuPacer(self.compute_share))
+        In chunks: replaying a long history with forecasts costs tens of ms
+        per object, so refreshes of the others interleave between chunks.
+        """
+        entries = self.objects.take_pending(BACKFILL_CHUNK)
+        if not entries:
+            return
+        items = await read_backfill(
+            self.reader,
+            entries,
+            tick,
+            refresh_interval_s=self.refresh_interval_s,
+            forecast_step_s=self.forecast_step_s,
+        )
 
-    def _advance(
-        self,
-        work: Sequence[tuple[Entry, Reading | None, int]],
-        t: float,
-        now: float,
-        pacer: CpuPacer,
-    ) -> list[ObjectKey]:
-        """Advance many objects to grid time ``t``, phase by phase (see
-        :meth:`_step`): the forecasts of every object whose bin closed go out
-        in one batch, so 1,000 objects cost a few round trips to the worker,
-        not 1,000. Objects are independent, so this is the same as stepping
-        each in turn."""
-        bursts: list[ObjectKey] = []
-        staged: list[tuple[Entry, Pending]] = []
-        requests: list[tuple[Entry, PredictRequest]] = []
-        for entry, reading, generation in work:
-            pacer.tick()
-            if entry.generation != generation or self._entries.get(entry.key) is not entry:
-                continue  # re-registered meanwhile; its new entry backfills itself
+        def replay_them() -> list[ObjectKey]:
+            return replay(
+                self.stepper,
+                items,
+                tick,
+                now_s=self._clock(),
+                refresh_interval_s=self.refresh_interval_s,
+                query_delay_s=self.query_delay_s,
+                pacer=self._pacer(),
+            )
+
+        bursts = await self._compute(replay_them)
+        self.objects.notify(bursts)
+        # What a backfill loads (histories, learners, ledgers) lives as long
+        # as its objects. A full collection walks every tracked object while
+        # holding the GIL, so RPCs wait for it; frozen objects are skipped
+        # (still freed by reference counting when dropped).
+        gc.freeze()
+
+    async def catch_up(self, last_tick: float, tick: float) -> None:
+        """Fill refreshes the loop missed (a busy machine) from history, so the
+        decision history stays the same function of the sources' data as a
+        freshly backfilled replica's."""
+        items = await read_catch_up(
+            self.reader,
+            self.objects.ready(),
+            last_tick,
+            tick,
+            refresh_interval_s=self.refresh_interval_s,
+        )
+        if not items:
+            return
+
+        def fill_them() -> None:
+            fill(self.stepper, items, tick, query_delay_s=self.query_delay_s, pacer=self._pacer())
+
+        await self._compute(fill_them)
+
+    # --------------------------------------------------------------- helpers
+    def _pacer(self) -> CpuPacer:
+        """A pacer for the calling thread (it counts that thread's CPU time,
+        so it is made on the compute thread)."""
+        return CpuPacer(self.compute_share)
+
+    async def _compute(self, fn: Callable[[], _T]) -> _T:
+        """``fn()`` on the compute thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._compute_pool, fn)
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
             try:
-                pending = self._ingest(entry, t, reading, now, live=True)
-                if pending is None:
-                    continue
-                request = entry.tracker.prediction_request(pending)
-                if request is not None:
-                    requests.append((entry, request))
-                staged.append((entry, pending))
-            except Exception:
-                log.exception("updating %s/%s failed", *entry.key)
-        results = self._run_predictions([r for _, r in requests], pacer)
-        for (entry, request), result in zip(requests, results, strict=True):
-            try:
-                entry.tracker.finish_prediction(request, result)
-            except Exception:
-                log.exception("forecast for %s/%s failed", *entry.key)
-        for entry, pending in staged:
-            pacer.tick()
-            try:
-                if self._conclude(entry, pending, live=True):
-                    bursts.append(entry.key)
-            except Exception:
-                log.exception("updating %s/%s failed", *entry.key)
-        return bursts
+                tick = self.grid(self._clock())
+                if self.objects.has_pending:
+                    await self.backfill(tick)
+                last = self.last_tick_s
+                if last is not None and tick - last > 1.5 * self.refresh_interval_s:
+                    await self.catch_up(last, tick)
+                if self.last_tick_s is None or tick > self.last_tick_s:
+                    await self.refresh(tick)
+                next_tick = (self.last_tick_s or tick) + self.refresh_interval_s
+                delay = next_tick + self.query_delay_s - self._clock()
+                self._wake.clear()
+                if delay > 0 and not self.objects.has_pending:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the loop die: log and try next tick
+                log.exception("refresh failed")
+                await asyncio.sleep(self.refresh_interval_s)

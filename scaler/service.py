@@ -90,6 +90,8 @@ class ScalerStateProtocol(Protocol):
 
     def is_active(self, namespace: str, name: str) -> bool: ...
 
+    def source_problem(self, namespace: str, name: str) -> str | None: ...
+
     def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]: ...
 
     def unsubscribe_active(self, namespace: str, name: str, queue: asyncio.Queue[bool]) -> None: ...
@@ -117,23 +119,32 @@ FRONT_ANSWERED = frozenset({"GetMetricSpec", "GetMetrics", "IsActive"})
 """The calls the compiled front answers (and times) itself."""
 
 
-def _settled(decision: Decision, settings: ScalerSettings) -> Decision:
+def _settled(
+    decision: Decision, settings: ScalerSettings, explain: Callable[[], str] | None = None
+) -> Decision:
     """The decision, or UNAVAILABLE while nothing has been observed.
 
     Neither ``warming_up`` (seconds after a restart, before the backfill) nor
     ``no_data`` (nothing ever read) is an answer: ``minReplicas`` would tell
     the HPA to shrink a fleet the scaler cannot see. The policy turns
     ``no_data`` into ``fallback`` (answered) once ``fallbackAfterSeconds``
-    have passed, when the user set ``fallbackReplicas``.
+    have passed, when the user set ``fallbackReplicas``. ``explain()`` says
+    for which object and what failed, so the operator reading KEDA's error
+    sees the cause (a source down, unreachable, answering an HTTP error).
     """
     if decision.reason in NO_ANSWER_REASONS:
-        raise _Unavailable(f"no data yet ({decision.reason}); KEDA keeps the current replica count")
+        why = f" {explain()}" if explain is not None else ""
+        raise _Unavailable(
+            f"no data yet{why} ({decision.reason}); KEDA keeps the current replica count"
+        )
     return decision
 
 
-def _metrics_response(decision: Decision, settings: ScalerSettings) -> pb.GetMetricsResponse:
+def _metrics_response(
+    decision: Decision, settings: ScalerSettings, explain: Callable[[], str] | None = None
+) -> pb.GetMetricsResponse:
     """GetMetrics' answer for a decision (raises :class:`_Unavailable`)."""
-    replicas = _settled(decision, settings).replicas
+    replicas = _settled(decision, settings, explain).replicas
     value = float(replicas) if math.isfinite(replicas) and replicas > 0 else 0.0
     mv = pb.MetricValue(
         metricName=METRIC_NAME, metricValue=math.ceil(value), metricValueFloat=value
@@ -278,6 +289,16 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             context.set_trailing_metadata(((OBJECT_TRAILER, str(oid)),))
         return namespace, name, settings
 
+    def _explainer(self, namespace: str, name: str) -> Callable[[], str]:
+        """What an UNAVAILABLE answer names: the object and, when its source
+        failed, the source's last error in words."""
+
+        def explain() -> str:
+            problem = self.state.source_problem(namespace, name)
+            return f"for {namespace}/{name}" + (f": {problem}" if problem else "")
+
+        return explain
+
     async def _call(
         self, method: str, context: grpc.aio.ServicerContext, body: Callable[[], _Resp]
     ) -> _Resp:
@@ -319,7 +340,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 raise _InvalidArgument(
                     f"metricName: unknown metric {metric!r}; this scaler serves {METRIC_NAME!r}"
                 )
-            return _metrics_response(self.state.decision(namespace, name), settings)
+            return _metrics_response(
+                self.state.decision(namespace, name), settings, self._explainer(namespace, name)
+            )
 
         return await self._call("GetMetrics", context, body)
 
@@ -328,7 +351,9 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     ) -> pb.IsActiveResponse:
         def body() -> pb.IsActiveResponse:
             namespace, name, settings = self._resolve(request, context)
-            _settled(self.state.decision(namespace, name), settings)
+            _settled(
+                self.state.decision(namespace, name), settings, self._explainer(namespace, name)
+            )
             return pb.IsActiveResponse(result=bool(self.state.is_active(namespace, name)))
 
         return await self._call("IsActive", context, body)

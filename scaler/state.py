@@ -26,21 +26,20 @@ When a source fails the object gets no observation: ``decide`` holds the last
 answer (``stale_hold``) and after ``fallbackAfterSeconds`` answers the
 fallback; ``prescaler_source_up`` drops to 0. Never a scale-down on bad data.
 
-This module holds the RPC side and the loop's lifecycle; :class:`ScalerState`
-stacks the layers that do the work, a module each: ``scaler.backfill`` on
-``scaler.refresh`` on ``scaler.live_step`` on ``scaler.live_outputs``, with
-the per-object record in ``scaler.live_entry`` and CPU pacing in
-``scaler.pacing``.
+This module is the facade the service, the front and the CLI use; the work
+is done by parts that own their state, a module each: the tracked objects
+(``scaler.registry``), the reader of sources and their health
+(``scaler.source_reader``), the stepper that takes one object's reading into
+its tracker and its forecasts to the worker (``scaler.stepper``), the sink of
+each live step, telemetry and balloons (``scaler.live_outputs``), backfill
+and catch-up (``scaler.backfill``), and the loop that drives them
+(``scaler.refresh``, paced by ``scaler.pacing``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import logging
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -48,27 +47,22 @@ from typing import Any
 
 from decision.policy import Decision
 from decision.settings import ScalerSettings
-from decision.tracker import DEFAULT_LEAD_TIME_S, Tracker, warming_decision
+from decision.tracker import DEFAULT_LEAD_TIME_S
 from decision.tracker_data import TrackerConfig
-from scaler.backfill import Backfill
 from scaler.forecast_worker import ForecastWorker
-from scaler.live_entry import Entry, ObjectKey, observation_from
-from scaler.pacing import CpuPacer, lower_priority
-from scaler.sources import (
-    MetricSource,
-    SourceFactory,
-    SourceSpec,
-    default_source_factory,
-    selection_for,
-)
+from scaler.live_outputs import LiveOutputs
+from scaler.pacing import CpuPacer
+from scaler.refresh import RefreshLoop
+from scaler.registry import ObjectKey, ObjectRegistry, observation_from
+from scaler.source_reader import SourceReader
+from scaler.sources import SourceFactory, default_source_factory
+from scaler.stepper import Stepper
 from scaler.telemetry import ScalerTelemetry
 
 __all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState", "observation_from"]
 
-log = logging.getLogger(__name__)
 
-
-class ScalerState(Backfill):
+class ScalerState:
     """Histories, forecasts and decisions of every registered ScaledObject.
 
     Parameters (seconds unless said):
@@ -101,6 +95,10 @@ class ScalerState(Backfill):
       single-process. Decisions are the same either way.
     - ``compute_share``: the most of the interpreter the refresh's compute
       thread takes while RPCs are served (``CpuPacer``); 1 = unpaced.
+
+    The parts are attributes: ``objects`` (``ObjectRegistry``), ``sources``
+    (``SourceReader``), ``stepper``, ``outputs`` (``LiveOutputs``), ``loop``
+    (``RefreshLoop``) and ``worker`` (``None`` unless ``forecast_worker``).
     """
 
     def __init__(
@@ -120,6 +118,8 @@ class ScalerState(Backfill):
         forecast_worker: bool = False,
         compute_share: float = 0.25,
     ) -> None:
+        if not 0 < compute_share <= 1:
+            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
         self.tracker_config = TrackerConfig(
             refresh_interval_s=float(refresh_interval_s),
             refit_interval_s=float(refit_interval_s),
@@ -134,168 +134,102 @@ class ScalerState(Backfill):
         self.fit_bins = self.tracker_config.fit_bins
         self.query_delay_s = float(query_delay_s)
         self.capacity_window_s = float(capacity_window_s)
-        self._clock = clock
-        self._source_factory = source_factory or default_source_factory()
-        self._balloon_controller = balloon_controller
         self.expire_after_s = float(expire_after_s)
-        self._source_was_up: dict[SourceSpec, bool] = {}
-        self._worker: ForecastWorker | None = ForecastWorker() if forecast_worker else None
-        if not 0 < compute_share <= 1:
-            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
         self.compute_share = float(compute_share)
-        self._balloon_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="prescaler-balloon"
+        self.worker: ForecastWorker | None = ForecastWorker() if forecast_worker else None
+        self.outputs = LiveOutputs(telemetry, balloon_controller)
+        self.sources = SourceReader(
+            source_factory or default_source_factory(), report_up=telemetry.set_source_up
         )
-        self._sources: dict[SourceSpec, MetricSource] = {}
-        self._entries: dict[ObjectKey, Entry] = {}
-        self._pending_backfill: set[ObjectKey] = set()
-        self._compute_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="prescaler-state", initializer=lower_priority
+        self.objects = ObjectRegistry(
+            self.tracker_config,
+            forecasters=self.worker.forecaster if self.worker is not None else None,
+            clock=clock,
+            on_forget=self._forgotten,
         )
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
-        self._last_tick_s: float | None = None
-        self.refreshes = 0
-        self.refresh_seconds: deque[float] = deque(maxlen=1000)
+        self.stepper = Stepper(self.outputs, is_current=self.objects.is_current, worker=self.worker)
+        self.loop = RefreshLoop(
+            self.objects,
+            self.sources,
+            self.stepper,
+            refresh_interval_s=self.refresh_interval_s,
+            query_delay_s=self.query_delay_s,
+            forecast_step_s=self.forecast_step_s,
+            compute_share=self.compute_share,
+            expire_after_s=self.expire_after_s,
+            clock=clock,
+        )
 
     # ------------------------------------------------------------ the RPC side
     def register(self, namespace: str, name: str, settings: ScalerSettings) -> None:
         """Start tracking a ScaledObject (idempotent; new settings replace old)."""
-        key = (namespace, name)
-        entry = self._entries.get(key)
-        if entry is not None and (entry.settings is settings or entry.settings == settings):
-            entry.last_seen_s = time.monotonic()
-            return
-        spec, selection = selection_for(settings, namespace)
-        if entry is not None and entry.spec == spec and entry.selection == selection:
-            entry.tracker.update_settings(settings)
-            return
-        tracker = Tracker(
-            key,
-            settings,
-            self.tracker_config,
-            self._worker.forecaster if self._worker is not None else None,
-            initial=warming_decision(settings, self._clock()) if entry is None else entry.decision,
-            active=entry.active if entry is not None else None,
-        )
-        new = Entry(
-            key=key,
-            spec=spec,
-            selection=selection,
-            tracker=tracker,
-            subscribers=entry.subscribers if entry is not None else set(),
-            generation=(entry.generation + 1) if entry is not None else 0,
-        )
-        self._entries[key] = new
-        self._pending_backfill.add(key)
-        if self._wake is not None and self._loop is not None:
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is self._loop:
-                self._wake.set()
-            else:
-                self._loop.call_soon_threadsafe(self._wake.set)
+        if self.objects.register(namespace, name, settings):
+            self.loop.wake()
 
     def decision(self, namespace: str, name: str) -> Decision:
         """The latest decision (from memory; never blocks). ``KeyError`` if unknown."""
-        return self._entries[(namespace, name)].decision
+        return self.objects[(namespace, name)].decision
 
     def is_active(self, namespace: str, name: str) -> bool:
-        return self._entries[(namespace, name)].active
+        return self.objects[(namespace, name)].active
+
+    def source_problem(self, namespace: str, name: str) -> str | None:
+        """Why the object's source gave no reading last time, in words (``None``
+        if it gave one, or was not read yet). ``KeyError`` if unknown."""
+        return self.sources.problem(self.objects[(namespace, name)])
 
     def registered(self) -> list[ObjectKey]:
-        return list(self._entries)
+        return self.objects.keys()
 
     def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]:
         """A queue that receives ``True`` each time a burst starts."""
-        queue: asyncio.Queue[bool] = asyncio.Queue(maxsize=16)
-        self._entries[(namespace, name)].subscribers.add(queue)
-        return queue
+        return self.objects.subscribe(namespace, name)
 
     def unsubscribe_active(self, namespace: str, name: str, queue: asyncio.Queue[bool]) -> None:
-        entry = self._entries.get((namespace, name))
-        if entry is not None:
-            entry.subscribers.discard(queue)
+        self.objects.unsubscribe(namespace, name, queue)
 
     def forget(self, namespace: str, name: str) -> None:
         """Stop tracking a ScaledObject (deleted) and drop its metrics."""
-        self._entries.pop((namespace, name), None)
-        self._pending_backfill.discard((namespace, name))
+        self.objects.forget(namespace, name)
+
+    def _forgotten(self, namespace: str, name: str) -> None:
+        self.sources.forget((namespace, name))
         self.telemetry.forget(namespace, name)
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        if self._task is not None:
-            return
-        self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        # The compute thread shares the GIL with the gRPC handlers; a short
-        # switch interval bounds how long a handler waits for it.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
-        self._task = asyncio.create_task(self._run(), name="prescaler-refresh")
+        await self.loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for source in list(self._sources.values()):
-            try:
-                await source.close()
-            except Exception:  # closing is best effort
-                log.debug("closing source failed", exc_info=True)
-        self._sources.clear()
-        self._compute_pool.shutdown(wait=False, cancel_futures=True)
-        self._balloon_pool.shutdown(wait=False, cancel_futures=True)
-        if self._worker is not None:
-            await asyncio.to_thread(self._worker.close)
+        await self.loop.stop()
+        await self.sources.close()
+        self.outputs.close()
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.close)
 
-    def _grid(self, now_s: float) -> float:
-        """The latest grid time whose samples have surely landed."""
-        step = self.refresh_interval_s
-        return math.floor(round((now_s - self.query_delay_s) / step, 9)) * step
+    async def refresh(self, tick: float) -> None:
+        """Read every source once at grid time ``tick`` and re-decide everything."""
+        await self.loop.refresh(tick)
 
-    async def _run(self) -> None:
-        assert self._wake is not None
-        while True:
-            try:
-                tick = self._grid(self._clock())
-                if self._pending_backfill:
-                    await self._backfill(tick)
-                if (
-                    self._last_tick_s is not None
-                    and tick - self._last_tick_s > 1.5 * self.refresh_interval_s
-                ):
-                    await self._catch_up(self._last_tick_s, tick)
-                if self._last_tick_s is None or tick > self._last_tick_s:
-                    await self.refresh(tick)
-                next_tick = (self._last_tick_s or tick) + self.refresh_interval_s
-                delay = next_tick + self.query_delay_s - self._clock()
-                self._wake.clear()
-                if delay > 0 and not self._pending_backfill:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let the loop die: log and try next tick
-                log.exception("refresh failed")
-                await asyncio.sleep(self.refresh_interval_s)
+    # --------------------------------------------------------------- health
+    @property
+    def refreshes(self) -> int:
+        return self.loop.refreshes
 
-    # --------------------------------------------------------------- helpers
+    @property
+    def refresh_seconds(self) -> deque[float]:
+        return self.loop.refresh_seconds
+
     def status(self) -> dict[str, float]:
         """Loop health for tests and benchmarks."""
-        times = list(self.refresh_seconds)
-        entries = list(self._entries.values())
+        times = list(self.loop.refresh_seconds)
+        entries = list(self.objects)
         return {
             "objects": float(len(entries)),
             "objects_ready": float(sum(1 for e in entries if e.ready)),
             # fitted and predicting: the objects whose decisions use a forecast
             "forecasters_fitted": float(sum(1 for e in entries if e.tracker.fitted)),
-            "refreshes": float(self.refreshes),
+            "refreshes": float(self.loop.refreshes),
             "refresh_seconds_max": max(times) if times else math.nan,
             "refresh_seconds_mean": (sum(times) / len(times)) if times else math.nan,
         }

@@ -28,6 +28,7 @@ class FakeState:
         self.register_calls = 0
         self.decisions: dict[tuple[str, str], Decision] = {}
         self.active: dict[tuple[str, str], bool] = {}
+        self.problems: dict[tuple[str, str], str] = {}
         self.subscribers: dict[tuple[str, str], list[asyncio.Queue[bool]]] = defaultdict(list)
         self.started = False
         self.stopped = False
@@ -45,6 +46,9 @@ class FakeState:
 
     def is_active(self, namespace: str, name: str) -> bool:
         return self.active.get((namespace, name), False)
+
+    def source_problem(self, namespace: str, name: str) -> str | None:
+        return self.problems.get((namespace, name))
 
     def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]:
         queue: asyncio.Queue[bool] = asyncio.Queue()

@@ -161,14 +161,14 @@ async def test_scaler_decisions_are_the_same_with_the_worker() -> None:
             )
         seen = []
         try:
-            await state._backfill(clock[0])
+            await state.loop.backfill(clock[0])
             for _ in range(60):
                 clock[0] += 1.0
                 await state.refresh(clock[0])
                 for name in ("a", "b"):
                     d = state.decision("ns", name)
                     seen.append((d.replicas, d.reason, sorted(d.proposals.items())))
-                    entry = state._entries[("ns", name)]
+                    entry = state.objects[("ns", name)]
                     f = entry.forecast
                     seen.append(
                         None if f is None else (f.upper_requests_per_s, f.median_requests_per_s)
@@ -208,7 +208,7 @@ def test_a_batch_answers_like_single_calls_and_keeps_errors_apart(
 
 async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
     """150 objects whose bin closes together: 2 round trips (chunks of 100), not 150."""
-    from scaler.live_step import PREDICT_CHUNK
+    from scaler.stepper import PREDICT_CHUNK
 
     clock = [1000.0]
     state = _clocked_state(
@@ -218,22 +218,22 @@ async def test_a_refresh_sends_all_forecasts_in_a_few_round_trips() -> None:
     for i in range(objects):
         state.register("ns", f"so-{i}", meta(forecast="auto", leadTimeSeconds="6"))
     try:
-        while state._pending_backfill:  # in chunks
-            await state._backfill(clock[0])
-        assert state._worker is not None
+        while state.objects.has_pending:  # in chunks
+            await state.loop.backfill(clock[0])
+        assert state.worker is not None
         calls: list[str] = []
-        real_call = state._worker._call
+        real_call = state.worker._call
 
         def counting(op: str, fid: int, args: tuple) -> object:
             calls.append(f"{op}:{len(args[0]) if op == 'batch' else ''}")
             return real_call(op, fid, args)
 
-        state._worker._call = counting  # type: ignore[method-assign]
+        state.worker._call = counting  # type: ignore[method-assign]
         for _ in range(2):  # one of two refreshes closes a 2 s bin
             clock[0] += 1.0
             await state.refresh(clock[0])
         assert calls == [f"batch:{PREDICT_CHUNK}", f"batch:{objects - PREDICT_CHUNK}"]
-        fitted = sum(1 for e in state._entries.values() if e.prediction is not None)
+        fitted = sum(1 for e in state.objects if e.prediction is not None)
         assert fitted == objects
     finally:
         await state.stop()
@@ -244,9 +244,9 @@ async def test_missed_refreshes_are_filled_like_ones_that_ran() -> None:
     each tick's forecasts in one batch: afterwards its decision history and
     forecasts equal a scaler that ran every tick."""
 
-    def decisions(state: object) -> list[object]:
-        out = []
-        for entry in state._entries.values():  # type: ignore[attr-defined]
+    def decisions(state: ScalerState) -> list[object]:
+        out: list[object] = []
+        for entry in state.objects:
             out.append([(d.time_s, d.replicas, d.reason) for d in entry.decisions])
             f = entry.forecast
             out.append(None if f is None else (f.upper_requests_per_s, f.median_requests_per_s))
@@ -263,14 +263,16 @@ async def test_missed_refreshes_are_filled_like_ones_that_ran() -> None:
                 meta(forecast="auto", leadTimeSeconds="6", scaleDownStabilizationSeconds="30"),
             )
         try:
-            await state._backfill(clock[0])
+            await state.loop.backfill(clock[0])
             await state.refresh(clock[0])  # the loop's first tick
             for n in range(1, 41):
                 clock[0] += 1.0
                 if skip and n % 8 != 0:
                     continue  # the loop missed this refresh
                 if skip:
-                    await state._catch_up(state._last_tick_s, clock[0])
+                    last_tick = state.loop.last_tick_s
+                    assert last_tick is not None
+                    await state.loop.catch_up(last_tick, clock[0])
                 await state.refresh(clock[0])
             runs.append(decisions(state))
         finally:

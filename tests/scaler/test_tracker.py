@@ -182,7 +182,7 @@ async def test_the_live_state_and_a_bare_tracker_decide_identically(
             t = T0 + i * DT
             clock[0] = t
             if i == 0:
-                await state._backfill(t)  # the first step of a newly registered object
+                await state.loop.backfill(t)  # the first step of a newly registered object
             else:
                 await state.refresh(t)
             reading = scenario(t)
