@@ -21,13 +21,17 @@ from simulations.runner import Outcome, attainment
 from simulations.simulation import COMPLETED, REJECTED, TIMED_OUT, SimResult
 
 __all__ = [
+    "CEILING_LABEL",
     "CONTRACT_KEYS",
     "HOURS_PER_MONTH",
+    "panel_title",
     "plot",
+    "plot_title",
     "policy_summary",
     "scale_up_reaction_s",
     "summary",
     "table",
+    "timeline_figure",
 ]
 
 CONTRACT_KEYS: tuple[str, ...] = (
@@ -203,8 +207,16 @@ def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
     return f"{value}{unit}"
 
 
-def table(doc: Mapping[str, Any]) -> str:
-    """A side-by-side comparison of the policies, one column each."""
+CEILING_LABEL = "  best possible (a fleet that never queues)"
+"""The row under SLO attainment that :func:`table` adds when given the ceiling."""
+
+
+def table(doc: Mapping[str, Any], *, ceiling: float | None = None) -> str:
+    """A side-by-side comparison of the policies, one column each.
+
+    ``ceiling``: the idle-fleet attainment (:func:`simulations.runner.idle_attainment`),
+    shown under each policy's attainment so a reader sees how far each is from the
+    best any fleet could do on this trace."""
     policies: Mapping[str, Mapping[str, Any]] = doc["policies"]
     names = list(policies)
     slo = next(iter(policies.values()))["slo_ttft_s"] if policies else None
@@ -222,6 +234,7 @@ def table(doc: Mapping[str, Any]) -> str:
             f"SLO attainment (TTFT <= {_fmt(slo, ' s', 1)})",
             [pct(p["slo_attainment"]) for p in policies.values()],
         ),
+        *([(CEILING_LABEL, [pct(ceiling)] * len(names))] if ceiling is not None else []),
         ("GPU utilization", [pct(p["gpu_utilization"]) for p in policies.values()]),
         ("scale-up reaction", [_fmt(p["scale_up_reaction_s"], " s", 0) for p in policies.values()]),
         ("cost per month at this rate", [usd(p["cost_per_month_usd"]) for p in policies.values()]),
@@ -236,6 +249,8 @@ def table(doc: Mapping[str, Any]) -> str:
         ("retried (pod lost)", [str(p["retried"]) for p in policies.values()]),
         ("spot interruptions", [str(p["spot_interruptions"]) for p in policies.values()]),
     ]
+    if any("stopped" in p for p in policies.values()):  # a stack run: in flight at its stop
+        rows.append(("stopped in flight", [str(p.get("stopped", "-")) for p in policies.values()]))
     width = max(len(r[0]) for r in rows)
     cols = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(names)]
     head = f"{'':<{width}}  " + "  ".join(f"{n:>{c}}" for n, c in zip(names, cols, strict=True))
@@ -257,29 +272,84 @@ def ttft_plot_path(path: str | Path) -> Path:
     return p.with_name(f"{p.stem}-ttft{p.suffix or '.png'}")
 
 
-def plot(outcomes: Mapping[str, Outcome], path: str | Path) -> tuple[Path, Path]:
-    """Replicas, nodes and demand over time per policy (with the forecast band
-    where there is one) in ``path``; the TTFT CDF per policy beside it."""
+def _demand(tl: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Arrivals per second between timeline samples."""
+    dt = np.diff(tl["t"], prepend=tl["t"][0] - (tl["t"][1] - tl["t"][0]))
+    return np.asarray(np.diff(tl["arrived"], prepend=0.0) / np.maximum(dt, 1e-9))
+
+
+def _plot_scales(outcomes: Mapping[str, Outcome]) -> tuple[float, float]:
+    """The replicas and req/s axis tops shared by every panel, so the same demand
+    and the same fleet look the same in each."""
+    replicas, rps = 1.0, 1e-9
+    for o in outcomes.values():
+        tl = o.result.timeline
+        if "t" not in tl or tl["t"].size < 2:
+            continue
+        nodes = tl["nodes_on_demand"] + tl["nodes_spot"]
+        for series in (nodes, tl["spec"], tl["ready"], tl.get("desired", nodes)):
+            replicas = max(replicas, float(np.nanmax(series)))
+        rps = max(rps, float(np.nanmax(_demand(tl))))
+        if "forecast_upper_rps" in tl:
+            rps = max(rps, float(np.nanmax(tl["forecast_upper_rps"])))
+    return replicas * 1.12, rps * 1.12
+
+
+def plot_title(outcomes: Mapping[str, Outcome], rate_scale: float | None = None) -> str:
+    """The timeline's title: the trace, its length, the profile and the rate scale."""
+    r = next(iter(outcomes.values())).result
+    scale = f", arrival rate x{rate_scale:g}" if rate_scale is not None else ""
+    return (
+        f"{r.trace}{scale}: {r.duration_s / 3600:.2f} h on {r.profile}, "
+        f"SLO TTFT <= {r.slo_ttft_s:g} s"
+    )
+
+
+def panel_title(name: str, policy: Mapping[str, Any]) -> str:
+    """A panel's heading: the policy, its SLO attainment and its cost."""
+    attain = policy["slo_attainment"]
+    slo = "-" if attain is None else f"{100 * attain:.1f} %"
+    return (
+        f"{name}:  SLO attainment {slo},  cost ${policy['cost_usd']:,.2f} "
+        f"(${policy['cost_per_month_usd'] or 0:,.0f} a month at this rate)"
+    )
+
+
+def timeline_figure(outcomes: Mapping[str, Outcome], *, rate_scale: float | None = None) -> Any:
+    """Replicas, nodes and demand over time per policy, with the forecast band where
+    there is one: a matplotlib Figure (the caller saves and closes it).
+
+    One panel per policy, every panel on the same replicas and req/s scales, each
+    headed by its SLO attainment and cost; the legend sits below the panels, off
+    the data. ``rate_scale``: the arrival-rate multiplier, named in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     names = list(outcomes)
+    top_replicas, top_rps = _plot_scales(outcomes)
+    policies = {name: policy_summary(o) for name, o in outcomes.items()}
     fig, axes = plt.subplots(
-        len(names), 1, figsize=(11, 2.6 * len(names) + 0.6), sharex=True, squeeze=False
+        len(names),
+        1,
+        figsize=(11, 2.5 * len(names) + 1.2),
+        sharex=True,
+        squeeze=False,
+        layout="constrained",
     )
+    fig.suptitle(plot_title(outcomes, rate_scale), fontsize=11)
+    legend: dict[str, Any] = {}
     for ax, name in zip(axes[:, 0], names, strict=True):
         tl = outcomes[name].result.timeline
+        heading = panel_title(name, policies[name]).replace("$", r"\$")  # not mathtext
+        ax.set_title(heading, loc="left", fontsize=9)
         if "t" not in tl or tl["t"].size < 2:
-            ax.set_title(f"{name}: no samples")
+            ax.text(0.5, 0.5, "no samples", transform=ax.transAxes, ha="center")
             continue
         t = tl["t"] / 3600.0
-        dt = np.diff(tl["t"], prepend=tl["t"][0] - (tl["t"][1] - tl["t"][0]))
-        demand = np.diff(tl["arrived"], prepend=0.0) / np.maximum(dt, 1e-9)
         ax2 = ax.twinx()
-        ax2.plot(t, demand, color="0.75", lw=0.8, label="demand (req/s)")
+        ax2.plot(t, _demand(tl), color="0.75", lw=0.8, label="demand (req/s, right axis)")
         if "forecast_upper_rps" in tl:
             ax2.fill_between(
                 t,
@@ -288,9 +358,8 @@ def plot(outcomes: Mapping[str, Outcome], path: str | Path) -> tuple[Path, Path]
                 color="tab:orange",
                 alpha=0.25,
                 step="post",
-                label="forecast median..upper",
+                label="forecast median..upper (req/s)",
             )
-        ax2.set_ylabel("req/s")
         if "desired" in tl:
             ax.step(t, tl["desired"], where="post", color="tab:purple", lw=1.0, label="desired")
         ax.step(t, tl["spec"], where="post", color="tab:blue", lw=1.0, ls="--", label="spec")
@@ -298,18 +367,37 @@ def plot(outcomes: Mapping[str, Outcome], path: str | Path) -> tuple[Path, Path]
         nodes = tl["nodes_on_demand"] + tl["nodes_spot"]
         ax.step(t, nodes, where="post", color="tab:brown", lw=0.8, ls=":", label="nodes")
         ax.set_ylabel("replicas")
-        ax.set_ylim(
-            bottom=0, top=max(1.0, float(np.nanmax(nodes)), float(np.nanmax(tl["spec"]))) * 1.15
-        )
-        ax2.set_ylim(bottom=0)
-        ax.set_title(name, loc="left", fontsize=10)
+        ax.set_ylim(0.0, top_replicas)
+        ax2.set_ylim(0.0, top_rps)
+        ax2.set_ylabel("req/s")
         ax.set_zorder(ax2.get_zorder() + 1)
         ax.patch.set_visible(False)
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=7, ncol=6, framealpha=0.8)
+        for a in (ax, ax2):
+            for handle, label in zip(*a.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
     axes[-1, 0].set_xlabel("hours")
-    fig.tight_layout()
+    if legend:
+        fig.legend(
+            list(legend.values()),
+            list(legend),
+            loc="outside lower center",
+            ncol=min(6, len(legend)),
+            fontsize=8,
+            frameon=False,
+        )
+    return fig
+
+
+def plot(
+    outcomes: Mapping[str, Outcome], path: str | Path, *, rate_scale: float | None = None
+) -> tuple[Path, Path]:
+    """The timeline (:func:`timeline_figure`) in ``path``; the TTFT CDF per policy
+    beside it (:func:`ttft_plot_path`)."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    names = list(outcomes)
+    fig = timeline_figure(outcomes, rate_scale=rate_scale)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

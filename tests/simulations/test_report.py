@@ -11,7 +11,15 @@ import pytest
 
 from engine.profiles import get_profile
 from simulations.policies import PolicySpec
-from simulations.report import CONTRACT_KEYS, plot, scale_up_reaction_s, summary, table
+from simulations.report import (
+    CEILING_LABEL,
+    CONTRACT_KEYS,
+    plot,
+    scale_up_reaction_s,
+    summary,
+    table,
+    timeline_figure,
+)
 from simulations.runner import Outcome, run_policy
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
@@ -110,3 +118,48 @@ def test_rejection_reasons_are_grouped_by_kind() -> None:
     ]
     assert list(reasons.values()) == [2]
     assert "maximum context length is N tokens" in next(iter(reasons))
+
+
+def test_table_ceiling_and_stopped_rows(outcomes: dict[str, Outcome]) -> None:
+    """Given the idle-fleet attainment, the table shows it under every column right
+    below SLO attainment; a stack run's stopped count gets its own row, apart from
+    rejections; neither row appears when not given."""
+    doc = summary("synthetic", 1200, 600.0, 1.5, outcomes)
+    lines = table(doc, ceiling=0.9123).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("SLO attainment"))
+    assert lines[at + 1].startswith(CEILING_LABEL)
+    assert lines[at + 1].split()[-4:] == ["91.2", "%", "91.2", "%"]
+    assert CEILING_LABEL not in table(doc) and "stopped" not in table(doc)
+    doc["policies"]["static"]["stopped"] = 7
+    row = next(line for line in table(doc).splitlines() if line.startswith("stopped"))
+    assert row.split()[-2:] == ["7", "-"]
+
+
+def test_timeline_shares_scales_and_heads_each_panel(outcomes: dict[str, Outcome]) -> None:
+    """The timeline's title names trace, profile and rate scale; every panel has the
+    same replicas and req/s scales, is headed by its own SLO attainment and cost, and
+    the legend sits below every panel."""
+    import matplotlib.pyplot as plt
+
+    fig = timeline_figure(outcomes, rate_scale=0.5)
+    try:
+        fig.canvas.draw()
+        title = fig.get_suptitle()
+        r = outcomes["static"].result
+        assert r.trace in title and r.profile in title and "x0.5" in title
+        replicas = [a for a in fig.axes if a.get_ylabel() == "replicas"]
+        rps = [a for a in fig.axes if a.get_ylabel() == "req/s"]
+        assert len(replicas) == len(rps) == len(outcomes)
+        assert len({a.get_ylim() for a in replicas}) == 1 and len({a.get_ylim() for a in rps}) == 1
+        doc = summary("synthetic", 1200, 600.0, 1.5, outcomes)
+        for ax, (name, p) in zip(replicas, doc["policies"].items(), strict=True):
+            heading = ax.get_title(loc="left")
+            assert heading.startswith(f"{name}:")
+            assert f"{100 * p['slo_attainment']:.1f} %" in heading
+            assert f"cost \\${p['cost_usd']:,.2f}" in heading
+        (legend,) = fig.legends
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        top = legend.get_window_extent(renderer).y1
+        assert all(top <= a.get_window_extent(renderer).y0 for a in replicas)
+    finally:
+        plt.close(fig)
