@@ -28,16 +28,17 @@ Time advances by events. A step that starts at time s sees every request
 submitted at or before s, except that a step is planned (and fixed) the first
 time `next_event_time()` / `next_token_time()` is asked at s or time moves
 past s: a caller that has several arrivals at the very same instant should
-submit them all before asking for the next event. When the batch is steady (only decodes, nobody
-admitted, nobody preempted) it stays identical until a request finishes or the
-free KV blocks run out, so the replica plans all those k steps as ONE event.
+submit them all before asking for the next event. When the batch is steady
+(only decodes, nobody admitted, nobody preempted) it stays identical until a
+request finishes or the free KV blocks run out, so the replica plans all
+those k steps as ONE event.
 Step times inside such a jump change as contexts grow: they are modelled as an
 arithmetic series between the profile's step time at the first and at the
 last step of the jump (exact when the step time is affine in context tokens);
 when the profile's step time at the jump's middle step differs from that line
 by more than `engine.replica_loop.STEP_TIME_RTOL` (a roofline knee inside the
-jump), the jump is halved until it does not. So token times are within 0.1 % of stepping one by
-one.
+jump), the jump is halved until it does not. So token times are within that
+tolerance (0.1 %) of stepping one by one.
 
 Public API (all times on the replica's own clock, in seconds):
 

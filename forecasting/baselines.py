@@ -6,8 +6,10 @@ statsforecast's ``AutoETS``, ``AutoARIMA``, ``AutoTheta`` and ``MSTL`` as plain
 (the 0.9 quantile is the upper bound of the central 80 % interval), so that
 prescaler is compared with the strongest off-the-shelf statistical models, not
 only with the anchors' point forecasts. They are backtest references, not
-scaler methods (an AutoARIMA fit takes about a second; the scaler refits a
-thousand objects every ten minutes), hence not in ``METHODS``.
+scaler methods (their fits cost far more than the scaler's budget for
+refitting a thousand objects), hence not in ``METHODS``. Their measured cost
+and how they score: ``docs/decisions/forecasting.md``, "statsforecast
+baselines".
 
 statsforecast is the optional extra ``prescaler[baselines]`` (``dev`` includes
 it); without it, asking for one of these methods is a clear error.
@@ -17,12 +19,13 @@ Choices (each a rule, none fitted to a series):
 - Season: one day in steps (``daily_period``), used only with at least two
   full days of history. AutoETS and AutoARIMA get it only when the day is
   at most 24 steps (hourly bins; AutoETS's own limit, and a seasonal ARIMA's
-  state grows with the period: at 144 steps one backtest refit ran for
-  minutes), AutoTheta up to ``MAX_SEASON`` steps (5-minute bins: its
-  seasonal decomposition on 10,080 one-minute points with a 1,440-step
-  season took 39 s); beyond, they model the day non-seasonally. ``sf_mstl``
-  always decomposes the daily season (that is its job), trend and remainder
-  forecast by AutoETS (statsforecast's default). With under two days of
+  state, so its fit time, grows with the period), AutoTheta up to
+  ``MAX_SEASON`` steps (5-minute bins: its seasonal decomposition of a long
+  season is slow at one-minute bins); beyond, they model the day
+  non-seasonally (the timings behind these limits are in the decision
+  record above). ``sf_mstl`` always decomposes the daily season (that is
+  its job), trend and remainder forecast by AutoETS (statsforecast's
+  default). With under two days of
   history MSTL has nothing to decompose: ``sf_mstl`` then IS AutoETS on the
   raw series (same forecasts as ``sf_autoets``), and says so in the log once.
 - History: fits see at most the last ``MAX_FIT_STEPS`` steps (four days of
@@ -30,8 +33,8 @@ Choices (each a rule, none fitted to a series):
   regime, and the cost of a fit grows with it.
 - ``update`` keeps the fitted parameters and conditions on the longer
   history (statsforecast's ``forward``); for MSTL the seasonal component of
-  the new steps continues the fitted one (re-decomposing each update costs
-  seconds at 1-minute bins), and only the deseasonalised series is
+  the new steps continues the fitted one (re-decomposing at each update is
+  slow at 1-minute bins), and only the deseasonalised series is
   re-filtered by the trend model.
 - A model that fails to fit (too few points for its parameters) falls back
   to a random walk with a Gaussian band from the one-step changes (the

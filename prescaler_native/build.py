@@ -2,10 +2,11 @@
 
 The replica model's stepping and the request path around it are most of a
 simulation's time, and the smoothers' loops most of the forecaster's. mypyc
-turns the same type-annotated source into C extensions (1.8x to 3.4x faster
-simulations in the speed bench), with the same arithmetic: C doubles are Python floats,
-ints stay exact, and floating-point contraction (fused multiply-add) is
-turned off so no compiler merges two roundings into one. Records and
+turns the same type-annotated source into C extensions (how much faster
+simulations run: ``docs/decisions/simulator-speed.md``) with the same
+arithmetic: C doubles are Python floats, ints stay exact, and
+floating-point contraction (fused multiply-add) is turned off so no
+compiler merges two roundings into one. Records and
 forecasts are identical (``tests/engine/test_native.py`` checks it). The
 pure-Python modules stay the reference and the fallback.
 

@@ -30,7 +30,9 @@ the backtests that chose it: ``docs/decisions/forecasting.md``.
 
 ``fit`` costs a few least-squares solves; ``update`` only stores the longer
 history (coefficients and residual laws kept), and ``predict`` computes one
-feature row per horizon, which keeps the hot path far under 10 ms.
+feature row per horizon, so the live scaler's hot path stays cheap (its
+budget and the measured cost: ``docs/decisions/forecasting.md``, "The
+forecaster's cost in the live scaler").
 """
 
 from __future__ import annotations
