@@ -119,8 +119,12 @@ FRONT_ANSWERED = frozenset({"GetMetricSpec", "GetMetrics", "IsActive"})
 """The calls the compiled front answers (and times) itself."""
 
 
+Explain = Callable[[], tuple[str, str | None]]
+"""The object an UNAVAILABLE answer is about (``ns/name``) and what failed, if known."""
+
+
 def _settled(
-    decision: Decision, settings: ScalerSettings, explain: Callable[[], str] | None = None
+    decision: Decision, settings: ScalerSettings, explain: Explain | None = None
 ) -> Decision:
     """The decision, or UNAVAILABLE while nothing has been observed.
 
@@ -128,20 +132,24 @@ def _settled(
     ``no_data`` (nothing ever read) is an answer: ``minReplicas`` would tell
     the HPA to shrink a fleet the scaler cannot see. The policy turns
     ``no_data`` into ``fallback`` (answered) once ``fallbackAfterSeconds``
-    have passed, when the user set ``fallbackReplicas``. ``explain()`` says
-    for which object and what failed, so the operator reading KEDA's error
-    sees the cause (a source down, unreachable, answering an HTTP error).
+    have passed, when the user set ``fallbackReplicas``. ``explain()`` names
+    the object and what failed, so whoever reads KEDA's error sees the cause
+    (a source refused, unresolvable, answering an HTTP error, too slow).
     """
     if decision.reason in NO_ANSWER_REASONS:
-        why = f" {explain()}" if explain is not None else ""
+        about, problem = explain() if explain is not None else ("", None)
         raise _Unavailable(
-            f"no data yet{why} ({decision.reason}); KEDA keeps the current replica count"
+            "no data yet"
+            + (f" for {about}" if about else "")
+            + f" ({decision.reason})"
+            + (f": {problem}" if problem else "")
+            + "; KEDA keeps the current replica count"
         )
     return decision
 
 
 def _metrics_response(
-    decision: Decision, settings: ScalerSettings, explain: Callable[[], str] | None = None
+    decision: Decision, settings: ScalerSettings, explain: Explain | None = None
 ) -> pb.GetMetricsResponse:
     """GetMetrics' answer for a decision (raises :class:`_Unavailable`)."""
     replicas = _settled(decision, settings, explain).replicas
@@ -289,13 +297,12 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
             context.set_trailing_metadata(((OBJECT_TRAILER, str(oid)),))
         return namespace, name, settings
 
-    def _explainer(self, namespace: str, name: str) -> Callable[[], str]:
+    def _explainer(self, namespace: str, name: str) -> Explain:
         """What an UNAVAILABLE answer names: the object and, when its source
         failed, the source's last error in words."""
 
-        def explain() -> str:
-            problem = self.state.source_problem(namespace, name)
-            return f"for {namespace}/{name}" + (f": {problem}" if problem else "")
+        def explain() -> tuple[str, str | None]:
+            return f"{namespace}/{name}", self.state.source_problem(namespace, name)
 
         return explain
 

@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from decision.policy import Decision
 from protos import externalscaler_pb2 as pb
 from scaler.service import METRIC_NAME, SERVICE_NAME, RunningServer, SettingsCache, start_server
+from scaler.sources.prometheus import PrometheusSource
+from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
 from tests.scaler.front_support import front_binary
@@ -550,3 +553,46 @@ async def test_own_namespace_named_explicitly_is_fine(harness: Harness) -> None:
     assert len(await harness.client.get_metric_spec(own)) == 1
     kube = {"scalerAddress": "x:9090", "podSelector": "app=vllm", "namespace": "llm"}
     assert len(await harness.client.get_metric_spec(ref("k", "llm", kube))) == 1
+
+
+async def test_unavailable_says_what_failed_at_the_source() -> None:
+    """A Prometheus nobody listens on (a closed local port), the real state
+    behind the real service: KEDA's UNAVAILABLE names the object and says the
+    connection was refused, not only ``no_data``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    telemetry = ScalerTelemetry()
+    state = ScalerState(
+        telemetry=telemetry,
+        refresh_interval_s=0.2,
+        forecast_step_s=0.2,
+        query_delay_s=0.0,
+        source_factory=lambda spec: PrometheusSource(spec.address, timeout_s=5.0, rate_window_s=5),
+    )
+    running = await start_server(state, telemetry, host="127.0.0.1", port=0)
+    await state.start()
+    so = ref("llama", "llm", dict(META, prometheusAddress=dead))
+    details = ""
+    try:
+        async with KedaClient(f"127.0.0.1:{running.port}") as client:
+            deadline = time.monotonic() + 60
+            while "refused" not in details:
+                assert time.monotonic() < deadline, details
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await client.get_metrics(so, METRIC_NAME, 10)
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+                details = err.value.details() or ""
+                await asyncio.sleep(0.1)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await client.is_active(so, 10)
+    finally:
+        await state.stop()
+        await running.server.stop(0)
+    assert re.fullmatch(
+        rf"no data yet for llm/llama \((no_data|warming_up)\): Prometheus {re.escape(dead)} "
+        r"unreachable: connection refused; KEDA keeps the current replica count",
+        details,
+    ), details
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "connection refused" in (err.value.details() or "")
