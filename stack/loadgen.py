@@ -13,6 +13,9 @@ none Ready it waits at the gateway. Outcomes follow the simulator's rules:
   cut, engine error): sent again once from the gateway, keeping its first
   arrival time for TTFT, and failed (rejected, with a reason) the second time.
 
+A request still in flight when the run stops (Ctrl-C, or the end of the
+drain after the trace) ends as ``STOPPED``: it had no outcome, so it is
+counted apart from the rejections and left out of the summary's outcomes.
 Each request ends exactly once; :meth:`LoadGenerator.check` raises
 otherwise. Times recorded are trace seconds (wall x K).
 """
@@ -37,14 +40,16 @@ from simulations.traffic import Workload
 
 __all__ = [
     "POD_LOST_REASON",
-    "STOPPED_REASON",
+    "STOPPED",
     "LoadGenerator",
     "Replica",
     "Router",
 ]
 
 POD_LOST_REASON = "replica terminated while serving (already retried once)"
-STOPPED_REASON = "stack stopped before the request ended"
+STOPPED = 4
+"""Status of a request in flight when the run stopped (beside the simulator's
+PENDING, COMPLETED, TIMED_OUT and REJECTED; never in a simulated result)."""
 
 
 class Replica(Protocol):
@@ -172,7 +177,7 @@ class LoadGenerator:
                 self._session = None
 
     async def cancel_all(self) -> None:
-        """End every request still in flight as stopped (Ctrl-C, end of a run)."""
+        """End every request still in flight as ``STOPPED`` (Ctrl-C, end of a run)."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -180,7 +185,12 @@ class LoadGenerator:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         for i in np.flatnonzero(self.status[: self.arrived] == PENDING).tolist():
-            self._end(i, REJECTED, STOPPED_REASON)
+            self._end(i, STOPPED)
+
+    @property
+    def stopped(self) -> int:
+        """Requests that were in flight when the run stopped."""
+        return int(np.count_nonzero(self.status == STOPPED))
 
     # ------------------------------------------------------------ requests
     async def _request(self, i: int) -> None:

@@ -44,8 +44,9 @@ from simulations.simulation import SimResult, workload_capacity
 from simulations.traffic import TrafficOptions, Workload, load_workload
 from stack.controller import ControlPlane
 from stack.keda_client import KedaScalerClient
-from stack.loadgen import Clock, LoadGenerator
+from stack.loadgen import STOPPED, Clock, LoadGenerator
 from stack.processes import PrometheusProcess, ScalerProcess, StackError
+from stack.warmup import ANSWER_WALL_S, WarmupDeadline
 
 __all__ = [
     "DEFAULT_SCALEDOBJECT",
@@ -242,6 +243,8 @@ class StackRun:
             self.metadata = scaled_metadata(
                 self.so, k, self.prometheus.url, ",".join(s.address for s in self.scalers)
             )
+        for line in self.addresses():
+            print(line, file=self.out, flush=True)
         warmup = 2.0 * self.profile.startup.total_s + 120.0
         base = initial_replicas(self.workload, self.profile)
         lo = max(1, self.so.keda.min_replica_count)
@@ -267,6 +270,20 @@ class StackRun:
         )
         self.control.preroll()
 
+    def addresses(self) -> list[str]:
+        """Where each started process listens, for a person to point tools at
+        (``prescaler tune --prometheus``, grpcurl, a browser) while the run lasts."""
+        assert self.prometheus is not None and self.workdir is not None
+        lines = [f"Prometheus       {self.prometheus.url}"]
+        for scaler in self.scalers:
+            lines.append(f"scaler gRPC      {scaler.address}  ({scaler.name})")
+            lines.append(f"scaler metrics   http://{scaler.metrics_address}/metrics")
+        if not self.scalers:
+            lines.append("scaler           none (--policy reactive: KEDA's Prometheus trigger)")
+        kept = "kept" if self.opts.keep else "deleted at the end; --keep DIR keeps it"
+        lines.append(f"work directory   {self.workdir} ({kept})")
+        return lines
+
     # the router the load generator uses is the control plane's
     def routable(self) -> list[Any]:
         assert self.control is not None
@@ -276,36 +293,50 @@ class StackRun:
         assert self.control is not None
         return await self.control.wait_routable(timeout_s)
 
-    async def _warm_scaler(self, timeout_s: float) -> None:
+    def warmup_deadline(self, clock: Callable[[], float] = time.monotonic) -> WarmupDeadline:
+        """The warm-up's budgets at this run's speed (:mod:`stack.warmup`): one rate
+        window and two scrapes to settle, then at least two minutes (ten scaler
+        refreshes when those are longer) for every scaler replica to answer twice."""
+        k = self.opts.speed
+        return WarmupDeadline(
+            settle_s=(RATE_WINDOW_S + 2 * SCRAPE_S) / k,
+            answer_s=max(ANSWER_WALL_S, 10 * REFRESH_S / k),
+            answers_needed=2 * max(1, len(self.scalers)),
+            clock=clock,
+        )
+
+    async def _warm_scaler(self) -> None:
         """Register the ScaledObject and wait for the scaler's first answer (and for
         one rate window of scrapes), as a scaler that has run a while would have."""
         assert self.prometheus is not None
-        k = self.opts.speed
-        deadline = time.monotonic() + timeout_s
+        warm = self.warmup_deadline()
         stop = self.stop_event
         assert stop is not None
+        print(
+            f"warming up: {warm.settle_s:g} s for one rate window of scrapes"
+            + (", then the scaler's first answers" if self.client is not None else ""),
+            file=self.out,
+            flush=True,
+        )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=RATE_WINDOW_S / k + 2 * SCRAPE_S / k)
+            await asyncio.wait_for(stop.wait(), timeout=warm.settle_left())
         if self.client is None:
             return
         import grpc
 
-        last = ""
-        ok = 0  # every replica behind the round robin must have answered
-        while time.monotonic() < deadline and not stop.is_set():
+        while not warm.expired() and not stop.is_set():
             try:
                 await self.client.poll()
-                ok += 1
-                if ok >= 2 * len(self.scalers):
-                    self.client.calls = self.client.retries = 0  # count the run's own
-                    return
-                continue
             except grpc.aio.AioRpcError as exc:
-                last = f"{exc.code().name}: {exc.details()}"
-                ok = 0
-            await asyncio.sleep(REFRESH_S / k)
+                warm.failed(f"{exc.code().name}: {exc.details()}")
+                await asyncio.sleep(REFRESH_S / self.opts.speed)
+                continue
+            if warm.answered():
+                self.client.calls = self.client.retries = 0  # count the run's own
+                return
         if not stop.is_set():
-            raise StackError(f"the scaler gave no answer after {timeout_s:g} s ({last})")
+            tail = " | ".join(self.scalers[0].child.log_tail(800).strip().splitlines()[-3:])
+            raise StackError(f"{warm.failure()}; {self.scalers[0].name}'s log ends: {tail}")
 
     # ----------------------------------------------------------------- run
     async def _run_async(self) -> None:
@@ -330,7 +361,15 @@ class StackRun:
                 metadata=self.metadata,
             )
             self.control.scaler = self.client
-        await self._warm_scaler(120.0)
+        await self._warm_scaler()
+        if not stop.is_set():
+            end = self.workload.duration_s
+            print(
+                f"replaying {end:g} s of trace at x{opts.speed:g} (about "
+                f"{end / opts.speed / 60:.1f} min of wall time); Ctrl-C stops and summarizes",
+                file=self.out,
+                flush=True,
+            )
         clock = Clock(time.monotonic() + 0.2, opts.speed)
         self.clock = clock
         drain = opts.drain_s if opts.drain_s is not None else opts.timeout_s + 60.0
@@ -408,6 +447,7 @@ class StackRun:
             raise StackError("the stack did not start")
         lg.check(arrived_only=True)
         n = lg.arrived if self.interrupted else lg.n
+        ended = lg.status[:n] != STOPPED  # in flight at the stop: no outcome, counted apart
         duration = max(1e-9, self.trace_end_s)
         cluster = control.cluster
         end = min(duration, control.queue.now)
@@ -426,10 +466,10 @@ class StackRun:
             profile=self.profile.name,
             duration_s=duration,
             slo_ttft_s=self.opts.slo_ttft_s,
-            status=lg.status[:n].copy(),
-            ttft_s=lg.ttft_s[:n].copy(),
-            tpot_s=lg.tpot_s[:n].copy(),
-            e2e_s=lg.e2e_s[:n].copy(),
+            status=lg.status[:n][ended],
+            ttft_s=lg.ttft_s[:n][ended],
+            tpot_s=lg.tpot_s[:n][ended],
+            e2e_s=lg.e2e_s[:n][ended],
             rejected_reasons=dict(lg.reasons),
             retried=lg.retried,
             gpu_hours=gpu_end - control.at_start[1] if end > 0 else 0.0,
@@ -458,6 +498,7 @@ class StackRun:
         counters = dataclasses.asdict(control.counters)
         counters.pop("timeline")
         lg_lag = self.loadgen.lag_s if self.loadgen is not None else []
+        stopped = self.loadgen.stopped if self.loadgen is not None else 0
         client = self.client
         extra: dict[str, Any] = {
             "profile": self.profile.name,
@@ -465,6 +506,7 @@ class StackRun:
             "stack": {
                 "speed": self.opts.speed,
                 "interrupted": self.interrupted,
+                "stopped": stopped,
                 "scaledobject": self.so.name,
                 "seed": self.opts.seed,
                 "control": counters,
@@ -484,9 +526,14 @@ class StackRun:
             tp=self.profile.tp,
             extra=extra,
         )
+        doc["policies"][self.opts.policy]["stopped"] = stopped
         print(table(doc), file=self.out)
         if self.interrupted:
-            print("(interrupted: the summary covers the requests that arrived)", file=self.out)
+            print(
+                f"(interrupted: the summary covers the {doc['requests']} requests that ended; "
+                f"{stopped} in flight at the stop are counted as stopped, not as rejected)",
+                file=self.out,
+            )
         if self.opts.json_path:
             import json
 

@@ -13,7 +13,8 @@ behind KEDA's round-robin channel) carries every fault; each test checks one:
   moves on to the live one, so no poll fails beyond one retry;
 - an emulator replica is SIGKILLed at t=110 s with streams in flight: the
   load generator sees the streams cut and sends each again once, and every
-  request still ends exactly once (completed, timed out or failed);
+  request still ends exactly once (completed, timed out or failed; stopped
+  if still streaming when the run ends);
 - all along, two extra targets in the vLLM scrape job, one slower than the
   scrape timeout and one answering garbage: Prometheus marks both down
   (``up == 0``), and the scaler neither fails nor counts them as replicas.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import io
 import socketserver
 import threading
 import time
@@ -35,6 +37,7 @@ import numpy as np
 import pytest
 
 from simulations.simulation import COMPLETED, PENDING, REJECTED, TIMED_OUT
+from stack.loadgen import STOPPED
 from stack.processes import free_port
 from stack.run import StackRun
 from stack.view import render
@@ -197,8 +200,8 @@ def test_killed_replica_requests_retried_and_each_ends_once(chaos: Observed) -> 
     assert lg.retried >= 1
     status = lg.status
     assert not np.any(status == PENDING)
-    total = sum(int(np.count_nonzero(status == s)) for s in (COMPLETED, TIMED_OUT, REJECTED))
-    assert total == lg.n
+    ends = (COMPLETED, TIMED_OUT, REJECTED, STOPPED)
+    assert sum(int(np.count_nonzero(status == s)) for s in ends) == lg.n
     assert chaos.run.control.counters.crashes == 1  # type: ignore[union-attr]
 
 
@@ -217,3 +220,19 @@ def test_live_view_shows_the_loop(chaos: Observed) -> None:
     text = "\n".join(chaos.view)
     for label in ("demand", "queue", "replicas", "forecast", "TTFT p99"):
         assert label in text, text
+
+
+def test_addresses_are_printed_at_start(chaos: Observed) -> None:
+    """Before the trace starts the run names where Prometheus, each scaler's gRPC
+    port and metrics, and the work directory are, and says it is warming up."""
+    run = chaos.run
+    assert run.prometheus is not None
+    assert isinstance(run.out, io.StringIO)
+    text = run.out.getvalue()
+    head = text.split("replaying")[0]
+    assert f"Prometheus       {run.prometheus.url}" in head
+    for scaler in run.scalers:
+        assert f"scaler gRPC      {scaler.address}" in head
+        assert f"http://{scaler.metrics_address}/metrics" in head
+    assert "warming up:" in head and "work directory" in head
+    assert "replaying 150 s of trace at x10" in text

@@ -15,14 +15,24 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from decision.settings import parse_settings
 from prescaler.cli import build_parser
 from simulations.scaledobject import load_scaledobject
 from simulations.simulation import COMPLETED, REJECTED
-from simulations.traffic import Workload
-from stack.loadgen import Clock, LoadGenerator
-from stack.run import DEFAULT_SCALEDOBJECT, TIME_KEYS, scaled_metadata, scaler_flags
+from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload
+from stack.loadgen import STOPPED, Clock, LoadGenerator
+from stack.run import (
+    DEFAULT_SCALEDOBJECT,
+    TIME_KEYS,
+    StackOptions,
+    StackRun,
+    scaled_metadata,
+    scaler_flags,
+)
+from stack.warmup import ANSWER_WALL_S, WarmupDeadline
 from tests.support.emulator import async_emulator
 
 
@@ -122,3 +132,107 @@ def test_missing_prometheus_is_one_clear_line(
     assert args.func(args) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "apt-get install -y prometheus" in err
+
+
+class _FakeClock:
+    """A wall clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _stack_run(speed: float) -> StackRun:
+    opts = StackOptions(
+        trace=str(DEFAULT_TOKENS_TRACE), speed=speed, duration_s=60.0, rate_scale=0.5, view=False
+    )
+    return StackRun(opts)
+
+
+@pytest.mark.parametrize("speed", [0.5, 1.0, 1.2, 1.25, 10.0, 120.0])
+def test_warmup_polls_after_settling_at_every_speed(speed: float) -> None:
+    """At any speed (1 and below too) the settling wait ends with the answer budget
+    still whole: the scaler is polled, and an answering scaler ends the warm-up.
+    (The deadline used to be counted from before the settling wait, which at speed 1
+    is 150 s, so speeds below 1.25 failed before their first poll.)"""
+    clock = _FakeClock()
+    warm = _stack_run(speed).warmup_deadline(clock)
+    assert warm.settle_s == pytest.approx(150.0 / speed)
+    clock.now += warm.settle_left()
+    assert warm.settle_left() == 0.0 and not warm.expired()
+    assert warm.deadline - clock.now >= ANSWER_WALL_S
+    assert warm.answers_needed == 2
+    assert not warm.answered()
+    clock.now += 1.0
+    assert warm.answered()
+
+
+@given(
+    settle=st.floats(0.0, 1e5),
+    answer=st.floats(1e-3, 1e5),
+    polls=st.lists(st.one_of(st.none(), st.text(min_size=1, max_size=20)), max_size=30),
+)
+def test_warmup_deadline_counts_from_the_end_of_settling(
+    settle: float, answer: float, polls: list[str | None]
+) -> None:
+    """Expired exactly when the clock passes settle + answer from the start, whatever
+    the polls saw; an error resets the run of answers; the failure always says why."""
+    clock = _FakeClock()
+    warm = WarmupDeadline(settle_s=settle, answer_s=answer, answers_needed=3, clock=clock)
+    clock.now += settle
+    assert not warm.expired()
+    run = 0
+    for poll in polls:
+        if poll is None:
+            run += 1
+            assert warm.answered() == (run >= 3)
+        else:
+            run = 0
+            warm.failed(poll)
+    assert warm.answers_in_a_row == run
+    clock.now += answer
+    assert warm.expired()
+    message = warm.failure()
+    assert f"{settle:g} s" in message and f"{answer:g} s" in message
+    errors = [p for p in polls if p is not None]
+    if not polls:
+        assert "never polled" in message
+    elif errors:
+        assert f"last error: {errors[-1]}" in message
+
+
+def test_warmup_rejects_impossible_budgets() -> None:
+    """A zero answer budget is a ValueError naming every value."""
+    with pytest.raises(ValueError, match="answer 0 s"):
+        WarmupDeadline(settle_s=1.0, answer_s=0.0, answers_needed=1, clock=_FakeClock())
+
+
+def test_request_in_flight_at_the_stop_is_stopped_not_rejected() -> None:
+    """A stream cut by the run's stop ends as stopped: no rejection, no reason, and
+    the check that every request ended once still holds."""
+    workload = Workload(
+        arrival_s=np.array([0.0]),
+        prompt_tokens=np.array([100], dtype=np.int64),
+        output_tokens=np.array([4000], dtype=np.int64),
+        name="unit",
+        duration_s=1.0,
+    )
+
+    async def main() -> LoadGenerator:
+        stop = asyncio.Event()
+        async with async_emulator() as server:
+            lg = LoadGenerator(
+                workload,
+                _OneReplica(server.url),
+                timeout_s=30.0,
+                on_first_token=lambda _: stop.set(),
+            )
+            await lg.run(Clock(time.monotonic(), 1.0), stop)
+            return lg
+
+    lg = asyncio.run(main())
+    lg.check()
+    assert lg.status.tolist() == [STOPPED]
+    assert lg.stopped == 1 and not lg.reasons
