@@ -32,7 +32,7 @@ def registry(
         CONFIG,
         clock=lambda: c.wall,
         monotonic=lambda: c.mono,
-        on_forget=(lambda ns, name: forgotten.append((ns, name))) if forgotten is not None else None,
+        on_forget=None if forgotten is None else (lambda ns, name: forgotten.append((ns, name))),
     )
 
 
@@ -142,9 +142,7 @@ async def test_subscribers_hear_bursts_until_their_queue_is_full() -> None:
 
 
 _ops = st.lists(
-    st.tuples(
-        st.sampled_from(["register", "reregister", "forget", "take"]), st.integers(0, 3)
-    ),
+    st.tuples(st.sampled_from(["register", "reregister", "forget", "take"]), st.integers(0, 3)),
     max_size=30,
 )
 

@@ -14,7 +14,7 @@ from decision.settings import parse_settings
 from decision.tracker_data import TrackerConfig
 from scaler.registry import Entry, ObjectRegistry
 from scaler.source_reader import SourceReader, describe_failure
-from scaler.sources import Selection, SourceError, SourceSpec
+from scaler.sources import History, Selection, SourceError, SourceSpec
 from scaler.sources.prometheus import PrometheusSource
 from tests.scaler.conftest import PrometheusProxy
 from tests.scaler.test_state import FakeSource, meta, queue_of
@@ -40,10 +40,14 @@ class PartialSource:
             if any(m.value == "llama" for m in s.matchers if m.name == "model_name")
         }
 
-    async def read_range(self, *_: object) -> dict[Selection, list[Reading]]:
+    async def read_range(
+        self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
+    ) -> dict[Selection, list[Reading]]:
         return {}
 
-    async def read_history(self, *_: object) -> dict[Selection, object]:
+    async def read_history(
+        self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
+    ) -> dict[Selection, History]:
         return {}
 
     async def close(self) -> None:
