@@ -188,7 +188,8 @@ async def test_a_timeout_is_said_so() -> None:
         text = await failure_of(proxy.url, timeout_s=0.3)
     finally:
         proxy.stop()
-    assert text == f"Prometheus {proxy.url} timed out: Prometheus {proxy.url} slower than 0.3s"
+    # the client's own read timeout or the source's deadline, whichever fires first
+    assert text.startswith(f"Prometheus {proxy.url} timed out: "), text
 
 
 def test_a_failed_dns_lookup_is_said_so() -> None:
