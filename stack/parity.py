@@ -34,11 +34,17 @@ GRID_S = 15.0
 
 
 def simulated(run: StackRun) -> SimResult:
-    """The simulator's run of the stack run's workload, policy, profile and seed."""
+    """The simulator's run of the stack run's workload, policy, profile, seed and
+    opening fleet (the stack opens with what the window's first demand needs; the
+    simulator's default opening is a fresh deployment's minimum)."""
     spec: PolicySpec = scaledobject_spec(run.so)
     spec = PolicySpec(run.opts.policy, spec.kind, scaledobject=spec.scaledobject)
+    opening = run.control.initial_replicas if run.control is not None else None
     config = SimConfig(
-        slo_ttft_s=run.opts.slo_ttft_s, timeout_s=run.opts.timeout_s, seed=run.opts.seed
+        slo_ttft_s=run.opts.slo_ttft_s,
+        timeout_s=run.opts.timeout_s,
+        seed=run.opts.seed,
+        initial_replicas=opening or None,
     )
     return run_policy(spec, run.workload, run.profile, config)
 
