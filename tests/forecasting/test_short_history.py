@@ -83,7 +83,7 @@ def test_calibration_keeps_white_noise_bands_near_their_level() -> None:
     rng = np.random.default_rng(7)
     y = rng.normal(100, 10, 3000)
     # The ridge's calibrated band (a day-long holdout would otherwise give
-    # the holdout band: tests/forecasting/test_holdout_band.py).
+    # the holdout band: tests/forecasting/prescaler/test_band.py).
     f = PrescalerForecaster(PrescalerConfig(calibrate_rows=200, band_min_errors=0.0))
     f.fit(y[:2000], 60.0)
     # The calibration acts: the ridge's band (calibrated only where no holdout

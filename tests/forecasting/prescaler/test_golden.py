@@ -1,6 +1,6 @@
 """prescaler's default forecasts are pinned: a refactor must not move them.
 
-``data/prescaler_golden.json`` holds the 0.1/0.5/0.9 forecasts (30 steps) of
+``tests/forecasting/data/prescaler_golden.json`` holds the 0.1/0.5/0.9 forecasts (30 steps) of
 the default configuration fitted on cuts of three shipped fixtures, and after
 ``update`` with seven more steps, recorded before the model was split into
 configuration, members and band modules. Keys are ``file:steps`` (fitted on
@@ -18,7 +18,7 @@ import pytest
 from forecasting import make_forecaster
 from forecasting.readers import read_series
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 GOLDEN = json.loads((DATA / "prescaler_golden.json").read_text())
 STEPS = {"azure_2023_code_head.csv": 30.0}
 
