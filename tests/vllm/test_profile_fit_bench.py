@@ -7,7 +7,9 @@ starts from ``data/tiny-llama-cpu.yaml``, whose device figures are guesses.
 Load B, the check: a benchmark-style run the fit never saw (3 clients
 starting together, 200-token prompts, 96-token outputs), measured on the
 client like ``vllm bench serve`` (TTFT, every streamed chunk's gap, output
-tokens/s) and replayed through the engine with the fitted profile. Writes
+tokens/s) and replayed through the engine with each fitted profile (one
+from the /metrics pages, one from what the clients saw in load A's last
+phase, as ``vllm bench serve`` reports it). Writes
 ``bench-results/profile_fit.json`` and ``bench-results/profile_fit.yaml``.
 
 Run: ``.venv/bin/python -m pytest -m vllm -p no:cacheprovider -o addopts=-q
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import statistics
 import time
@@ -30,7 +33,7 @@ import pytest
 from engine.metrics_reader import scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
 from engine.profile_files import read_profile_file, write_profile_file
-from engine.profile_fit import fit_to_measurements
+from engine.profile_fit import BenchMeasurement, ProfileFit, fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
 from tests.vllm.conftest import MODEL_NAME, RealVllm
 
@@ -87,25 +90,30 @@ async def _one(
     into.output_tokens += output
 
 
-async def _clients(url: str, rng: random.Random) -> None:
-    """Load A: closed-loop clients, each from its join time to the end of the load."""
+async def _clients(url: str, rng: random.Random) -> list[Measured]:
+    """Load A: closed-loop clients, each from its join time to the end of the load;
+    what the clients saw, per phase (a request counts in the phase it started in)."""
     total = sum(s for _, s in FIT_PHASES)
     joins: list[float] = []
+    ends: list[float] = []
     t = 0.0
     for clients, seconds in FIT_PHASES:
         new = clients - len(joins)
         joins += [t + i * JOIN_S / max(1, new) for i in range(new)]
         t += seconds
-    sink = Measured()
+        ends.append(t)
+    phases = [Measured() for _ in FIT_PHASES]
     async with aiohttp.ClientSession() as session:
 
         async def client(join_s: float) -> None:
             await asyncio.sleep(join_s)
-            while time.perf_counter() - started < total:
-                await _one(session, url, _prompt(rng, FIT_PROMPT), FIT_OUTPUT, sink)
+            while (now := time.perf_counter() - started) < total:
+                phase = next(i for i, end in enumerate(ends) if now < end)
+                await _one(session, url, _prompt(rng, FIT_PROMPT), FIT_OUTPUT, phases[phase])
 
         started = time.perf_counter()
         await asyncio.gather(*(client(j) for j in joins))
+    return phases
 
 
 async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
@@ -124,13 +132,25 @@ async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
     return measured, duration
 
 
-async def _fit_load(server: RealVllm, rng: random.Random) -> list[MetricsPage]:
+async def _fit_load(
+    server: RealVllm, rng: random.Random
+) -> tuple[list[MetricsPage], list[Measured]]:
     total = sum(s for _, s in FIT_PHASES)
     scrape = asyncio.to_thread(
         scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
     )
-    pages, _ = await asyncio.gather(scrape, _clients(server.url, rng))
-    return pages
+    pages, phases = await asyncio.gather(scrape, _clients(server.url, rng))
+    return pages, phases
+
+
+def _medians(m: Measured, seconds: float) -> dict[str, float]:
+    return {
+        "median_ttft_s": statistics.median(m.ttfts),
+        "median_itl_s": statistics.median(m.itls),
+        "mean_itl_s": statistics.fmean(m.itls),
+        "output_throughput": m.output_tokens / seconds,
+        "requests": len(m.ttfts),
+    }
 
 
 def _error(predicted: float, measured: float) -> float:
@@ -138,23 +158,50 @@ def _error(predicted: float, measured: float) -> float:
 
 
 def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -> None:
+    """Two fits of load A (its /metrics; its last phase seen by the clients, as
+    ``vllm bench serve`` would) each predict load B; every figure is recorded."""
     rng = random.Random(0)
     base = read_profile_file(BASE)
-    pages = asyncio.run(_fit_load(real_vllm, rng))
+    load_before_a = os.getloadavg()[0]
+    pages, phases = asyncio.run(_fit_load(real_vllm, rng))
     RESULTS.mkdir(exist_ok=True)
     write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
     windows, last = load_windows(pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
-    fit = fit_to_measurements(base, windows=windows, last_page=last, name="tiny-llama@this-cpu")
-    write_profile_file(fit.profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
-
+    fits = {
+        "metrics": fit_to_measurements(
+            base, windows=windows, last_page=last, name="tiny-llama@this-cpu"
+        )
+    }
+    seen = [_medians(m, seconds) for m, (_, seconds) in zip(phases, FIT_PHASES, strict=True)]
+    top_clients = FIT_PHASES[-1][0]
+    bench = BenchMeasurement(
+        load=ServingLoad(
+            num_requests=int(seen[-1]["requests"]),
+            prompt_tokens=FIT_PROMPT,
+            output_tokens=FIT_OUTPUT,
+            max_concurrency=top_clients,
+            first_arrivals_over_s=JOIN_S,
+        ),
+        median_ttft_s=seen[-1]["median_ttft_s"],
+        median_itl_s=seen[-1]["median_itl_s"],
+        output_throughput=seen[-1]["output_throughput"],
+    )
+    fits["bench"] = fit_to_measurements(
+        base.with_vllm(num_gpu_blocks=fits["metrics"].profile.vllm.num_gpu_blocks),
+        bench=bench,
+        name="tiny-llama@this-cpu",
+    )
+    write_profile_file(fits["metrics"].profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
+    load_before_b = os.getloadavg()[0]
     measured, duration = asyncio.run(_benchmark(real_vllm.url, rng))
     real = {
         "median_ttft_s": statistics.median(measured.ttfts),
         "median_itl_s": statistics.median(measured.itls),
         "output_throughput": measured.output_tokens / duration,
     }
-    rows: dict[str, dict[str, float]] = {}
-    for label, profile in (("fitted", fit.profile), ("base", base)):
+    predictions: dict[str, dict[str, dict[str, float]]] = {}
+    profiles = {"base": base, **{f"fitted_from_{k}": f.profile for k, f in fits.items()}}
+    for label, profile in profiles.items():
         replay = replay_load(profile, CHECK)
         assert replay.median_itl_s is not None
         model = {
@@ -162,8 +209,11 @@ def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -
             "median_itl_s": replay.median_itl_s,
             "output_throughput": replay.output_throughput,
         }
-        rows[label] = {k: v for k, v in model.items()}
-        rows[f"{label}_error"] = {k: _error(model[k], real[k]) for k in model}
+        predictions[label] = {
+            "predicted": model,
+            "relative_error": {k: _error(model[k], real[k]) for k in model},
+            "within_target": {k: abs(_error(model[k], real[k])) <= TARGET for k in model},
+        }
     doc = {
         "fit_load": {
             "phases": [list(p) for p in FIT_PHASES],
@@ -171,35 +221,42 @@ def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -
             "output_tokens": FIT_OUTPUT,
             "pages": len(pages),
             "windows": len(windows),
+            "seen_by_clients": seen,
+            "loadavg_1m_before": load_before_a,
         },
-        "fitted": {
-            "determined": [f for f, _ in fit.determined],
-            "factors": fit.factors,
-            "hardware": {
-                "eta_mem": fit.profile.hardware.eta_mem,
-                "bandwidth_gbps": fit.profile.hardware.bandwidth_gbps,
-                "eta_compute": fit.profile.hardware.eta_compute,
-                "bf16_tflops": fit.profile.hardware.bf16_tflops,
-                "step_overhead_s": fit.profile.hardware.step_overhead_s,
-            },
-            "num_gpu_blocks": fit.profile.vllm.num_gpu_blocks,
-            "block_size": fit.profile.vllm.block_size,
-            "targets": [
-                {"name": t.name, "measured": t.measured, "fitted_model": t.fitted_model}
-                for t in fit.targets
-            ],
-        },
+        "fits": {k: _fit_doc(f) for k, f in fits.items()},
         "check_load": {
             "num_requests": CHECK.num_requests,
             "prompt_tokens": CHECK.prompt_tokens,
             "output_tokens": CHECK.output_tokens,
             "max_concurrency": CHECK.max_concurrency,
+            "loadavg_1m_before": load_before_b,
         },
         "real": real,
-        **rows,
+        "predictions": predictions,
         "target_relative_error": TARGET,
-        "within_target": {k: abs(v) <= TARGET for k, v in rows["fitted_error"].items()},
     }
     (RESULTS / "profile_fit.json").write_text(json.dumps(doc, indent=2) + "\n")
-    assert fit.profile.vllm.num_gpu_blocks is not None  # the KV capacity came from the page
+    assert fits["metrics"].profile.vllm.num_gpu_blocks is not None  # the KV capacity was read
     assert all(v > 0 for v in real.values())
+
+
+def _fit_doc(fit: ProfileFit) -> dict[str, object]:
+    hw = fit.profile.hardware
+    return {
+        "determined": [f for f, _ in fit.determined],
+        "factors": fit.factors,
+        "hardware": {
+            "eta_mem": hw.eta_mem,
+            "bandwidth_gbps": hw.bandwidth_gbps,
+            "eta_compute": hw.eta_compute,
+            "bf16_tflops": hw.bf16_tflops,
+            "step_overhead_s": hw.step_overhead_s,
+        },
+        "num_gpu_blocks": fit.profile.vllm.num_gpu_blocks,
+        "block_size": fit.profile.vllm.block_size,
+        "targets": [
+            {"name": t.name, "measured": t.measured, "fitted_model": t.fitted_model}
+            for t in fit.targets
+        ],
+    }
