@@ -37,7 +37,9 @@ from engine.profile_fit import BenchMeasurement, ProfileFit, fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
 from tests.vllm.conftest import MODEL_NAME, RealVllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.bench, pytest.mark.timeout(1800)]
+# ``vllm`` only: ``make bench`` runs ``-m bench`` and then ``make vllm-test``, so a
+# second marker would run this twice.
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 HERE = Path(__file__).parent
 BASE = HERE / "data" / "tiny-llama-cpu.yaml"
