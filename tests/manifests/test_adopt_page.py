@@ -34,7 +34,13 @@ from tests.manifests.conftest import MANIFESTS, ROOT, find, need_tool
 from tests.manifests.namespaces import created_namespaces, namespace_uses
 from tests.manifests.test_dashboards import CONTRACT_METRICS, VLLM_METRICS, metric_names
 from tests.manifests.test_prerequisites import prerequisites
-from tests.manifests.validate import CrdIndex, cross_check, load_yaml_documents, validate_objects
+from tests.manifests.validate import (
+    CrdIndex,
+    cross_check,
+    load_yaml_documents,
+    report,
+    validate_objects,
+)
 
 Objs = list[dict[str, Any]]
 
@@ -135,7 +141,7 @@ def test_readme_links_the_page() -> None:
 def test_own_overlay_renders_and_validates(workdir: Path, crds: CrdIndex) -> None:
     objs = load_yaml_documents((workdir / "my-cluster.yaml").read_text(encoding="utf-8"))
     problems = validate_objects(objs, crds) + cross_check(objs, crds)
-    assert not problems, "\n".join(map(str, sorted(problems)))
+    assert not problems, report(problems)
     known = created_namespaces(objs) | prerequisites()
     assert {u.namespace for u in namespace_uses(objs)} <= known
     # The image is the one the docker block builds and pushes.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.manifests.conftest import OVERLAYS, find, find_all
-from tests.manifests.validate import CrdIndex, cross_check, validate_objects
+from tests.manifests.validate import CrdIndex, cross_check, report, validate_objects
 
 Objs = list[dict[str, Any]]
 
@@ -22,7 +22,7 @@ def test_overlay_objects_validate(overlay: str, rendered: dict[str, Objs], crds:
     objs = rendered[overlay]
     assert objs, f"{overlay} renders nothing"
     problems = validate_objects(objs, crds) + cross_check(objs, crds)
-    assert not problems, "\n".join(map(str, sorted(problems)))
+    assert not problems, report(problems)
 
 
 def test_overlays_exist_and_differ(rendered: dict[str, Objs]) -> None:
