@@ -97,10 +97,6 @@ def test_any_profile_round_trips_exactly(
         vllm=dataclasses.replace(base.vllm, num_gpu_blocks=blocks),
         price_on_demand_per_hour=price,
     )
-    try:
-        profile.kv_blocks  # noqa: B018 - a derived capacity may be too small
-    except ValueError:
-        return
     assert parse_profile_text(profile_yaml(profile), "x.yaml") == profile
 
 
