@@ -1,4 +1,4 @@
-"""The Kubernetes HorizontalPodAutoscaler (autoscaling/v2), one External metric.
+"""The Kubernetes HorizontalPodAutoscaler (autoscaling/v2), over External metrics.
 
 Why a faithful emulation rather than "ceil(usage / target)": the replica count
 an autoscaler reaches, and when, depends on details such as which replica
@@ -17,7 +17,7 @@ nanoseconds, as Go's ``time.Time`` does, so window boundaries are exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +27,7 @@ __all__ = [
     "Hpa",
     "HpaBehavior",
     "HpaConfig",
+    "HpaMetric",
     "HpaPolicy",
     "HpaRules",
     "quantize_milli",
@@ -253,12 +254,30 @@ class HpaBehavior:
 
 
 @dataclass(frozen=True)
+class HpaMetric:
+    """The target of one External metric of the HPA (KEDA makes one per trigger)."""
+
+    target_type: TargetType
+    target: float
+
+    def __post_init__(self) -> None:
+        if self.target_type not in _TARGET_TYPES:
+            raise ValueError(
+                f"HpaMetric.target_type must be 'AverageValue' or 'Value', got {self.target_type!r}"
+            )
+        if not math.isfinite(self.target) or quantize_milli(self.target) <= 0:
+            raise ValueError(f"HpaMetric.target must be >= 0.001, got {self.target!r}")
+
+
+@dataclass(frozen=True)
 class HpaConfig:
     """One HPA: spec fields plus the kube-controller-manager flags it runs under.
 
     ``tolerance``, ``downscale_stabilization_s`` and ``sync_period_s`` are the
     controller flags (defaults 0.1, 5 min, 15 s). ``behavior`` None is the
     legacy path that KEDA produces when the ScaledObject sets no behavior.
+    ``target_type``/``target`` are the first metric's; ``extra_metrics`` the
+    others', in trigger order (:attr:`metrics` lists them all).
     """
 
     min_replicas: int
@@ -269,6 +288,12 @@ class HpaConfig:
     tolerance: float = 0.1
     downscale_stabilization_s: float = 300.0
     sync_period_s: float = 15.0
+    extra_metrics: tuple[HpaMetric, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[HpaMetric, ...]:
+        """Every metric's target, the first one (``target_type``/``target``) first."""
+        return (HpaMetric(self.target_type, self.target), *self.extra_metrics)
 
     def __post_init__(self) -> None:
         for name in ("min_replicas", "max_replicas"):
@@ -302,6 +327,10 @@ class HpaConfig:
             )
         if not (0.0 < self.sync_period_s < math.inf):
             raise ValueError(f"HpaConfig.sync_period_s must be > 0, got {self.sync_period_s!r}")
+        if not isinstance(self.extra_metrics, tuple) or not all(
+            isinstance(m, HpaMetric) for m in self.extra_metrics
+        ):
+            raise ValueError("HpaConfig.extra_metrics must be a tuple of HpaMetric")
 
 
 class _Recommendation:
@@ -339,7 +368,7 @@ class Hpa:
         self._recommendations: list[_Recommendation] | None = None
         self._up_events: list[_ScaleEvent] = []
         self._down_events: list[_ScaleEvent] = []
-        self._target_milli = quantize_milli(config.target)
+        self._targets = tuple((m.target_type, quantize_milli(m.target)) for m in config.metrics)
         behavior = config.behavior
         tol = config.tolerance
         self._tol_up = tol
@@ -368,19 +397,36 @@ class Hpa:
         return tuple((r.value, r.t_ns / _NS) for r in recs)
 
     def sync(self, now: float, *, spec: int, status: int, ready: int, usage: float | None) -> int:
+        """One reconcile of an HPA with one metric; see :meth:`sync_metrics`.
+
+        ``usage`` is the summed metric value or None when the metric failed
+        (the HPA then holds and records nothing).
+        """
+        return self.sync_metrics(now, spec=spec, status=status, ready=ready, usages=(usage,))
+
+    def sync_metrics(
+        self, now: float, *, spec: int, status: int, ready: int, usages: Sequence[float | None]
+    ) -> int:
         """One reconcile; returns the new spec (== ``spec`` when nothing changes).
 
         ``spec`` is the Deployment's spec.replicas, ``status`` its status.replicas
         (non-terminating pods, Pending included), ``ready`` the Running+Ready
-        pods, ``usage`` the summed metric value or None when the metric failed
-        (the HPA then holds and records nothing). At spec 0 the HPA does
-        nothing: KEDA owns 0 <-> N.
+        pods, ``usages`` each metric's summed value in :attr:`HpaConfig.metrics`
+        order, None for a metric that failed. The desired count is the largest
+        valid proposal; when every metric failed, or some failed and that
+        largest proposal is below ``spec``, the HPA holds and records nothing
+        (computeReplicasForMetrics). At spec 0 the HPA does nothing: KEDA owns
+        0 <-> N.
         """
         for name, v in (("spec", spec), ("status", status), ("ready", ready)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"Hpa.sync: {name} must be an int >= 0, got {v!r}")
         if not math.isfinite(now):
             raise ValueError(f"Hpa.sync: now must be finite, got {now!r}")
+        if len(usages) != len(self._targets):
+            raise ValueError(
+                f"Hpa.sync: {len(self._targets)} metric(s) configured, got {len(usages)} usage(s)"
+            )
         now_ns = _ns(now)
         cfg = self.config
         if self._recommendations is None:  # recordInitialRecommendation
@@ -393,11 +439,9 @@ class Hpa:
         elif spec < cfg.min_replicas:
             desired = cfg.min_replicas
         else:
-            if usage is None:
-                return spec  # FailedGetExternalMetric: hold, nothing recorded
-            proposal = self._proposal(spec, status, ready, usage)
+            proposal = self._largest_proposal(spec, status, ready, usages)
             if proposal is None:
-                return spec  # the replica calculator errored: hold
+                return spec  # FailedGetExternalMetric / FailedComputeMetricsReplicas: hold
             desired = max(0, proposal)
             if cfg.behavior is None:
                 desired = self._normalize_legacy(now_ns, spec, desired)
@@ -407,16 +451,45 @@ class Hpa:
             self._store_scale_event(now_ns, cfg.behavior, spec, desired)
         return desired
 
+    def _largest_proposal(
+        self, spec: int, status: int, ready: int, usages: Sequence[float | None]
+    ) -> int | None:
+        """computeReplicasForMetrics: the max valid proposal, or None to hold."""
+        largest: int | None = None
+        invalid = 0
+        for (target_type, target_milli), usage in zip(self._targets, usages, strict=True):
+            proposal = (
+                None
+                if usage is None
+                else self._proposal(spec, status, ready, usage, target_type, target_milli)
+            )
+            if proposal is None:
+                invalid += 1
+            elif largest is None or proposal > largest:
+                largest = proposal
+        if largest is None or (invalid > 0 and largest < spec):
+            return None
+        return largest
+
     # -- per-metric proposal (replica_calculator.go) ------------------------------
 
     def _within(self, ratio: float) -> bool:
         """Tolerances.isWithin: both bounds inclusive; NaN is never within."""
         return (1.0 - self._tol_down) <= ratio <= (1.0 + self._tol_up)
 
-    def _proposal(self, spec: int, status: int, ready: int, usage: float) -> int | None:
+    def _proposal(
+        self,
+        spec: int,
+        status: int,
+        ready: int,
+        usage: float,
+        target_type: TargetType,
+        target_milli: int,
+    ) -> int | None:
+        """One metric's proposal; None when the replica calculator errors."""
         usage_m = float(quantize_milli(usage))
-        target_m = float(self._target_milli)
-        if self.config.target_type == "AverageValue":
+        target_m = float(target_milli)
+        if target_type == "AverageValue":
             # GetExternalPerPodMetricReplicas, divided by status replicas.
             if status == 0:
                 # usage/0 is +Inf (or NaN at 0): never within the tolerance.

@@ -9,17 +9,22 @@ follow kedacore/keda ``pkg/scaling/executor/scale_scaledobjects.go``
 ``pkg/scaling/scale_handler.go`` (the polling loop and external-push);
 docs/control-plane.md states them in words with worked examples.
 
-One KEDA trigger is modelled. Times are seconds of simulated time, compared
-as integer nanoseconds like Go's ``time.Time``.
+A ScaledObject may have several triggers: each has its own failure count
+(KEDA's ``status.health[metric]``), a poll is active when any trigger is
+active (or in fallback) and errored when any trigger errored outside
+fallback (``getScaledObjectState``). The single-trigger methods act on
+trigger 0. Times are seconds of simulated time, compared as integer
+nanoseconds like Go's ``time.Time``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FallbackBehavior", "Keda", "KedaConfig"]
+__all__ = ["FallbackBehavior", "Keda", "KedaConfig", "TriggerPoll"]
 
 FallbackBehavior = Literal[
     "static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"
@@ -113,44 +118,91 @@ class KedaConfig:
         return self.hpa_min_replicas()
 
 
-class Keda:
-    """One ScaledObject's KEDA-side state: lastActiveTime and the failure count."""
+@dataclass(frozen=True)
+class TriggerPoll:
+    """One trigger's answer to a poll: IsActive, or an error (then ``active`` is ignored)."""
 
-    def __init__(self, config: KedaConfig, created_s: float = 0.0) -> None:
+    active: bool
+    error: bool = False
+
+
+class Keda:
+    """One ScaledObject's KEDA-side state: lastActiveTime and each trigger's failure count."""
+
+    def __init__(self, config: KedaConfig, created_s: float = 0.0, *, triggers: int = 1) -> None:
         if not isinstance(config, KedaConfig):
             raise ValueError("Keda needs a KedaConfig")
         if not math.isfinite(created_s):
             raise ValueError(f"created_s must be finite, got {created_s!r}")
+        _check_int_arg("triggers", triggers, 1)
         self.config = config
         self.created_s = created_s
         self.last_active_s: float | None = None
-        self.failures = 0
+        self.failure_counts: list[int] = [0] * triggers
+        """Consecutive failures per trigger (poll and HPA path alike)."""
 
     # -- public -----------------------------------------------------------------
 
     @property
+    def failures(self) -> int:
+        """The largest consecutive-failure count over the triggers."""
+        return max(self.failure_counts)
+
+    @property
     def fallback_active(self) -> bool:
-        """Failures strictly above the threshold, with a fallback block."""
+        """Some trigger's failures strictly above the threshold, with a fallback block."""
+        return any(self.in_fallback(i) for i in range(len(self.failure_counts)))
+
+    def in_fallback(self, trigger: int) -> bool:
+        """Whether ``trigger``'s failures are strictly above the threshold."""
         threshold = self.config.fallback_failure_threshold
-        return threshold is not None and self.failures > threshold
+        return threshold is not None and self.failure_counts[trigger] > threshold
 
     def poll(self, now: float, *, spec: int, active: bool, error: bool = False) -> int | None:
+        """One polling-loop pass of a one-trigger ScaledObject; see :meth:`poll_triggers`.
+
+        ``active`` is the trigger's IsActive; ``error`` that GetMetrics/IsActive
+        failed (then ``active`` is unknown and ignored).
+        """
+        return self.poll_triggers(now, spec=spec, results=(TriggerPoll(active, error),))
+
+    def poll_triggers(
+        self,
+        now: float,
+        *,
+        spec: int,
+        results: Sequence[TriggerPoll],
+        active: bool | None = None,
+    ) -> int | None:
         """One polling-loop pass: the spec KEDA writes directly, or None.
 
-        ``spec`` is the Deployment's spec.replicas; ``active`` the trigger's
-        IsActive; ``error`` that GetMetrics/IsActive failed (then ``active`` is
-        unknown and ignored). A failure counts toward the fallback threshold and
-        a success resets it; while fallback is active the poll sees the
-        trigger as active.
+        ``spec`` is the Deployment's spec.replicas; ``results`` each trigger's
+        answer in trigger order. A trigger's failure counts toward the fallback
+        threshold and its success resets its own count; a trigger in fallback
+        is seen as active and not in error. The ScaledObject is active when any
+        trigger is, and errored when any trigger errored outside fallback.
+        ``active`` overrides that activity (``scalingModifiers``: the
+        composite value against ``activationTarget``), errors still count.
         """
         _check_spec(spec)
-        if error:
-            self.failures += 1
-            if self.fallback_active:
-                return self._request_scale(now, spec, active=True, error=False)
-            return self._request_scale(now, spec, active=False, error=True)
-        self.failures = 0
-        return self._request_scale(now, spec, active=active, error=False)
+        if len(results) != len(self.failure_counts):
+            raise ValueError(
+                f"poll: {len(self.failure_counts)} trigger(s), got {len(results)} result(s)"
+            )
+        any_active = error = False
+        for i, result in enumerate(results):
+            if result.error:
+                self.failure_counts[i] += 1
+                if self.in_fallback(i):
+                    any_active = True
+                else:
+                    error = True
+            else:
+                self.failure_counts[i] = 0
+                any_active = any_active or result.active
+        if active is not None:
+            any_active = active and not error
+        return self._request_scale(now, spec, active=any_active, error=error)
 
     def push_active(self, now: float, *, spec: int) -> int | None:
         """An external-push ``true`` message: RequestScale(active, no error) at once.
@@ -170,21 +222,22 @@ class Keda:
         target: float,
         metric_type: Literal["AverageValue", "Value"] = "AverageValue",
         ready: int | None = None,
+        trigger: int = 0,
     ) -> float | None:
-        """The metric the HPA path gets, through fallback.
+        """The metric the HPA path gets for one trigger, through fallback.
 
-        A failure (``value`` None) adds 1 to the failure count, a success resets
-        it and passes the value through. Past the threshold (strictly greater)
+        A failure (``value`` None) adds 1 to that trigger's failure count, a
+        success resets it and passes the value through. Past the threshold (strictly greater)
         KEDA answers ``target * R`` (AverageValue) or ``target * R / ready``
         (Value; None when no pod is ready), truncated to milli-units; otherwise
         the failure reaches the HPA as None.
         """
         _check_spec(spec)
         if value is not None:
-            self.failures = 0
+            self.failure_counts[trigger] = 0
             return value
-        self.failures += 1
-        if not self.fallback_active:
+        self.failure_counts[trigger] += 1
+        if not self.in_fallback(trigger):
             return None
         replicas = float(self._fallback_replicas(spec))
         if metric_type == "Value":
@@ -195,6 +248,25 @@ class Keda:
             replicas /= float(ready)
         elif metric_type != "AverageValue":
             raise ValueError(f"metric_type must be 'AverageValue' or 'Value', got {metric_type!r}")
+        return int(target * 1000.0 * replicas) / 1000.0
+
+    def fallback_value(
+        self,
+        *,
+        spec: int,
+        target: float,
+        metric_type: Literal["AverageValue", "Value"] = "AverageValue",
+        ready: int | None = None,
+    ) -> float | None:
+        """The synthetic metric fallback serves now (None: no fallback block, or
+        a Value target with no ready pod), whatever the failure counts."""
+        if not self.config.has_fallback:
+            return None
+        replicas = float(self._fallback_replicas(spec))
+        if metric_type == "Value":
+            if not ready:
+                return None
+            replicas /= float(ready)
         return int(target * 1000.0 * replicas) / 1000.0
 
     # -- internals ----------------------------------------------------------------
@@ -245,6 +317,11 @@ class Keda:
         if not expired:
             return None  # ScalerCooldown
         return cfg.idle_replica_count if cfg.idle_replica_count is not None else 0
+
+
+def _check_int_arg(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def _check_spec(spec: int) -> None:

@@ -41,6 +41,7 @@ from simulations.keda import Keda
 from simulations.scaledobject import ScaledObjectSpec, prescaler_scaledobject, seeds_reactive
 from simulations.simulation import Simulation, servable, workload_capacity
 from simulations.traffic import Workload
+from simulations.trigger_state import PrescalerHook, TriggerState
 
 __all__ = [
     "ORACLE_STEP_S",
@@ -299,9 +300,9 @@ class ScaledObjectController:
         self.name = name
         self.so = so
         self.history = history
-        self.keda = Keda(so.keda, created_s=0.0)
+        self.keda = Keda(so.keda, created_s=0.0, triggers=len(so.triggers))
         self.hpa = Hpa(so.hpa)
-        trig = so.trigger
+        trig = next((t for t in so.triggers if t.kind == "prescaler"), so.trigger)
         self.tracker: Tracker | None = None
         if trig.kind == "prescaler":
             assert trig.settings is not None
@@ -325,6 +326,10 @@ class ScaledObjectController:
 
     def start(self, sim: Simulation) -> None:
         self._sim = sim
+        hook = None
+        if self.tracker is not None:
+            hook = PrescalerHook(self._prescaler_value, self._prescaler_active)
+        self._triggers = TriggerState(self.so, self.keda, sim.prometheus, hook)
         now = sim.queue.now
         poll = self.so.keda.polling_interval_s
         sim.queue.schedule(now + float(sim.rng.uniform(0.0, poll)), PRIORITY_CONTROL, self._poll)
@@ -353,31 +358,24 @@ class ScaledObjectController:
             )
 
     # -- the trigger --------------------------------------------------------
-    def _value(self) -> float | None:
-        sim = self._sim
-        assert sim is not None
-        trig = self.so.trigger
-        if self.tracker is not None:
-            decision = self.tracker.decision
-            if decision.reason in NO_ANSWER_REASONS:
-                return None  # the scaler answers UNAVAILABLE: the HPA holds
-            return float(decision.replicas)
-        q = trig.query
-        assert q is not None
-        return sim.prometheus.query(q.aggregation, q.metric, q.rate_window_s)
+    # (the other triggers: simulations.trigger_state)
+    def _prescaler_value(self) -> float | None:
+        assert self.tracker is not None
+        decision = self.tracker.decision
+        if decision.reason in NO_ANSWER_REASONS:
+            return None  # the scaler answers UNAVAILABLE: the HPA holds
+        return float(decision.replicas)
 
-    def _active(self) -> bool:
-        if self.tracker is not None:
-            return self.tracker.active
-        value = self._value()
-        return value is not None and value > self.so.trigger.activation_threshold
+    def _prescaler_active(self) -> bool:
+        assert self.tracker is not None
+        return self.tracker.active
 
     # -- loops --------------------------------------------------------------
     def _poll(self, t: float) -> None:
         sim = self._sim
         assert sim is not None
         spec = sim.cluster.spec_replicas
-        new = self.keda.poll(t, spec=spec, active=self._active())
+        new = self._triggers.poll(t, spec=spec, ready=sim.cluster.ready_replicas)
         if new is not None and new != spec:
             sim.scale_deployment(t, new)
         sim.queue.schedule(t + self.so.keda.polling_interval_s, PRIORITY_CONTROL, self._poll)
@@ -387,17 +385,13 @@ class ScaledObjectController:
         assert sim is not None
         cluster = sim.cluster
         spec = cluster.spec_replicas
-        trig = self.so.trigger
-        target = self.so.hpa.target
-        usage = self.keda.metric_for_hpa(
-            self._value(),
+        usages = self._triggers.hpa_usages(t, spec=spec, ready=cluster.ready_replicas)
+        new = self.hpa.sync_metrics(
+            t,
             spec=spec,
-            target=target,
-            metric_type=trig.metric_type,
+            status=cluster.status_replicas,
             ready=cluster.ready_replicas,
-        )
-        new = self.hpa.sync(
-            t, spec=spec, status=cluster.status_replicas, ready=cluster.ready_replicas, usage=usage
+            usages=usages,
         )
         if new != spec:
             sim.scale_deployment(t, new)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from engine.metrics import TTFT_BUCKETS_V1, Histogram
 from engine.profiles import Profile
 from engine.replica import Replica
 from engine.requests import Request, RequestRecord
@@ -98,6 +99,9 @@ class Router:
         # per-request times as lists (item assignment on a list is several times
         # cheaper than on an array); arrays once, in the result
         self._ttft: list[float] = [math.nan] * n
+        self.ttft_histogram = Histogram(TTFT_BUCKETS_V1)
+        """vLLM's TTFT histogram over the fleet, observed when the router
+        learns a request's first-token time (at its completion)."""
         self._tpot: list[float] = [math.nan] * n
         self._e2e: list[float] = [math.nan] * n
         self._loc: list[int] = [-1] * n
@@ -331,6 +335,7 @@ class Router:
             if first is not None:
                 ttft = first - a
                 ttft_s[i] = ttft
+                self.ttft_histogram.observe(ttft)
                 if ttft > slo:
                     misses += 1
                 if output >= 2:

@@ -10,37 +10,50 @@ minReplicaCount`` if that is > 0, else 1, and copies
 ``advanced.horizontalPodAutoscalerConfig.behavior`` as given (absent: the
 HPA's legacy defaults). A trigger's ``metricType`` defaults to AverageValue.
 
-Exactly one trigger is supported, of one of two kinds:
+Several triggers are supported (:mod:`simulations.triggers`: the prescaler's
+``external``/``external-push``, ``prometheus`` and ``cron``): KEDA gives the
+HPA one External metric per trigger, each with its own target (``threshold``
+for prometheus, 1 otherwise), or one composite metric when
+``advanced.scalingModifiers`` is set (:mod:`simulations.formula`).
 
-- ``external`` / ``external-push``: the prescaler itself. Its metadata is
-  parsed by :func:`decision.settings.parse_settings`, the function the live
-  scaler uses, so bad metadata fails here with the same error. The metric is
-  the desired replica count with an AverageValue target of 1.
-- ``prometheus`` over a vLLM metric: ``query`` must be ``sum|avg|max(M{...})``
-  for a gauge ``M``, or ``sum(rate(M{...}[w]))`` for a counter; the HPA
-  target is ``threshold``. Anything richer is refused rather than guessed.
+Cron triggers need a wall clock: simulated t = 0 is the time in the
+annotation ``simulation.prescaler.io/start`` (ISO 8601 with a zone, e.g.
+``2023-11-16T18:15:46Z``, or Unix seconds) and
+:data:`simulations.cron.DEFAULT_EPOCH` (Monday 2024-01-01 00:00 UTC) without
+it. KEDA ignores the annotation.
 
 Anything else is a ``ValueError`` naming what is not supported.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
-from decision.settings import ScalerSettings, parse_settings
-from simulations.hpa import HpaBehavior, HpaConfig
+from decision.settings import parse_settings
+from simulations.cron import DEFAULT_EPOCH
+from simulations.formula import ScalingModifiers, parse_formula
+from simulations.hpa import HpaBehavior, HpaConfig, HpaMetric
 from simulations.keda import FallbackBehavior, KedaConfig
+from simulations.triggers import (
+    COUNTER_METRICS,
+    GAUGE_METRICS,
+    PromQuery,
+    TriggerSpec,
+    parse_query,
+    parse_triggers,
+)
 
 __all__ = [
     "COUNTER_METRICS",
     "GAUGE_METRICS",
+    "START_ANNOTATION",
     "PromQuery",
     "ScaledObjectSpec",
     "TriggerSpec",
@@ -51,53 +64,8 @@ __all__ = [
     "seeds_reactive",
 ]
 
-GAUGE_METRICS: frozenset[str] = frozenset(
-    {
-        "vllm:num_requests_waiting",
-        "vllm:num_requests_running",
-        "vllm:gpu_cache_usage_perc",
-        "vllm:kv_cache_usage_perc",
-    }
-)
-"""vLLM gauges a prometheus trigger may aggregate directly (the simulator emulates these)."""
-
-COUNTER_METRICS: frozenset[str] = frozenset(
-    {
-        "vllm:request_success_total",
-        "vllm:prompt_tokens_total",
-        "vllm:generation_tokens_total",
-        "vllm:num_preemptions_total",
-    }
-)
-"""vLLM counters a prometheus trigger may take ``sum(rate(...))`` of."""
-
-SUPPORTED_TRIGGERS = ("external", "external-push", "prometheus")
-
-
-@dataclass(frozen=True)
-class PromQuery:
-    """A supported prometheus trigger query: ``aggregation(metric{labels})`` or
-    ``sum(rate(metric{labels}[window]))``. Labels are kept as text: the
-    simulator runs one Deployment, so they select nothing."""
-
-    aggregation: Literal["sum", "avg", "max"]
-    metric: str
-    rate_window_s: float | None = None
-    labels: str = ""
-
-
-@dataclass(frozen=True)
-class TriggerSpec:
-    """The one trigger of a ScaledObject, parsed."""
-
-    kind: Literal["prescaler", "prometheus"]
-    metadata: Mapping[str, str]
-    settings: ScalerSettings | None
-    query: PromQuery | None
-    threshold: float | None
-    metric_type: Literal["AverageValue", "Value"] = "AverageValue"
-    activation_threshold: float = 0.0
-    """prometheus: KEDA calls the trigger active when the value is > this."""
+START_ANNOTATION = "simulation.prescaler.io/start"
+"""The wall-clock time of simulated t = 0 (for cron triggers); simulator only."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +79,15 @@ class ScaledObjectSpec:
     push: bool
     behavior_spec: Mapping[str, Any] | None = field(default=None, compare=False)
     """``advanced.horizontalPodAutoscalerConfig.behavior`` as written (None if absent)."""
+    extra_triggers: tuple[TriggerSpec, ...] = ()
+    """Triggers after the first, in manifest order (:attr:`triggers` lists them all)."""
+    modifiers: ScalingModifiers | None = None
+    """``advanced.scalingModifiers``: one composite metric instead of one per trigger."""
+
+    @property
+    def triggers(self) -> tuple[TriggerSpec, ...]:
+        """Every trigger, ``trigger`` first."""
+        return (self.trigger, *self.extra_triggers)
 
 
 # --------------------------------------------------------------------------
@@ -316,8 +293,14 @@ def _from_document(doc: Mapping[str, Any], source: str) -> ScaledObjectSpec:
         fb_behavior = raw_behavior
 
     behavior_spec = _behavior(source, spec.get("advanced"))
-    trigger, push = _trigger(source, spec.get("triggers"))
+    triggers, push = parse_triggers(source, spec.get("triggers"), epoch_s=_epoch(source, meta))
+    modifiers = _modifiers(source, spec.get("advanced"), triggers)
 
+    metrics = (
+        (HpaMetric(modifiers.metric_type, modifiers.target),)
+        if modifiers is not None
+        else tuple(HpaMetric(t.metric_type, t.target) for t in triggers)
+    )
     keda = KedaConfig(
         polling_interval_s=polling,
         cooldown_period_s=cooldown,
@@ -333,10 +316,69 @@ def _from_document(doc: Mapping[str, Any], source: str) -> ScaledObjectSpec:
         min_replicas=min_count if min_count > 0 else 1,
         max_replicas=max_count,
         behavior=None if behavior_spec is None else HpaBehavior.from_spec(behavior_spec),
-        target_type=trigger.metric_type,
-        target=trigger.threshold if trigger.kind == "prometheus" else 1.0,  # type: ignore[arg-type]
+        target_type=metrics[0].target_type,
+        target=metrics[0].target,
+        extra_metrics=metrics[1:],
     )
-    return ScaledObjectSpec(name, keda, hpa, trigger, push, behavior_spec)
+    return ScaledObjectSpec(
+        name, keda, hpa, triggers[0], push, behavior_spec, triggers[1:], modifiers
+    )
+
+
+def _epoch(source: str, meta: Mapping[str, Any]) -> float:
+    """Unix time of simulated t = 0: the start annotation, else DEFAULT_EPOCH."""
+    annotations = meta.get("annotations") or {}
+    raw = annotations.get(START_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if raw is None:
+        return DEFAULT_EPOCH.timestamp()
+    text = str(raw).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{source}: annotation {START_ANNOTATION} {text!r} is neither ISO 8601 nor Unix seconds"
+        ) from None
+    if when.tzinfo is None:
+        raise ValueError(f"{source}: annotation {START_ANNOTATION} {text!r} needs a zone (Z)")
+    return when.timestamp()
+
+
+def _modifiers(
+    source: str, advanced: Any, triggers: tuple[TriggerSpec, ...]
+) -> ScalingModifiers | None:
+    raw = advanced.get("scalingModifiers") if isinstance(advanced, Mapping) else None
+    if raw is None:
+        return None
+    where = f"{source}: spec.advanced.scalingModifiers"
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a mapping")
+    unknown = sorted(set(raw) - {"formula", "target", "activationTarget", "metricType"})
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]} is not supported")
+    if "formula" not in raw or "target" not in raw:
+        raise ValueError(f"{where} needs formula and target")
+    names = frozenset(t.name for t in triggers if t.name is not None)
+    formula = parse_formula(raw["formula"], names, f"{where}.formula")
+    target = _quantity(where, "target", raw["target"], positive=True)
+    activation = _quantity(where, "activationTarget", raw.get("activationTarget", "0"))
+    metric_type = raw.get("metricType", "AverageValue")
+    if metric_type not in ("AverageValue", "Value"):
+        raise ValueError(f"{where}.metricType must be AverageValue or Value, got {metric_type!r}")
+    return ScalingModifiers(formula, target, activation, metric_type)
+
+
+def _quantity(where: str, key: str, raw: Any, *, positive: bool = False) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"{where}.{key} is not a number: {raw!r}") from None
+    if not math.isfinite(value) or (positive and value <= 0) or value < 0:
+        raise ValueError(f"{where}.{key} must be finite and {'> 0' if positive else '>= 0'}")
+    return value
 
 
 def _count(
@@ -373,10 +415,9 @@ def _behavior(source: str, advanced: Any) -> Mapping[str, Any] | None:
         return None
     if not isinstance(advanced, Mapping):
         raise ValueError(f"{source}: spec.advanced must be a mapping")
-    if "scalingModifiers" in advanced:
-        raise ValueError(f"{source}: spec.advanced.scalingModifiers is not supported")
     unknown = sorted(
-        set(advanced) - {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount"}
+        set(advanced)
+        - {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount", "scalingModifiers"}
     )
     if unknown:
         raise ValueError(f"{source}: spec.advanced.{unknown[0]} is not supported")
@@ -391,126 +432,3 @@ def _behavior(source: str, advanced: Any) -> Mapping[str, Any] | None:
     if not isinstance(behavior, Mapping):
         raise ValueError(f"{source}: horizontalPodAutoscalerConfig.behavior must be a mapping")
     return dict(behavior)
-
-
-def _trigger(source: str, triggers: Any) -> tuple[TriggerSpec, bool]:
-    if not isinstance(triggers, list) or len(triggers) != 1:
-        n = len(triggers) if isinstance(triggers, list) else 0
-        raise ValueError(f"{source}: exactly one trigger is supported, got {n}")
-    trig = triggers[0]
-    if not isinstance(trig, Mapping):
-        raise ValueError(f"{source}: a trigger must be a mapping")
-    kind = trig.get("type")
-    if kind not in SUPPORTED_TRIGGERS:
-        raise ValueError(
-            f"{source}: trigger type {kind!r} is not supported; "
-            f"supported: {', '.join(SUPPORTED_TRIGGERS)}"
-        )
-    metric_type = trig.get("metricType", "AverageValue")
-    if metric_type not in ("AverageValue", "Value"):
-        raise ValueError(
-            f"{source}: metricType {metric_type!r} is not supported; supported: AverageValue, Value"
-        )
-    metadata = trig.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise ValueError(f"{source}: trigger metadata must be a mapping")
-    if kind in ("external", "external-push"):
-        if metric_type != "AverageValue":
-            raise ValueError(
-                f"{source}: the prescaler trigger answers a replica count with target 1; "
-                f"metricType must be AverageValue, got {metric_type!r}"
-            )
-        settings = parse_settings(metadata)  # the live scaler's parser: same errors
-        spec = TriggerSpec("prescaler", dict(metadata), settings, None, None, "AverageValue")
-        return spec, kind == "external-push"
-    return _prometheus(source, metadata, metric_type), False
-
-
-def _prometheus(source: str, metadata: Mapping[str, Any], metric_type: str) -> TriggerSpec:
-    for key, value in metadata.items():
-        if not isinstance(value, str):
-            raise ValueError(
-                f"{source}: trigger metadata {key!r} must be a string (quote it), got {value!r}"
-            )
-    if "query" not in metadata:
-        raise ValueError(f"{source}: the prometheus trigger needs metadata.query")
-    if "threshold" not in metadata:
-        raise ValueError(f"{source}: the prometheus trigger needs metadata.threshold")
-    threshold = _float(source, "threshold", metadata["threshold"], positive=True)
-    activation = 0.0
-    if "activationThreshold" in metadata:
-        activation = _float(source, "activationThreshold", metadata["activationThreshold"])
-    query = parse_query(metadata["query"], source)
-    return TriggerSpec(
-        "prometheus",
-        dict(metadata),
-        None,
-        query,
-        threshold,
-        "Value" if metric_type == "Value" else "AverageValue",
-        activation,
-    )
-
-
-def _float(source: str, key: str, raw: str, *, positive: bool = False) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise ValueError(f"{source}: metadata.{key} is not a number: {raw!r}") from None
-    if not math.isfinite(value) or (positive and value <= 0):
-        bound = "finite and > 0" if positive else "finite"
-        raise ValueError(f"{source}: metadata.{key} must be {bound}, got {raw!r}")
-    return value
-
-
-_METRIC = r"(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(?P<labels>[^{}]*)\})?"
-_PLAIN = re.compile(rf"^(?P<agg>sum|avg|max)\s*\(\s*{_METRIC}\s*\)$")
-_RATE = re.compile(
-    rf"^(?P<agg>sum)\s*\(\s*rate\s*\(\s*{_METRIC}\s*\[\s*(?P<window>[0-9a-z]+)\s*\]\s*\)\s*\)$"
-)
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_UNIT_S = {
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-    "y": 31536000.0,
-}
-
-
-def parse_query(text: str, source: str = "<query>") -> PromQuery:
-    """``sum|avg|max(M{...})`` over a vLLM gauge, or ``sum(rate(M{...}[w]))``
-    over a vLLM counter; a ``ValueError`` saying what is supported otherwise."""
-    q = " ".join(text.split())
-    supported = (
-        "supported: sum|avg|max(<vLLM gauge>{...}) or sum(rate(<vLLM counter>{...}[window]))"
-    )
-    m = _PLAIN.match(q)
-    if m is not None:
-        metric = m.group("metric")
-        if metric not in GAUGE_METRICS:
-            raise ValueError(
-                f"{source}: query {q!r}: metric {metric!r} is not a vLLM gauge the simulator "
-                f"emulates ({', '.join(sorted(GAUGE_METRICS))}); {supported}"
-            )
-        agg: Any = m.group("agg")
-        return PromQuery(agg, metric, None, (m.group("labels") or "").strip())
-    m = _RATE.match(q)
-    if m is not None:
-        metric = m.group("metric")
-        if metric not in COUNTER_METRICS:
-            raise ValueError(
-                f"{source}: query {q!r}: metric {metric!r} is not a vLLM counter the simulator "
-                f"emulates ({', '.join(sorted(COUNTER_METRICS))}); {supported}"
-            )
-        window = m.group("window")
-        parts = _DURATION.findall(window)
-        if not parts or "".join(n + u for n, u in parts) != window:
-            raise ValueError(f"{source}: query {q!r}: bad range {window!r}")
-        seconds = sum(int(n) * _UNIT_S[u] for n, u in parts)
-        if seconds <= 0:
-            raise ValueError(f"{source}: query {q!r}: the rate range must be > 0")
-        return PromQuery("sum", metric, seconds, (m.group("labels") or "").strip())
-    raise ValueError(f"{source}: query {q!r} is not supported; {supported}")

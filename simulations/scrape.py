@@ -13,6 +13,14 @@ away leaves its final counts behind. Prometheus forgets a vanished series'
 increase once it goes stale, so this view slightly over-counts completions
 in a window that saw a pod removed; that is one request or two per removal.
 
+Two series come from in front of vLLM: ``gateway_requests_total``, the
+requests that reached the gateway (it exists at zero replicas, so a trigger
+on its rate can wake a fleet at zero, as the KEDA HTTP add-on does), and
+the fleet's ``vllm:time_to_first_token_seconds`` histogram buckets, when the
+simulation supplies them. Queries with their own rate window
+(:mod:`simulations.promql`) make the view keep samples for that window too
+(:meth:`PrometheusView.retain`).
+
 Arrivals are read the way ``scaler.sources`` reads them: completions per
 second plus the growth of waiting + running over the window divided by the
 window (requests held at the gateway, invisible to vLLM, are invisible here
@@ -27,7 +35,7 @@ from dataclasses import dataclass
 
 from decision.reading import Reading
 
-__all__ = ["COUNTERS", "GAUGES", "PrometheusView", "ScrapeSample"]
+__all__ = ["COUNTERS", "GATEWAY_COUNTER", "GAUGES", "PrometheusView", "ScrapeSample"]
 
 GAUGES: tuple[str, ...] = (
     "vllm:num_requests_waiting",
@@ -44,6 +52,10 @@ COUNTERS: tuple[str, ...] = (
 )
 """Counters whose fleet totals each sample carries."""
 
+GATEWAY_COUNTER = "gateway_requests_total"
+"""Requests that reached the gateway in front of vLLM (a simulator series, one
+series for the whole fleet, present at zero replicas)."""
+
 _ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
 
 
@@ -53,7 +65,9 @@ class ScrapeSample:
 
     ``targets`` is how many replicas answered; ``sums``/``maxes`` follow
     :data:`GAUGES`; ``counters`` follow :data:`COUNTERS` (fleet totals,
-    monotone).
+    monotone); ``gateway_requests`` the :data:`GATEWAY_COUNTER` total;
+    ``ttft_cumulative`` the fleet's TTFT histogram as cumulative counts at
+    ``engine.metrics.TTFT_BUCKETS_V1`` then ``+Inf`` (empty: not supplied).
     """
 
     time_s: float
@@ -61,6 +75,8 @@ class ScrapeSample:
     sums: tuple[float, float, float]
     maxes: tuple[float, float, float]
     counters: tuple[float, float, float, float]
+    gateway_requests: float = 0.0
+    ttft_cumulative: tuple[float, ...] = ()
 
 
 class PrometheusView:
@@ -76,7 +92,15 @@ class PrometheusView:
             )
         self.scrape_interval_s = float(scrape_interval_s)
         self.rate_window_s = float(rate_window_s)
+        self._retain_s = self.rate_window_s
         self._samples: deque[ScrapeSample] = deque()
+
+    def retain(self, window_s: float) -> None:
+        """Keep samples for ``window_s`` too (a query's own rate window);
+        the view's own rates still use ``rate_window_s``."""
+        if not (math.isfinite(window_s) and window_s > 0):
+            raise ValueError(f"window_s must be finite and > 0, got {window_s!r}")
+        self._retain_s = max(self._retain_s, float(window_s))
 
     @property
     def latest(self) -> ScrapeSample | None:
@@ -88,17 +112,17 @@ class PrometheusView:
         if samples and sample.time_s < samples[-1].time_s:
             raise ValueError("scrapes must come in time order")
         samples.append(sample)
-        horizon = sample.time_s - self.rate_window_s - 1e-9
+        horizon = sample.time_s - self._retain_s - 1e-9
         while len(samples) > 2 and samples[1].time_s <= horizon:
             samples.popleft()
 
     # ------------------------------------------------------------- queries
-    def _window(self) -> tuple[ScrapeSample, ScrapeSample] | None:
+    def _window(self, window_s: float | None = None) -> tuple[ScrapeSample, ScrapeSample] | None:
         samples = self._samples
         if len(samples) < 2:
             return None
         last = samples[-1]
-        start = last.time_s - self.rate_window_s - 1e-9
+        start = last.time_s - (self.rate_window_s if window_s is None else window_s) - 1e-9
         first = next((s for s in samples if s.time_s >= start), last)
         if first is last:
             return None
@@ -112,6 +136,37 @@ class PrometheusView:
             return None
         first, last = window
         return max(0.0, last.counters[k] - first.counters[k]) / (last.time_s - first.time_s)
+
+    def counter_rate(self, counter: str, window_s: float) -> float | None:
+        """``sum(rate(counter[window_s]))`` for a vLLM counter or the gateway's;
+        None before two samples exist in the window (call :meth:`retain` first
+        for a window longer than ``rate_window_s``)."""
+        window = self._window(window_s)
+        if window is None:
+            return None
+        first, last = window
+        if counter == GATEWAY_COUNTER:
+            increase = last.gateway_requests - first.gateway_requests
+        else:
+            k = COUNTERS.index(counter)
+            increase = last.counters[k] - first.counters[k]
+        return max(0.0, increase) / (last.time_s - first.time_s)
+
+    def ttft_bucket_rates(self, window_s: float) -> tuple[float, ...] | None:
+        """Per-second increase of each cumulative TTFT bucket over ``window_s``
+        (``TTFT_BUCKETS_V1`` then ``+Inf``); None before two samples or when
+        the simulation supplies no histogram."""
+        window = self._window(window_s)
+        if window is None:
+            return None
+        first, last = window
+        if not last.ttft_cumulative or len(first.ttft_cumulative) != len(last.ttft_cumulative):
+            return None
+        span = last.time_s - first.time_s
+        return tuple(
+            max(0.0, b - a) / span
+            for a, b in zip(first.ttft_cumulative, last.ttft_cumulative, strict=True)
+        )
 
     def in_system_delta(self) -> float | None:
         """``delta(waiting[W]) + delta(running[W])`` summed over the fleet."""
@@ -130,7 +185,8 @@ class PrometheusView:
         return max(0.0, completions + delta / self.rate_window_s)
 
     def gauge(self, metric: str, aggregation: str) -> float | None:
-        """``sum``/``avg``/``max`` of a vLLM gauge at the last scrape (None: no targets)."""
+        """``sum``/``avg``/``max``/``count`` of a vLLM gauge at the last scrape
+        (None: no targets, an empty vector)."""
         metric = _ALIASES.get(metric, metric)
         k = GAUGES.index(metric)
         last = self.latest
@@ -142,6 +198,8 @@ class PrometheusView:
             return last.sums[k] / last.targets
         if aggregation == "max":
             return last.maxes[k]
+        if aggregation == "count":
+            return float(last.targets)
         raise ValueError(f"unsupported aggregation {aggregation!r}")
 
     def query(self, aggregation: str, metric: str, rate_window_s: float | None = None) -> float:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from engine.metrics import Histogram
 from engine.profiles import Profile
 from engine.replica import Replica
 from simulations.cluster import Cluster, ClusterConfig
@@ -86,6 +87,12 @@ def _counters(rep: Replica) -> tuple[float, float, float, float]:
         float(rep.generation_tokens_total),
         float(rep.preemptions_total),
     )
+
+
+def _cumulative(hist: Histogram) -> tuple[float, ...]:
+    """A histogram's cumulative counts at its bounds, then +Inf (the scrape's form)."""
+    snap = hist.snapshot()
+    return (*(float(c) for c in snap.cumulative), float(snap.count))
 
 
 class Simulation:
@@ -204,6 +211,8 @@ class Simulation:
                 (sums[0], sums[1], sums[2]),
                 (maxes[0], maxes[1], maxes[2]),
                 (counters[0], counters[1], counters[2], counters[3]),
+                float(router.arrived),
+                _cumulative(router.ttft_histogram),
             )
         )
         if t >= 0.0:

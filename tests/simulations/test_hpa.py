@@ -18,6 +18,7 @@ from simulations.hpa import (
     Hpa,
     HpaBehavior,
     HpaConfig,
+    HpaMetric,
     HpaPolicy,
     HpaRules,
     quantize_milli,
@@ -440,3 +441,124 @@ def test_spec_stays_within_bounds(
         else:
             assert cfg.min_replicas <= out <= cfg.max_replicas
             assert out >= 1
+
+
+# -- several metrics (computeReplicasForMetrics) --------------------------------
+
+
+def _two_metrics(behavior: HpaBehavior | None = None, lo: int = 1, hi: int = 20) -> Hpa:
+    """Metric A: AverageValue target 5; metric B: Value target 0.8."""
+    return Hpa(
+        HpaConfig(
+            lo,
+            hi,
+            behavior,
+            target_type="AverageValue",
+            target=5.0,
+            extra_metrics=(HpaMetric("Value", 0.8),),
+        )
+    )
+
+
+def test_several_metrics_take_the_largest_proposal() -> None:
+    """3 ready pods (spec = status = ready = 3), no behavior (legacy rules).
+
+    A (AverageValue 5) reads 21: ratio 21 / (5 * 3) = 1.4, outside the 0.1
+    tolerance, proposal ceil(21 / 5) = 5. B (Value 0.8) reads 0.9: ratio
+    0.9 / 0.8 = 1.125, outside, proposal ceil(1.125 * 3) = ceil(3.375) = 4.
+    The HPA takes max(5, 4) = 5; the legacy up limit max(2 * 3, 4) = 6 lets it.
+    With B at 1.6 instead: ratio 2.0, ceil(2.0 * 3) = 6 > 5, so 6.
+    """
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=3, status=3, ready=3, usages=(21.0, 0.9)) == 5
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=3, status=3, ready=3, usages=(21.0, 1.6)) == 6
+
+
+def test_several_metrics_behavior_applies_after_the_max() -> None:
+    """The seeds' behavior (scale-up Percent 100 per 15 s) limits the largest proposal.
+
+    spec 2: A reads 50, ceil(50 / 5) = 10; B reads 0.4, ratio 0.5, ceil(0.5 * 2) = 1.
+    max = 10, limit ceil(2 * 2) = 4, so 4; at t=15 from 4: A ratio 50 / 20 = 2.5,
+    proposal 10, limit 8, so 8; at t=30: limit 16, so 10.
+    """
+    hpa = _two_metrics(SEEDS_BEHAVIOR)
+    spec = 2
+    out = []
+    for t in (0.0, 15.0, 30.0):
+        spec = hpa.sync_metrics(t, spec=spec, status=spec, ready=spec, usages=(50.0, 0.4))
+        out.append(spec)
+    assert out == [4, 8, 10]
+
+
+def test_several_metrics_within_tolerance_keep_status() -> None:
+    """spec 4: A reads 21 (ratio 21 / 20 = 1.05, within 0.1: proposal status 4);
+    B reads 0.84 (ratio 1.05, within: proposal spec 4). max 4: no change."""
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=4, status=4, ready=4, usages=(21.0, 0.84)) == 4
+
+
+def test_a_failed_metric_blocks_scale_down_only() -> None:
+    """control-plane rules 1.3: some metrics fail and the largest valid proposal
+    is below spec: hold, nothing recorded. At or above spec: scale on the others.
+
+    spec 6, A failed (None), B reads 0.4: ratio 0.5, ceil(0.5 * 6) = 3 < 6: hold 6.
+    spec 2, A failed, B reads 1.6: ratio 2.0, ceil(2.0 * 2) = 4 >= 2: go to 4.
+    All failed: hold.
+    """
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=6, status=6, ready=6, usages=(None, 0.4)) == 6
+    assert hpa.recommendations == ((6, 0.0),)  # only the initial one
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=2, status=2, ready=2, usages=(None, 1.6)) == 4
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=5, status=5, ready=5, usages=(None, None)) == 5
+
+
+def test_a_value_metric_with_no_pod_is_an_invalid_metric() -> None:
+    """spec 3 but no pod at all (status 0, ready 0): the Value metric's calculator
+    errors (no pods returned by selector); A reads 40 -> ceil(40 / 5) = 8 >= 3, so
+    the HPA scales on A: legacy limit max(2 * 3, 4) = 6."""
+    hpa = _two_metrics()
+    assert hpa.sync_metrics(0.0, spec=3, status=0, ready=0, usages=(40.0, 2.0)) == 6
+
+
+def test_sync_needs_one_usage_per_metric() -> None:
+    hpa = _two_metrics()
+    with pytest.raises(ValueError, match="2 metric"):
+        hpa.sync_metrics(0.0, spec=1, status=1, ready=1, usages=(1.0,))
+    with pytest.raises(ValueError, match="2 metric"):
+        hpa.sync(0.0, spec=1, status=1, ready=1, usage=1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    usage=st.floats(0.0, 500.0),
+    spec=st.integers(1, 20),
+)
+def test_one_metric_sync_equals_sync_metrics(usage: float, spec: int) -> None:
+    """The single-metric call is the several-metric one with one usage."""
+    a = Hpa(HpaConfig(1, 20, SEEDS_BEHAVIOR, target=3.0))
+    b = Hpa(HpaConfig(1, 20, SEEDS_BEHAVIOR, target=3.0))
+    assert a.sync(0.0, spec=spec, status=spec, ready=spec, usage=usage) == b.sync_metrics(
+        0.0, spec=spec, status=spec, ready=spec, usages=(usage,)
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.floats(0.0, 200.0),
+    b=st.floats(0.0, 5.0),
+    spec=st.integers(1, 20),
+)
+def test_two_metrics_never_go_below_either_alone(a: float, b: float, spec: int) -> None:
+    """The max of proposals: with no failures, the combined HPA's first answer is
+    the larger of what each metric alone would answer (legacy rules are monotone)."""
+    both = _two_metrics().sync_metrics(0.0, spec=spec, status=spec, ready=spec, usages=(a, b))
+    only_a = Hpa(HpaConfig(1, 20, None, target=5.0)).sync(
+        0.0, spec=spec, status=spec, ready=spec, usage=a
+    )
+    only_b = Hpa(HpaConfig(1, 20, None, target_type="Value", target=0.8)).sync(
+        0.0, spec=spec, status=spec, ready=spec, usage=b
+    )
+    assert both == max(only_a, only_b)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulations.hpa import Hpa, HpaBehavior, HpaConfig, HpaPolicy, HpaRules
-from simulations.keda import Keda, KedaConfig
+from simulations.keda import Keda, KedaConfig, TriggerPoll
 
 SEEDS_BEHAVIOR = HpaBehavior(
     scale_up=HpaRules(0.0, "Max", (HpaPolicy("Percent", 100, 15.0),)),
@@ -261,3 +261,71 @@ def test_writes_are_only_the_known_targets(
             assert out != spec
         if kind == "push" or (active and not error):
             assert keda.last_active_s == t
+
+
+# -- several triggers (scale_handler.go getScaledObjectState) ---------------------
+
+
+def test_several_triggers_active_when_any_is() -> None:
+    """The ScaledObject is active when any trigger is: from 0 a poll with one
+    active trigger of two writes max(min, 1); with none active the cooldown runs."""
+    keda = Keda(KedaConfig(min_replica_count=0, cooldown_period_s=60.0), triggers=2)
+    both_idle = (TriggerPoll(False), TriggerPoll(False))
+    assert keda.poll_triggers(0.0, spec=0, results=both_idle) is None
+    assert keda.poll_triggers(15.0, spec=0, results=(TriggerPoll(False), TriggerPoll(True))) == 1
+    assert keda.last_active_s == 15.0
+    assert keda.poll_triggers(60.0, spec=3, results=both_idle) is None  # 15 + 60 < 60: no
+    assert keda.poll_triggers(90.0, spec=3, results=both_idle) == 0
+
+
+def test_one_trigger_erroring_never_scales_to_zero() -> None:
+    """An error on one trigger (no fallback) keeps the ScaledObject in error:
+    inactive but never scaled to zero, however long the cooldown is past."""
+    keda = Keda(KedaConfig(min_replica_count=0, cooldown_period_s=0.0), triggers=2)
+    results = (TriggerPoll(False), TriggerPoll(False, error=True))
+    assert keda.poll_triggers(100.0, spec=2, results=results) is None
+
+
+def test_failures_are_counted_per_trigger() -> None:
+    """status.health is per metric: trigger 1 failing does not reset with trigger 0's
+    successes, and passes the threshold (2) on its third failure, on either stream."""
+    keda = Keda(KedaConfig(fallback_failure_threshold=2, fallback_replicas=5), triggers=2)
+    failing = (TriggerPoll(True), TriggerPoll(False, error=True))
+    assert keda.poll_triggers(0.0, spec=2, results=failing) is None  # 1 failure
+    assert keda.metric_for_hpa(4.0, spec=2, target=3.0, trigger=0) == 4.0
+    assert keda.metric_for_hpa(None, spec=2, target=3.0, trigger=1) is None  # 2 failures
+    assert keda.failure_counts == [0, 2]
+    assert keda.metric_for_hpa(None, spec=2, target=3.0, trigger=1) == 15.0  # 3 > 2
+    assert keda.in_fallback(1) and not keda.in_fallback(0) and keda.fallback_active
+    assert keda.metric_for_hpa(4.0, spec=2, target=3.0, trigger=1) == 4.0  # success resets
+    assert keda.failure_counts == [0, 0]
+
+
+def test_a_trigger_in_fallback_counts_as_active_not_as_error() -> None:
+    """Past the threshold the poll sees that trigger active and not erroring
+    (its metric is the synthetic one): from 0 it writes max(min, 1)."""
+    keda = Keda(
+        KedaConfig(min_replica_count=0, fallback_failure_threshold=0, fallback_replicas=3),
+        triggers=2,
+    )
+    results = (TriggerPoll(False), TriggerPoll(False, error=True))
+    assert keda.poll_triggers(0.0, spec=0, results=results) == 1
+
+
+def test_activity_override_for_a_composite_metric() -> None:
+    """scalingModifiers: activity is the composite value's, not the OR; an error
+    still blocks activity."""
+    keda = Keda(KedaConfig(min_replica_count=0), triggers=2)
+    results = (TriggerPoll(True), TriggerPoll(True))
+    assert keda.poll_triggers(0.0, spec=0, results=results, active=False) is None
+    assert keda.poll_triggers(1.0, spec=0, results=results, active=True) == 1
+    errored = (TriggerPoll(True), TriggerPoll(False, error=True))
+    assert keda.poll_triggers(2.0, spec=0, results=errored, active=True) is None
+
+
+def test_poll_needs_one_result_per_trigger() -> None:
+    keda = Keda(KedaConfig(), triggers=2)
+    with pytest.raises(ValueError, match="2 trigger"):
+        keda.poll(0.0, spec=1, active=True)
+    with pytest.raises(ValueError, match="triggers"):
+        Keda(KedaConfig(), triggers=0)
