@@ -354,8 +354,11 @@ def policy_meanings(
             what = f"{n} replicas always on"
             if target is not None:
                 met = (p["slo_attainment"] or 0.0) >= target
+                share = (
+                    f", {100 * target / ceiling:.0f} % of the best possible" if ceiling > 0 else ""
+                )
                 what += (
-                    f": the fewest that reach {_pct(target)} SLO attainment"
+                    f": the fewest reaching {_pct(target)} SLO attainment{share}"
                     if met
                     else f": the most tried, none reached {_pct(target)} SLO attainment"
                 )
@@ -369,8 +372,8 @@ def policy_meanings(
             what = "your ScaledObject, run as written"
         lines.append(f"{name:<{width}}  {what}")
     lines.append(
-        f"best possible: {_pct(ceiling)}, a fleet that never queues; the other prompts "
-        f"alone take over {slo_s:g} s to process"
+        f"best possible  no fleet does better: the other {_pct(1.0 - ceiling)} of prompts "
+        f"take over {slo_s:g} s to process alone"
     )
     return lines
 
@@ -380,9 +383,9 @@ def oracle_note(doc: Mapping[str, Any], profile: Any) -> str | None:
 
     The oracle is sized for cost (:func:`simulations.policies.oracle_need`): each
     15 s it asks for the replicas the coming peak needs at 85 % of what they
-    sustain, one mean start-up ahead. Node start-up is drawn around that mean, so
-    on a rise its new replicas are often still starting, and it keeps no spare
-    capacity for bursts. None when the oracle does at least as well."""
+    sustain, with no spare for bursts inside the step, one mean start-up ahead
+    while node start-up is drawn around that mean. None when the oracle does at
+    least as well."""
     from simulations.cluster_config import ClusterConfig
     from simulations.policies import ORACLE_STEP_S, ORACLE_UTILIZATION
 
@@ -399,12 +402,14 @@ def oracle_note(doc: Mapping[str, Any], profile: Any) -> str | None:
     return (
         f"why the oracle meets the SLO less often than predictive ({_pct(o)} vs {_pct(p)}): "
         f"it knows the future but is sized for cost, not for the SLO. Every "
-        f"{ORACLE_STEP_S:.0f} s it asks for the fewest replicas that carry the coming peak at "
-        f"{100 * ORACLE_UTILIZATION:.0f} % of what they can sustain, ordered one average "
-        f"start-up ({profile.startup.total_s:.0f} s) ahead. A node alone takes {lo:.0f} to "
-        f"{hi:.0f} s to come up, so on a rise its new replicas are often still starting, and "
-        f"it keeps nothing spare for bursts. predictive keeps more replicas up "
-        f"({predictive['mean_replicas']:.1f} vs {oracle['mean_replicas']:.1f} on average){cost}."
+        f"{ORACLE_STEP_S:.0f} s it runs the fewest replicas that carry the coming peak at "
+        f"{100 * ORACLE_UTILIZATION:.0f} % of what they can sustain, with nothing spare for "
+        f"bursts inside those {ORACLE_STEP_S:.0f} s, so requests queue even when it has all "
+        f"it asked for. It also orders replicas one average start-up "
+        f"({profile.startup.total_s:.0f} s) ahead while a node alone takes {lo:.0f} to "
+        f"{hi:.0f} s to come up, so some arrive after the rise. predictive keeps more "
+        f"replicas up ({predictive['mean_replicas']:.1f} vs {oracle['mean_replicas']:.1f} on "
+        f"average){cost}."
     )
 
 

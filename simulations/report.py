@@ -61,7 +61,7 @@ HOURS_PER_MONTH = 730.0
 
 OVERLOAD_WAITING_PER_REPLICA = 3.0
 """A backlog of more than this per Ready replica (vLLM waiting + gateway) is an
-overload episode; 3 is the seeds' ``num_requests_waiting`` threshold."""
+overload episode; 3 is the public KEDA + vLLM recipes' ``num_requests_waiting`` threshold."""
 
 
 def _num(x: float | None, digits: int = 6) -> float | None:

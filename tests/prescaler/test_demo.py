@@ -43,6 +43,7 @@ def test_demo_replays_the_shipped_trace_under_four_policies(
         assert any(
             line.strip().startswith(f"{name} ") for line in out.split("what each")[1].splitlines()
         )
+    assert f"the other {100 * (1 - ceiling):.1f} % of prompts" in out
     assert "seeds" not in out
 
 
@@ -118,12 +119,13 @@ def _doc(oracle: float, predictive: float) -> dict[str, Any]:
 
 def test_oracle_note_says_why_only_when_the_oracle_trails() -> None:
     """Below predictive, the note gives both attainments, the oracle's sizing (85 % of
-    what replicas sustain, one average start-up ahead, the node start-up range) and
-    what predictive pays for its margin; at or above it, no note."""
+    what replicas sustain, nothing spare for bursts, one average start-up ahead, the
+    node start-up range) and what predictive pays for its margin; at or above it, no
+    note."""
     profile = get_profile("llama-3-8b@g5.xlarge")
     note = oracle_note(_doc(0.8304, 0.8379), profile)
     assert note is not None
-    for part in ("83.0 % vs 83.8 %", "85 %", "(150 s) ahead", "30 to 90 s", "11.8 vs 7.0"):
+    for part in ("83.0 % vs 83.8 %", "85 %", "(150 s) ahead", "30 to 90 s", "11.8 vs 7.0", "burst"):
         assert part in note, (part, note)
     assert "1.77x" in note
     assert oracle_note(_doc(0.84, 0.8379), profile) is None
