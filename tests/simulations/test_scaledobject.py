@@ -340,3 +340,120 @@ def test_file_must_hold_exactly_one_scaledobject(tmp_path: Path) -> None:
         load_scaledobject(path)
     with pytest.raises(ValueError, match="cannot read"):
         load_scaledobject(tmp_path / "missing.yaml")
+
+
+# -- several triggers, cron, scalingModifiers ------------------------------------
+
+QUEUE = {
+    "type": "prometheus",
+    "name": "queue",
+    "metadata": {"query": "sum(vllm:num_requests_waiting)", "threshold": "3"},
+}
+KV = {
+    "type": "prometheus",
+    "name": "kv",
+    "metricType": "Value",
+    "metadata": {"query": "avg(vllm:kv_cache_usage_perc)", "threshold": "0.8"},
+}
+CRON = {
+    "type": "cron",
+    "name": "day",
+    "metadata": {
+        "timezone": "UTC",
+        "start": "0 8 * * *",
+        "end": "0 20 * * *",
+        "desiredReplicas": "4",
+    },
+}
+
+
+def test_each_trigger_is_one_hpa_metric_with_its_own_target() -> None:
+    """controllers/keda/hpa.go: one External metric per trigger, target = the
+    trigger's threshold (prometheus) or 1 (cron), metricType per trigger."""
+    so = _parse(_doc(triggers=[QUEUE, KV, CRON]))
+    assert so.trigger.name == "queue" and [t.name for t in so.extra_triggers] == ["kv", "day"]
+    assert [(m.target_type, m.target) for m in so.hpa.metrics] == [
+        ("AverageValue", 3.0),
+        ("Value", 0.8),
+        ("AverageValue", 1.0),
+    ]
+    assert so.hpa.target == 3.0 and so.hpa.target_type == "AverageValue"
+
+
+def test_scaling_modifiers_give_one_composite_metric() -> None:
+    so = _parse(
+        _doc(
+            triggers=[QUEUE, KV],
+            advanced={
+                "scalingModifiers": {
+                    "formula": "kv > 0.9 ? queue : queue / 2",
+                    "target": "2",
+                    "activationTarget": "0.5",
+                    "metricType": "Value",
+                }
+            },
+        )
+    )
+    assert so.modifiers is not None and so.modifiers.formula.names == {"queue", "kv"}
+    assert [(m.target_type, m.target) for m in so.hpa.metrics] == [("Value", 2.0)]
+    assert so.modifiers.activation_target == 0.5
+
+
+def test_the_start_annotation_sets_the_cron_wall_clock() -> None:
+    """simulation.prescaler.io/start: t = 0 at 07:30 UTC puts 08:00 at t = 1800 s."""
+    doc = _doc(triggers=[CRON])
+    doc["metadata"] = {
+        "name": "so",
+        "annotations": {"simulation.prescaler.io/start": "2024-03-04T07:30:00Z"},
+    }
+    cron = _parse(doc).trigger.cron
+    assert cron is not None
+    assert not cron.inside(1799.0) and cron.inside(1800.0)
+    doc["metadata"] = {"name": "so", "annotations": {"simulation.prescaler.io/start": "1709537400"}}
+    cron = _parse(doc).trigger.cron
+    assert cron is not None and cron.inside(1800.0)
+
+
+@pytest.mark.parametrize(
+    ("triggers", "extra", "message"),
+    [
+        ([QUEUE, {**KV, "name": "queue"}], {}, "trigger names must be unique"),
+        ([QUEUE, {**CRON, "useCachedMetrics": True}], {}, "triggers[1]: useCachedMetrics"),
+        (
+            [{**CRON, "metadata": {**CRON["metadata"], "end": "0 8 * * *"}}],  # type: ignore[dict-item]
+            {},
+            "same time",
+        ),
+        (
+            [{**CRON, "metadata": {**CRON["metadata"], "timezone": "Nowhere/Land"}}],  # type: ignore[dict-item]
+            {},
+            "IANA",
+        ),
+        (
+            [{**QUEUE, "metadata": {**QUEUE["metadata"], "ignoreNullValues": "maybe"}}],  # type: ignore[dict-item]
+            {},
+            "ignoreNullValues",
+        ),
+        ([{**QUEUE, "authenticationRef": {"name": "x"}}], {}, "'authenticationRef'"),
+        (
+            [QUEUE],
+            {"advanced": {"scalingModifiers": {"formula": "queue"}}},
+            "needs formula and target",
+        ),
+        (
+            [QUEUE],
+            {"metadata": {"name": "so", "annotations": {"simulation.prescaler.io/start": "soon"}}},
+            "neither ISO 8601 nor Unix seconds",
+        ),
+    ],
+)
+def test_bad_trigger_sets_name_the_trigger(
+    triggers: list[object], extra: dict[str, object], message: str
+) -> None:
+    doc = _doc(triggers=triggers)
+    if "metadata" in extra:
+        doc["metadata"] = extra["metadata"]
+    else:
+        doc["spec"].update(extra)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _parse(doc)
