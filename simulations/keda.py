@@ -20,7 +20,7 @@ nanoseconds like Go's ``time.Time``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -172,7 +172,7 @@ class Keda:
         *,
         spec: int,
         results: Sequence[TriggerPoll],
-        active: bool | None = None,
+        active: Callable[[], bool] | None = None,
     ) -> int | None:
         """One polling-loop pass: the spec KEDA writes directly, or None.
 
@@ -181,8 +181,9 @@ class Keda:
         threshold and its success resets its own count; a trigger in fallback
         is seen as active and not in error. The ScaledObject is active when any
         trigger is, and errored when any trigger errored outside fallback.
-        ``active`` overrides that activity (``scalingModifiers``: the
-        composite value against ``activationTarget``), errors still count.
+        ``active``, called once the counts are updated, replaces that activity
+        (``scalingModifiers``: the composite value against
+        ``activationTarget``); an error still makes it inactive.
         """
         _check_spec(spec)
         if len(results) != len(self.failure_counts):
@@ -201,7 +202,7 @@ class Keda:
                 self.failure_counts[i] = 0
                 any_active = any_active or result.active
         if active is not None:
-            any_active = active and not error
+            any_active = not error and active()
         return self._request_scale(now, spec, active=any_active, error=error)
 
     def push_active(self, now: float, *, spec: int) -> int | None:

@@ -99,12 +99,16 @@ class TriggerState:
         for trig, reading in zip(triggers, readings, strict=True):
             error = reading.value is None and trig.kind != "prescaler"
             results.append(TriggerPoll(reading.active, error))
-        active_override = None
         mods = self.so.modifiers
-        if mods is not None:
+
+        def composite_active() -> bool:
+            assert mods is not None
             composite = self._composite([r.value for r in readings], spec=spec, ready=ready)
-            active_override = composite is not None and composite > mods.activation_target
-        new = self.keda.poll_triggers(t, spec=spec, results=results, active=active_override)
+            return composite is not None and composite > mods.activation_target
+
+        new = self.keda.poll_triggers(
+            t, spec=spec, results=results, active=None if mods is None else composite_active
+        )
         for i, (trig, reading) in enumerate(zip(triggers, readings, strict=True)):
             if not trig.use_cached_metrics:
                 continue

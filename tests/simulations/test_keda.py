@@ -317,10 +317,10 @@ def test_activity_override_for_a_composite_metric() -> None:
     still blocks activity."""
     keda = Keda(KedaConfig(min_replica_count=0), triggers=2)
     results = (TriggerPoll(True), TriggerPoll(True))
-    assert keda.poll_triggers(0.0, spec=0, results=results, active=False) is None
-    assert keda.poll_triggers(1.0, spec=0, results=results, active=True) == 1
+    assert keda.poll_triggers(0.0, spec=0, results=results, active=lambda: False) is None
+    assert keda.poll_triggers(1.0, spec=0, results=results, active=lambda: True) == 1
     errored = (TriggerPoll(True), TriggerPoll(False, error=True))
-    assert keda.poll_triggers(2.0, spec=0, results=errored, active=True) is None
+    assert keda.poll_triggers(2.0, spec=0, results=errored, active=lambda: True) is None
 
 
 def test_poll_needs_one_result_per_trigger() -> None:

@@ -271,3 +271,32 @@ def test_a_ttft_quantile_trigger_reads_the_fleets_histogram() -> None:
     assert p90 is not None and 0.0 < p90 <= 2560.0
     rates = sim.prometheus.ttft_bucket_rates(60.0)
     assert rates is not None and rates[-1] > 0.5  # 1.5 requests/s arrive
+
+
+def test_a_trigger_in_fallback_makes_the_composite_the_fallback_metric() -> None:
+    """scalingModifiers with fallback {failureThreshold 0, replicas 3}: at zero
+    pods the strict kv trigger errors; its first failure (1 > 0) puts it in
+    fallback, so the composite is target * replicas = 2 * 3 = 6 on the same
+    poll, above activationTarget 1: KEDA wakes the fleet, and the HPA reads 6."""
+    so = _so(
+        """\
+        minReplicaCount: 0
+        fallback: {failureThreshold: 0, replicas: 3}
+        advanced:
+          scalingModifiers: {formula: "queue + kv", target: '2', activationTarget: '1'}
+        triggers:
+          - type: prometheus
+            name: queue
+            metadata: {query: sum(vllm:num_requests_waiting), threshold: '3'}
+          - type: prometheus
+            name: kv
+            metadata:
+              query: avg(vllm:kv_cache_usage_perc)
+              threshold: '0.8'
+              ignoreNullValues: 'false'
+        """
+    )
+    state, keda = _state(so, _sample(0.0, targets=0))
+    assert state.poll(1.0, spec=0, ready=0) == 1
+    assert keda.failure_counts == [0, 1]
+    assert state.hpa_usages(5.0, spec=1, ready=0) == (6.0,)
