@@ -8,7 +8,7 @@ in one background task:
   ``query_delay_s`` late so every sample up to the grid point has landed),
   each source is read ONCE for all its ScaledObjects (``scaler.sources``).
 - The readings are turned into observations, forecast bins, forecasts and
-  decisions in a single worker thread (``_compute``), off the event loop,
+  decisions in a single compute thread (``scaler.refresh``), off the event loop,
   by one ``decision.tracker.Tracker`` per object: the pure path from a
   reading to a decision, which the simulator runs too. This module keeps the
   I/O around it (sources, the forecast worker, telemetry, balloons).
@@ -24,7 +24,9 @@ in one background task:
 
 When a source fails the object gets no observation: ``decide`` holds the last
 answer (``stale_hold``) and after ``fallbackAfterSeconds`` answers the
-fallback; ``prescaler_source_up`` drops to 0. Never a scale-down on bad data.
+fallback; ``prescaler_source_up`` drops to 0, and while an object has no
+answer yet its UNAVAILABLE error says what failed (``source_problem``).
+Never a scale-down on bad data.
 
 This module is the facade the service, the front and the CLI use; the work
 is done by parts that own their state, a module each: the tracked objects
