@@ -14,8 +14,19 @@ simulate --start``, and ``prescaler tune``'s trials (history before
 tuning part's demand: the live scaler would have had it, as it has last
 week's). :func:`window_history` is that rule for one window.
 
-Pure: the caller reads the trace (``forecasting.readers.read_series``) and
-passes its rate series in.
+What the tracker is given is what the emulated Prometheus would have
+scraped (:func:`scraped_history`): the requests before the window (drawn from
+the trace by the same traffic options as the window, ending exactly where it
+starts) counted into vLLM's counters, scraped every scrape interval and read
+at each bin end through :class:`simulations.scrape.PrometheusView`, the path
+the live trigger reads: rates over the rate window, so the history lags
+demand as the live one does, and not one sample from inside the window.
+:func:`demand_before` and :func:`window_history`, the trace's rate curve at
+the window's mean tokens per request, are kept for callers that have only a
+rate series.
+
+Pure: the caller reads the trace and passes the requests (or the rate
+series) in.
 """
 
 from __future__ import annotations
@@ -27,11 +38,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from forecasting.series import DemandSeries
+from simulations.scrape import PrometheusView, ScrapeSample
 
 if TYPE_CHECKING:
     from simulations.traffic import Workload
 
-__all__ = ["BACKFILL_S", "DemandHistory", "demand_before", "window_history"]
+__all__ = ["BACKFILL_S", "DemandHistory", "demand_before", "scraped_history", "window_history"]
 
 BACKFILL_S = 3 * 3600.0
 """History offered to the tracker; it keeps what its ring holds (the live
@@ -127,3 +139,67 @@ def window_history(
     return demand_before(
         series, start_s, bin_s=bin_s, rate_scale=rate_scale, tokens_per_request=mean_tokens
     )
+
+
+def scraped_history(
+    prior: Workload,
+    *,
+    scrape_interval_s: float,
+    rate_window_s: float,
+    bin_s: float,
+) -> DemandHistory | None:
+    """What the emulated Prometheus scraped over ``prior``, the requests before
+    the window (its own clock from 0; the window starts where it ends), read as
+    the live trigger reads it at each ``bin_s`` bin end (the last at 0, the
+    window's start).
+
+    The hours before are taken as served by a fleet that kept up: each
+    request counts as finished, its prompt and output tokens counted, at its
+    arrival (vLLM's counters lag that by the request's latency, seconds
+    against a rate window of minutes), with nothing waiting. Scrapes run
+    every ``scrape_interval_s`` back from the window's start; a bin end before
+    two scrapes lie in the rate window has no reading and is left out.
+    ``None`` when ``prior`` holds no time (a window at the trace's start).
+    """
+    view = PrometheusView(scrape_interval_s, rate_window_s)
+    if not (math.isfinite(bin_s) and bin_s > 0):
+        raise ValueError(f"bin_s must be a finite number > 0, got {bin_s!r}")
+    span = float(prior.duration_s)
+    arrivals = prior.arrival_s - span  # all < 0
+    prompt = np.concatenate([[0.0], np.cumsum(prior.prompt_tokens, dtype=np.float64)])
+    output = np.concatenate([[0.0], np.cumsum(prior.output_tokens, dtype=np.float64)])
+    scrapes = -scrape_interval_s * np.arange(int(span // scrape_interval_s), -1, -1)
+    bins = int(span // bin_s)
+    if bins == 0:
+        return None
+    ends = -bin_s * np.arange(bins - 1, -1, -1, dtype=np.float64)
+    # a scrape at t counts the requests that arrived before t
+    counted = np.searchsorted(arrivals, scrapes, side="left")
+    times: list[float] = []
+    requests: list[float] = []
+    tokens: list[float] = []
+    k = 0
+    for end in ends.tolist():
+        while k < scrapes.size and scrapes[k] <= end + 1e-9:
+            n = int(counted[k])
+            view.record(
+                ScrapeSample(
+                    time_s=float(scrapes[k]),
+                    targets=1,
+                    sums=(0.0, 0.0, 0.0),
+                    maxes=(0.0, 0.0, 0.0),
+                    counters=(float(n), float(prompt[n]), float(output[n]), 0.0),
+                )
+            )
+            k += 1
+        reading = view.reading()
+        if reading is None or reading.arrival_rate_rps is None:
+            continue
+        times.append(end)
+        requests.append(reading.arrival_rate_rps)
+        tokens.append(
+            (reading.prompt_tokens_per_s or 0.0) + (reading.generation_tokens_per_s or 0.0)
+        )
+    if not times:
+        return None
+    return DemandHistory(np.asarray(times), np.asarray(requests), np.asarray(tokens))

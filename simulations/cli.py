@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from simulations.backfill import DemandHistory
-    from simulations.traffic import Workload
+    from simulations.sim_inputs import SimInputs
 
 __all__ = ["DEFAULT_POLICIES", "DEFAULT_PROFILE", "SimulateOptions", "register", "simulate"]
 
@@ -60,6 +59,9 @@ class SimulateOptions:
     rate_window_s: float = 120.0
     backfill: bool = True
     """Give prescaler triggers the trace's demand before ``start_s`` as history."""
+    inputs: SimInputs | None = None
+    """Bounds, opening fleet, capacity belief, lead time
+    (:mod:`simulations.sim_inputs`); None: their defaults."""
 
 
 def _finite(name: str, lo: float = 0.0, *, strict: bool = True) -> Any:
@@ -200,6 +202,9 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
                    help="Prometheus scrape interval, s (default %(default)s)")  # fmt: skip
     p.add_argument("--rate-window", type=_finite("--rate-window"), default=120.0,
                    help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
+    from simulations.sim_inputs import add_sim_input_flags
+
+    add_sim_input_flags(p)
 
 
 def options_from(args: argparse.Namespace) -> SimulateOptions:
@@ -235,45 +240,29 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
         scrape_interval_s=args.scrape_interval,
         rate_window_s=args.rate_window,
         backfill=args.backfill,
+        inputs=_sim_inputs(args),
     )
 
 
-def _history(opts: SimulateOptions, workload: Workload) -> DemandHistory | None:
-    """The trace's demand before the window (:mod:`simulations.backfill`)."""
-    if opts.start_s <= 0 or len(workload) == 0:
-        return None
-    import numpy as np
+def _sim_inputs(args: argparse.Namespace) -> SimInputs:
+    from simulations.sim_inputs import sim_inputs_from_args
 
-    from decision.tracker_data import TrackerConfig
-    from forecasting.readers import read_series
-    from simulations.backfill import demand_before
-    from simulations.policies import REFRESH_S
-
-    series = read_series(opts.trace)
-    mean_tokens = float(np.mean(workload.prompt_tokens + workload.output_tokens))
-    return demand_before(
-        series,
-        opts.start_s,
-        bin_s=TrackerConfig(refresh_interval_s=REFRESH_S).step_s,
-        rate_scale=opts.rate_scale,
-        tokens_per_request=mean_tokens,
-    )
+    try:
+        return sim_inputs_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]:
     """Load, run every policy, print the table, write JSON/plots; returns the summary."""
     out = sys.stdout if out is None else out
     from engine.profiles import get_profile
-    from simulations.policies import (
-        PolicySpec,
-        fleet_bound,
-        predictive_spec,
-        reactive_spec,
-        scaledobject_spec,
-    )
+    from simulations.lead_time import with_startup
+    from simulations.policies import PolicySpec, predictive_spec, reactive_spec, scaledobject_spec
     from simulations.report import plot, summary, table
     from simulations.runner import run_policies
     from simulations.scaledobject import load_scaledobject
+    from simulations.sim_inputs import SimInputs, window_start
     from simulations.simulation import SimConfig
     from simulations.traffic import TrafficOptions, load_workload
 
@@ -291,11 +280,14 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     workload = load_workload(opts.trace, traffic)
     if len(workload) == 0:
         raise ValueError(f"{opts.trace}: no requests in the selected window")
-    bound = fleet_bound(workload, profile)
+    inputs = opts.inputs or SimInputs()
+    bound = inputs.max_replicas
     specs: list[PolicySpec] = []
     for name in opts.policies:
         if name == "static":
-            specs.append(PolicySpec("static", "static", replicas=opts.static_replicas))
+            specs.append(
+                PolicySpec("static", "static", replicas=opts.static_replicas, max_replicas=bound)
+            )
         elif name == "reactive":
             specs.append(reactive_spec(bound))
         elif name == "predictive":
@@ -303,17 +295,9 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
                 predictive_spec(profile.name, max_replicas=bound, forecaster=opts.forecaster)
             )
         elif name == "oracle":
-            specs.append(PolicySpec("oracle", "oracle"))
+            specs.append(PolicySpec("oracle", "oracle", max_replicas=bound))
     for path in opts.scaledobjects:
         specs.append(scaledobject_spec(load_scaledobject(path)))
-    history = _history(opts, workload) if opts.backfill else None
-    if history is not None:
-        specs = [
-            replace(s, history=history)
-            if s.scaledobject is not None and s.scaledobject.trigger.kind == "prescaler"
-            else s
-            for s in specs
-        ]
     config = SimConfig(
         slo_ttft_s=opts.slo_ttft_s,
         timeout_s=opts.timeout_s,
@@ -322,6 +306,19 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         scrape_interval_s=opts.scrape_interval_s,
         rate_window_s=opts.rate_window_s,
     )
+    config = replace(config, startup=inputs.startup(profile))
+    before = window_start(
+        opts.trace, traffic, opts.start_s, profile, config, backfill=opts.backfill
+    )
+    config = inputs.apply(config, profile, before.opening)
+    history = before.history
+    if history is not None:
+        specs = [
+            replace(s, history=history)
+            if s.scaledobject is not None and s.scaledobject.trigger.kind == "prescaler"
+            else s
+            for s in specs
+        ]
 
     from tqdm import tqdm
 
@@ -350,7 +347,13 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         time.perf_counter() - wall0,
         outcomes,
         tp=profile.tp,
-        extra={"profile": profile.name, "max_replicas_bound": bound},
+        extra={
+            "profile": profile.name,
+            "max_replicas_bound": bound,
+            "initial_replicas": config.initial_replicas,
+            "lead_time_s": with_startup(profile, config.startup).startup.total_s,
+            "capacity_error": config.capacity_error,
+        },
     )
     print(table(doc), file=out)
     if opts.json_path:

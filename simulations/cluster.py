@@ -18,8 +18,12 @@ moment Karpenter deletes it.
 Listener callbacks (vLLM pods only; balloons are never reported):
 ``pod_ready`` when a pod passes its readiness probe; ``pod_stopping`` when a
 Ready pod gets its deletionTimestamp (scale-in or spot notice), with the
-instant it will be gone; ``pod_gone`` at that instant (or when its node is
-reclaimed first). A pod deleted before it was Ready gets no callback.
+instant its grace period ends; ``pod_gone`` when the listener reports it
+drained (:meth:`Cluster.pod_drained`: vLLM exits once its requests are done,
+and the pod's slot, and with the last pod the node, is free from then on, as
+Karpenter's termination waits only for the pods to be gone), at the end of
+the grace period, or when its node is reclaimed first, whichever comes
+first. A pod deleted before it was Ready gets no callback.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ class Cluster:
         self._balloon_spec = 0
         self._vllm: dict[int, PodState] = {}  # non-terminating vLLM pods, creation order
         self._balloons: dict[int, PodState] = {}  # live balloon pods, creation order
+        self._terminating: dict[int, PodState] = {}  # vLLM pods with a deletionTimestamp
         self._ready = 0
         self.pod_start_samples_s: list[float] = []
 
@@ -177,8 +182,8 @@ class Cluster:
         pkg/controller/controller_utils.go ``ActivePodsWithRanks``): unassigned
         pods (Pending or only nominated) first, then bound pods that are not
         Ready, then Ready pods, most recently Ready first; ties newest first.
-        A deleted Ready pod gets ``pod_stopping`` now and ``pod_gone`` after
-        ``termination_grace_s``.
+        A deleted Ready pod gets ``pod_stopping`` now and ``pod_gone`` once
+        drained (:meth:`pod_drained`) or after ``termination_grace_s``.
         """
         self._spec = check_replicas(replicas)
         excess = len(self._vllm) - replicas
@@ -195,6 +200,17 @@ class Cluster:
             for pod in sorted(self._balloons.values(), key=deletion_rank)[:excess]:
                 self._remove_balloon(now, pod)
         self._schedule(now)
+
+    def pod_drained(self, now: float, pod_id: int) -> None:
+        """A terminating vLLM pod finished its last request and exited: it is
+        gone now rather than at its deadline (no-op for a pod not terminating)."""
+        pod = self._terminating.get(pod_id)
+        if pod is None:
+            return
+        if pod.handle is not None:
+            pod.handle.cancel()
+            pod.handle = None
+        self._pod_gone(pod, now)
 
     def interrupt_node_at(self, time_s: float, node_id: int) -> None:
         """Inject a spot interruption notice for ``node_id`` at ``time_s`` (no-op if gone by then).
@@ -341,6 +357,7 @@ class Cluster:
 
     def _start_terminating(self, now: float, pod: PodState, deadline: float) -> None:
         pod.state = TERMINATING
+        self._terminating[pod.pod_id] = pod
         self._ready -= 1
         if pod.node is not None:
             pod.node.last_pod_event_s = now
@@ -348,6 +365,7 @@ class Cluster:
 
     def _pod_gone(self, pod: PodState, now: float) -> None:
         pod.handle = None
+        self._terminating.pop(pod.pod_id, None)
         node = pod.node
         if node is not None:
             node.pods.remove(pod)
@@ -406,6 +424,7 @@ class Cluster:
                 pod.handle = None
             pod.state = GONE
             pod.node = None
+            self._terminating.pop(pod.pod_id, None)
         node.pods.clear()
         for pod in lost:
             self._listener.pod_gone(now, pod.pod_id)

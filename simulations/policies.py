@@ -10,9 +10,16 @@
 - ``oracle``: the only code that sees future arrivals. Every 15 s it sets the
   Deployment to the replicas the true peak token demand over the next
   start-up lead time needs, at the profile's sustainable per-replica rate
-  (never scaling in while requests queue): the cost floor the others are
-  measured against.
+  (never scaling in while requests queue), within the same bound as the
+  others: the cost floor the others are measured against.
 - any user ScaledObject (``--scaledobject FILE``), named by its metadata.name.
+
+No policy but the oracle knows anything production would not: the built-in
+ones share one stated maximum (:data:`DEFAULT_MAX_REPLICAS` unless the run
+states another), a user ScaledObject keeps its own maxReplicaCount, and every
+autoscaled policy opens with the same fleet, ``SimConfig.initial_replicas``
+(sized by ``simulate`` from the traffic before the window,
+:func:`opening_fleet`), never from the window itself.
 
 A :class:`PolicySpec` is plain data (it crosses process boundaries for
 ``--jobs``); :func:`make_controller` turns it into the object a
@@ -29,12 +36,12 @@ import numpy as np
 
 from decision.policy import NO_ANSWER_REASONS
 from decision.prewarm import plan_balloons
-from decision.tracker import Tracker
 from decision.tracker_data import TrackerConfig
 from engine.profiles import Profile
 from forecasting import make_forecaster
 from forecasting.registry import BASELINES
 from simulations.backfill import DemandHistory
+from simulations.capacity_belief import BelievingTracker
 from simulations.events import PRIORITY_CONTROL
 from simulations.hpa import Hpa
 from simulations.keda import Keda
@@ -44,6 +51,8 @@ from simulations.traffic import Workload
 from simulations.trigger_state import PrescalerHook, TriggerState
 
 __all__ = [
+    "DEFAULT_MAX_REPLICAS",
+    "OPENING_WINDOW_S",
     "ORACLE_STEP_S",
     "ORACLE_UTILIZATION",
     "OracleController",
@@ -53,6 +62,7 @@ __all__ = [
     "fleet_bound",
     "initial_replicas",
     "make_controller",
+    "opening_fleet",
     "oracle_need",
     "predictive_spec",
     "reactive_spec",
@@ -69,6 +79,14 @@ HPA_SYNC_S = 15.0
 """kube-controller-manager --horizontal-pod-autoscaler-sync-period default."""
 REFRESH_S = 5.0
 """``prescaler serve``'s default refresh interval."""
+DEFAULT_MAX_REPLICAS = 16
+"""The built-in policies' maxReplicaCount: the shipped GPU ScaledObject's
+(manifests/vllm/gpu/scaledobject.yaml). A bound from the window's own peak
+would tell every policy the future."""
+OPENING_WINDOW_S = 300.0
+"""The opening fleet covers the highest need of this long before the window:
+a policy that kept up holds its recent peak for the HPA's default 300 s
+scale-down stabilization."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,10 @@ class PolicySpec:
     kind: Literal["static", "oracle", "scaledobject"]
     replicas: int | None = None
     """static: the fixed count (None: searched by the runner)."""
+    max_replicas: int | None = None
+    """static and oracle: the most replicas they may run (the static search's
+    cap, the oracle's ceiling); None: unbounded, as before bounds were stated.
+    A ScaledObject policy's bound is its own maxReplicaCount."""
     scaledobject: ScaledObjectSpec | None = None
     history: DemandHistory | None = None
     """Demand before the window, loaded into a prescaler trigger's tracker as the
@@ -96,6 +118,11 @@ class PolicySpec:
             raise ValueError(f"policy {self.name!r}: a scaledobject policy needs its ScaledObject")
         if self.replicas is not None and (isinstance(self.replicas, bool) or self.replicas < 0):
             raise ValueError(f"policy {self.name!r}: replicas must be >= 0, got {self.replicas!r}")
+        bound = self.max_replicas
+        if bound is not None and (
+            isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
+        ):
+            raise ValueError(f"policy {self.name!r}: max_replicas must be >= 1, got {bound!r}")
 
 
 # --------------------------------------------------------------- capacity
@@ -142,16 +169,40 @@ def oracle_need(workload: Workload, profile: Profile, step_s: float = ORACLE_STE
 
 
 def fleet_bound(workload: Workload, profile: Profile) -> int:
-    """maxReplicaCount for the autoscaled policies: 10 (the seeds') unless the
-    trace's peak needs more than half of that, then twice the peak."""
+    """10 (the seeds') unless the trace's peak needs more than half of that,
+    then twice the peak. Hindsight: benches use it to size a bound that fits a
+    trace; ``simulate`` and ``tune`` do not (:data:`DEFAULT_MAX_REPLICAS`)."""
     peak = int(oracle_need(workload, profile).max()) if len(workload) else 1
     return max(10, 2 * peak)
 
 
 def initial_replicas(workload: Workload, profile: Profile) -> int:
-    """The fleet Ready at t=0 for autoscaled policies: what the opening demand
-    needs (the oracle's first answer), so no policy starts under water."""
+    """What the window's opening demand needs (the oracle's first answer).
+    Hindsight, kept for callers that state no opening fleet; ``simulate``
+    uses :func:`opening_fleet` instead."""
     return max(1, int(oracle_need(workload, profile)[0])) if len(workload) else 1
+
+
+def opening_fleet(prior: Workload, profile: Profile) -> int:
+    """The fleet a policy that kept up would hold as the window opens, from the
+    traffic before it (``prior``, which ends where the window starts): the
+    highest replicas' worth of load over its last :data:`OPENING_WINDOW_S`,
+    at the oracle's utilization; at least 1."""
+    if len(prior) == 0:
+        return 1
+    load = _load(prior, profile, ORACLE_STEP_S)
+    tail = load[-max(1, math.ceil(OPENING_WINDOW_S / ORACLE_STEP_S)) :]
+    return max(1, math.ceil(float(tail.max()) / ORACLE_UTILIZATION - 1e-9))
+
+
+def opening_replicas(sim: Simulation, lo: int, hi: int) -> int:
+    """The run's opening fleet within one policy's bounds ``[lo, hi]``:
+    ``SimConfig.initial_replicas``, or for a caller that states none the
+    window's own opening need (:func:`initial_replicas`, hindsight; ``simulate``
+    always states it)."""
+    stated = sim.config.initial_replicas
+    base = initial_replicas(sim.workload, sim.profile) if stated is None else stated
+    return min(hi, max(lo, base))
 
 
 # ------------------------------------------------------------------ specs
@@ -245,23 +296,37 @@ class StaticController:
 
 
 class OracleController:
-    """Sets the Deployment straight from the future (see the module docstring)."""
+    """Sets the Deployment straight from the future (see the module docstring).
 
-    def __init__(self, name: str, workload: Workload, profile: Profile) -> None:
+    Its need is computed from the run's own profile (the run's lead time), on
+    the first call that has the run."""
+
+    def __init__(self, name: str, max_replicas: int | None = None) -> None:
         self.name = name
-        self.need = oracle_need(workload, profile)
-        self._desired = int(self.need[0]) if self.need.size else 0
+        self.max_replicas = max_replicas
+        self.need = np.zeros(0, dtype=np.int64)
+        self._desired = 0
         self._sim: Simulation | None = None
 
+    def _need_for(self, sim: Simulation) -> None:
+        if self._sim is not sim:
+            self._sim = sim
+            self.need = oracle_need(sim.workload, sim.profile)
+
     def _at(self, t: float) -> int:
+        if self.need.size == 0:
+            return 1
         i = min(self.need.size - 1, max(0, int(t // ORACLE_STEP_S)))
-        return max(1, int(self.need[i]))
+        want = max(1, int(self.need[i]))
+        return want if self.max_replicas is None else min(self.max_replicas, want)
 
     def initial_replicas(self, sim: Simulation) -> int:
-        return self._at(0.0)
+        self._need_for(sim)
+        hi = self.max_replicas if self.max_replicas is not None else 2**31 - 1
+        return opening_replicas(sim, 1, hi)
 
     def start(self, sim: Simulation) -> None:
-        self._sim = sim
+        self._need_for(sim)
         self._tick(sim.queue.now)
 
     def _tick(self, t: float) -> None:
@@ -303,11 +368,11 @@ class ScaledObjectController:
         self.keda = Keda(so.keda, created_s=0.0, triggers=len(so.triggers))
         self.hpa = Hpa(so.hpa)
         trig = next((t for t in so.triggers if t.kind == "prescaler"), so.trigger)
-        self.tracker: Tracker | None = None
+        self.tracker: BelievingTracker | None = None
         if trig.kind == "prescaler":
             assert trig.settings is not None
             method = forecaster
-            self.tracker = Tracker(
+            self.tracker = BelievingTracker(
                 (so.name, so.name),
                 trig.settings,
                 TrackerConfig(refresh_interval_s=REFRESH_S),
@@ -320,9 +385,8 @@ class ScaledObjectController:
         self._balloons = 0
 
     def initial_replicas(self, sim: Simulation) -> int:
-        base = initial_replicas(sim.workload, sim.profile)
         lo = max(1, self.so.keda.min_replica_count)
-        return min(self.so.keda.max_replica_count, max(lo, base))
+        return opening_replicas(sim, lo, max(lo, self.so.keda.max_replica_count))
 
     def start(self, sim: Simulation) -> None:
         self._sim = sim
@@ -331,6 +395,11 @@ class ScaledObjectController:
             hook = PrescalerHook(self._prescaler_value, self._prescaler_active)
         self._triggers = TriggerState(self.so, self.keda, sim.prometheus, hook)
         now = sim.queue.now
+        if self.tracker is not None:
+            self.tracker.believe(
+                capacity_error=sim.config.capacity_error,
+                learned_capacity=sim.config.learned_capacity,
+            )
         poll = self.so.keda.polling_interval_s
         sim.queue.schedule(now + float(sim.rng.uniform(0.0, poll)), PRIORITY_CONTROL, self._poll)
         sim.queue.schedule(
@@ -447,7 +516,7 @@ def make_controller(
             raise ValueError("static policy: the replica count must be resolved before a run")
         return StaticController(spec.name, spec.replicas)
     if spec.kind == "oracle":
-        return OracleController(spec.name, workload, profile)
+        return OracleController(spec.name, spec.max_replicas)
     assert spec.scaledobject is not None
     return ScaledObjectController(spec.name, spec.scaledobject, spec.history, spec.forecaster)
 

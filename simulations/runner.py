@@ -16,6 +16,7 @@ import numpy as np
 
 from engine.profiles import Profile, get_profile
 from engine.replica import Replica
+from simulations.lead_time import with_startup
 from simulations.policies import PolicySpec, make_controller, oracle_need, with_replicas
 from simulations.simulation import COMPLETED, SimConfig, SimResult, Simulation, SloBudgetExceeded
 from simulations.traffic import Workload
@@ -92,10 +93,13 @@ def search_static(
     the cheapest passing run, or the largest tried if none passes.
     """
     n = len(workload)
+    profile = with_startup(profile, config.startup)
+    if max_replicas is None:
+        max_replicas = spec.max_replicas
     target = target * idle_attainment(workload, profile, config.slo_ttft_s)
     budget = math.floor((1.0 - target) * n)
     need = oracle_need(workload, profile) if n else np.array([1])
-    cap = max_replicas or max(4, 4 * int(need.max()))
+    cap = max_replicas or max(4, 4 * int(need.max()))  # a stated bound, else hindsight
     guess = max(1, int(np.ceil(np.quantile(need, 0.99))))
     results: dict[int, SimResult | None] = {}
 

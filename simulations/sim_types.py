@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from engine.profile_types import StartupTimes
+
 __all__ = [
     "COMPLETED",
+    "DEFAULT_INITIAL_REPLICAS",
     "PENDING",
     "REJECTED",
     "TIMED_OUT",
@@ -22,6 +25,10 @@ __all__ = [
     "SimResult",
     "SloBudgetExceeded",
 ]
+
+DEFAULT_INITIAL_REPLICAS = 1
+"""``simulate``'s opening fleet without history or a stated count: a window
+at the trace's start is a fresh deployment, which holds its minimum."""
 
 PENDING, COMPLETED, TIMED_OUT, REJECTED = 0, 1, 2, 3
 """How a request ended (``SimResult.status``); PENDING only while a run lasts."""
@@ -52,6 +59,21 @@ class SimConfig:
     """``ClusterConfig.for_profile`` overrides, e.g. (("spot_interruptions_per_hour", 2.0),)."""
     interruptions: tuple[tuple[float, int], ...] = ()
     """Injected interruption notices: (time_s, node_id); a node gone by then is skipped."""
+    startup: StartupTimes | None = None
+    """Cold-start phases replacing the profile's own (None: the profile's); the
+    cluster, the warm-up and the oracle's look-ahead all use them."""
+    initial_replicas: int | None = None
+    """The fleet Ready at t=0 for every autoscaled policy (clamped into each
+    ScaledObject's bounds). ``simulate`` sizes it from the traffic before the
+    window (:data:`DEFAULT_INITIAL_REPLICAS` at the trace's start); None keeps
+    the older hindsight rule for callers that state none: what the window's
+    opening demand needs."""
+    capacity_error: float = 0.0
+    """How wrong the predictive scaler's per-replica capacity is: it believes
+    the profile's capacity x (1 + capacity_error); the engine runs the truth."""
+    learned_capacity: bool = False
+    """The predictive tracker sizes with the capacity it learns at saturated
+    moments (what it does live without ``profile``), not the profile's."""
 
     def __post_init__(self) -> None:
         for name in ("slo_ttft_s", "timeout_s", "scrape_interval_s", "rate_window_s"):
@@ -62,6 +84,17 @@ class SimConfig:
             raise ValueError("rate_window_s must span at least two scrape intervals")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.initial_replicas is not None and (
+            isinstance(self.initial_replicas, bool)
+            or not isinstance(self.initial_replicas, int)
+            or self.initial_replicas < 1
+        ):
+            raise ValueError(
+                f"initial_replicas must be an integer >= 1, got {self.initial_replicas!r}"
+            )
+        e = self.capacity_error
+        if not (isinstance(e, int | float) and math.isfinite(e) and e > -1.0):
+            raise ValueError(f"capacity_error must be a finite number > -1, got {e!r}")
         for at_s, node_id in self.interruptions:
             if not math.isfinite(at_s) or not isinstance(node_id, int) or node_id < 0:
                 raise ValueError(

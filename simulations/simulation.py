@@ -27,6 +27,7 @@ from engine.profiles import Profile
 from engine.replica import Replica
 from simulations.cluster import Cluster, ClusterConfig
 from simulations.events import PRIORITY_CLUSTER, PRIORITY_SCRAPE, EventQueue
+from simulations.lead_time import with_startup
 from simulations.router import Router
 from simulations.scrape import PrometheusView, ScrapeSample
 from simulations.servable import servable, workload_capacity
@@ -76,6 +77,11 @@ class Controller(Protocol):
 _DEFAULT_CONFIG = SimConfig()
 """The default knobs (frozen, so one instance serves every run)."""
 
+DRAIN_CHECK_S = 1.0
+"""How often a terminating pod is checked for in-flight requests: vLLM exits
+once it has none, and the pod (with its node slot) is gone then, not at the
+end of its grace period."""
+
 
 def _counters(rep: Replica) -> tuple[float, float, float, float]:
     """A replica's vLLM counters the Prometheus view sums: requests, prompt and
@@ -109,6 +115,7 @@ class Simulation:
     ) -> None:
         self.workload = workload
         self.miss_budget = miss_budget
+        profile = with_startup(profile, config.startup)
         self.profile = profile
         self.controller = controller
         self.config = config
@@ -163,6 +170,25 @@ class Simulation:
             self._spot_notices += 1
         if self._router.unroute(pod_id):
             self._set_ready(now, -1)
+        # looked at from the queue, not inside the cluster's own call
+        self.queue.schedule(now, PRIORITY_CLUSTER, lambda t: self._check_drained(t, pod_id))
+
+    def _check_drained(self, now: float, pod_id: int) -> None:
+        """A stopping pod with nothing in flight exits: the cluster frees its
+        slot (and, once the node is empty, Karpenter's consolidation clock
+        starts) now; otherwise look again in :data:`DRAIN_CHECK_S`."""
+        router = self._router
+        pod = router.pods.get(pod_id)
+        if pod is None:
+            return  # already gone (its deadline or its node came first)
+        router.sync(pod, now)
+        router.flush()
+        if not pod.inflight:
+            self.cluster.pod_drained(now, pod_id)
+        else:
+            self.queue.schedule(
+                now + DRAIN_CHECK_S, PRIORITY_CLUSTER, lambda t: self._check_drained(t, pod_id)
+            )
 
     def pod_gone(self, now: float, pod_id: int) -> None:
         if self._router.unroute(pod_id):

@@ -215,8 +215,8 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     from decision.settings import parse_settings
     from engine.profiles import get_profile
     from forecasting.readers import read_series
-    from simulations.policies import fleet_bound
     from simulations.scaledobject import load_scaledobject, seeds_reactive
+    from simulations.sim_inputs import sim_inputs_from_args
     from simulations.simulation import SimConfig
     from simulations.traffic import TrafficOptions, load_workload
     from simulations.tune import (
@@ -287,7 +287,9 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
     if len(tune_part) == 0 or (held is not None and len(held) == 0):
         raise ValueError(f"{trace}: --holdout {opts.holdout:g} leaves a part with no requests")
     tune_history, held_history = _histories(series, args, tune_part, held)
-    bound = fleet_bound(workload, profile)
+    # the stated bound (--max-replicas), never the peak of the held-back part
+    inputs = sim_inputs_from_args(args)
+    bound = inputs.max_replicas
     p_base, r_base = default_bases(profile.name, bound)
     if args.scaledobjects:
         p_base = load_scaledobject(args.scaledobjects[0])
@@ -309,6 +311,7 @@ def tune(args: argparse.Namespace, opts: TuneOptions, out: TextIO | None = None)
         scrape_interval_s=args.scrape_interval,
         rate_window_s=args.rate_window,
     )
+    config = inputs.apply(config, profile, None)
     ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
     target = opts.target * ceiling
     settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound

@@ -496,3 +496,27 @@ def test_lifecycle_invariants(ops: list[tuple[float, str, int]], seed: int) -> N
     assert cluster.ready_replicas == len(set(ready) - set(stopping))
     assert cluster.ready_replicas <= cluster.status_replicas
     assert cluster.status_replicas == cluster.spec_replicas
+
+
+def test_a_drained_pod_releases_its_slot_before_its_grace_period_ends() -> None:
+    """vLLM exits once its last request is done: the listener's ``pod_drained``
+    makes the pod gone then, and the empty node's consolidation clock starts
+    from that instant rather than from the end of terminationGracePeriodSeconds
+    (Karpenter's termination waits for pods to be gone, not for their grace)."""
+    cluster, queue, rec = _empty_node_at_230()  # pod 0 stopping at 200, deadline 230
+    cluster.pod_drained(at(queue, 205.0), 0)
+    assert rec.of("gone") == [(205.0, 0)]
+    cluster.pod_drained(at(queue, 206.0), 0)  # gone already: nothing more happens
+    queue.run_until(260.0)
+    assert rec.of("gone") == [(205.0, 0)]
+    assert cluster.node_views() == ()  # consolidatable at 235, deleted by 260
+    assert cluster.cost_usd(1000.0) < (275.0 - 1.0) * OD_PRICE / 3600
+
+
+def test_pod_drained_ignores_a_pod_that_is_not_terminating() -> None:
+    cluster, queue, rec = make_cluster(make_config())
+    cluster.scale_deployment(at(queue, 0.0), 1)
+    queue.run_until(200.0)
+    cluster.pod_drained(200.0, 0)  # Ready, not deleted
+    cluster.pod_drained(200.0, 99)  # unknown
+    assert rec.of("gone") == [] and cluster.ready_replicas == 1

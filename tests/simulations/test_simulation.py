@@ -189,3 +189,37 @@ def test_injected_interruptions_are_validated() -> None:
         SimConfig(interruptions=((float("inf"), 0),))
     with pytest.raises(ValueError, match="interruptions"):
         SimConfig(interruptions=((10.0, -1),))
+
+
+class _ScaleInAt:
+    """Opens with ``opening`` replicas and scales to ``to`` at ``at_s``."""
+
+    name = "scale-in"
+
+    def __init__(self, opening: int, to: int, at_s: float) -> None:
+        self.opening, self.to, self.at_s = opening, to, at_s
+
+    def initial_replicas(self, sim: Simulation) -> int:
+        return self.opening
+
+    def start(self, sim: Simulation) -> None:
+        sim.queue.schedule(self.at_s, 1, lambda t: sim.scale_deployment(t, self.to))
+
+    def timeline_extra(self) -> dict[str, float]:
+        return {}
+
+
+def test_an_idle_pod_scaled_in_frees_its_node_without_waiting_out_its_grace() -> None:
+    """A scaled-in pod with nothing in flight exits at once: its node is empty
+    from then on and Karpenter's on-demand consolidateAfter (600 s) counts from
+    there, not from the end of the 120 s grace period; a busy pod first
+    finishes what it holds (no request is lost)."""
+    idle = _workload([700.0], duration=900.0)
+    sim = Simulation(idle, PROFILE, _ScaleInAt(2, 1, 10.0), SimConfig())
+    r = sim.run()
+    tl = r.timeline
+    at = int(np.searchsorted(tl["t"], 650.0))  # 10 + 600 + a loop and a TTL < 650
+    assert tl["nodes_on_demand"][0] == 2 and tl["nodes_on_demand"][at] == 1
+    busy = _workload([float(t) for t in np.arange(0.0, 20.0, 0.25)], output=400, duration=300.0)
+    r = Simulation(busy, PROFILE, _ScaleInAt(2, 1, 10.0), SimConfig()).run()
+    assert (r.status == COMPLETED).all() and r.retried == 0

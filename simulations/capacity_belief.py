@@ -1,0 +1,59 @@
+"""The predictive scaler's per-replica capacity as a belief, apart from the engine's truth.
+
+In production the scaler sizes the fleet with the profile's capacity, and the
+profile is a model: against published vLLM runs the engine model's
+throughput is off by tens of percent. In the simulator the profile the
+scaler reads and the engine that serves are the same model, so the scaler's
+capacity would be exact by construction. :class:`BelievingTracker` makes the
+error an input: the scaler believes the configured capacity x (1 +
+``capacity_error``) while the replicas run the truth. With
+``learned_capacity`` it sizes with what it learned at saturated moments
+instead (what the tracker does live when no profile is given), whatever the
+profile says.
+"""
+
+from __future__ import annotations
+
+import math
+
+from decision.policy import ReplicaCapacity
+from decision.tracker import Tracker
+
+__all__ = ["BelievingTracker"]
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+class BelievingTracker(Tracker):
+    """A :class:`~decision.tracker.Tracker` whose configured capacity is off by a
+    stated factor, or replaced by its learned one (see the module docstring).
+    Both settings are set before the first step; at their defaults it is the
+    plain tracker, bit for bit."""
+
+    capacity_error: float = 0.0
+    learned_capacity: bool = False
+
+    def believe(self, *, capacity_error: float, learned_capacity: bool) -> None:
+        """Set the belief (validated: the scaler cannot believe a capacity <= 0)."""
+        if not (math.isfinite(capacity_error) and capacity_error > -1.0):
+            raise ValueError(f"capacity_error must be a finite number > -1, got {capacity_error!r}")
+        self.capacity_error = float(capacity_error)
+        self.learned_capacity = bool(learned_capacity)
+
+    def capacity(self, now_s: float) -> ReplicaCapacity:
+        if self.learned_capacity:
+            requests, tokens = self.capacity_learner.estimate(now_s)
+            return ReplicaCapacity(requests_per_s=requests, tokens_per_s=tokens)
+        truth = super().capacity(now_s)
+        if self.capacity_error == 0.0:
+            return truth
+        settings = self.settings
+        if settings.profile is None and settings.capacity_tokens_per_second is None:
+            return truth  # learned already: measured, not believed
+        factor = 1.0 + self.capacity_error
+        return ReplicaCapacity(
+            requests_per_s=_scaled(truth.requests_per_s, factor),
+            tokens_per_s=_scaled(truth.tokens_per_s, factor),
+        )
