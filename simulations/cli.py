@@ -17,10 +17,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from simulations.runner import STATIC_SLO_TARGET
+
 if TYPE_CHECKING:
     from simulations.sim_inputs import SimInputs
 
-__all__ = ["DEFAULT_POLICIES", "DEFAULT_PROFILE", "SimulateOptions", "register", "simulate"]
+__all__ = [
+    "DEFAULT_POLICIES",
+    "DEFAULT_PROFILE",
+    "SimulateOptions",
+    "add_replay_arguments",
+    "add_simulate_arguments",
+    "register",
+    "simulate",
+]
 
 DEFAULT_POLICIES = ("static", "reactive", "predictive", "oracle")
 DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
@@ -105,7 +115,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) -> None:
-    """The simulate flags (``prescaler demo`` reuses most of them)."""
+    """``prescaler simulate``'s flags: the replay flags it shares with ``tune``
+    (:func:`add_replay_arguments`) plus its own (policies, plots, processes,
+    ScaledObjects to run, the static fleet)."""
     if trace:
         p.add_argument("trace", metavar="TRACE", help="trace or rate file (format from its header)")
         p.add_argument(
@@ -113,6 +125,37 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
             default=",".join(DEFAULT_POLICIES),
             help="comma-separated policies (default %(default)s)",
         )
+    add_replay_arguments(p)
+    p.add_argument(
+        "--plot",
+        dest="plot_path",
+        default=None,
+        help="write the timeline PNG here (and NAME-ttft.png beside it)",
+    )
+    p.add_argument(
+        "--jobs", type=_int("--jobs", 1), default=1, help="policies run in parallel processes"
+    )
+    p.add_argument(
+        "--scaledobject",
+        dest="scaledobjects",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also run this ScaledObject (named by metadata.name)",
+    )
+    p.add_argument(
+        "--static-replicas",
+        type=_int("--static-replicas", 1),
+        default=None,
+        help="static fleet size (default: the smallest whose SLO attainment reaches "
+        f"{100 * STATIC_SLO_TARGET:g} %% of what an idle fleet attains)",
+    )
+
+
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that say how a trace is replayed, defined once for every
+    command that replays one (``simulate``, ``tune``): the engine profile,
+    the SLO, the traffic window and shape, the cluster and the scrape."""
     p.add_argument(
         "--profile", default=DEFAULT_PROFILE, help="engine profile (default %(default)s)"
     )
@@ -129,15 +172,6 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         help="client time-out without a first token, s (default %(default)s)",
     )
     p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
-    p.add_argument(
-        "--plot",
-        dest="plot_path",
-        default=None,
-        help="write the timeline PNG here (and NAME-ttft.png beside it)",
-    )
-    p.add_argument(
-        "--jobs", type=_int("--jobs", 1), default=1, help="policies run in parallel processes"
-    )
     p.add_argument(
         "--tokens-from", default=None, help="per-request trace to draw token lengths from"
     )
@@ -181,20 +215,6 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         default=None,
         help="predictive: forecast method (trigger `forecast:`; statsforecast's sf_* "
         "baselines too, in the simulator only)",
-    )
-    p.add_argument(
-        "--scaledobject",
-        dest="scaledobjects",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="also run this ScaledObject (named by metadata.name)",
-    )
-    p.add_argument(
-        "--static-replicas",
-        type=_int("--static-replicas", 1),
-        default=None,
-        help="static fleet size (default: the smallest meeting 99%% SLO attainment)",
     )
     p.add_argument("--spot", action="store_true", help="spot NodePool first, on-demand fallback")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -144,7 +144,7 @@ def sample_metadata(trial: Any, space: Sequence[Param], max_replicas: int) -> di
             value: Any = trial.suggest_categorical(p.key, list(p.choices))
         elif p.kind == "int":
             high = int(p.high)
-            if p.key == "minReplicas":
+            if p.key in ("minReplicas", "spec.minReplicaCount"):
                 high = max(int(p.low), min(high, max_replicas))
             value = trial.suggest_int(p.key, int(p.low), high, step=int(p.step or 1))
         else:
@@ -471,20 +471,26 @@ def slo_ceiling(workload: Workload, profile: str, slo_ttft_s: float) -> float:
 
 
 def seed_params(
-    base: ScaledObjectSpec, space: Sequence[Param], max_replicas: int
+    base: ScaledObjectSpec,
+    space: Sequence[Param],
+    max_replicas: int,
+    knobs: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any] | None:
     """The search parameters that reproduce ``base``'s own trigger settings
     (the user's ScaledObject, or the shipped defaults), for the study's first
     trial: the search starts from what is deployed rather than a random draw,
     and the report can say whether tuning beat it. Keys off the search grid
-    are left out (the sampler picks them); None when nothing maps."""
+    are left out (the sampler picks them); None when nothing maps. ``knobs``
+    holds the base manifest's value of each dotted (manifest) key."""
     meta = base.trigger.metadata
     picked: dict[str, Any] = {}
     for p in space:
         if p.when is not None and picked.get(p.when[0]) != p.when[1]:
             continue
-        if p.key == LEAD_MODE:
-            raw: str | None = "auto" if meta.get(LEAD_MODE, "auto") == "auto" else "fixed"
+        if "." in p.key:
+            raw: str | None = (knobs or {}).get(p.key)
+        elif p.key == LEAD_MODE:
+            raw = "auto" if meta.get(LEAD_MODE, "auto") == "auto" else "fixed"
         elif p.key == f"{LEAD_MODE}:fixed":
             raw = meta.get(LEAD_MODE)
         else:
@@ -506,7 +512,7 @@ def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
     except ValueError:
         return None
     high = p.high
-    if p.key == "minReplicas":
+    if p.key in ("minReplicas", "spec.minReplicaCount"):
         high = max(p.low, min(high, max_replicas))
     if not p.low <= x <= high:
         return None

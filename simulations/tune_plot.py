@@ -1,4 +1,4 @@
-"""The trials of a tune as one picture: monthly cost against SLO attainment.
+"""A tune as pictures: each side's held-back frontier, and the trials.
 
 Feasible trials, infeasible ones, the Pareto front (cheapest for each
 attainment), the chosen setting, the target line and the reactive baseline.
@@ -7,13 +7,17 @@ attainment), the chosen setting, the target line and the reactive baseline.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from simulations.tune import pareto_front
 from simulations.tune_study import TrialRecord
 
-__all__ = ["plot_trials"]
+if TYPE_CHECKING:
+    from simulations.tune_run import TuneResult
+
+__all__ = ["plot_frontier", "plot_trials"]
 
 
 def plot_trials(
@@ -59,6 +63,49 @@ def plot_trials(
     ax.set_ylabel("cost (USD per month)")
     ax.set_title(f"{len(trials)} trials ({len(trials) - len(done)} stopped early, not shown)",
                  fontsize=10)  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Every side's held-back frontier on one pair of axes (shared scales),
+    each side's ScaledObject as written, the target line, and the cost
+    ratio at the target written on it; drawn whether or not a side met it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    months = result.months[1]
+    target = result.target_attainment[1]
+    colors = {"prescaler": "tab:green", "keda-queue": "tab:blue", "user": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for s in result.sides:
+        color = colors.get(s.side.name, "0.4")
+        pts = sorted(s.frontier, key=lambda p: p.cost_usd)
+        if pts:
+            ax.plot([100 * p.attainment for p in pts], [p.cost_usd / months for p in pts],
+                    marker="o", color=color, label=f"{s.side.name}: tuned frontier")  # fmt: skip
+        b = s.baseline
+        ax.scatter([100 * b.attainment], [b.cost_usd / months], marker="x", s=70, color=color,
+                   label=f"{s.side.name}: as written")  # fmt: skip
+    ax.axvline(100 * target, color="k", ls=":", lw=0.9, label=f"target {100 * target:.2f} %")
+    ratio = doc.get("cost_ratio_at_target")
+    text = (
+        f"prescaler / KEDA queue cost at the target: {ratio:.2f}"
+        if ratio is not None
+        else "no ratio at the target: a side meets it nowhere"
+    )
+    ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=9)
+    ax.set_xlabel("TTFT SLO attainment on the held-back part (%)")
+    ax.set_ylabel("cost (USD per month)")
+    ax.set_title(f"{result.trace}: cost vs attainment, held-back part", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

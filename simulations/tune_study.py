@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.profiles import get_profile
@@ -46,13 +46,13 @@ from simulations.tune import (
     RUNGS,
     Param,
     Progress,
-    apply_metadata,
     exact_miss_budget,
     rung_times,
     sample_metadata,
     score,
     seed_params,
 )
+from simulations.tune_manifest import apply_setting, knob_value, manifest_of
 from simulations.tune_storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_storage
 
 __all__ = [
@@ -109,6 +109,9 @@ class TuneContext:
     """``exact``: stop only trials that can no longer be feasible or
     cheapest; ``pace``: also the rung rules above."""
     rungs: tuple[float, ...] = RUNGS
+    manifest: Mapping[str, Any] | None = None
+    """``base`` as the user wrote it (settings are applied to it); None:
+    rendered from ``base``."""
     history: DemandHistory | None = None
     """The trace's demand before the tuning part (``--start`` inside a trace),
     loaded into every trial's tracker like the live scaler's backfill; None
@@ -276,7 +279,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
 
     def objective(trial: Any) -> float:
         meta = sample_metadata(trial, ctx.space, ctx.max_replicas)
-        so = apply_metadata(ctx.base, meta)
+        so = apply_setting(ctx.base, meta, ctx.manifest)
         rules = StopRules(ctx, lambda: best_so_far(trial.study))
         s = score(
             so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
@@ -376,8 +379,9 @@ def _counted(study: Any) -> int:
 
 
 def _worker(
-    ctx: TuneContext, url: str, name: str, n_trials: int, fingerprint: str, worker: str
-) -> int:
+    ctx: TuneContext, url: str, name: str, n_trials: int, fingerprint: str, worker: str,
+    index: int = 0,
+) -> int:  # fmt: skip
     """One process's share: trials until the study holds ``n_trials``
     (finished or running, in any process on any machine)."""
     import optuna
@@ -391,11 +395,12 @@ def _worker(
     before = _counted(probe)
     if before >= n_trials:
         return 0
-    # a fresh single-process study keeps the run's seed (reproducible); a
-    # process joining others mixes in who it is, or they would sample alike
-    # started trials (the seeded one waits in the queue until a worker takes it)
+    # each worker's sampler seed comes from the study seed, the worker's
+    # index and the trials the study already held when it joined: the same
+    # command gives the same seeds (reproducible), two workers never sample
+    # alike, and a resumed study does not replay its first draws
     ran = probe.get_trials(deepcopy=False, states=_states("COMPLETE", "RUNNING", "PRUNED", "FAIL"))
-    seed = ctx.seed if worker.endswith(":0") and not ran else _mix(ctx.seed, worker)
+    seed = worker_seed(ctx.seed, index, len(ran))
     study = _load_study(open_storage(url), name, seed, fingerprint)
     objective = _objective(ctx)
 
@@ -412,17 +417,45 @@ def _worker(
             raise optuna.TrialPruned("the study already holds its trials")
         return objective(trial)
 
-    study.optimize(
-        labelled,
-        n_trials=n_trials - before,
-        callbacks=[MaxTrialsCallback(n_trials, states=states)],
-        gc_after_trial=False,
-    )
+    while _counted(study) < n_trials:
+        try:
+            study.optimize(
+                labelled,
+                n_trials=n_trials - _counted(study),
+                callbacks=[MaxTrialsCallback(n_trials, states=states)],
+                gc_after_trial=False,
+            )
+        except ValueError as exc:
+            # two processes on SQLite can both take the queued first trial
+            # (SQLite has no row lock); the one that ends second finds it
+            # COMPLETE and optuna's tell refuses ("Cannot tell a COMPLETE
+            # trial"). The trial is in the storage: carry on with the rest.
+            if not is_tell_race(exc):
+                raise
+            continue
+        break
     return _counted(study) - before
 
 
-def _mix(seed: int, worker: str) -> int:
-    return int(hashlib.sha256(f"{seed}:{worker}".encode()).hexdigest()[:8], 16)
+TELL_RACE_SIGN = "Cannot tell a "
+"""Start of optuna's refusal (``optuna.study._tell``) to finish a trial that
+another process already finished."""
+
+
+def is_tell_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is optuna refusing to finish a trial another process
+    already finished: that trial's result is stored, so nothing is lost."""
+    return isinstance(exc, ValueError) and str(exc).startswith(TELL_RACE_SIGN)
+
+
+def worker_seed(seed: int, index: int, trials_before: int) -> int:
+    """Worker ``index``'s sampler seed: the study seed itself for the first
+    worker of a fresh study, else a hash of (seed, index, trials already in
+    the study): reproducible for a seed, distinct between workers."""
+    if index == 0 and trials_before == 0:
+        return seed
+    blob = f"{seed}:{index}:{trials_before}".encode()
+    return int(hashlib.sha256(blob).hexdigest()[:8], 16)
 
 
 def run_study(
@@ -451,7 +484,9 @@ def run_study(
     study = _load_study(store, study_name, 0, fingerprint)  # create it up front
     dead = DeadTrials(store)
     dead.fail(study)  # a trial that never beat is failed GRACE_S after this first sight
-    seed = seed_params(ctx.base, ctx.space, ctx.max_replicas)
+    doc = ctx.manifest if ctx.manifest is not None else manifest_of(ctx.base)
+    knobs = {p.key: knob_value(doc, p.key) for p in ctx.space if "." in p.key}
+    seed = seed_params(ctx.base, ctx.space, ctx.max_replicas, knobs)
     if seed is not None and not study.get_trials(deepcopy=False):
         # a fresh study starts from the deployed settings; skip_if_exists keeps
         # two processes creating it at once from queueing it twice
@@ -462,18 +497,19 @@ def run_study(
     # failed (GRACE_S), then the next round runs its replacement
     for _ in range(4):
         if jobs == 1:
-            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0")
+            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0", 0)
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = [
                     pool.submit(
                         _worker,
-                        replace(ctx, seed=ctx.seed + k),
+                        ctx,
                         storage,
                         study_name,
                         n_trials,
                         fingerprint,
                         f"{worker}:{k}",
+                        k,
                     )
                     for k in range(jobs)
                 ]

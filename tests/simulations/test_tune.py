@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -144,7 +145,7 @@ def test_pareto_front_is_undominated(points: list[tuple[float, float]]) -> None:
 def _tune(trace: Path, tmp_path: Path, *extra: str) -> tuple[int, Path]:
     out = tmp_path / "tune.json"
     argv = [
-        str(trace), "--duration", "900", "--trials", "3", "--quiet", "--target", "0.8",
+        str(trace), "--duration", "1200", "--trials", "3", "--quiet", "--target", "0.8",
         "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--json", str(out), *extra,
     ]  # fmt: skip
     return main(argv), out
@@ -153,43 +154,54 @@ def _tune(trace: Path, tmp_path: Path, *extra: str) -> tuple[int, Path]:
 def test_tune_writes_the_contract_json_and_metadata_that_parses(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """tune --json: exactly the published keys, strict JSON; SUMMARY is one
-    policy's `simulate --json` entry on each part; the printed metadata block
-    is the JSON's metadata and decision.settings parses it."""
-    png = tmp_path / "trials.png"
-    code, out = _tune(trace, tmp_path, "--plot", str(png))
+    """tune --json: the published keys first, then the frontier ones, strict
+    JSON; SUMMARY is one policy's `simulate --json` entry on each part; the
+    printed ScaledObject carries the JSON's metadata, decision.settings
+    parses it, and its minReplicaCount is the trigger's minReplicas."""
+    png = tmp_path / "frontier.png"
+    code, out = _tune(trace, tmp_path, "--plot", str(png), "--target", "0.3")
     assert code == 0
     text = capsys.readouterr().out
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
+        "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings",
     ]  # fmt: skip
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
-    assert doc["trials"] == 3 and doc["target"] == 0.8 and doc["slo_ttft_s"] == 1.0
-    # the attainment the target stands for on each part: 0.8 x its idle ceiling
+    assert doc["trials"] == 3 and doc["target"] == 0.3 and doc["slo_ttft_s"] == 1.0
     reached = doc["target_attainment"]
-    assert list(reached) == ["tuned", "holdout"] and all(0.0 < v <= 0.8 for v in reached.values())
+    assert list(reached) == ["tuned", "holdout"] and all(0.0 < v <= 0.3 for v in reached.values())
     for part in ("tuned", "holdout"):
         for policy in ("predictive", "reactive"):
             assert set(doc[policy][part]) >= SUMMARY_KEYS
+    assert set(doc["frontier"]) == set(doc["baselines"]) == {"prescaler", "keda-queue"}
+    for side, points in doc["frontier"].items():
+        costs = [p["cost_usd"] for p in points]
+        assert costs == sorted(costs), side  # a frontier: cost rises with attainment
+        atts = [p["slo_attainment"] for p in points]
+        assert atts == sorted(atts), side
     meta = doc["predictive"]["metadata"]
     parse_settings(meta)
-    block = text[text.index("metadata:") :].splitlines()[1 : 1 + len(meta)]
-    assert {ln.split(": ", 1)[0].strip(): json.loads(ln.split(": ", 1)[1]) for ln in block} == meta
-    assert png.stat().st_size > 0
+    start = text.index("apiVersion:")
+    pasted = yaml.safe_load(text[start : text.index("\n\n", start)])
+    trigger = pasted["spec"]["triggers"][0]
+    assert trigger["metadata"] == meta
+    assert pasted["spec"]["minReplicaCount"] == int(meta["minReplicas"])
+    assert png.stat().st_size > 0 and (tmp_path / "frontier-trials.png").stat().st_size > 0
 
 
 def test_a_killed_or_repeated_run_resumes_the_study(trace: Path, tmp_path: Path) -> None:
     """The study lives in the RDB storage: running the same command again with
     more trials adds to the finished ones instead of starting over (optuna
     RDBStorage commits each trial as it ends)."""
-    code, out = _tune(trace, tmp_path, "--trials", "2")
+    code, out = _tune(trace, tmp_path, "--trials", "2", "--target", "0.3")
     assert code == 0 and json.loads(out.read_text())["trials"] == 2
-    code, out = _tune(trace, tmp_path, "--trials", "4")
+    code, out = _tune(trace, tmp_path, "--trials", "4", "--target", "0.3")
     assert code == 0 and json.loads(out.read_text())["trials"] == 4
     summaries = optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'study.db'}")
-    assert len(summaries) == 1 and summaries[0].n_trials == 4
+    # one study per side (prescaler, keda-queue), each resumed to 4 trials
+    assert len(summaries) == 2 and {s.n_trials for s in summaries} == {4}
 
 
 def test_a_study_for_another_trace_is_refused(
@@ -197,7 +209,7 @@ def test_a_study_for_another_trace_is_refused(
 ) -> None:
     """A named study started with other flags would mix incomparable trials:
     a one-line error (exit 2), not a silent mix."""
-    assert _tune(trace, tmp_path, "--trials", "1", "--study", "s")[0] == 0
+    assert _tune(trace, tmp_path, "--trials", "1", "--study", "s")[0] in (0, EXIT_SLO_UNMET)
     code, _ = _tune(trace, tmp_path, "--trials", "1", "--study", "s", "--slo-ttft", "2")
     assert code == 2
     assert "started for another trace" in capsys.readouterr().err
@@ -207,8 +219,8 @@ def test_an_slo_no_setting_meets_gets_the_best_reached(
     trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A fleet capped at one replica cannot serve 20x the load: the answer says
-    so with the best attainment reached and its cost (exit 3), writes no JSON
-    and picks nothing silently. The user's ScaledObject keys are kept."""
+    so with the best attainment reached and its cost (exit 3), writes no JSON,
+    picks nothing silently, and still prints the frontier and writes the plot."""
     so = tmp_path / "so.yaml"
     so.write_text(
         "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
@@ -218,13 +230,16 @@ def test_an_slo_no_setting_meets_gets_the_best_reached(
         "      minReplicas: '1'\n      maxReplicas: '1'\n"
     )
     code, out = _tune(
-        trace, tmp_path, "--scaledobject", str(so), "--rate-scale", "20", "--target", "0.99"
-    )
+        trace, tmp_path, "--scaledobject", str(so), "--rate-scale", "20", "--target", "0.99",
+        "--plot", str(tmp_path / "f.png"),
+    )  # fmt: skip
     assert code == EXIT_SLO_UNMET
     text = capsys.readouterr().out
     assert "no setting met the SLO target" in text
     assert "best attainment reached" in text or "stopped early" in text
+    assert "held-back frontier" in text and "as written" in text
     assert not out.exists()
+    assert (tmp_path / "f.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize(
@@ -244,6 +259,20 @@ def test_bad_flags_are_usage_errors(trace: Path, argv: list[str]) -> None:
     except SystemExit as exc:  # argparse's own usage error
         code = int(exc.code or 0)
     assert code == 2
+
+
+def test_a_history_too_short_for_the_protocol_is_refused_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ten minutes held back 30 % leaves 3 minutes: less than one scale-in
+    decision (the 300-s windows), so the held-back score would say nothing.
+    Exit 2 before any trial, naming the part, its span and the minimum."""
+    trace = _step_trace(tmp_path / "short.csv", 10, 10, 60, 60)
+    code = main([str(trace), "--quiet", "--storage", f"sqlite:///{tmp_path / 's.db'}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "held-back part spans 3.0 minutes" in err and "at least 5 minutes" in err
+    assert not (tmp_path / "s.db").exists()
 
 
 def test_tune_from_the_users_scaledobject_keeps_its_other_keys(trace: Path, tmp_path: Path) -> None:
@@ -290,6 +319,7 @@ def _pair(trace: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dic
         out = tmp_path / f"{name}.json"
         argv = [
             str(trace), "--trials", "1", "--quiet", "--target", "0.5", "--json", str(out),
+            "--prune", "exact",
             "--storage", f"sqlite:///{tmp_path / (name + '.db')}", *extra, *flags,
         ]  # fmt: skip
         assert main(argv) == 0
@@ -342,6 +372,7 @@ def test_a_start_inside_the_trace_gives_the_tuning_part_its_history(
         s.study_name
         for db in ("warm", "cold")
         for s in optuna.get_all_study_summaries(f"sqlite:///{tmp_path / (db + '.db')}")
+        if s.study_name.startswith("prescaler-tune-prescaler-")
     }
     assert len(names) == 2
 

@@ -1,0 +1,330 @@
+"""A tuned setting as a ScaledObject manifest: the KEDA and HPA knobs searched,
+and the document a person pastes.
+
+``prescaler tune`` searches more than trigger metadata: the knobs KEDA and
+the HPA give every ScaledObject (a prometheus trigger's ``threshold`` and
+``activationThreshold``, ``minReplicaCount``, ``pollingInterval``, the HPA
+``behavior`` policies and stabilization windows). Each candidate is built the
+way a person would build it, by editing the manifest, and is parsed back by
+:func:`simulations.scaledobject.parse_scaledobject`, the simulator's own
+reader, so what is scored is exactly what is printed. ``maxReplicaCount`` is
+never searched: it is the user's budget, not a knob.
+
+Keys of a search setting: plain trigger metadata keys (``minReplicas``)
+belong to prescaler's trigger (:func:`simulations.tune.apply_metadata`'s
+rules); dotted keys are manifest knobs (:data:`KNOB_PREFIXES`). Triggers are
+addressed by their index in ``spec.triggers`` and the space is built by
+iterating over every trigger the spec has, so a ScaledObject with several
+triggers gets knobs for each.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.tune import LEAD_MODE, Param, format_value
+
+__all__ = [
+    "BEHAVIOR_SPACE",
+    "KNOB_PREFIXES",
+    "apply_setting",
+    "apply_to_manifest",
+    "keda_space",
+    "knob_value",
+    "load_manifest",
+    "manifest_of",
+    "manifest_yaml",
+    "triggers_of",
+]
+
+KNOB_PREFIXES = ("spec.", "scaleUp.", "scaleDown.", "triggers.")
+"""Dotted keys that name a manifest knob rather than prescaler trigger metadata."""
+
+MIN_REPLICA_COUNT = "spec.minReplicaCount"
+POLLING_INTERVAL = "spec.pollingInterval"
+
+BEHAVIOR_SPACE: tuple[Param, ...] = (
+    Param(POLLING_INTERVAL, "choice", choices=("5", "10", "15", "30", "60")),
+    Param("scaleUp.stabilizationWindowSeconds", "int", 0, 300, step=15),
+    Param("scaleUp.periodSeconds", "choice", choices=("15", "30", "60")),
+    Param("scaleUp.percent", "int", 25, 400, step=25),
+    Param("scaleUp.pods", "int", 0, 8),
+    Param("scaleDown.stabilizationWindowSeconds", "int", 0, 1800, step=30),
+    Param("scaleDown.percent", "int", 5, 100, step=5),
+)
+"""The HPA behavior and KEDA polling knobs every ScaledObject has: how often
+KEDA reads the metric, how fast the HPA may add replicas (a Percent and a
+Pods policy per period, the larger wins; Pods 0 is no Pods policy) and
+after what window, how fast it may remove them (a Percent per minute) and
+after what window."""
+
+
+HPA_DEFAULTS: dict[str, str] = {
+    "scaleUp.stabilizationWindowSeconds": "0",
+    "scaleUp.periodSeconds": "15",
+    "scaleUp.percent": "100",
+    "scaleUp.pods": "4",
+    "scaleDown.stabilizationWindowSeconds": "300",
+    "scaleDown.percent": "100",
+}
+"""The knobs' values when a ScaledObject writes no behavior: the
+autoscaling/v2 API defaults (scale-up Pods 4 and Percent 100 per 15 s, no
+window; scale-down Percent 100, the controller's 5-minute window)
+(:meth:`simulations.hpa.HpaBehavior.from_spec`). The first trial starts
+from them; written out (scale-down per 60 s, the knob's period) they are
+close to, not the same as, no behavior, so the ScaledObject as written is
+scored as its own baseline."""
+
+
+def triggers_of(spec: ScaledObjectSpec) -> tuple[Any, ...]:
+    """Every trigger of ``spec``, in manifest order (one today; the spec's
+    ``triggers`` when it holds several)."""
+    many = getattr(spec, "triggers", None)
+    return tuple(many) if many else (spec.trigger,)
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """The ScaledObject document of a YAML file, as written (other documents
+    skipped); checked by the simulator's reader first, so errors are its."""
+    from simulations.scaledobject import load_scaledobject
+
+    load_scaledobject(path)
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if d]
+    return next(d for d in docs if isinstance(d, dict) and d.get("kind") == "ScaledObject")
+
+
+def manifest_of(spec: ScaledObjectSpec, target: str = "vllm") -> dict[str, Any]:
+    """The manifest of a parsed ScaledObject (the shipped defaults have no
+    file): every field the simulator reads, ``scaleTargetRef`` named
+    ``target``. ``parse_scaledobject`` of it gives ``spec`` back."""
+    k = spec.keda
+    body: dict[str, Any] = {
+        "scaleTargetRef": {"name": target},
+        "pollingInterval": int(k.polling_interval_s),
+        "cooldownPeriod": int(k.cooldown_period_s),
+        "minReplicaCount": k.min_replica_count,
+        "maxReplicaCount": k.max_replica_count,
+    }
+    if k.initial_cooldown_period_s:
+        body["initialCooldownPeriod"] = int(k.initial_cooldown_period_s)
+    if k.idle_replica_count is not None:
+        body["idleReplicaCount"] = k.idle_replica_count
+    if k.fallback_failure_threshold is not None:
+        body["fallback"] = {
+            "failureThreshold": k.fallback_failure_threshold,
+            "replicas": k.fallback_replicas,
+            "behavior": k.fallback_behavior,
+        }
+    if spec.behavior_spec is not None:
+        body["advanced"] = {
+            "horizontalPodAutoscalerConfig": {"behavior": copy.deepcopy(dict(spec.behavior_spec))}
+        }
+    body["triggers"] = [_trigger_doc(t, spec.push) for t in triggers_of(spec)]
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": spec.name},
+        "spec": body,
+    }
+
+
+def _trigger_doc(t: Any, push: bool) -> dict[str, Any]:
+    """One trigger's manifest entry (``t`` a parsed trigger of any kind)."""
+    kind = ("external-push" if push else "external") if t.kind == "prescaler" else t.kind
+    doc: dict[str, Any] = {"type": kind}
+    if getattr(t, "name", None):
+        doc["name"] = t.name
+    if kind != "cron":
+        doc["metricType"] = t.metric_type
+    doc["metadata"] = dict(t.metadata)
+    return doc
+
+
+# ----------------------------------------------------------------- space
+def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
+    """The knobs of ``spec``'s KEDA set-up: ``minReplicaCount`` (0 only when
+    the user scales to zero already), each prometheus trigger's
+    ``threshold`` (a log-wide range around the user's, on a step a person
+    writes) and ``activationThreshold`` (only when ``minReplicaCount`` is
+    0: above one replica it decides nothing), then :data:`BEHAVIOR_SPACE`."""
+    low = min(1, spec.keda.min_replica_count)
+    high = max(low + 1, min(8, max_replicas))
+    params: list[Param] = [Param(MIN_REPLICA_COUNT, "int", low, high)]
+    for i, t in enumerate(triggers_of(spec)):
+        if t.kind != "prometheus" or t.threshold is None:
+            continue
+        lo, hi, step = _threshold_range(t.threshold)
+        params.append(Param(f"triggers.{i}.threshold", "float", lo, hi, step=step))
+        if low == 0:
+            params.append(
+                Param(
+                    f"triggers.{i}.activationThreshold",
+                    "float",
+                    0.0,
+                    hi,
+                    step=step,
+                    when=(MIN_REPLICA_COUNT, "0"),
+                )
+            )
+    return (*params, *BEHAVIOR_SPACE)
+
+
+def _threshold_range(base: float) -> tuple[float, float, float]:
+    """From an eighth to eight times ``base``, on a decimal step (0.1 for a
+    queue threshold of 3, 0.01 for a KV-cache fraction of 0.8)."""
+    step = 10.0 ** math.floor(math.log10(base / 8.0))
+    lo = max(step, math.ceil(base / 8.0 / step) * step)
+    hi = math.floor(base * 8.0 / step) * step
+    return float(f"{lo:.6g}"), float(f"{hi:.6g}"), float(f"{step:.6g}")
+
+
+def knob_value(doc: Mapping[str, Any], key: str) -> str | None:
+    """What the manifest ``doc`` has for knob ``key`` (None when it does not
+    say, or says it another way, e.g. no Pods policy): the study's first
+    trial starts from these."""
+    spec = doc.get("spec", {})
+    if key.startswith("spec."):
+        value = spec.get(key[5:])
+        return None if value is None else format_value(value)
+    if key.startswith("triggers."):
+        _, index, field = key.split(".", 2)
+        triggers = spec.get("triggers", [])
+        meta = triggers[int(index)].get("metadata", {}) if int(index) < len(triggers) else {}
+        return meta.get(field)
+    direction, field = key.split(".", 1)
+    rules = _behavior(doc).get(direction)
+    if rules is None:
+        # no behavior written: the HPA's API defaults for that direction
+        return HPA_DEFAULTS.get(key)
+    if field == "stabilizationWindowSeconds":
+        value = rules.get(field)
+        return None if value is None else format_value(value)
+    policies = rules.get("policies") or []
+    if field == "periodSeconds":
+        periods = {p.get("periodSeconds") for p in policies}
+        return format_value(periods.pop()) if len(periods) == 1 else None
+    kind = {"percent": "Percent", "pods": "Pods"}[field]
+    found = [p for p in policies if p.get("type") == kind]
+    if not found and kind == "Pods" and policies:
+        return "0"  # policies without a Pods one: the knob's "none"
+    return format_value(found[0]["value"]) if len(found) == 1 else None
+
+
+def _behavior(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    advanced = doc.get("spec", {}).get("advanced") or {}
+    return (advanced.get("horizontalPodAutoscalerConfig") or {}).get("behavior") or {}
+
+
+# ----------------------------------------------------------------- apply
+def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict[str, Any]:
+    """``doc`` with a search setting applied: metadata keys on prescaler's
+    trigger (``leadTimeSeconds`` from its mode, ``nodeLeadTimeSeconds``
+    dropped with prewarm off, ``fallbackReplicas`` raised to a higher
+    floor), knob keys on the manifest. A tuned ``minReplicas`` becomes the
+    ScaledObject's ``minReplicaCount`` too (unless the user scales to zero),
+    so KEDA's floor and the trigger's say the same. The user's other fields
+    are kept as written."""
+    out = copy.deepcopy(dict(doc))
+    spec = out.setdefault("spec", {})
+    triggers = spec.get("triggers") or []
+    meta_keys = {k: v for k, v in picked.items() if not k.startswith(KNOB_PREFIXES)}
+    if meta_keys:
+        for trig in triggers:
+            if trig.get("type") in ("external", "external-push"):
+                trig["metadata"] = _prescaler_metadata(trig.get("metadata") or {}, meta_keys)
+                floor = trig["metadata"].get("minReplicas")
+                if floor is not None and spec.get("minReplicaCount", 0) != 0:
+                    spec["minReplicaCount"] = int(floor)
+    for key, value in picked.items():
+        if key.startswith("spec."):
+            spec[key[5:]] = int(value)
+        elif key.startswith("triggers."):
+            _, index, field = key.split(".", 2)
+            triggers[int(index)].setdefault("metadata", {})[field] = value
+    behavior = {k: v for k, v in picked.items() if k.startswith(("scaleUp.", "scaleDown."))}
+    if behavior:
+        _set_behavior(spec, behavior)
+    return out
+
+
+def _prescaler_metadata(meta: Mapping[str, Any], tuned: Mapping[str, str]) -> dict[str, Any]:
+    merged = {**meta, **tuned}
+    if tuned.get("prewarm") == "false":
+        merged.pop("nodeLeadTimeSeconds", None)
+    if "minReplicas" in merged and "fallbackReplicas" in merged:
+        lo = int(merged["minReplicas"])
+        if int(merged["fallbackReplicas"]) < lo:
+            merged["fallbackReplicas"] = str(lo)
+    merged.pop(f"{LEAD_MODE}:fixed", None)
+    return merged
+
+
+def _set_behavior(spec: dict[str, Any], knobs: Mapping[str, str]) -> None:
+    """Write the searched behavior: knobs given replace the user's policies
+    for that direction; what a knob does not name keeps the user's value
+    (or the HPA's default)."""
+    advanced = spec.setdefault("advanced", {})
+    hpa = advanced.setdefault("horizontalPodAutoscalerConfig", {})
+    behavior = hpa.setdefault("behavior", {})
+    for direction in ("scaleUp", "scaleDown"):
+        mine = {k.split(".", 1)[1]: v for k, v in knobs.items() if k.startswith(direction + ".")}
+        if not mine:
+            continue
+        rules = dict(behavior.get(direction) or {})
+        if "stabilizationWindowSeconds" in mine:
+            rules["stabilizationWindowSeconds"] = int(mine["stabilizationWindowSeconds"])
+        period = int(mine.get("periodSeconds", "15" if direction == "scaleUp" else "60"))
+        policies = [
+            {"type": kind, "value": int(mine[field]), "periodSeconds": period}
+            for field, kind in (("percent", "Percent"), ("pods", "Pods"))
+            if field in mine and int(mine[field]) > 0
+        ]
+        if policies:
+            rules["policies"] = policies
+            rules["selectPolicy"] = "Max"
+        behavior[direction] = rules
+
+
+def apply_setting(
+    base: ScaledObjectSpec,
+    picked: Mapping[str, str],
+    manifest: Mapping[str, Any] | None = None,
+) -> ScaledObjectSpec:
+    """The ScaledObject a search setting makes of ``base`` (of its
+    ``manifest`` as the user wrote it, when given), parsed by the
+    simulator's reader (the knobs' values are checked as a user's would be)."""
+    doc = apply_to_manifest(manifest if manifest is not None else manifest_of(base), picked)
+    return parse_scaledobject(yaml.safe_dump(doc, sort_keys=False), base.name)
+
+
+def manifest_yaml(doc: Mapping[str, Any]) -> str:
+    """The manifest as YAML to paste: trigger metadata values double-quoted
+    (KEDA's trigger metadata is a map of strings; JSON quoting is YAML)."""
+    body = copy.deepcopy(dict(doc))
+    triggers = body.get("spec", {}).get("triggers") or []
+    placeholders: dict[str, str] = {}
+    for i, trig in enumerate(triggers):
+        for key, value in list((trig.get("metadata") or {}).items()):
+            mark = f"@@{i}:{key}@@"
+            placeholders[mark] = json.dumps(str(value))
+            trig["metadata"][key] = mark
+    text = yaml.safe_dump(body, sort_keys=False, default_flow_style=False)
+    for mark, quoted in placeholders.items():
+        text = text.replace(f"'{mark}'", quoted).replace(mark, quoted)
+    return text
+
+
+def metadata_of(doc: Mapping[str, Any], kinds: Sequence[str]) -> dict[str, str]:
+    """The metadata of the first trigger of one of ``kinds`` in ``doc``."""
+    for trig in doc.get("spec", {}).get("triggers") or []:
+        if trig.get("type") in kinds:
+            return {str(k): str(v) for k, v in (trig.get("metadata") or {}).items()}
+    return {}

@@ -1,0 +1,494 @@
+"""``prescaler tune`` as a library call: typed request in, typed result out.
+
+:func:`tune` loads the trace (a file, or built from Prometheus), checks it
+holds enough history for the protocol (:func:`check_history`), splits it,
+and tunes every side (:mod:`simulations.tune_sides`) with the same optimizer
+(optuna TPE), the same trial budget and the same out-of-sample protocol:
+tune on the first part, score on the held-back rest. For each side it
+re-scores the tuning part's Pareto set on the held-back part (the frontier),
+the chosen setting and the ScaledObject as the user wrote it (the
+baseline). The command (:mod:`simulations.tune_cli`) prints, writes and
+picks the exit status; this module prints only progress lines to ``out``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+if TYPE_CHECKING:
+    from forecasting.series import DemandSeries
+    from simulations.backfill import DemandHistory
+    from simulations.sim_inputs import SimInputs
+    from simulations.simulation import SimConfig
+    from simulations.traffic import Workload
+    from simulations.tune_sides import Side
+    from simulations.tune_study import StudyResult
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "FRONTIER_SIZE",
+    "MIN_PART_S",
+    "WARN_TUNING_S",
+    "FrontierPoint",
+    "SideResult",
+    "TuneRequest",
+    "TuneResult",
+    "check_history",
+    "default_storage",
+    "tune",
+]
+
+DEFAULT_TARGET = 0.95
+"""The default ``--target``: 95 % of what an idle fleet attains. A held-back
+day's burst that no setting tuned on the day before anticipates costs a few
+tenths of a percent, so 0.99 of the ceiling is often out of reach on the
+held-back part of a real history; 0.95 is met by a typical one."""
+
+MIN_PART_S = 300.0
+"""Each part (tuning, held back) must span at least this: the HPA's default
+scale-down stabilization window and KEDA's default ``cooldownPeriod`` are
+both 300 s, so a shorter part cannot show one scale-in decision, and its
+score says nothing about the settings that govern them."""
+
+WARN_TUNING_S = 86400.0
+"""A tuning part shorter than a day cannot show the daily cycle the forecast
+learns and the floor must cover: tune warns below it."""
+
+FRONTIER_SIZE = 4
+"""At most this many of the tuning part's Pareto set are re-scored on the
+held-back part (spread along it): the frontier reported."""
+
+
+def default_storage() -> str:
+    """The study storage without ``--storage``: a SQLite file in the user's
+    cache directory (``$XDG_CACHE_HOME/prescaler/tune.db``, else
+    ``~/.cache/...``), outside any work tree, so a run never leaves a file in
+    a repository; a killed run resumes from it."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    path = Path(root) / "prescaler" / "tune.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """Everything a tune was asked for, validated by the command."""
+
+    trace: str | None
+    profile: str
+    slo_ttft_s: float = 1.0
+    timeout_s: float = 60.0
+    target: float = DEFAULT_TARGET
+    trials: int = 100
+    holdout: float = 0.3
+    jobs: int = 1
+    seed: int = 0
+    tokens_from: str | None = None
+    rate_scale: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    arrivals: Literal["poisson", "gamma"] = "poisson"
+    cv: float = 1.0
+    forecaster: str | None = None
+    spot: bool = False
+    scrape_interval_s: float = 15.0
+    rate_window_s: float = 120.0
+    backfill: bool = True
+    scaledobject: str | None = None
+    storage: str | None = None
+    study: str | None = None
+    prune: Literal["pace", "exact"] = "pace"
+    prometheus: str | None = None
+    selector: str = ""
+    since: str = "7d"
+    step_s: float = 60.0
+    save_trace: str | None = None
+    short_history: Literal["refuse", "warn"] = "refuse"
+    """What a part shorter than :data:`MIN_PART_S` gets."""
+    model: str | None = None
+    scaler_address: str | None = None
+    prometheus_address: str | None = None
+    inputs: SimInputs | None = None
+    """Bound, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One setting scored on the held-back part."""
+
+    trial: int | None
+    """The study's trial (None for the ScaledObject as written)."""
+    setting: Mapping[str, str]
+    attainment: float
+    cost_usd: float
+    summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SideResult:
+    """One side's tune: its study, the chosen setting (None when none met the
+    target on the tuning part), and its held-back frontier and baseline."""
+
+    side: Side
+    study: StudyResult
+    chosen: Any
+    """The chosen ScaledObjectSpec (None when no trial met the target)."""
+    manifest: Mapping[str, Any] | None
+    """The chosen setting's ScaledObject manifest, to paste."""
+    tuned: Mapping[str, Any] | None
+    """The chosen setting's summary on the tuning part."""
+    holdout: Mapping[str, Any] | None
+    """The chosen setting's summary on the held-back part."""
+    frontier: tuple[FrontierPoint, ...]
+    baseline: FrontierPoint
+    """The base ScaledObject as written, on the held-back part."""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found; the command reports it."""
+
+    trace: str
+    slo_ttft_s: float
+    target: float
+    target_attainment: tuple[float, float]
+    """(tuning part, held-back part): ``target`` x each part's idle ceiling."""
+    ceiling: float
+    months: tuple[float, float]
+    """Each part's span in months (730 h), for per-month costs."""
+    sides: tuple[SideResult, ...]
+    warnings: tuple[str, ...] = ()
+    trial_s: float = math.nan
+    held_requests: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def side(self, name: str) -> SideResult | None:
+        return next((s for s in self.sides if s.side.name == name), None)
+
+
+def check_history(
+    tune_s: float, held_s: float, holdout: float, mode: Literal["refuse", "warn"]
+) -> list[str]:
+    """The protocol's history check: a part shorter than :data:`MIN_PART_S`
+    is refused (``ValueError``) or, with ``mode`` "warn", warned about; a
+    tuning part shorter than :data:`WARN_TUNING_S` is warned about."""
+    notes: list[str] = []
+    short = [(n, s) for n, s in (("tuning", tune_s), ("held-back", held_s)) if s < MIN_PART_S]
+    if holdout == 0.0:
+        short = [(n, s) for n, s in short if n == "tuning"]
+    for name, span in short:
+        msg = (
+            f"the {name} part spans {span / 60:.1f} minutes; the protocol needs at least "
+            f"{MIN_PART_S / 60:.0f} minutes in each part (one scale-in decision), and a day "
+            "to tune on plus a held-back part to score on is what it is built for"
+        )
+        if mode == "refuse":
+            raise ValueError(f"{msg}: give a longer history (--since, a longer trace)")
+        notes.append(msg)
+    if tune_s < WARN_TUNING_S and not short:
+        notes.append(
+            f"the tuning part spans {tune_s / 3600:.1f} h, less than a day: the chosen "
+            "setting has not seen the daily cycle; give a week (--since 7d) if you have it"
+        )
+    return notes
+
+
+# --------------------------------------------------------------------------
+def tune(request: TuneRequest, out: TextIO) -> TuneResult:
+    """Load, check, tune every side, re-score on the held-back part."""
+    from engine.profiles import get_profile
+    from simulations.simulation import SimConfig
+    from simulations.tune import slo_ceiling, split_workload
+    from simulations.tune_sides import make_sides
+
+    wall0 = time.perf_counter()
+    profile = get_profile(request.profile)
+    workload, series = _load(request, out)
+    tune_part, held = split_workload(workload, request.holdout)
+    held_s = 0.0 if held is None else held.duration_s
+    warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
+    if len(tune_part) == 0:
+        raise ValueError(f"{workload.name}: the tuning part holds no requests")
+    tune_history, held_history = _histories(series, request, tune_part, held)
+    config = SimConfig(
+        slo_ttft_s=request.slo_ttft_s,
+        timeout_s=request.timeout_s,
+        spot=request.spot,
+        seed=request.seed,
+        scrape_interval_s=request.scrape_interval_s,
+        rate_window_s=request.rate_window_s,
+    )
+    from simulations.sim_inputs import SimInputs
+
+    inputs = request.inputs or SimInputs()
+    config = inputs.apply(config, profile, None)
+    ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
+    target = request.target * ceiling
+    held_target = target
+    if held is not None and len(held):
+        held_target = request.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
+    sides = make_sides(request, profile.name, inputs.max_replicas)
+    storage = request.storage or default_storage()
+    print(f"{workload.name}: tuning on {len(tune_part):,} requests "
+          f"({tune_part.duration_s / 3600:.2f} h), holding back "
+          f"{0 if held is None else len(held):,} ({request.holdout:.0%}); "
+          f"studies in {storage}", file=out)  # fmt: skip
+    print(f"tracker history: {_history_note(tune_history)} before the tuning part, "
+          f"{_history_note(held_history) if held is not None else '-'} before the held-back "
+          f"part{' (--no-backfill)' if not request.backfill else ''}", file=out)  # fmt: skip
+    print(f"SLO: TTFT <= {config.slo_ttft_s:g} s for {100 * target:.2f} % of requests "
+          f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)",
+          file=out)  # fmt: skip
+    for note in warnings:
+        print(f"warning: {note}", file=out)
+    results: list[SideResult] = []
+    n_trials = 0
+    for side in sides:
+        side0 = time.perf_counter()
+        study = _run_side(side, request, workload, tune_part, config, target, tune_history, storage)
+        n_trials += len(study.trials)
+        chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
+        print(f"{side.name}: {len(study.trials)} trials in {time.perf_counter() - side0:.0f} s "
+              f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
+        results.append(
+            _rescore(side, study, request, profile.name, profile.tp, config, tune_part, held,
+                     tune_history, held_history)
+        )  # fmt: skip
+    months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
+    return TuneResult(
+        trace=workload.name,
+        slo_ttft_s=config.slo_ttft_s,
+        target=request.target,
+        target_attainment=(target, held_target),
+        ceiling=ceiling,
+        months=months,
+        sides=tuple(results),
+        warnings=tuple(warnings),
+        trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
+        held_requests=0 if held is None else len(held),
+    )
+
+
+def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, DemandSeries | None]:
+    """The workload and (when backfill applies) its rate curve, from TRACE or
+    Prometheus (read before a temporary trace's files go)."""
+    from forecasting.readers import read_series
+    from simulations.traffic import TrafficOptions, load_workload
+
+    trace, tokens_from = request.trace, request.tokens_from
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    if request.prometheus:
+        if trace is not None:
+            raise ValueError("give TRACE or --prometheus, not both")
+        from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_fleet_trace
+        from simulations.fleet_trace import parse_labels
+
+        fleet = fetch_fleet_trace(
+            request.prometheus,
+            parse_labels(request.selector),
+            since_s=parse_since(request.since),
+            end_s=time.time(),
+            step_s=request.step_s,
+            seed=request.seed,
+        )
+        if request.save_trace:
+            directory = Path(request.save_trace)
+        else:
+            tmp = tempfile.TemporaryDirectory(prefix="prescaler-fleet-")
+            directory = Path(tmp.name)
+        counts, tokens = write_fleet_trace(fleet, directory, "fleet")
+        trace, tokens_from = str(counts), str(tokens)
+        print(f"fleet trace: {fleet.minutes} minutes, {fleet.requests:,.0f} requests "
+              f"from {request.prometheus}", file=out)  # fmt: skip
+    elif trace is None:
+        raise ValueError("a TRACE (or --prometheus URL) is required")
+    try:
+        traffic = TrafficOptions(
+            rate_scale=request.rate_scale,
+            start_s=request.start_s,
+            duration_s=request.duration_s,
+            seed=request.seed,
+            arrivals=request.arrivals,
+            cv=request.cv,
+            tokens_from=Path(tokens_from) if tokens_from else None,
+        )
+        workload = load_workload(trace, traffic)
+        wanted = request.backfill and len(workload) and (request.start_s > 0 or request.holdout > 0)
+        series = read_series(trace) if wanted else None
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    if len(workload) == 0:
+        raise ValueError(f"{trace}: no requests in the selected window")
+    return workload, series
+
+
+def _histories(
+    series: DemandSeries | None,
+    request: TuneRequest,
+    tune_part: Workload,
+    held: Workload | None,
+) -> tuple[DemandHistory | None, DemandHistory | None]:
+    """(history before the tuning part, before the held-back part), by
+    ``prescaler simulate``'s rule (:func:`simulations.backfill.window_history`);
+    None with ``--no-backfill``."""
+    if series is None:
+        return None, None
+    from decision.tracker_data import TrackerConfig
+    from simulations.backfill import window_history
+    from simulations.policies import REFRESH_S
+
+    bin_s = TrackerConfig(refresh_interval_s=REFRESH_S).step_s
+    start = float(request.start_s)
+    scale = request.rate_scale
+    first = window_history(series, start, tune_part, bin_s=bin_s, rate_scale=scale)
+    rest = None
+    if held is not None and len(held):
+        rest = window_history(
+            series, start + tune_part.duration_s, held, bin_s=bin_s, rate_scale=scale
+        )
+    return first, rest
+
+
+def _history_note(history: DemandHistory | None) -> str:
+    if history is None or len(history) == 0:
+        return "none"
+    span = float(history.times_s[-1] - history.times_s[0]) + (
+        float(history.times_s[1] - history.times_s[0]) if len(history) > 1 else 0.0
+    )
+    return f"{span / 3600:.2f} h"
+
+
+def _digest(*arrays: Any) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for arr in arrays:
+        h.update(arr.tobytes() if hasattr(arr, "tobytes") else repr(arr).encode())
+    return h.hexdigest()[:16]
+
+
+def _run_side(
+    side: Side,
+    request: TuneRequest,
+    workload: Workload,
+    tune_part: Workload,
+    config: SimConfig,
+    target: float,
+    history: DemandHistory | None,
+    storage: str,
+) -> StudyResult:
+    from simulations.tune_study import TuneContext, run_study, study_fingerprint
+
+    ctx = TuneContext(
+        tune_part, request.profile, config, side.base, target, side.space,
+        max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
+        manifest=side.manifest,
+        history=history if side.base.trigger.kind == "prescaler" else None,
+    )  # fmt: skip
+    parts: dict[str, Any] = {
+        # the requests themselves, not the path: the same trace at another
+        # path joins the study, another window does not
+        "requests": _digest(workload.arrival_s, workload.prompt_tokens, workload.output_tokens,
+                            workload.duration_s),
+        "profile": request.profile, "config": repr(config), "target": request.target,
+        "holdout": request.holdout, "side": side.name, "base": repr(side.base),
+        "space": repr(side.space),
+    }  # fmt: skip
+    if ctx.history is not None:
+        parts["history"] = _digest(ctx.history.times_s, ctx.history.requests_per_s)
+    fingerprint = study_fingerprint(parts)
+    prefix = request.study or "prescaler-tune"
+    name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"
+    return run_study(
+        ctx, storage=storage, study_name=name, n_trials=request.trials, jobs=request.jobs,
+        fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",
+    )  # fmt: skip
+
+
+def _score_job(args: tuple[Any, ...]) -> Any:
+    """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
+    from simulations.tune import score
+
+    so, workload, profile, config, history = args
+    return score(so, workload, profile, config, history=history)
+
+
+def _spread(indices: list[int], k: int) -> list[int]:
+    """At most ``k`` of ``indices``, evenly spread, the ends kept."""
+    if len(indices) <= k:
+        return indices
+    picks = {round(i * (len(indices) - 1) / (k - 1)) for i in range(k)}
+    return [indices[i] for i in sorted(picks)]
+
+
+def _rescore(
+    side: Side,
+    study: StudyResult,
+    request: TuneRequest,
+    profile: str,
+    tp: int,
+    config: SimConfig,
+    tune_part: Workload,
+    held: Workload | None,
+    tune_history: DemandHistory | None,
+    held_history: DemandHistory | None,
+) -> SideResult:
+    """Re-run the chosen setting on both parts, and the tuning part's Pareto
+    set and the base as written on the held-back part."""
+    from simulations.report import policy_summary
+    from simulations.tune import outcome, pareto_front
+    from simulations.tune_manifest import apply_setting, apply_to_manifest
+
+    def hist(so: Any, h: DemandHistory | None) -> DemandHistory | None:
+        return h if so.trigger.kind == "prescaler" else None
+
+    part = held if held is not None and len(held) else tune_part
+    part_history = held_history if part is held else tune_history
+    done = [t for t in study.trials if t.finished and math.isfinite(t.cost_usd)]
+    front = [done[i] for i in pareto_front([(t.cost_usd, t.attainment) for t in done])]
+    front = [front[i] for i in _spread(list(range(len(front))), FRONTIER_SIZE)]
+    chosen = apply_setting(side.base, study.best.metadata, side.manifest) if study.best else None
+    jobs: list[tuple[Any, ...]] = []
+    if chosen is not None:
+        jobs.append((chosen, tune_part, profile, config, hist(chosen, tune_history)))
+        jobs.append((chosen, part, profile, config, hist(chosen, part_history)))
+    jobs.append((side.base, part, profile, config, hist(side.base, part_history)))
+    for t in front:
+        so = apply_setting(side.base, t.metadata, side.manifest)
+        jobs.append((so, part, profile, config, hist(so, part_history)))
+    if request.jobs > 1:
+        with ProcessPoolExecutor(max_workers=min(request.jobs, len(jobs))) as pool:
+            scores = list(pool.map(_score_job, jobs))
+    else:
+        scores = [_score_job(j) for j in jobs]
+
+    def summary(s: Any) -> dict[str, Any]:
+        return policy_summary(outcome(s), None, tp)
+
+    tuned = holdout = None
+    if chosen is not None:
+        tuned, holdout = summary(scores[0]), summary(scores[1])
+        scores = scores[2:]
+    base_s = scores[0]
+    baseline = FrontierPoint(None, {}, base_s.attainment, base_s.cost_usd, summary(base_s))
+    points = [
+        FrontierPoint(t.number, dict(t.metadata), s.attainment, s.cost_usd, summary(s))
+        for t, s in zip(front, scores[1:], strict=True)
+    ]
+    kept = pareto_front([(p.cost_usd, p.attainment) for p in points])
+    manifest = (
+        apply_to_manifest(side.manifest, study.best.metadata) if study.best is not None else None
+    )
+    return SideResult(
+        side, study, chosen, manifest, tuned, holdout, tuple(points[i] for i in kept), baseline
+    )

@@ -1,0 +1,156 @@
+"""The sides ``prescaler tune`` compares, each tuned the same way.
+
+A side is a base ScaledObject, its manifest (what the printed setting is
+written into) and the knobs searched. The family:
+
+- ``prescaler``: prescaler's external trigger (the user's ScaledObject when
+  it has one, else the shipped defaults): its metadata
+  (:data:`simulations.tune.PREDICTIVE_SPACE`) and the ScaledObject's
+  polling and HPA behavior (:data:`simulations.tune_manifest.BEHAVIOR_SPACE`).
+- ``keda-queue``: plain KEDA on ``sum(vllm:num_requests_waiting)``, the
+  public recipes' queue-length ScaledObject: every knob of
+  :func:`simulations.tune_manifest.keda_space`.
+- ``user``: the user's own prometheus-trigger ScaledObject as written, with
+  the same knobs over each of its triggers.
+
+Every side gets the same optimizer, trial budget, seed and out-of-sample
+protocol; ``maxReplicaCount`` stays the user's on every side (or the
+trace's bound when no ScaledObject is given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from simulations.scaledobject import ScaledObjectSpec
+from simulations.tune import PREDICTIVE_SPACE, Param, apply_metadata, default_bases
+from simulations.tune_manifest import (
+    BEHAVIOR_SPACE,
+    keda_space,
+    load_manifest,
+    manifest_of,
+    triggers_of,
+)
+
+if TYPE_CHECKING:
+    from simulations.tune_run import TuneRequest
+
+__all__ = ["SIDES", "Side", "make_sides", "paste_fields"]
+
+SIDES = ("prescaler", "keda-queue", "user")
+"""Side names, in report order."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One tuned set-up."""
+
+    name: str
+    description: str
+    base: ScaledObjectSpec
+    manifest: Mapping[str, Any]
+    """The base's manifest: the user's file as written, else rendered."""
+    space: tuple[Param, ...]
+    max_replicas: int
+
+
+def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ...]:
+    """The sides for ``request``: prescaler's and plain KEDA's, plus the
+    user's own when ``--scaledobject`` is a prometheus-trigger one."""
+    from simulations.scaledobject import load_scaledobject, seeds_reactive
+
+    p_base, _ = default_bases(profile, bound)
+    p_doc: Mapping[str, Any] = manifest_of(p_base)
+    user: Side | None = None
+    if request.scaledobject:
+        mine = load_scaledobject(request.scaledobject)
+        doc = load_manifest(request.scaledobject)
+        bound = mine.keda.max_replica_count
+        kinds = {t.kind for t in triggers_of(mine)}
+        if kinds == {"prescaler"}:
+            p_base, p_doc = mine, doc
+        elif "prescaler" in kinds:
+            raise ValueError(
+                f"{request.scaledobject}: prescaler's trigger beside other triggers cannot be "
+                "tuned as one side; give a ScaledObject with either"
+            )
+        else:
+            p_base, _ = default_bases(profile, bound)
+            p_doc = manifest_of(p_base)
+            user = Side(
+                "user",
+                f"{mine.name} as written ({', '.join(sorted(kinds))} triggers)",
+                mine,
+                doc,
+                keda_space(mine, bound),
+                bound,
+            )
+    p_space = PREDICTIVE_SPACE
+    if request.forecaster:
+        p_base = apply_metadata(p_base, {"forecast": request.forecaster})
+        p_space = tuple(p for p in p_space if p.key != "forecast")
+    settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
+    q_base = seeds_reactive(max_replicas=bound)
+    sides = [
+        Side(
+            "prescaler",
+            "prescaler's external trigger",
+            p_base,
+            p_doc,
+            (*p_space, *BEHAVIOR_SPACE),
+            min(bound, settings_max),
+        ),
+        Side(
+            "keda-queue",
+            "KEDA prometheus trigger on sum(vllm:num_requests_waiting)",
+            q_base,
+            manifest_of(q_base),
+            keda_space(q_base, bound),
+            bound,
+        ),
+    ]
+    if user is not None:
+        sides.append(user)
+    return tuple(sides)
+
+
+def paste_fields(
+    request: TuneRequest, manifest: Mapping[str, Any]
+) -> tuple[dict[str, str], list[str]]:
+    """(prescaler trigger metadata to set, what is still missing, in words):
+    the Prometheus address the trace was read from (``--prometheus``) or
+    ``--prometheus-address``, the model (``--model``, or ``model_name`` in
+    ``--selector``) and the scaler's address (``--scaler-address``, else the
+    user's ScaledObject's) make the block complete."""
+    from simulations.fleet_trace import parse_labels
+
+    have: dict[str, str] = {}
+    for trig in manifest.get("spec", {}).get("triggers") or []:
+        if trig.get("type") in ("external", "external-push"):
+            have = {str(k): str(v) for k, v in (trig.get("metadata") or {}).items()}
+    fields: dict[str, str] = {}
+    missing: list[str] = []
+    address = request.prometheus_address or request.prometheus
+    if address:
+        fields["prometheusAddress"] = address
+    elif not request.scaledobject:
+        missing.append(
+            f"prometheusAddress: the shipped placeholder {have.get('prometheusAddress')!r} is "
+            "printed; give --prometheus-address URL (the Prometheus that scrapes vLLM)"
+        )
+    model = request.model or parse_labels(request.selector).get("model_name")
+    if model:
+        fields["model"] = model
+    elif "model" not in have:
+        missing.append("model: give --model NAME (vLLM's model_name label) so the scaler "
+                       "reads this model's series only")  # fmt: skip
+    if request.scaler_address:
+        fields["scalerAddress"] = request.scaler_address
+    elif "scalerAddress" not in have:
+        missing.append(
+            "scalerAddress: give --scaler-address (e.g. "
+            "dns:///prescaler.prescaler.svc.cluster.local:9090) or a --scaledobject that has it"
+        )
+    return fields, missing
