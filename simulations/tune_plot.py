@@ -84,7 +84,12 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
 
     months = result.months[1]
     target = result.target_attainment[1]
-    colors = {"prescaler": "tab:green", "keda-queue": "tab:blue", "user": "tab:orange"}
+    colors = {
+        "prescaler": "tab:green",
+        "keda-queue": "tab:blue",
+        "keda-queue-kv": "tab:purple",
+        "user": "tab:orange",
+    }
     fig, ax = plt.subplots(figsize=(8, 5))
     for s in result.sides:
         color = colors.get(s.side.name, "0.4")

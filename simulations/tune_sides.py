@@ -10,6 +10,10 @@ written into) and the knobs searched. The family:
 - ``keda-queue``: plain KEDA on ``sum(vllm:num_requests_waiting)``, the
   public recipes' queue-length ScaledObject: every knob of
   :func:`simulations.tune_manifest.keda_space`.
+- ``keda-queue-kv``: the same plus a second prometheus trigger on
+  ``avg(vllm:kv_cache_usage_perc)`` (threshold 0.8, the KV-cache share
+  prescaler's own ``targetKvCacheUsage`` defaults to); KEDA hands the HPA
+  one metric per trigger and the HPA takes the largest proposal.
 - ``user``: the user's own prometheus-trigger ScaledObject as written, with
   the same knobs over each of its triggers.
 
@@ -24,7 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from simulations.scaledobject import ScaledObjectSpec
+import yaml
+
+from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune import PREDICTIVE_SPACE, Param, apply_metadata, default_bases
 from simulations.tune_manifest import (
     BEHAVIOR_SPACE,
@@ -37,9 +43,9 @@ from simulations.tune_manifest import (
 if TYPE_CHECKING:
     from simulations.tune_run import TuneRequest
 
-__all__ = ["SIDES", "Side", "make_sides", "paste_fields"]
+__all__ = ["SIDES", "Side", "make_sides", "paste_fields", "queue_and_kv_manifest"]
 
-SIDES = ("prescaler", "keda-queue", "user")
+SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
 """Side names, in report order."""
 
 
@@ -111,9 +117,45 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             bound,
         ),
     ]
+    kv_doc = queue_and_kv_manifest(q_base)
+    kv_base = parse_scaledobject(yaml.safe_dump(kv_doc, sort_keys=False), "keda-queue-kv")
+    sides.append(
+        Side(
+            "keda-queue-kv",
+            "KEDA prometheus triggers on the queue and avg(vllm:kv_cache_usage_perc)",
+            kv_base,
+            kv_doc,
+            keda_space(kv_base, bound),
+            bound,
+        )
+    )
     if user is not None:
         sides.append(user)
     return tuple(sides)
+
+
+KV_THRESHOLD = "0.8"
+"""The KV-cache trigger's starting threshold: the share of KV cache in use
+per replica that prescaler's ``targetKvCacheUsage`` defaults to."""
+
+
+def queue_and_kv_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
+    """The queue-length ScaledObject with a KV-cache trigger beside it."""
+    doc = manifest_of(queue)
+    doc["metadata"]["name"] = "vllm-queue-kv"
+    server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
+    doc["spec"]["triggers"].append(
+        {
+            "type": "prometheus",
+            "metricType": "AverageValue",
+            "metadata": {
+                "serverAddress": server,
+                "query": "avg(vllm:kv_cache_usage_perc)",
+                "threshold": KV_THRESHOLD,
+            },
+        }
+    )
+    return doc
 
 
 def paste_fields(

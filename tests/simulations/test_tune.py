@@ -175,7 +175,8 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     for part in ("tuned", "holdout"):
         for policy in ("predictive", "reactive"):
             assert set(doc[policy][part]) >= SUMMARY_KEYS
-    assert set(doc["frontier"]) == set(doc["baselines"]) == {"prescaler", "keda-queue"}
+    sides = {"prescaler", "keda-queue", "keda-queue-kv"}
+    assert set(doc["frontier"]) == set(doc["baselines"]) == set(doc["sides"]) == sides
     for side, points in doc["frontier"].items():
         costs = [p["cost_usd"] for p in points]
         assert costs == sorted(costs), side  # a frontier: cost rises with attainment
@@ -200,8 +201,8 @@ def test_a_killed_or_repeated_run_resumes_the_study(trace: Path, tmp_path: Path)
     code, out = _tune(trace, tmp_path, "--trials", "4", "--target", "0.3")
     assert code == 0 and json.loads(out.read_text())["trials"] == 4
     summaries = optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'study.db'}")
-    # one study per side (prescaler, keda-queue), each resumed to 4 trials
-    assert len(summaries) == 2 and {s.n_trials for s in summaries} == {4}
+    # one study per side (prescaler, keda-queue, keda-queue-kv), each resumed to 4 trials
+    assert len(summaries) == 3 and {s.n_trials for s in summaries} == {4}
 
 
 def test_a_study_for_another_trace_is_refused(

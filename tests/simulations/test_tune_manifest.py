@@ -32,7 +32,9 @@ from simulations.tune_manifest import (
     knob_value,
     manifest_of,
     manifest_yaml,
+    triggers_of,
 )
+from simulations.tune_sides import queue_and_kv_manifest
 from simulations.tune_study import TuneContext, is_tell_race, run_study, worker_seed
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -41,13 +43,15 @@ PROFILE = "llama-3-8b@g5.xlarge"
 def _sides() -> list[tuple[str, ScaledObjectSpec, tuple[Param, ...]]]:
     p, _ = default_bases(PROFILE, 10)
     q = seeds_reactive(max_replicas=10)
+    kv = parse_scaledobject(yaml.safe_dump(queue_and_kv_manifest(q)))
     return [
         ("prescaler", p, (*PREDICTIVE_SPACE, *BEHAVIOR_SPACE)),
         ("keda-queue", q, keda_space(q, 10)),
+        ("keda-queue-kv", kv, keda_space(kv, 10)),
     ]
 
 
-@pytest.mark.parametrize("name", ["prescaler", "keda-queue"])
+@pytest.mark.parametrize("name", ["prescaler", "keda-queue", "keda-queue-kv"])
 def test_the_rendered_manifest_parses_back_to_the_same_scaledobject(name: str) -> None:
     """The shipped bases have no file: their rendered manifest is read back
     by parse_scaledobject as the very ScaledObject the simulator ran."""
@@ -55,7 +59,7 @@ def test_the_rendered_manifest_parses_back_to_the_same_scaledobject(name: str) -
     assert parse_scaledobject(yaml.safe_dump(manifest_of(base))) == base
 
 
-@pytest.mark.parametrize("name", ["prescaler", "keda-queue"])
+@pytest.mark.parametrize("name", ["prescaler", "keda-queue", "keda-queue-kv"])
 def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     """Every side's seeded trial reproduces its base exactly (knobs included:
     a ScaledObject with no Pods policy seeds `scaleUp.pods` 0)."""
@@ -100,11 +104,18 @@ def test_a_tuned_min_replicas_is_the_scaledobjects_min_replica_count() -> None:
 
 
 def test_keda_space_has_knobs_for_each_prometheus_trigger() -> None:
-    """Thresholds are addressed by trigger index; activationThreshold only
-    joins when the user scales to zero (above one replica it decides nothing)."""
+    """Thresholds are addressed by trigger index (the queue and KV-cache
+    ScaledObject gets one per trigger, each applied to its own trigger);
+    activationThreshold only joins when the user scales to zero (above one
+    replica it decides nothing)."""
     base = seeds_reactive(max_replicas=10)
     keys = [p.key for p in keda_space(base, 10)]
     assert "triggers.0.threshold" in keys and "triggers.0.activationThreshold" not in keys
+    kv = parse_scaledobject(yaml.safe_dump(queue_and_kv_manifest(base)))
+    kv_keys = [p.key for p in keda_space(kv, 10)]
+    assert {"triggers.0.threshold", "triggers.1.threshold"} <= set(kv_keys)
+    tuned = apply_setting(kv, {"triggers.0.threshold": "2", "triggers.1.threshold": "0.6"})
+    assert [t.threshold for t in triggers_of(tuned)] == [2.0, 0.6]
     doc = manifest_of(base)
     doc["spec"]["minReplicaCount"] = 0
     zero = parse_scaledobject(yaml.safe_dump(doc))
@@ -133,7 +144,7 @@ def test_the_sqlite_tell_race_is_recognised(tmp_path: Path) -> None:
     assert not is_tell_race(ValueError("something else"))
 
 
-@pytest.mark.parametrize("name", ["prescaler", "keda-queue"])
+@pytest.mark.parametrize("name", ["prescaler", "keda-queue", "keda-queue-kv"])
 def test_pruned_trials_could_not_have_won(name: str, tmp_path: Path) -> None:
     """The early-stop rules, measured per side: a small study with the pace
     rules, then every stopped trial run to the end without them. Each one
