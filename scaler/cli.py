@@ -154,7 +154,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         return 2
 
     from scaler.front import FrontOptions, find_front_binary
-    from scaler.service import run_server
+    from scaler.server import run_server
     from scaler.telemetry import ScalerTelemetry
     from scaler.tls import TlsError, load_server_tls
 

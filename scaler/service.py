@@ -5,7 +5,7 @@ map's content, so the hot path does no parsing), registers the ScaledObject
 with the state (idempotent), and reads the state's last decision. Nothing
 here waits on Prometheus or Kubernetes: the state's background loop does.
 
-Wire behaviour (interfaces.md §1):
+Wire behaviour (KEDA's ``externalscaler.proto``; docs/contracts.md):
 
 * ``GetMetricSpec`` -- one metric, :data:`METRIC_NAME`
   (``prescaler-desired-replicas``, lowercase and URL-safe; the HPA sees it
@@ -27,22 +27,16 @@ during drain) and server reflection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import re
-import signal
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
-from grpc_health.v1 import health as grpc_health
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from decision.policy import NO_ANSWER_REASONS, Decision
 from decision.settings import ScalerSettings, SettingsError, parse_settings
@@ -50,26 +44,17 @@ from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
 from scaler.front import (
     OBJECT_TRAILER,
-    FrontOptions,
-    FrontProcess,
     FrontTable,
-    add_front_service,
-    private_socket_dir,
-    remove_private_dir,
 )
 from scaler.sources import foreign_namespace_key
-from scaler.telemetry import MetricsServer, ScalerTelemetry
-from scaler.tls import ServerTls, server_credentials
+from scaler.telemetry import ScalerTelemetry
 
 __all__ = [
     "METRIC_NAME",
     "SERVICE_NAME",
     "ExternalScalerService",
-    "RunningServer",
     "ScalerStateProtocol",
     "SettingsCache",
-    "run_server",
-    "start_server",
 ]
 
 log = logging.getLogger(__name__)
@@ -160,7 +145,7 @@ def _metrics_response(
     return pb.GetMetricsResponse(metricValues=[mv])
 
 
-def _metric_spec_response() -> pb.GetMetricSpecResponse:
+def metric_spec_response() -> pb.GetMetricSpecResponse:
     spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)
     return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
@@ -332,7 +317,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
     ) -> pb.GetMetricSpecResponse:
         def body() -> pb.GetMetricSpecResponse:
             self._resolve(request, context)
-            return _metric_spec_response()
+            return metric_spec_response()
 
         return await self._call("GetMetricSpec", context, body)
 
@@ -398,20 +383,6 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         yield pb.GetMetricSpecResponse()  # pragma: no cover - makes this an async generator
 
 
-# --------------------------------------------------------------------------
-# Server lifecycle
-# --------------------------------------------------------------------------
-
-_SERVER_OPTIONS: list[tuple[str, Any]] = [
-    # KEDA holds one connection and a StreamIsActive stream open for hours:
-    # allow its keepalive pings instead of answering GOAWAY too_many_pings.
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.so_reuseport", 0),
-]
-
-
 def add_service(service: ExternalScalerService, server: grpc.aio.Server) -> None:
     """Like the generated ``add_ExternalScalerServicer_to_server``, with
     request decoding that cannot fail (see :class:`_Undecodable`)."""
@@ -446,184 +417,3 @@ def add_service(service: ExternalScalerService, server: grpc.aio.Server) -> None
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-
-
-@dataclass
-class RunningServer:
-    """A started gRPC server with its health servicer and bound port.
-
-    With the compiled front, ``port`` is the front's (what KEDA dials) and
-    ``server`` listens only on a private unix socket behind it.
-    """
-
-    server: grpc.aio.Server
-    port: int
-    health: Any  # grpc_health.aio.HealthServicer
-    service: ExternalScalerService
-    front: FrontProcess | None = None
-    private_dir: Path | None = None
-
-    async def drain(self, grace_s: float) -> None:
-        """Health NOT_SERVING, then stop accepting and let calls finish.
-
-        The front drains first (its in-flight calls may be forwarded ones,
-        which this server still answers), then this server.
-        """
-        await self.health.enter_graceful_shutdown()
-        try:
-            if self.front is not None:
-                await self.front.stop()
-                grace_s = min(grace_s, 1.0)
-            await self.server.stop(grace_s)
-        finally:
-            remove_private_dir(self.private_dir)
-
-    async def close(self) -> None:
-        """Stop at once, without draining (tests, aborted starts)."""
-        try:
-            if self.front is not None:
-                await self.front.kill()
-            await self.server.stop(0)
-        finally:
-            remove_private_dir(self.private_dir)
-
-
-async def start_server(
-    state: ScalerStateProtocol,
-    telemetry: ScalerTelemetry,
-    *,
-    host: str = "0.0.0.0",
-    port: int = 9090,
-    tls: ServerTls | None = None,
-    allow_cross_namespace: bool = False,
-    front: FrontOptions | None = None,
-    grace_s: float = 10.0,
-) -> RunningServer:
-    """Build, bind and start the gRPC server (port 0 picks a free port).
-
-    With ``front``, the compiled front (``scaler.front``) binds ``host:port``
-    (with ``tls``) and this server a private unix socket behind it.
-    """
-    server = grpc.aio.server(options=_SERVER_OPTIONS)
-    table = (
-        FrontTable(state, front_answers, _metric_spec_response().SerializeToString())
-        if front is not None
-        else None
-    )
-    service = ExternalScalerService(
-        state, telemetry, allow_cross_namespace=allow_cross_namespace, front_table=table
-    )
-    add_service(service, server)
-    health = grpc_health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (
-            SERVICE_NAME,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
-    )
-    if front is not None and table is not None:
-        add_front_service(table, telemetry, server)
-        private_dir, socket_path = private_socket_dir()
-        try:
-            if server.add_insecure_port(f"unix:{socket_path}") == 0:
-                raise OSError(f"cannot bind the front's backend socket {socket_path}")
-            await server.start()
-            await health.set("", health_pb2.HealthCheckResponse.SERVING)
-            await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-            process = FrontProcess(
-                front,
-                host=host,
-                port=port,
-                backend=socket_path,
-                private_dir=private_dir,
-                tls=tls,
-                grace_s=grace_s,
-            )
-            bound = await process.start()
-        except BaseException:
-            await server.stop(0)
-            remove_private_dir(private_dir)
-            raise
-        return RunningServer(server, bound, health, service, process, private_dir)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, server_credentials(tls))
-    if bound == 0:
-        raise OSError(f"cannot bind gRPC server to {address}")
-    await server.start()
-    await health.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, bound, health, service)
-
-
-async def run_server(
-    state: ScalerStateProtocol,
-    telemetry: ScalerTelemetry,
-    *,
-    host: str = "0.0.0.0",
-    port: int = 9090,
-    metrics_port: int | None = 9091,
-    tls: ServerTls | None = None,
-    grace_s: float = 10.0,
-    stop: asyncio.Event | None = None,
-    on_ready: Callable[[RunningServer, MetricsServer | None], Awaitable[None] | None] | None = None,
-    allow_cross_namespace: bool = False,
-    front: FrontOptions | None = None,
-) -> int:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
-
-    Order on shutdown: health NOT_SERVING (so a readiness probe and KEDA's
-    round_robin move away), gRPC stop with ``grace_s`` for in-flight calls,
-    then the state's background loop and the metrics endpoint. Returns 0.
-    """
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, stop.set)
-            installed.append(sig)
-    metrics: MetricsServer | None = None
-    running: RunningServer | None = None
-    try:
-        await state.start()
-        running = await start_server(
-            state,
-            telemetry,
-            host=host,
-            port=port,
-            tls=tls,
-            allow_cross_namespace=allow_cross_namespace,
-            front=front,
-            grace_s=grace_s,
-        )
-        if metrics_port is not None:
-            metrics = await telemetry.serve(host, metrics_port)
-        log.info(
-            "prescaler serving gRPC on %s:%d%s%s%s",
-            host,
-            running.port,
-            " (TLS)" if tls and not tls.mutual else " (mTLS)" if tls else "",
-            " through prescaler-front" if running.front else " (Python gRPC)",
-            f", metrics on :{metrics.port}" if metrics else "",
-        )
-        if on_ready is not None:
-            result = on_ready(running, metrics)
-            if asyncio.iscoroutine(result):
-                await result
-        await stop.wait()
-        log.info("draining (grace %.1f s)", grace_s)
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        if running is not None:
-            await running.drain(grace_s)
-        await state.stop()
-        if metrics is not None:
-            await metrics.stop()
-    return 0

@@ -39,7 +39,7 @@ import yaml
 from decision.settings import parse_settings
 from simulations.cron import DEFAULT_EPOCH
 from simulations.formula import ScalingModifiers, parse_formula
-from simulations.hpa import HpaBehavior, HpaConfig, HpaMetric
+from simulations.hpa_config import HpaBehavior, HpaConfig, HpaMetric
 from simulations.keda import FallbackBehavior, KedaConfig
 from simulations.triggers import (
     COUNTER_METRICS,

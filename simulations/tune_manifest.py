@@ -78,7 +78,7 @@ HPA_DEFAULTS: dict[str, str] = {
 """The knobs' values when a ScaledObject writes no behavior: the
 autoscaling/v2 API defaults (scale-up Pods 4 and Percent 100 per 15 s, no
 window; scale-down Percent 100, the controller's 5-minute window)
-(:meth:`simulations.hpa.HpaBehavior.from_spec`). The first trial starts
+(:meth:`simulations.hpa_config.HpaBehavior.from_spec`). The first trial starts
 from them; written out (scale-down per 60 s, the knob's period) they are
 close to, not the same as, no behavior, so the ScaledObject as written is
 scored as its own baseline."""

@@ -38,7 +38,7 @@ CONTRACT_METRICS = {
     "prescaler_source_up",
     "prescaler_grpc_request_duration_seconds",
 }
-# vLLM series the Fleet dashboard reads (interfaces.md §3), V0 and V1 names.
+# vLLM series the Fleet dashboard reads (docs/facts.md and engine/metrics.py), V0 and V1 names.
 VLLM_METRICS = {
     "vllm:num_requests_waiting",
     "vllm:num_requests_running",

@@ -1,7 +1,8 @@
 """A KEDA-faithful external-scaler client, plus the HPA arithmetic, for tests.
 
-Follows interfaces.md §1-§2 (KEDA v2.20 ``pkg/scalers/external_scaler.go``
-and the HPA controller's ``replica_calculator.go`` / ``horizontal.go``):
+Follows KEDA's external scaler and the HPA's rules (docs/control-plane.md;
+KEDA v2.20 ``pkg/scalers/external_scaler.go`` and the HPA controller's
+``replica_calculator.go`` / ``horizontal.go``):
 
 * one long-lived channel to a ``dns:///host:port`` target with round_robin
   load balancing, plaintext h2c or TLS (``caCert``, ``tlsClientCert``,
@@ -202,7 +203,7 @@ class KedaClient:
 
 
 # --------------------------------------------------------------------------
-# HPA arithmetic (interfaces.md §2)
+# HPA arithmetic (docs/control-plane.md, section 1)
 # --------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ import time
 import aiohttp
 import pytest
 
-from scaler.service import start_server
+from scaler.server import start_server
 from scaler.sources.prometheus import PrometheusSource
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry

@@ -26,7 +26,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from decision.policy import Decision
 from protos import externalscaler_pb2 as pb
 from scaler.front import FrontProcess
-from scaler.service import METRIC_NAME, SERVICE_NAME, RunningServer, start_server
+from scaler.server import RunningServer, start_server
+from scaler.service import METRIC_NAME, SERVICE_NAME
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
 from tests.scaler.front_support import front_options

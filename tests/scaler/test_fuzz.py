@@ -22,7 +22,8 @@ from decision.settings import METADATA_KEYS, SettingsError, parse_settings
 from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
 from scaler.front import FrontOptions
-from scaler.service import METRIC_NAME, start_server
+from scaler.server import start_server
+from scaler.service import METRIC_NAME
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
 from tests.scaler.front_support import front_options

@@ -1,4 +1,4 @@
-"""The KEDA/HPA emulation in keda_client.py against interfaces.md §1-§2 arithmetic."""
+"""The KEDA/HPA emulation in keda_client.py against docs/control-plane.md's arithmetic."""
 
 from __future__ import annotations
 

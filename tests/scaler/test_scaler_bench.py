@@ -58,7 +58,7 @@ WARMUP_S = 5.0
 
 async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None:
     from scaler.front import FrontOptions, find_front_binary
-    from scaler.service import run_server
+    from scaler.server import run_server
     from scaler.state import ScalerState
     from scaler.telemetry import RPC_BUCKETS, ScalerTelemetry
 

@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from decision.policy import Decision
 from protos import externalscaler_pb2 as pb
-from scaler.service import METRIC_NAME, SERVICE_NAME, RunningServer, SettingsCache, start_server
+from scaler.server import RunningServer, start_server
+from scaler.service import METRIC_NAME, SERVICE_NAME, SettingsCache
 from scaler.sources.prometheus import PrometheusSource
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from scaler.front import FrontOptions
-from scaler.service import RunningServer, start_server
+from scaler.server import RunningServer, start_server
 from scaler.telemetry import ScalerTelemetry
 from scaler.tls import TlsError, load_server_tls
 from tests.scaler.fake_state import FakeState

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.hpa import (
+from simulations.hpa import Hpa
+from simulations.hpa_config import (
     DEFAULT_SCALE_DOWN_POLICIES,
     DEFAULT_SCALE_UP_POLICIES,
-    Hpa,
     HpaBehavior,
     HpaConfig,
     HpaMetric,

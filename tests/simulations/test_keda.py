@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.hpa import Hpa, HpaBehavior, HpaConfig, HpaPolicy, HpaRules
+from simulations.hpa import Hpa
+from simulations.hpa_config import HpaBehavior, HpaConfig, HpaPolicy, HpaRules
 from simulations.keda import Keda, KedaConfig, TriggerPoll
 
 SEEDS_BEHAVIOR = HpaBehavior(

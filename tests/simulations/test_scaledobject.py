@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from decision.settings import SettingsError, parse_settings
-from simulations.hpa import HpaBehavior
+from simulations.hpa_config import HpaBehavior
 from simulations.scaledobject import (
     PromQuery,
     load_scaledobject,
