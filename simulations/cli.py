@@ -380,7 +380,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         Path(opts.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(opts.json_path).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     if opts.plot_path:
-        main_png, cdf_png = plot(outcomes, opts.plot_path)
+        main_png, cdf_png = plot(outcomes, opts.plot_path, rate_scale=opts.rate_scale)
         print(f"plots: {main_png}, {cdf_png}", file=out)
     return doc
 
