@@ -186,6 +186,14 @@ class StackRun:
             path = Path(opts.scaledobject) if opts.scaledobject else DEFAULT_SCALEDOBJECT
             self.so = load_scaledobject(path)
             self.namespace = _namespace(path)
+            if self.so.extra_triggers or self.so.modifiers is not None:
+                # The stack's controller polls one trigger; running only the
+                # first of several would rehearse a different ScaledObject.
+                raise ValueError(
+                    f"{path}: the stack runs a ScaledObject with one trigger; this one has "
+                    f"{len(self.so.triggers)}{' and scalingModifiers' if self.so.modifiers else ''}"
+                    " (`prescaler simulate --scaledobject` runs several)"
+                )
             settings = self.so.trigger.settings
             if settings is None:
                 raise ValueError(f"{path}: the predictive policy needs the prescaler trigger")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,3 +237,19 @@ def test_request_in_flight_at_the_stop_is_stopped_not_rejected() -> None:
     lg.check()
     assert lg.status.tolist() == [STOPPED]
     assert lg.stopped == 1 and not lg.reasons
+
+
+def test_a_multi_trigger_scaledobject_is_refused_by_name() -> None:
+    """The stack's controller polls one trigger: a ScaledObject with two is refused
+    before anything starts, naming how many it has (running only the first would
+    rehearse a different ScaledObject)."""
+    example = Path(__file__).parents[2] / "simulations/data/scaledobjects/queue-and-kv-cache.yaml"
+    opts = StackOptions(
+        trace=str(DEFAULT_TOKENS_TRACE),
+        duration_s=60.0,
+        rate_scale=0.5,
+        view=False,
+        scaledobject=str(example),
+    )
+    with pytest.raises(ValueError, match="one trigger; this one has 2"):
+        StackRun(opts)
