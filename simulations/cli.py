@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from simulations.cli_types import count_flag, number_flag
 from simulations.runner import STATIC_SLO_TARGET
 
 if TYPE_CHECKING:
@@ -74,35 +74,6 @@ class SimulateOptions:
     (:mod:`simulations.sim_inputs`); None: their defaults."""
 
 
-def _finite(name: str, lo: float = 0.0, *, strict: bool = True) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or (value <= lo if strict else value < lo):
-            cmp = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a finite number {cmp} {lo:g}, got {text}"
-            )
-        return value
-
-    return parse
-
-
-def _int(name: str, lo: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
-        return value
-
-    return parse
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "simulate",
@@ -133,7 +104,7 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         help="write the timeline PNG here (and NAME-ttft.png beside it)",
     )
     p.add_argument(
-        "--jobs", type=_int("--jobs", 1), default=1, help="policies run in parallel processes"
+        "--jobs", type=count_flag("--jobs", 1), default=1, help="policies run in parallel processes"
     )
     p.add_argument(
         "--scaledobject",
@@ -145,7 +116,7 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
     )
     p.add_argument(
         "--static-replicas",
-        type=_int("--static-replicas", 1),
+        type=count_flag("--static-replicas", 1),
         default=None,
         help="static fleet size (default: the smallest whose SLO attainment reaches "
         f"{100 * STATIC_SLO_TARGET:g} %% of what an idle fleet attains)",
@@ -161,13 +132,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slo-ttft",
-        type=_finite("--slo-ttft"),
+        type=number_flag("--slo-ttft"),
         default=1.0,
         help="TTFT SLO in seconds (default %(default)s)",
     )
     p.add_argument(
         "--timeout",
-        type=_finite("--timeout"),
+        type=number_flag("--timeout"),
         default=60.0,
         help="client time-out without a first token, s (default %(default)s)",
     )
@@ -176,12 +147,15 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
         "--tokens-from", default=None, help="per-request trace to draw token lengths from"
     )
     p.add_argument(
-        "--rate-scale", type=_finite("--rate-scale"), default=1.0, help="multiply the arrival rate"
+        "--rate-scale",
+        type=number_flag("--rate-scale"),
+        default=1.0,
+        help="multiply the arrival rate",
     )
     p.add_argument(
         "--start",
         dest="start_s",
-        type=_finite("--start", 0.0, strict=False),
+        type=number_flag("--start", 0.0, strict=False),
         default=0.0,
         help="skip this many seconds of the trace",
     )
@@ -196,11 +170,13 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--duration",
         dest="duration_s",
-        type=_finite("--duration"),
+        type=number_flag("--duration"),
         default=None,
         help="replay only this many seconds",
     )
-    p.add_argument("--seed", type=_int("--seed", 0), default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--seed", type=count_flag("--seed", 0), default=0, help="random seed (default 0)"
+    )
     p.add_argument(
         "--arrivals",
         choices=("poisson", "gamma"),
@@ -208,7 +184,10 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
         help="arrival process for rate curves",
     )
     p.add_argument(
-        "--cv", type=_finite("--cv"), default=1.0, help="gamma arrivals' coefficient of variation"
+        "--cv",
+        type=number_flag("--cv"),
+        default=1.0,
+        help="gamma arrivals' coefficient of variation",
     )
     p.add_argument(
         "--forecaster",
@@ -218,9 +197,9 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--spot", action="store_true", help="spot NodePool first, on-demand fallback")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--scrape-interval", type=_finite("--scrape-interval"), default=15.0,
+    p.add_argument("--scrape-interval", type=number_flag("--scrape-interval"), default=15.0,
                    help="Prometheus scrape interval, s (default %(default)s)")  # fmt: skip
-    p.add_argument("--rate-window", type=_finite("--rate-window"), default=120.0,
+    p.add_argument("--rate-window", type=number_flag("--rate-window"), default=120.0,
                    help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
     from simulations.sim_inputs import add_sim_input_flags
 

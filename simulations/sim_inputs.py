@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.profile_types import Profile, StartupTimes
 from simulations.backfill import BACKFILL_S, DemandHistory, scraped_history
+from simulations.cli_types import count_flag, number_flag
 from simulations.lead_time import LEAD_TIME_PRESETS, resolve_startup, with_startup
 from simulations.policies import DEFAULT_MAX_REPLICAS, REFRESH_S, opening_fleet
 from simulations.sim_types import DEFAULT_INITIAL_REPLICAS, SimConfig
@@ -135,47 +134,19 @@ def window_start(
 
 
 # ----------------------------------------------------------------- flags
-def _number(name: str, lo: float, *, strict: bool) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or (value <= lo if strict else value < lo):
-            cmp = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(
-                f"{name} must be a finite number {cmp} {lo:g}, got {text}"
-            )
-        return value
-
-    return parse
-
-
-def _count(name: str) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
-
-
 def add_sim_input_flags(p: argparse.ArgumentParser) -> None:
     """The flags of :class:`SimInputs` (``simulate`` and ``tune`` both take them)."""
     g = p.add_argument_group("stated inputs (what production would not know otherwise)")
-    g.add_argument("--max-replicas", type=_count("--max-replicas"), default=DEFAULT_MAX_REPLICAS,
+    g.add_argument("--max-replicas", type=count_flag("--max-replicas"),
+                   default=DEFAULT_MAX_REPLICAS,
                    help="maxReplicaCount of the built-in policies (static's cap and the "
                    "oracle's ceiling too; default %(default)s, the shipped GPU "
                    "ScaledObject's); a --scaledobject keeps its own")  # fmt: skip
-    g.add_argument("--initial-replicas", type=_count("--initial-replicas"), default=None,
+    g.add_argument("--initial-replicas", type=count_flag("--initial-replicas"), default=None,
                    help="fleet Ready as the window opens, for every autoscaled policy "
                    "(simulate's default: what the traffic in the 5 min before --start "
                    "needs; 1 at the trace's start)")  # fmt: skip
-    g.add_argument("--capacity-error", type=_number("--capacity-error", -1.0, strict=True),
+    g.add_argument("--capacity-error", type=number_flag("--capacity-error", -1.0, strict=True),
                    default=0.0,
                    help="predictive: the scaler believes the profile's per-replica "
                    "capacity x (1 + E), e.g. 0.15 or -0.3; the engine runs the truth "
@@ -191,7 +162,7 @@ def add_sim_input_flags(p: argparse.ArgumentParser) -> None:
         ("--image-pull-s", "image pull and extract"),
         ("--model-load-s", "engine start until the readiness probe passes"),
     ):
-        g.add_argument(flag, type=_number(flag, 0.0, strict=False), default=None,
+        g.add_argument(flag, type=number_flag(flag, 0.0, strict=False), default=None,
                        help=f"{what}, s (replaces the profile's or the preset's)")  # fmt: skip
 
 

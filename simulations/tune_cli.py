@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from simulations.cli import UsageError, _finite, _int, add_replay_arguments, run_subcommand
+from simulations.cli import UsageError, add_replay_arguments, run_subcommand
+from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune_run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
 
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--plot", dest="plot_path", default=None, metavar="FILE",
                    help="write the frontier PNG here (every side, held-back part) and the "
                    "trials PNG beside it as NAME-trials.png; written on every exit")  # fmt: skip
-    p.add_argument("--jobs", type=_int("--jobs", 1), default=1,
+    p.add_argument("--jobs", type=count_flag("--jobs", 1), default=1,
                    help="processes sharing each side's study (trials run in parallel; "
                    "the worker seeds follow from --seed)")  # fmt: skip
     p.add_argument("--scaledobject", default=None, metavar="FILE",
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--target", type=_fraction("--target"), default=DEFAULT_TARGET,
                    help="SLO attainment to meet, as a fraction of what an idle fleet "
                    "attains (default %(default)s)")  # fmt: skip
-    p.add_argument("--trials", type=_int("--trials", 1), default=100,
+    p.add_argument("--trials", type=count_flag("--trials", 1), default=100,
                    help="trials in each side's study, all processes together "
                    "(default %(default)s)")  # fmt: skip
     p.add_argument("--holdout", type=_holdout, default=0.3,
@@ -83,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="label matches for --prometheus, "
                    "e.g. namespace=llm,model_name=m")  # fmt: skip
     p.add_argument("--since", default="7d", help="--prometheus history (default %(default)s)")
-    p.add_argument("--step", dest="step_s", type=_finite("--step"), default=60.0,
+    p.add_argument("--step", dest="step_s", type=number_flag("--step"), default=60.0,
                    help="--prometheus rate step, s (default %(default)s)")  # fmt: skip
     p.add_argument("--save-trace", default=None, metavar="DIR",
                    help="keep the trace built from --prometheus in DIR")  # fmt: skip
@@ -101,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _fraction(name: str) -> Any:
     def parse(text: str) -> float:
-        value = _finite(name)(text)
+        value = number_flag(name)(text)
         if value > 1.0:
             raise argparse.ArgumentTypeError(f"{name} must lie in (0, 1], got {text}")
         return float(value)
@@ -110,7 +111,7 @@ def _fraction(name: str) -> Any:
 
 
 def _holdout(text: str) -> float:
-    value = _finite("--holdout", 0.0, strict=False)(text)
+    value = number_flag("--holdout", 0.0, strict=False)(text)
     if value >= 0.9:
         raise argparse.ArgumentTypeError(f"--holdout must lie in [0, 0.9), got {text}")
     return float(value)

@@ -9,27 +9,12 @@ JSON as ``prescaler simulate``'s (:mod:`simulations.report`), plus a
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from typing import Any
 
+from simulations.cli_types import number_flag
 from simulations.traffic import DEFAULT_TOKENS_TRACE
 
 __all__ = ["register"]
-
-
-def _number(name: str, *, lo: float = 0.0, strict: bool = True) -> Any:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not math.isfinite(value) or (value <= lo if strict else value < lo):
-            cmp = ">" if strict else ">="
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number {cmp} {lo:g}")
-        return value
-
-    return parse
 
 
 def _seed(text: str) -> int:
@@ -59,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--speed",
-        type=_number("--speed"),
+        type=number_flag("--speed"),
         default=10.0,
         help="compress time K-fold everywhere: trace, engine, start-up, scrape, poll and "
         "sync intervals (default %(default)s, at most 120)",
@@ -67,19 +52,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--policy", choices=("predictive", "reactive"), default="predictive")
     p.add_argument(
         "--duration",
-        type=_number("--duration"),
+        type=number_flag("--duration"),
         default=300.0,
         help="trace seconds to replay (default %(default)s)",
     )
     p.add_argument(
         "--start",
-        type=_number("--start", strict=False),
+        type=number_flag("--start", strict=False),
         default=0.0,
         help="skip this many trace seconds first",
     )
     p.add_argument(
         "--rate-scale",
-        type=_number("--rate-scale"),
+        type=number_flag("--rate-scale"),
         default=0.5,
         help="multiply the arrival rate (default %(default)s: 2-4 replicas on the shipped "
         "trace's first minutes)",
@@ -92,10 +77,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="predictive: the ScaledObject YAML whose trigger the scaler gets "
         "(default manifests/vllm/gpu/scaledobject.yaml)",
     )
-    p.add_argument("--slo-ttft", type=_number("--slo-ttft"), default=1.0, help="TTFT SLO, s")
+    p.add_argument("--slo-ttft", type=number_flag("--slo-ttft"), default=1.0, help="TTFT SLO, s")
     p.add_argument(
         "--timeout",
-        type=_number("--timeout"),
+        type=number_flag("--timeout"),
         default=60.0,
         help="client time-out without a first token, trace s (default %(default)s)",
     )
