@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Formula", "ScalingModifiers", "parse_formula"]
+__all__ = ["Formula", "ScalingModifiers", "float64_arith", "parse_formula"]
 
 _SUPPORTED = (
     "supported: numbers, trigger names, + - * /, comparisons, && || !, cond ? a : b, "
@@ -275,7 +275,7 @@ def _eval(node: Node, values: Mapping[str, float]) -> float | bool:
     b = float(_eval(node.right, values))
     if node.op in ("==", "!=", "<", "<=", ">", ">="):
         return _compare(node.op, a, b)
-    return _arith(node.op, a, b)
+    return float64_arith(node.op, a, b)
 
 
 def _call(name: str, args: list[float]) -> float:
@@ -301,7 +301,9 @@ def _compare(op: str, a: float, b: float) -> bool:
     }[op]
 
 
-def _arith(op: str, a: float, b: float) -> float:
+def float64_arith(op: str, a: float, b: float) -> float:
+    """``a op b`` as Go computes it on float64s (KEDA's expr-lang and Prometheus
+    alike): a division by zero is ±Inf, or NaN for 0/0, never an error."""
     if op == "+":
         return a + b
     if op == "-":

@@ -34,6 +34,7 @@ from typing import Literal
 import promql_parser as pp
 
 from engine.metrics import TTFT_BUCKETS_V1
+from simulations.formula import float64_arith
 from simulations.scrape import COUNTERS, GATEWAY_COUNTER, GAUGES, PrometheusView
 
 __all__ = [
@@ -313,19 +314,7 @@ def evaluate(expr: PromExpr, view: PrometheusView) -> QueryResult:
     scalar = lhs.scalar and rhs.scalar
     if lhs.value is None or rhs.value is None:
         return QueryResult(None, scalar)
-    return QueryResult(_arith(expr.op, lhs.value, rhs.value), scalar)
-
-
-def _arith(op: str, a: float, b: float) -> float:
-    if op == "+":
-        return a + b
-    if op == "-":
-        return a - b
-    if op == "*":
-        return a * b
-    if b == 0.0:  # Go float64 division: ±Inf, or NaN for 0/0
-        return math.nan if a == 0.0 or math.isnan(a) else math.copysign(math.inf, a)
-    return a / b
+    return QueryResult(float64_arith(expr.op, lhs.value, rhs.value), scalar)
 
 
 def bucket_quantile(q: float, bounds: tuple[float, ...], cumulative: tuple[float, ...]) -> float:

@@ -63,14 +63,7 @@ def plot_trials(
     ax.set_ylabel("cost (USD per month)")
     ax.set_title(f"{len(trials)} trials ({len(trials) - len(done)} stopped early, not shown)",
                  fontsize=10)  # fmt: skip
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _finish(fig, ax, path)
 
 
 def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) -> Path:
@@ -111,6 +104,13 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
     ax.set_xlabel("TTFT SLO attainment on the held-back part (%)")
     ax.set_ylabel("cost (USD per month)")
     ax.set_title(f"{result.trace}: cost vs attainment, held-back part", fontsize=10)
+    return _finish(fig, ax, path)
+
+
+def _finish(fig: Any, ax: Any, path: str | Path) -> Path:
+    """Grid, legend and layout as both pictures share them; the PNG written."""
+    import matplotlib.pyplot as plt
+
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()

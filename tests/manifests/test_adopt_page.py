@@ -185,16 +185,21 @@ def test_images_entry_for_the_short_name_matches_nothing(workdir: Path, tmp_path
         text.replace("- name: registry.example.com/prescaler\n", "- name: prescaler\n"),
         encoding="utf-8",
     )
-    rendered = subprocess.run(
+    rendered = _render(tmp_path / "w")
+    assert "image: registry.example.com/prescaler:0.1.0" in rendered
+    assert "platform/prescaler" not in rendered
+
+
+def _render(root: Path) -> str:
+    """``kubectl kustomize deploy/my-cluster`` in a copy of the page's work tree."""
+    return subprocess.run(
         ["kubectl", "kustomize", "deploy/my-cluster"],
-        cwd=tmp_path / "w",
+        cwd=root,
         env=_env(),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert "image: registry.example.com/prescaler:0.1.0" in rendered
-    assert "platform/prescaler" not in rendered
 
 
 def test_kustomize_edit_set_image(workdir: Path, tmp_path: Path) -> None:
@@ -204,14 +209,7 @@ def test_kustomize_edit_set_image(workdir: Path, tmp_path: Path) -> None:
     (block,) = blocks("kustomize")
     done = _run(block, tmp_path / "w")
     assert done.returncode == 0, done.stderr
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", "deploy/my-cluster"],
-        cwd=tmp_path / "w",
-        env=_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    rendered = _render(tmp_path / "w")
     assert "image: registry.example.com/platform/prescaler:0.1.1" in rendered
 
 
