@@ -19,7 +19,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "forecasting.cli",
     "scaler.cli",
     "simulations.cli",
-    "simulations.tune_cli",
+    "simulations.tune.cli",
     "stack.cli",
     "prescaler.demo",
 )

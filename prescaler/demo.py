@@ -386,7 +386,7 @@ def oracle_note(doc: Mapping[str, Any], profile: Any) -> str | None:
     sustain, with no spare for bursts inside the step, one mean start-up ahead
     while node start-up is drawn around that mean. None when the oracle does at
     least as well."""
-    from simulations.cluster_config import ClusterConfig
+    from simulations.cluster.config import ClusterConfig
     from simulations.policies import ORACLE_STEP_S, ORACLE_UTILIZATION
 
     policies: Mapping[str, Mapping[str, Any]] = doc["policies"]

@@ -10,7 +10,7 @@ onto it: after infrastructure and replica events at the same instant).
 
 The request path (routing, time-outs, pod loss, conservation) is
 :mod:`simulations.router`; this module wires it to the cluster
-(:mod:`simulations.cluster`), the Prometheus view and the policy, and keeps
+(:mod:`simulations.cluster.pods`), the Prometheus view and the policy, and keeps
 the fleet's accounting for the result. The run's data types live in
 :mod:`simulations.sim_types` and are re-exported here.
 """
@@ -25,7 +25,7 @@ import numpy as np
 from engine.metrics import Histogram
 from engine.profiles import Profile
 from engine.replica import Replica
-from simulations.cluster import Cluster, ClusterConfig
+from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_CLUSTER, PRIORITY_SCRAPE, EventQueue
 from simulations.lead_time import with_startup
 from simulations.router import Router

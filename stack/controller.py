@@ -1,8 +1,8 @@
 """The local control plane: KEDA, the HPA and Karpenter on the wall clock.
 
 Nothing here re-implements a rule. The cluster is the simulator's own
-:class:`simulations.cluster.Cluster` (Karpenter v1 provisioning, node and pod
-start-up times from :mod:`simulations.cluster_config`, consolidation, cost)
+:class:`simulations.cluster.pods.Cluster` (Karpenter v1 provisioning, node and pod
+start-up times from :mod:`simulations.cluster.config`, consolidation, cost)
 driven by an event queue that is advanced to the trace time now, every few
 wall milliseconds; KEDA's polling loop is :class:`simulations.keda.Keda` and
 the HPA is :class:`simulations.hpa.Hpa`, each called at its own interval of
@@ -37,7 +37,7 @@ import grpc
 import numpy as np
 
 from engine.profiles import Profile
-from simulations.cluster import Cluster, ClusterConfig
+from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_SCRAPE, EventQueue
 from simulations.hpa import Hpa
 from simulations.keda import Keda

@@ -36,7 +36,7 @@ import numpy as np
 import yaml
 
 from engine.profiles import Profile, get_profile
-from simulations.cluster import ClusterConfig
+from simulations.cluster.pods import ClusterConfig
 from simulations.policies import fleet_bound, initial_replicas
 from simulations.runner import Outcome
 from simulations.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive

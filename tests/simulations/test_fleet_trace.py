@@ -168,7 +168,7 @@ def test_tune_reads_a_real_prometheus(tmp_path: Path, capsys: pytest.CaptureFixt
         with pytest.raises(ValueError, match="no vllm:request_success_total"):
             fetch_fleet_trace(prom.url, {"namespace": "other"}, since_s=3600, end_s=end)
 
-        from simulations.tune_cli import main
+        from simulations.tune.cli import main
 
         out = tmp_path / "tune.json"
         code = main([

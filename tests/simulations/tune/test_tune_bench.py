@@ -44,12 +44,12 @@ from engine.profiles import get_profile
 from simulations.policies import fleet_bound
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, load_workload
-from simulations.tune import default_bases, slo_ceiling
-from simulations.tune_study import TuneContext, run_study
+from simulations.tune.search import default_bases, slo_ceiling
+from simulations.tune.study import TuneContext, run_study
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(4 * 3600)]
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
+RESULTS = Path(__file__).resolve().parents[3] / "bench-results"
 PROFILE = "llama-3-8b@g5.xlarge"
 MEAN_RPS = 6.0
 """Mean arrival rate of the synthetic day: about 10 replicas of the default
@@ -161,7 +161,7 @@ def test_tuned_predictive_beats_tuned_reactive_out_of_sample(tmp_path: Path) -> 
     meet the target on the next (held back) and cost less there than the
     reactive ScaledObject at its own tuned threshold (at the speed bench's
     target, 0.95 unless ``PRESCALER_TUNE_BENCH_TARGET`` says)."""
-    from simulations.tune_cli import main
+    from simulations.tune.cli import main
 
     trials = os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "40")
     scale = os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1")
@@ -212,7 +212,7 @@ class FullRun:
 
 def _full_run(args: tuple[Any, ...]) -> FullRun:
     """A worker process's job in the pace-rules bench."""
-    from simulations.tune import score
+    from simulations.tune.search import score
 
     so, workload, profile, config, rungs, meta = args
     s = score(so, workload, profile, config, rungs=rungs)
@@ -245,8 +245,13 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
 
     import optuna
 
-    from simulations.tune import PREDICTIVE_SPACE, apply_metadata, rung_times, sample_metadata
-    from simulations.tune_study import SLO_PACE_UNTIL
+    from simulations.tune.search import (
+        PREDICTIVE_SPACE,
+        apply_metadata,
+        rung_times,
+        sample_metadata,
+    )
+    from simulations.tune.study import SLO_PACE_UNTIL
 
     n = int(os.environ.get("PRESCALER_TUNE_PACE_TRIALS", "16"))
     ctx, _ = _day_context(tmp_path, SLO_TARGETS[0])

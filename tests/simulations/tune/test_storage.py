@@ -31,7 +31,7 @@ from tests.support.prometheus import free_port
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def _two_tunes(trace: Path, storage: str, tmp_path: Path, trials: int) -> list[d
     procs = []
     for k in range(2):
         argv = [
-            sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "3600",
+            sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "3600",
             "--trials", str(trials), "--target", "0.8", "--quiet", "--storage", storage,
             "--study", "shared", "--json", str(tmp_path / f"tune{k}.json"),
         ]  # fmt: skip
@@ -174,11 +174,11 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     for it until the test timed out), is failed and replaced too."""
     import signal
 
-    from simulations.tune_study import GRACE_S
+    from simulations.tune.study import GRACE_S
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     argv = [
-        sys.executable, "-m", "simulations.tune_cli", str(trace), "--duration", "600",
+        sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "600",
         "--holdout", "0.5", "--trials", "30", "--target", "0.8", "--quiet", "--storage", url,
         "--study", "k",
         "--json", str(tmp_path / "k.json"),
@@ -217,7 +217,7 @@ def test_a_trial_that_never_beat_is_failed_after_the_grace_period(tmp_path: Path
     leaves it RUNNING with no heartbeat, which optuna's stale rule skips:
     the watch fails it once it has seen it silent for the grace period on its
     own clock, and never fails a trial that beats."""
-    from simulations.tune_storage import GRACE_S, DeadTrials, open_storage
+    from simulations.tune.storage import GRACE_S, DeadTrials, open_storage
 
     store = open_storage(f"sqlite:///{tmp_path / 's.db'}")
     study = optuna.create_study(study_name="d", storage=store)
@@ -253,7 +253,7 @@ def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
     waits and opens it again; any other database error is raised at once."""
     import sqlalchemy.exc
 
-    from simulations.tune_storage import open_storage
+    from simulations.tune.storage import open_storage
 
     real = optuna.storages.RDBStorage
     lost = sqlalchemy.exc.IntegrityError(

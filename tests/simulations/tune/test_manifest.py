@@ -16,15 +16,7 @@ from hypothesis import strategies as st
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject, seeds_reactive
 from simulations.simulation import SimConfig
 from simulations.traffic import synthetic_workload
-from simulations.tune import (
-    PREDICTIVE_SPACE,
-    Param,
-    default_bases,
-    sample_metadata,
-    score,
-    seed_params,
-)
-from simulations.tune_manifest import (
+from simulations.tune.manifest import (
     BEHAVIOR_SPACE,
     apply_setting,
     apply_to_manifest,
@@ -34,8 +26,16 @@ from simulations.tune_manifest import (
     manifest_yaml,
     triggers_of,
 )
-from simulations.tune_sides import queue_and_kv_manifest
-from simulations.tune_study import TuneContext, is_tell_race, run_study, worker_seed
+from simulations.tune.search import (
+    PREDICTIVE_SPACE,
+    Param,
+    default_bases,
+    sample_metadata,
+    score,
+    seed_params,
+)
+from simulations.tune.sides import queue_and_kv_manifest
+from simulations.tune.study import TuneContext, is_tell_race, run_study, worker_seed
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

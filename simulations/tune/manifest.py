@@ -11,7 +11,7 @@ reader, so what is scored is exactly what is printed. ``maxReplicaCount`` is
 never searched: it is the user's budget, not a knob.
 
 Keys of a search setting: plain trigger metadata keys (``minReplicas``)
-belong to prescaler's trigger (:func:`simulations.tune.apply_metadata`'s
+belong to prescaler's trigger (:func:`simulations.tune.search.apply_metadata`'s
 rules); dotted keys are manifest knobs (:data:`KNOB_PREFIXES`). Triggers are
 addressed by their index in ``spec.triggers`` and the space is built by
 iterating over every trigger the spec has, so a ScaledObject with several
@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
-from simulations.tune import LEAD_MODE, Param, format_value
+from simulations.tune.search import LEAD_MODE, Param, format_value
 
 __all__ = [
     "BEHAVIOR_SPACE",

@@ -9,13 +9,13 @@ machine, PostgreSQL across machines): each trial is committed when it ends,
 so a killed run loses no finished trial, and any number of ``prescaler
 tune`` processes, on any machines, fill one study up to ``--trials``.
 Running trials send heartbeats; a killed process's trial is marked failed
-after :data:`GRACE_S` and re-run (:mod:`simulations.tune_storage`).
+after :data:`GRACE_S` and re-run (:mod:`simulations.tune.storage`).
 
 Most trials cannot win, and a trial is a whole simulation, so trials stop as
 soon as they are out of the race (:class:`StopRules`). Exactly: once misses
 exceed what the target allows, or once the cost spent so far exceeds the
 best feasible trial's whole cost (cost only grows). On pace, at rungs
-(:data:`simulations.tune.RUNGS`, fractions of the requests): a trial whose
+(:data:`simulations.tune.search.RUNGS`, fractions of the requests): a trial whose
 attainment so far is well below the target (:meth:`TuneContext.slo_slack`,
 up to 1/2 of the requests), or, from 1/4 on, whose cost so far is above
 what the best feasible trial had spent at the same rung by more than two
@@ -41,7 +41,8 @@ from simulations.backfill import DemandHistory
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
-from simulations.tune import (
+from simulations.tune.manifest import apply_setting, knob_value, manifest_of
+from simulations.tune.search import (
     PREDICTIVE_SPACE,
     RUNGS,
     Param,
@@ -52,8 +53,7 @@ from simulations.tune import (
     score,
     seed_params,
 )
-from simulations.tune_manifest import apply_setting, knob_value, manifest_of
-from simulations.tune_storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_storage
+from simulations.tune.storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_storage
 
 __all__ = [
     "GRACE_S",

@@ -1,6 +1,6 @@
 """Karpenter v1's side of the cluster: NodeClaims, spot interruption, consolidation, billing.
 
-Why apart from :mod:`simulations.cluster`: Karpenter owns the nodes and
+Why apart from :mod:`simulations.cluster.pods`: Karpenter owns the nodes and
 the cluster's pod side (ReplicaSets, kube-scheduler, kubelet) owns the
 pods; they meet through :class:`PodSide`, so each half reads on its own.
 The rules follow kubernetes-sigs/karpenter (provisioning batcher, NodePool
@@ -16,9 +16,9 @@ from typing import Protocol
 
 import numpy as np
 
-from simulations.cluster_config import ClusterConfig, NodePoolSpec
-from simulations.cluster_placement import free_inflight_node, nominate
-from simulations.cluster_state import (
+from simulations.cluster.config import ClusterConfig, NodePoolSpec
+from simulations.cluster.placement import free_inflight_node, nominate
+from simulations.cluster.state import (
     DELETING,
     LAUNCHING,
     NODE_GONE,

@@ -16,7 +16,7 @@ compared fairly (each at its own best). The parts:
   the held-back rest always) gives the predictive tracker the trace's demand
   before it as history (:func:`score`'s ``history``), as ``prescaler
   simulate`` does, since the live scaler backfills it from Prometheus.
-- :func:`simulations.tune_study.run_study`: optuna's TPE sampler, the SLO a constraint
+- :func:`simulations.tune.study.run_study`: optuna's TPE sampler, the SLO a constraint
   (``Trial.set_constraint``) and cost the objective (TPE handles the mixed integer,
   float and conditional space and ranks infeasible trials by how far they
   miss), trials in ``jobs`` processes sharing one optuna storage (an RDB URL:

@@ -5,9 +5,9 @@ image pull, model load) and what a node costs are what make predictive
 scaling worth it, and they come from the cluster, not the replica. This
 module is the pods' side: the ReplicaSet controller (which pod a scale-in
 deletes), kube-scheduler (preemption, image locality; the ranking rules in
-:mod:`simulations.cluster_placement`) and pod start-up. The nodes' side,
+:mod:`simulations.cluster.placement`) and pod start-up. The nodes' side,
 Karpenter's provisioning, spot interruption, consolidation and billing, is
-:mod:`simulations.karpenter`.
+:mod:`simulations.cluster.karpenter`.
 
 Simplifications (see docs/control-plane.md, "Karpenter"): one instance type
 per run; only empty-node consolidation (the shipped NodePools use
@@ -32,7 +32,7 @@ from functools import partial
 
 import numpy as np
 
-from simulations.cluster_config import (
+from simulations.cluster.config import (
     DEFAULT_SPOT_BAND,
     SPOT_INTERRUPTION_BANDS,
     CapacityType,
@@ -40,7 +40,8 @@ from simulations.cluster_config import (
     NodePoolSpec,
     interruptions_per_hour,
 )
-from simulations.cluster_placement import (
+from simulations.cluster.karpenter import Karpenter
+from simulations.cluster.placement import (
     balloon_victim,
     free_inflight_node,
     free_ready_node,
@@ -48,7 +49,7 @@ from simulations.cluster_placement import (
     nominated_balloon,
     unassign,
 )
-from simulations.cluster_state import (
+from simulations.cluster.state import (
     GONE,
     LAUNCHING,
     NODE_READY,
@@ -67,7 +68,6 @@ from simulations.cluster_state import (
     deletion_rank,
 )
 from simulations.events import PRIORITY_CLUSTER, EventQueue
-from simulations.karpenter import Karpenter
 
 __all__ = [
     "DEFAULT_SPOT_BAND",
@@ -376,7 +376,7 @@ class Cluster:
         if node is not None and node.state == NODE_READY:
             self._schedule(now)  # the slot is free again
 
-    # -- what Karpenter asks of the pods (simulations.karpenter.PodSide) ------------
+    # -- what Karpenter asks of the pods (simulations.cluster.karpenter.PodSide) ------------
     def pending_pods(self) -> list[PodState]:
         """Unassigned pods, vLLM before balloons (kube-scheduler hands a new node to the
         higher priority first, so the batch plans for them first), then by creation."""

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulations.tune import pareto_front
-from simulations.tune_study import TrialRecord
+from simulations.tune.search import pareto_front
+from simulations.tune.study import TrialRecord
 
 if TYPE_CHECKING:
-    from simulations.tune_run import TuneResult
+    from simulations.tune.run import TuneResult
 
 __all__ = ["plot_frontier", "plot_trials"]
 

@@ -1,6 +1,6 @@
-"""Internal state of :mod:`simulations.cluster`: pod and node records, public snapshots.
+"""Internal state of :mod:`simulations.cluster.pods`: pod and node records, public snapshots.
 
-Split out so the event logic in :mod:`simulations.cluster` stays short; the
+Split out so the event logic in :mod:`simulations.cluster.pods` stays short; the
 mutable ``PodState``/``NodeState`` records belong to one ``Cluster`` and are
 never shared.
 """
@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from simulations.cluster_config import CapacityType, NodePoolSpec
+from simulations.cluster.config import CapacityType, NodePoolSpec
 from simulations.events import EventHandle
 
 # Pod states.

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.profiles import get_profile
-from simulations.cluster import (
+from simulations.cluster.pods import (
     Cluster,
     ClusterConfig,
     NodePoolSpec,

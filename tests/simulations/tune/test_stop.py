@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
-from simulations.tune import (
+from simulations.tune.search import (
     PREDICTIVE_SPACE,
     REACTIVE_THRESHOLDS,
     Progress,
@@ -34,7 +34,7 @@ from simulations.tune import (
     search_reactive,
     seed_params,
 )
-from simulations.tune_study import BestSoFar, StopRules, TuneContext, read_study, run_study
+from simulations.tune.study import BestSoFar, StopRules, TuneContext, read_study, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -21,7 +21,8 @@ from simulations.backfill import DemandHistory
 from simulations.scaledobject import seeds_reactive
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
-from simulations.tune import (
+from simulations.tune.cli import EXIT_SLO_UNMET, main
+from simulations.tune.search import (
     PREDICTIVE_SPACE,
     apply_metadata,
     default_bases,
@@ -31,8 +32,7 @@ from simulations.tune import (
     sample_metadata,
     split_workload,
 )
-from simulations.tune_cli import EXIT_SLO_UNMET, main
-from simulations.tune_study import TuneContext, run_study
+from simulations.tune.study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
 SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}

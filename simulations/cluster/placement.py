@@ -1,7 +1,7 @@
 """kube-scheduler's choice of node for one pod, over the cluster's pod and node records.
 
-Split out because both the scheduler pass (:mod:`simulations.cluster`) and
-Karpenter's provisioner (:mod:`simulations.karpenter`) place pods on nodes,
+Split out because both the scheduler pass (:mod:`simulations.cluster.pods`) and
+Karpenter's provisioner (:mod:`simulations.cluster.karpenter`) place pods on nodes,
 and these ranking rules read best on their own. Plain functions: they only
 look at the records they are given (and ``nominate``/``unassign`` edit them).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from simulations.cluster_state import (
+from simulations.cluster.state import (
     LAUNCHING,
     NODE_READY,
     NOMINATED,

@@ -5,11 +5,11 @@ written into) and the knobs searched. The family:
 
 - ``prescaler``: prescaler's external trigger (the user's ScaledObject when
   it has one, else the shipped defaults): its metadata
-  (:data:`simulations.tune.PREDICTIVE_SPACE`) and the ScaledObject's
-  polling and HPA behavior (:data:`simulations.tune_manifest.BEHAVIOR_SPACE`).
+  (:data:`simulations.tune.search.PREDICTIVE_SPACE`) and the ScaledObject's
+  polling and HPA behavior (:data:`simulations.tune.manifest.BEHAVIOR_SPACE`).
 - ``keda-queue``: plain KEDA on ``sum(vllm:num_requests_waiting)``, the
   public recipes' queue-length ScaledObject: every knob of
-  :func:`simulations.tune_manifest.keda_space`.
+  :func:`simulations.tune.manifest.keda_space`.
 - ``keda-queue-kv``: the same plus a second prometheus trigger on
   ``avg(vllm:kv_cache_usage_perc)`` (threshold 0.8, the KV-cache share
   prescaler's own ``targetKvCacheUsage`` defaults to); KEDA hands the HPA
@@ -31,17 +31,17 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
-from simulations.tune import PREDICTIVE_SPACE, Param, apply_metadata, default_bases
-from simulations.tune_manifest import (
+from simulations.tune.manifest import (
     BEHAVIOR_SPACE,
     keda_space,
     load_manifest,
     manifest_of,
     triggers_of,
 )
+from simulations.tune.search import PREDICTIVE_SPACE, Param, apply_metadata, default_bases
 
 if TYPE_CHECKING:
-    from simulations.tune_run import TuneRequest
+    from simulations.tune.run import TuneRequest
 
 __all__ = ["SIDES", "Side", "make_sides", "paste_fields", "queue_and_kv_manifest"]
 

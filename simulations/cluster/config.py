@@ -1,7 +1,7 @@
 """Configuration of the cluster model: NodePools, prices, start-up times, spot rates.
 
-Kept apart from :mod:`simulations.cluster` so the event-driven model stays
-readable; :mod:`simulations.cluster` re-exports everything here.
+Kept apart from :mod:`simulations.cluster.pods` so the event-driven model stays
+readable; :mod:`simulations.cluster.pods` re-exports everything here.
 """
 
 from __future__ import annotations

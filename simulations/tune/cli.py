@@ -1,7 +1,7 @@
 """``prescaler tune``: the cheapest ScaledObject settings that meet a TTFT SLO,
 for prescaler's trigger and for plain KEDA alike, as a frontier.
 
-A thin command around :func:`simulations.tune_run.tune`: its own flags (the
+A thin command around :func:`simulations.tune.run.tune`: its own flags (the
 replay flags are ``simulate``'s, defined once in
 :func:`simulations.cli.add_replay_arguments`), validated here; the report,
 the ``--json`` document, the plot and the exit status. The ScaledObject it
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
-from simulations.tune_run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
+from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
 
 if TYPE_CHECKING:
-    from simulations.tune_run import FrontierPoint
+    from simulations.tune.run import FrontierPoint
 
 __all__ = ["EXIT_SLO_UNMET", "register", "report_document", "request_from", "run"]
 
@@ -205,7 +205,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     """The ``--json`` document (docs/contracts.md): the published keys first,
     then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
     ``warnings``."""
-    from simulations.tune_manifest import metadata_of
+    from simulations.tune.manifest import metadata_of
 
     p, q = result.side("prescaler"), result.side("keda-queue")
     assert p is not None and q is not None
@@ -308,8 +308,8 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
 
 def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
     """The chosen prescaler ScaledObject, complete, or what it still needs."""
-    from simulations.tune_manifest import apply_to_manifest, manifest_yaml
-    from simulations.tune_sides import paste_fields
+    from simulations.tune.manifest import apply_to_manifest, manifest_yaml
+    from simulations.tune.sides import paste_fields
 
     for s in result.sides:
         if s.manifest is None or s.side.name == "keda-queue":
@@ -336,7 +336,7 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
     if met:
         paste_block(request, result, out)
     if plot_path:
-        from simulations.tune_plot import plot_frontier, plot_trials
+        from simulations.tune.plot import plot_frontier, plot_trials
 
         path = plot_frontier(result, doc, plot_path)
         trials_path = Path(plot_path).with_name(Path(plot_path).stem + "-trials.png")
@@ -364,7 +364,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m simulations.tune_cli`` (the same as ``prescaler tune``)."""
+    """``python -m simulations.tune.cli`` (the same as ``prescaler tune``)."""
     return run_subcommand(register, "tune", argv)
 
 

@@ -2,12 +2,12 @@
 
 :func:`tune` loads the trace (a file, or built from Prometheus), checks it
 holds enough history for the protocol (:func:`check_history`), splits it,
-and tunes every side (:mod:`simulations.tune_sides`) with the same optimizer
+and tunes every side (:mod:`simulations.tune.sides`) with the same optimizer
 (optuna TPE), the same trial budget and the same out-of-sample protocol:
 tune on the first part, score on the held-back rest. For each side it
 re-scores the tuning part's Pareto set on the held-back part (the frontier),
 the chosen setting and the ScaledObject as the user wrote it (the
-baseline). The command (:mod:`simulations.tune_cli`) prints, writes and
+baseline). The command (:mod:`simulations.tune.cli`) prints, writes and
 picks the exit status; this module prints only progress lines to ``out``.
 """
 
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
     from simulations.traffic import Workload
-    from simulations.tune_sides import Side
-    from simulations.tune_study import StudyResult
+    from simulations.tune.sides import Side
+    from simulations.tune.study import StudyResult
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -207,8 +207,8 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     """Load, check, tune every side, re-score on the held-back part."""
     from engine.profiles import get_profile
     from simulations.simulation import SimConfig
-    from simulations.tune import slo_ceiling, split_workload
-    from simulations.tune_sides import make_sides
+    from simulations.tune.search import slo_ceiling, split_workload
+    from simulations.tune.sides import make_sides
 
     wall0 = time.perf_counter()
     profile = get_profile(request.profile)
@@ -387,7 +387,7 @@ def _run_side(
     history: DemandHistory | None,
     storage: str,
 ) -> StudyResult:
-    from simulations.tune_study import TuneContext, run_study, study_fingerprint
+    from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
     ctx = TuneContext(
         tune_part, request.profile, config, side.base, target, side.space,
@@ -417,7 +417,7 @@ def _run_side(
 
 def _score_job(args: tuple[Any, ...]) -> Any:
     """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
-    from simulations.tune import score
+    from simulations.tune.search import score
 
     so, workload, profile, config, history = args
     return score(so, workload, profile, config, history=history)
@@ -446,8 +446,8 @@ def _rescore(
     """Re-run the chosen setting on both parts, and the tuning part's Pareto
     set and the base as written on the held-back part."""
     from simulations.report import policy_summary
-    from simulations.tune import outcome, pareto_front
-    from simulations.tune_manifest import apply_setting, apply_to_manifest
+    from simulations.tune.manifest import apply_setting, apply_to_manifest
+    from simulations.tune.search import outcome, pareto_front
 
     def hist(so: Any, h: DemandHistory | None) -> DemandHistory | None:
         return h if so.trigger.kind == "prescaler" else None
