@@ -106,10 +106,23 @@ def _cached_profile_capacity(name: str, kv_target: float) -> ReplicaCapacity:
     return profile_capacity(get_profile(name), kv_target=kv_target)
 
 
-def capacity_for(settings: ScalerSettings) -> ReplicaCapacity:
-    """Capacity the settings imply: profile-derived, explicit tokens/s, or unknown."""
+def capacity_for(settings: ScalerSettings, speed: float = 1.0) -> ReplicaCapacity:
+    """Capacity the settings imply: profile-derived, explicit tokens/s, or unknown.
+
+    ``speed`` is how many model seconds pass per second of the clock the
+    rates are counted on: a replica of the profile running ``speed`` times
+    faster (the stack's compressed time) carries ``speed`` x the profile's
+    capacity per clock second. An explicit ``capacityTokensPerSecond`` is
+    already in the rates' own seconds and is left as it is.
+    """
     if settings.profile is not None:
-        return _cached_profile_capacity(settings.profile, settings.target_kv_cache_usage)
+        cap = _cached_profile_capacity(settings.profile, settings.target_kv_cache_usage)
+        if speed == 1.0:
+            return cap
+        return ReplicaCapacity(
+            requests_per_s=None if cap.requests_per_s is None else cap.requests_per_s * speed,
+            tokens_per_s=None if cap.tokens_per_s is None else cap.tokens_per_s * speed,
+        )
     if settings.capacity_tokens_per_second is not None:
         return ReplicaCapacity(
             requests_per_s=None, tokens_per_s=settings.capacity_tokens_per_second

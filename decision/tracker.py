@@ -430,7 +430,7 @@ class Tracker:
         if cached is not None and cached[0] is self._settings:
             configured = cached[1]
         else:
-            configured = capacity_for(self._settings)
+            configured = capacity_for(self._settings, self.config.speed)
             self._configured_capacity = (self._settings, configured)
         learned_r, learned_t = self.capacity_learner.estimate(now_s)
         requests = configured.requests_per_s

@@ -8,6 +8,7 @@ and the tests share frozen, plain types: cadences in (readings are
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from decision.policy import Decision, DemandForecast, Observation, ReplicaCapacity
@@ -27,7 +28,10 @@ class TrackerConfig:
     refresh: a bin then always ends on a refresh, and predicting per bin
     rather than per refresh keeps 1,000 forecasters affordable.
     ``fit_window_s`` is the history a fit sees; ``capacity_window_s`` how
-    long learned capacity is kept.
+    long learned capacity is kept. ``speed`` is model seconds per second of
+    the readings' clock (1 in production; the stack runs replicas ``speed``
+    times faster, so a profile's capacity per clock second is ``speed`` x):
+    see :func:`decision.capacity.capacity_for`.
     """
 
     refresh_interval_s: float = 5.0
@@ -35,6 +39,7 @@ class TrackerConfig:
     forecast_step_s: float | None = None
     fit_window_s: float = 7200.0
     capacity_window_s: float = 3600.0
+    speed: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.refresh_interval_s > 0:
@@ -52,6 +57,8 @@ class TrackerConfig:
             raise ValueError(f"fit_window_s must be > 0, got {self.fit_window_s}")
         if not self.capacity_window_s > 0:
             raise ValueError(f"capacity_window_s must be > 0, got {self.capacity_window_s}")
+        if not (self.speed > 0 and math.isfinite(self.speed)):
+            raise ValueError(f"speed must be a finite number > 0, got {self.speed}")
 
     @property
     def step_s(self) -> float:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import sys
 
+from engine.emulator.driver import WALL_CLOCK, ModelClock
 from engine.metrics import METRICS_VERSIONS
 
 
@@ -59,10 +60,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="as vLLM's flag: refuse (503) a request that would make more than this "
         "many waiting + running, counted in vllm:admission_rejections_total",
     )
-    p.set_defaults(func=_run)
+    p.set_defaults(func=emulate_command)
 
 
-def _run(args: argparse.Namespace) -> int:
+def emulate_command(args: argparse.Namespace, *, clock: ModelClock = WALL_CLOCK) -> int:
+    """Serve until interrupted; ``clock`` runs the model faster (the stack's
+    compressed time) without a flag of its own."""
     from engine.emulator.server import EmulatorSettings, serve_forever
 
     if not 0 <= args.port <= 65535:
@@ -79,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
             default_max_tokens=args.default_max_tokens,
             api_server_count=args.api_server_count,
             max_num_queued_reqs=args.max_num_queued_reqs,
+            clock=clock,
         )
         settings.build_profile()
     except (ValueError, KeyError) as exc:

@@ -8,6 +8,16 @@ on an event. Model time is ``loop.time() - start`` (seconds, monotonic), so
 a late wake-up never accumulates: the next token is still due at its model
 time.
 
+The mapping from the loop's clock to model time is a :class:`ModelClock`:
+by default one model second per wall second, woken at every token (what
+``prescaler emulate`` serves). A faster clock (``speed`` K, the stack's
+compressed time) runs the model K x the wall clock and, with a
+``stream_quantum_s``, wakes at the engine's own events (a prefill's end, a
+completion: ``Replica.next_event_time``, what the simulator steps on) or
+every quantum of wall time to stream the tokens due, rather than at every
+decode step: first tokens and completions stay exact while the CPU cost per
+token drops.
+
 Engine death: if the replica raises anywhere (the clock task, a submission,
 a sync from a handler), the driver records the failure once and wakes every
 stream with it, so each request in flight gets an answer instead of waiting
@@ -21,11 +31,36 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import math
+from dataclasses import dataclass
 
 from engine.replica import Replica, RequestRejected
 from engine.requests import Request, RequestRecord
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelClock:
+    """How the replica's model time follows the loop's clock, and when the clock task wakes.
+
+    ``speed``: model seconds per wall second. ``stream_quantum_s``: None wakes
+    at every token's due time; a number wakes at the engine's events or after
+    that many wall seconds, whichever is first (tokens are streamed in groups).
+    """
+
+    speed: float = 1.0
+    stream_quantum_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.speed > 0 and math.isfinite(self.speed)):
+            raise ValueError(f"speed must be a finite number > 0, got {self.speed}")
+        if self.stream_quantum_s is not None and not self.stream_quantum_s > 0:
+            raise ValueError(f"stream_quantum_s must be > 0, got {self.stream_quantum_s}")
+
+
+WALL_CLOCK = ModelClock()
+"""Model time is wall time, woken at every token (``prescaler emulate``)."""
 
 
 class EngineDead(RuntimeError):
@@ -62,15 +97,16 @@ class TokenStream:
 
 
 class ReplicaDriver:
-    """Drive `replica` in real time on the running asyncio loop."""
+    """Drive `replica` on the running asyncio loop, its model time on `clock`."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, clock: ModelClock = WALL_CLOCK) -> None:
         self.replica = replica
+        self.clock = clock
         self._streams: dict[str, TokenStream] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
-        self._t0 = self._loop.time() - replica.now
+        self._t0 = self._loop.time() - replica.now / clock.speed
         self._ids = itertools.count()
         self.failure: BaseException | None = None
 
@@ -92,7 +128,7 @@ class ReplicaDriver:
         return self.failure is None and self._task is not None and not self._task.done()
 
     def model_now(self) -> float:
-        return max(self._loop.time() - self._t0, self.replica.now)
+        return max((self._loop.time() - self._t0) * self.clock.speed, self.replica.now)
 
     # ------------------------------------------------------------ requests
     def new_request_id(self, prefix: str) -> str:
@@ -180,6 +216,17 @@ class ReplicaDriver:
             stream.changed.set()
         self._wake.set()  # the clock task sees the failure and ends
 
+    def _next_wake(self) -> float | None:
+        """The loop time to wake at next; None: only when a request comes."""
+        clock = self.clock
+        quantum = clock.stream_quantum_s
+        replica = self.replica
+        nxt = replica.next_token_time() if quantum is None else replica.next_event_time()
+        if nxt is None:
+            return None
+        when = self._t0 + nxt / clock.speed
+        return when if quantum is None else min(when, self._loop.time() + quantum)
+
     async def _run(self) -> None:
         loop = self._loop
         try:
@@ -187,12 +234,11 @@ class ReplicaDriver:
                 self.sync()
                 if self.failure is not None:
                     return
-                nxt = self.replica.next_token_time()
+                when = self._next_wake()
                 self._wake.clear()
-                if nxt is None:
+                if when is None:
                     await self._wake.wait()
                     continue
-                when = self._t0 + nxt
                 if when > loop.time():
                     handle = loop.call_at(when, self._wake.set)
                     try:

@@ -38,7 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from engine.emulator import openai_format as fmt
-from engine.emulator.driver import EngineDead, ReplicaDriver, TokenStream
+from engine.emulator.driver import WALL_CLOCK, EngineDead, ModelClock, ReplicaDriver, TokenStream
 from engine.emulator.tokens import count_chat_tokens, count_prompt_tokens, filler_text
 from engine.metrics import (
     METRICS_VERSIONS,
@@ -70,6 +70,7 @@ class EmulatorSettings:
     `max_num_queued_reqs` is vLLM's admission limit on requests in the system
     (waiting + running): one more is refused with 503 and counted in
     ``vllm:admission_rejections_total{reason="max_num_queued_reqs"}``.
+    `clock` maps the model's time to the wall clock (the stack runs it faster).
     """
 
     profile: str = DEFAULT_PROFILE
@@ -81,6 +82,7 @@ class EmulatorSettings:
     default_max_tokens: int = 128
     api_server_count: int = 1
     max_num_queued_reqs: int | None = None
+    clock: ModelClock = WALL_CLOCK
     overrides: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +155,7 @@ def create_app(settings: EmulatorSettings) -> web.Application:
     app[_STATE] = state
 
     async def on_startup(app: web.Application) -> None:
-        driver = ReplicaDriver(Replica(profile))
+        driver = ReplicaDriver(Replica(profile), settings.clock)
         driver.start()
         app[_DRIVER] = driver
 

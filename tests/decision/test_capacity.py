@@ -61,3 +61,32 @@ def test_capacity_for_settings() -> None:
     name = profiles.profile_names()[0]
     derived = capacity_for(dataclasses.replace(BASE, profile=name))
     assert derived == profile_capacity(profiles.get_profile(name))
+
+
+def test_capacity_at_a_speed_scales_the_profile_only() -> None:
+    """A replica running K times faster carries K x the profile's capacity per
+    clock second; an explicit tokens/s is already in clock seconds."""
+    profiles = pytest.importorskip("engine.profiles")
+    settings = dataclasses.replace(BASE, profile=profiles.profile_names()[0])
+    plain = capacity_for(settings)
+    fast = capacity_for(settings, 4.0)
+    assert plain.requests_per_s is not None and plain.tokens_per_s is not None
+    assert fast.requests_per_s == pytest.approx(4.0 * plain.requests_per_s)
+    assert fast.tokens_per_s == pytest.approx(4.0 * plain.tokens_per_s)
+    explicit = dataclasses.replace(BASE, capacity_tokens_per_second=1500.0)
+    assert capacity_for(explicit, 4.0) == capacity_for(explicit)
+
+
+def test_tracker_counts_capacity_at_its_config_speed() -> None:
+    """The speed reaches a tracker through its config, not a substitution."""
+    from decision.tracker import Tracker
+    from decision.tracker_data import TrackerConfig
+
+    profiles = pytest.importorskip("engine.profiles")
+    settings = dataclasses.replace(BASE, profile=profiles.profile_names()[0])
+    plain = Tracker(("ns", "a"), settings, TrackerConfig()).capacity(0.0)
+    fast = Tracker(("ns", "a"), settings, TrackerConfig(speed=10.0)).capacity(0.0)
+    assert plain == capacity_for(settings)
+    assert fast == capacity_for(settings, 10.0)
+    with pytest.raises(ValueError, match="speed"):
+        TrackerConfig(speed=0.0)
