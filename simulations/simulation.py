@@ -27,6 +27,7 @@ from engine.profiles import Profile
 from engine.replica import Replica
 from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_CLUSTER, PRIORITY_SCRAPE, EventQueue
+from simulations.fleet_ledger import FleetLedger, append_row, fleet_row
 from simulations.lead_time import with_startup
 from simulations.router import Router
 from simulations.scrape import PrometheusView, ScrapeSample
@@ -132,12 +133,7 @@ class Simulation:
         # fleet accounting
         self._retired = [0.0, 0.0, 0.0, 0.0]
         self._busy_retired = 0.0
-        self._ready = 0
-        self._ready_area = 0.0
-        self._ready_since = 0.0
-        self._ready_max = 0
-        self._scale_ups = 0
-        self._spot_notices = 0
+        self._fleet = FleetLedger()
         self._at_end: tuple[float, float] | None = None
         self._at_start: tuple[float, float] = (0.0, 0.0)
         self._ready_area_end: float | None = None
@@ -156,20 +152,17 @@ class Simulation:
 
     def scale_deployment(self, now: float, replicas: int) -> None:
         """What every policy calls to write the Deployment's spec.replicas."""
-        if replicas > self.cluster.spec_replicas and now >= 0.0:
-            self._scale_ups += 1
-        self.cluster.scale_deployment(now, replicas)
+        self._fleet.scale(self.cluster, now, replicas)
 
     # ------------------------------------------------------------ listener
     def pod_ready(self, now: float, pod_id: int) -> None:
-        self._set_ready(now, +1)
+        self._fleet.set_ready(now, +1)
         self._router.add_pod(now, pod_id)
 
     def pod_stopping(self, now: float, pod_id: int, deadline_s: float, reason: str) -> None:
-        if reason == "spot_interruption":
-            self._spot_notices += 1
+        self._fleet.pod_stopping(reason)
         if self._router.unroute(pod_id):
-            self._set_ready(now, -1)
+            self._fleet.set_ready(now, -1)
         # looked at from the queue, not inside the cluster's own call
         self.queue.schedule(now, PRIORITY_CLUSTER, lambda t: self._check_drained(t, pod_id))
 
@@ -192,22 +185,13 @@ class Simulation:
 
     def pod_gone(self, now: float, pod_id: int) -> None:
         if self._router.unroute(pod_id):
-            self._set_ready(now, -1)
+            self._fleet.set_ready(now, -1)
         pod = self._router.remove_pod(now, pod_id)
         if pod is None:
             return
         self._busy_retired += pod.busy_s
         for k, v in enumerate(_counters(pod.replica)):
             self._retired[k] += v
-
-    def _set_ready(self, now: float, delta: int) -> None:
-        t0 = max(0.0, self._ready_since)
-        if now > t0:
-            self._ready_area += self._ready * (now - t0)
-        self._ready_since = now
-        self._ready += delta
-        if now >= 0.0:
-            self._ready_max = max(self._ready_max, self._ready)
 
     # -------------------------------------------------------------- scrape
     def _scrape(self, t: float) -> None:
@@ -246,28 +230,17 @@ class Simulation:
         self.queue.schedule(t + self.config.scrape_interval_s, PRIORITY_SCRAPE, self._scrape)
 
     def _sample_timeline(self, t: float, sums: list[float]) -> None:
-        cluster = self.cluster
-        nodes = cluster.nodes
-        arrived = self._router.arrived
-        row: dict[str, float] = {
-            "t": t,
-            "arrived": float(arrived),
-            "spec": float(cluster.spec_replicas),
-            "status": float(cluster.status_replicas),
-            "ready": float(cluster.ready_replicas),
-            "nodes_on_demand": float(nodes.on_demand),
-            "nodes_spot": float(nodes.spot),
-            "nodes_launching": float(nodes.launching),
-            "balloons": float(nodes.balloons),
-            "gateway": float(self._router.gateway),
-            "waiting": sums[0],
-            "running": sums[1],
-            "cost_usd": cluster.cost_usd(t),
-        }
+        router = self._router
+        row = fleet_row(
+            t,
+            self.cluster,
+            arrived=float(router.arrived),
+            gateway=float(router.gateway),
+            waiting=sums[0],
+            running=sums[1],
+        )
         row.update(self.controller.timeline_extra())
-        tl = self._timeline
-        for k, v in row.items():
-            tl.setdefault(k, []).append(v)
+        append_row(self._timeline, row)
 
     def _mark_start(self, t: float) -> None:
         self._at_start = (self.cluster.cost_usd(t), self.cluster.gpu_hours(t))
@@ -275,8 +248,8 @@ class Simulation:
 
     def _mark_end(self, t: float) -> None:
         self._at_end = (self.cluster.cost_usd(t), self.cluster.gpu_hours(t))
-        self._set_ready(t, 0)
-        self._ready_area_end = self._ready_area
+        self._fleet.set_ready(t, 0)
+        self._ready_area_end = self._fleet.ready_area
 
     # ----------------------------------------------------------------- run
     def run(self) -> SimResult:
@@ -301,7 +274,8 @@ class Simulation:
         router = self._router
         duration = self.workload.duration_s
         end = self._at_end or (self.cluster.cost_usd(duration), self.cluster.gpu_hours(duration))
-        area = self._ready_area if self._ready_area_end is None else self._ready_area_end
+        fleet = self._fleet
+        area = fleet.ready_area if self._ready_area_end is None else self._ready_area_end
         busy = self._busy_retired
         for pod in router.pods.values():
             busy += pod.busy_s
@@ -324,15 +298,15 @@ class Simulation:
             gpu_hours=end[1] - self._at_start[1],
             cost_usd=end[0] - self._at_start[0],
             mean_replicas=area / duration,
-            max_replicas=self._ready_max,
+            max_replicas=fleet.ready_max,
             busy_replica_s=busy,
             served_tokens=float(router.served_tokens),
             capacity_tokens_per_s=float(
                 workload_capacity(self.workload, self.profile).tokens_per_s or 0.0
             ),
-            scale_ups=self._scale_ups,
+            scale_ups=fleet.scale_ups,
             # nodes interrupted (the cluster's count); pods told to stop if it has none
-            spot_interruptions=int(getattr(self.cluster, "interruptions", self._spot_notices)),
+            spot_interruptions=int(getattr(self.cluster, "interruptions", fleet.spot_notices)),
             timeline=timeline,
             wall_s=wall_s,
             events=self.queue.processed,

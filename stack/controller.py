@@ -39,6 +39,7 @@ import numpy as np
 from engine.profiles import Profile
 from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_SCRAPE, EventQueue
+from simulations.fleet_ledger import FleetLedger, append_row, fleet_row
 from simulations.hpa import Hpa
 from simulations.keda import Keda
 from simulations.scaledobject import ScaledObjectSpec
@@ -145,12 +146,8 @@ class ControlPlane:
         self.demand_rps: float = math.nan
         self.waiting: float = math.nan
         self.running: float = math.nan
-        # fleet accounting (trace seconds), as the simulator keeps it
-        self._ready = 0
-        self._ready_area = 0.0
-        self._ready_since = 0.0
-        self.ready_max = 0
-        self.spot_notices = 0
+        self.fleet = FleetLedger()
+        """Ready replica-seconds, peak, scale-ups (trace seconds): as the simulator keeps them."""
 
     # ------------------------------------------------------------- router
     def routable(self) -> list[LiveReplica]:
@@ -199,15 +196,6 @@ class ControlPlane:
         return self._spares.pop(0)
 
     # ----------------------------------------------------- cluster listener
-    def _set_ready(self, now: float, delta: int) -> None:
-        t0 = max(0.0, self._ready_since)
-        if now > t0:
-            self._ready_area += self._ready * (now - t0)
-        self._ready_since = now
-        self._ready += delta
-        if now >= 0.0:
-            self.ready_max = max(self.ready_max, self._ready)
-
     def _publish_targets(self) -> None:
         self.prometheus.set_targets(
             {r.process.address: {"pod": f"vllm-{r.pod_id}"} for r in self._routable}
@@ -225,7 +213,7 @@ class ControlPlane:
     def _make_routable(self, now: float, replica: LiveReplica) -> None:
         replica.routable = True
         self._routable.append(replica)
-        self._set_ready(now, +1)
+        self.fleet.set_ready(now, +1)
         self._publish_targets()
         self._changed.set()
 
@@ -241,8 +229,7 @@ class ControlPlane:
         self._not_serving = still
 
     def pod_stopping(self, now: float, pod_id: int, deadline_s: float, reason: str) -> None:
-        if reason == "spot_interruption":
-            self.spot_notices += 1
+        self.fleet.pod_stopping(reason)
         replica = self._replicas.get(pod_id)
         if replica is not None:
             self._unroute(replica, now)
@@ -252,7 +239,7 @@ class ControlPlane:
         if replica.routable:
             replica.routable = False
             self._routable.remove(replica)
-            self._set_ready(now, -1)
+            self.fleet.set_ready(now, -1)
             self._publish_targets()
 
     def pod_gone(self, now: float, pod_id: int) -> None:
@@ -273,10 +260,7 @@ class ControlPlane:
         for replica in list(self._routable):
             if replica.process.child.alive:
                 continue
-            replica.routable = False
-            self._routable.remove(replica)
-            self._set_ready(now, -1)
-            self._publish_targets()
+            self._unroute(replica, now)
             self.counters.crashes += 1
             self._reap.append(replica.process)
             replica.process = self._take_spare()
@@ -297,18 +281,14 @@ class ControlPlane:
         pods that become Ready while requests drain afterwards are not billed to it."""
 
         def snapshot(t: float) -> None:
-            self._set_ready(t, 0)
+            self.fleet.set_ready(t, 0)
             self.at_end = (
-                self._ready_area,
+                self.fleet.ready_area,
                 self.cluster.cost_usd(t),
                 self.cluster.gpu_hours(t),
             )
 
         self.queue.schedule(end_s, PRIORITY_SCRAPE, snapshot)
-
-    def ready_area(self, until: float) -> float:
-        t0 = max(0.0, self._ready_since)
-        return self._ready_area + (self._ready * (until - t0) if until > t0 else 0.0)
 
     # ------------------------------------------------------------- start
     def preroll(self) -> None:
@@ -324,9 +304,8 @@ class ControlPlane:
         self.at_start = (self.cluster.cost_usd(0.0), self.cluster.gpu_hours(0.0))
 
     def scale_deployment(self, now: float, replicas: int) -> None:
-        if replicas > self.cluster.spec_replicas and now >= 0.0:
-            self.counters.scale_ups += 1
-        self.cluster.scale_deployment(now, replicas)
+        self.fleet.scale(self.cluster, now, replicas)
+        self.counters.scale_ups = self.fleet.scale_ups
 
     def _now(self) -> float:
         assert self._clock is not None
@@ -525,30 +504,19 @@ class ControlPlane:
 
     async def _sample(self, t: float) -> None:
         await self._observe()
-        cluster = self.cluster
-        nodes = cluster.nodes
-        row: dict[str, float] = {
-            "t": t,
-            "arrived": float(self._arrived()),
-            "spec": float(cluster.spec_replicas),
-            "status": float(cluster.status_replicas),
-            "ready": float(cluster.ready_replicas),
-            "nodes_on_demand": float(nodes.on_demand),
-            "nodes_spot": float(nodes.spot),
-            "nodes_launching": float(nodes.launching),
-            "balloons": float(nodes.balloons),
-            "gateway": float(self._gateway()),
-            "waiting": 0.0 if math.isnan(self.waiting) else self.waiting,
-            "running": 0.0 if math.isnan(self.running) else self.running,
-            "cost_usd": cluster.cost_usd(t),
-        }
+        row = fleet_row(
+            t,
+            self.cluster,
+            arrived=float(self._arrived()),
+            gateway=float(self._gateway()),
+            waiting=0.0 if math.isnan(self.waiting) else self.waiting,
+            running=0.0 if math.isnan(self.running) else self.running,
+        )
         if self.scaler is not None:
             row["desired"] = self.desired
             row["forecast_upper_rps"] = self.forecast_upper
             row["forecast_median_rps"] = self.forecast_median
-        tl = self.counters.timeline
-        for k, v in row.items():
-            tl.setdefault(k, []).append(v)
+        append_row(self.counters.timeline, row)
 
     # ------------------------------------------------------------- stop
     def stop_all(self) -> None:

@@ -462,8 +462,8 @@ class StackRun:
         if control.at_end is not None:
             area, cost_end, gpu_end = control.at_end
         else:  # stopped before the end (Ctrl-C): up to now
-            control._set_ready(end, 0)
-            area = control.ready_area(end)
+            control.fleet.set_ready(end, 0)
+            area = control.fleet.ready_area
             cost_end, gpu_end = cluster.cost_usd(end), cluster.gpu_hours(end)
         timeline = {
             k: np.asarray(v, dtype=np.float64) for k, v in control.counters.timeline.items()
@@ -483,14 +483,14 @@ class StackRun:
             gpu_hours=gpu_end - control.at_start[1] if end > 0 else 0.0,
             cost_usd=cost_end - control.at_start[0] if end > 0 else 0.0,
             mean_replicas=area / duration,
-            max_replicas=control.ready_max,
+            max_replicas=control.fleet.ready_max,
             busy_replica_s=0.0,
             served_tokens=lg.served_tokens,
             capacity_tokens_per_s=float(
                 workload_capacity(self.workload, self.profile).tokens_per_s or 0.0
             ),
-            scale_ups=control.counters.scale_ups,
-            spot_interruptions=int(getattr(cluster, "interruptions", control.spot_notices)),
+            scale_ups=control.fleet.scale_ups,
+            spot_interruptions=int(getattr(cluster, "interruptions", control.fleet.spot_notices)),
             timeline=timeline,
             wall_s=self.wall_s,
             events=0,
