@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from simulations.cli_types import count_flag, number_flag
+from simulations.cli_types import count_flag, number_flag, window_flag
 from simulations.runner import STATIC_SLO_TARGET
 
 if TYPE_CHECKING:
@@ -72,6 +72,8 @@ class SimulateOptions:
     inputs: SimInputs | None = None
     """Bounds, opening fleet, capacity belief, lead time
     (:mod:`simulations.sim_inputs`); None: their defaults."""
+    prometheus_outage: tuple[float, float] | None = None
+    """Prometheus down over ``[start, end)`` seconds of the window (``SimConfig``)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,6 +122,15 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         default=None,
         help="static fleet size (default: the smallest whose SLO attainment reaches "
         f"{100 * STATIC_SLO_TARGET:g} %% of what an idle fleet attains)",
+    )
+    p.add_argument(
+        "--prometheus-outage",
+        type=window_flag("--prometheus-outage"),
+        default=None,
+        metavar="START:END",
+        help="Prometheus is down from START to END seconds into the window: no scrapes, "
+        "every prometheus trigger's query fails (KEDA's fallback counts the failures) "
+        "and prescaler's tracker gets no reading",
     )
 
 
@@ -240,6 +251,7 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
         rate_window_s=args.rate_window,
         backfill=args.backfill,
         inputs=_sim_inputs(args),
+        prometheus_outage=args.prometheus_outage,
     )
 
 
@@ -257,7 +269,13 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     out = sys.stdout if out is None else out
     from engine.profiles import get_profile
     from simulations.lead_time import with_startup
-    from simulations.policies import PolicySpec, predictive_spec, reactive_spec, scaledobject_spec
+    from simulations.policies import (
+        PolicySpec,
+        predictive_spec,
+        reactive_spec,
+        scaledobject_spec,
+        with_history,
+    )
     from simulations.report import plot, summary, table
     from simulations.runner import run_policies
     from simulations.scaledobject import load_scaledobject
@@ -304,20 +322,14 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         seed=opts.seed,
         scrape_interval_s=opts.scrape_interval_s,
         rate_window_s=opts.rate_window_s,
+        prometheus_outage=opts.prometheus_outage,
     )
     config = replace(config, startup=inputs.startup(profile))
     before = window_start(
         opts.trace, traffic, opts.start_s, profile, config, backfill=opts.backfill
     )
     config = inputs.apply(config, profile, before.opening)
-    history = before.history
-    if history is not None:
-        specs = [
-            replace(s, history=history)
-            if s.scaledobject is not None and s.scaledobject.trigger.kind == "prescaler"
-            else s
-            for s in specs
-        ]
+    specs = [with_history(s, before.history) for s in specs]
 
     from tqdm import tqdm
 
@@ -352,6 +364,9 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
             "initial_replicas": config.initial_replicas,
             "lead_time_s": with_startup(profile, config.startup).startup.total_s,
             "capacity_error": config.capacity_error,
+            "prometheus_outage_s": None
+            if config.prometheus_outage is None
+            else list(config.prometheus_outage),
         },
     )
     print(table(doc), file=out)

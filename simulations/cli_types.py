@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["count_flag", "number_flag"]
+__all__ = ["count_flag", "number_flag", "window_flag"]
 
 
 def number_flag(name: str, lo: float = 0.0, *, strict: bool = True) -> Callable[[str], float]:
@@ -42,5 +42,27 @@ def count_flag(name: str, lo: int = 1) -> Callable[[str], int]:
         if value < lo:
             raise argparse.ArgumentTypeError(f"{name} must be >= {lo}, got {value}")
         return value
+
+    return parse
+
+
+def window_flag(name: str) -> Callable[[str], tuple[float, float]]:
+    """``START:END`` seconds, finite, ``0 <= START < END``."""
+
+    def parse(text: str) -> tuple[float, float]:
+        parts = text.split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            start, end = float(parts[0]), float(parts[1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be START:END in seconds, got {text!r}"
+            ) from None
+        if not (math.isfinite(start) and math.isfinite(end) and 0.0 <= start < end):
+            raise argparse.ArgumentTypeError(
+                f"{name} must satisfy 0 <= START < END (finite seconds), got {text}"
+            )
+        return start, end
 
     return parse

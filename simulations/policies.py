@@ -66,6 +66,7 @@ __all__ = [
     "oracle_need",
     "predictive_spec",
     "reactive_spec",
+    "with_history",
 ]
 
 ORACLE_STEP_S = 15.0
@@ -367,9 +368,9 @@ class ScaledObjectController:
         self.history = history
         self.keda = Keda(so.keda, created_s=0.0, triggers=len(so.triggers))
         self.hpa = Hpa(so.hpa)
-        trig = next((t for t in so.triggers if t.kind == "prescaler"), so.trigger)
+        trig = so.prescaler_trigger
         self.tracker: BelievingTracker | None = None
-        if trig.kind == "prescaler":
+        if trig is not None:
             assert trig.settings is not None
             method = forecaster
             self.tracker = BelievingTracker(
@@ -523,3 +524,13 @@ def make_controller(
 
 def with_replicas(spec: PolicySpec, replicas: int) -> PolicySpec:
     return replace(spec, replicas=replicas)
+
+
+def with_history(spec: PolicySpec, history: DemandHistory | None) -> PolicySpec:
+    """``spec`` with the backfilled ``history`` when its ScaledObject has a
+    prescaler trigger, wherever that trigger stands among its triggers (its
+    tracker is the one that loads it); other specs unchanged."""
+    so = spec.scaledobject
+    if history is None or so is None or so.prescaler_trigger is None:
+        return spec
+    return replace(spec, history=history)

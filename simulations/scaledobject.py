@@ -89,6 +89,12 @@ class ScaledObjectSpec:
         """Every trigger, ``trigger`` first."""
         return (self.trigger, *self.extra_triggers)
 
+    @property
+    def prescaler_trigger(self) -> TriggerSpec | None:
+        """The prescaler (external) trigger wherever it stands among the
+        triggers (at most one is allowed), or None."""
+        return next((t for t in self.triggers if t.kind == "prescaler"), None)
+
 
 # --------------------------------------------------------------------------
 # The reactive baseline of the public EKS + vLLM + KEDA + Karpenter write-ups

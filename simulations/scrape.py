@@ -25,6 +25,13 @@ Arrivals are read the way ``scaler.sources`` reads them: completions per
 second plus the growth of waiting + running over the window divided by the
 window (requests held at the gateway, invisible to vLLM, are invisible here
 too).
+
+Prometheus itself can be down (:meth:`PrometheusView.set_up`): while it is,
+it scrapes nothing, every query raises :class:`PrometheusDown` (what a KEDA
+``prometheus`` trigger gets as an HTTP error) and :meth:`PrometheusView.reading`
+is None (what ``scaler.sources`` hands the tracker when its read fails).
+Once back, queries see what it scraped before and after; a rate window
+that straddles the gap has fewer samples, as it would live.
 """
 
 from __future__ import annotations
@@ -35,7 +42,14 @@ from dataclasses import dataclass
 
 from decision.reading import Reading
 
-__all__ = ["COUNTERS", "GATEWAY_COUNTER", "GAUGES", "PrometheusView", "ScrapeSample"]
+__all__ = [
+    "COUNTERS",
+    "GATEWAY_COUNTER",
+    "GAUGES",
+    "PrometheusDown",
+    "PrometheusView",
+    "ScrapeSample",
+]
 
 GAUGES: tuple[str, ...] = (
     "vllm:num_requests_waiting",
@@ -57,6 +71,10 @@ GATEWAY_COUNTER = "gateway_requests_total"
 series for the whole fleet, present at zero replicas)."""
 
 _ALIASES = {"vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc"}
+
+
+class PrometheusDown(RuntimeError):
+    """A query while the emulated Prometheus is down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +112,20 @@ class PrometheusView:
         self.rate_window_s = float(rate_window_s)
         self._retain_s = self.rate_window_s
         self._samples: deque[ScrapeSample] = deque()
+        self._up = True
+
+    @property
+    def up(self) -> bool:
+        """Whether Prometheus is running (scraping and answering queries)."""
+        return self._up
+
+    def set_up(self, up: bool) -> None:
+        """Prometheus goes down (False) or comes back (True); see the module docstring."""
+        self._up = bool(up)
+
+    def _check_up(self) -> None:
+        if not self._up:
+            raise PrometheusDown("Prometheus is down: the query failed")
 
     def retain(self, window_s: float) -> None:
         """Keep samples for ``window_s`` too (a query's own rate window);
@@ -107,7 +139,10 @@ class PrometheusView:
         return self._samples[-1] if self._samples else None
 
     def record(self, sample: ScrapeSample) -> None:
-        """Add a scrape; drop samples older than one window before it."""
+        """Add a scrape (none while Prometheus is down); drop samples older
+        than one window before it."""
+        if not self._up:
+            return
         samples = self._samples
         if samples and sample.time_s < samples[-1].time_s:
             raise ValueError("scrapes must come in time order")
@@ -118,6 +153,7 @@ class PrometheusView:
 
     # ------------------------------------------------------------- queries
     def _window(self, window_s: float | None = None) -> tuple[ScrapeSample, ScrapeSample] | None:
+        self._check_up()
         samples = self._samples
         if len(samples) < 2:
             return None
@@ -187,6 +223,7 @@ class PrometheusView:
     def gauge(self, metric: str, aggregation: str) -> float | None:
         """``sum``/``avg``/``max``/``count`` of a vLLM gauge at the last scrape
         (None: no targets, an empty vector)."""
+        self._check_up()
         metric = _ALIASES.get(metric, metric)
         k = GAUGES.index(metric)
         last = self.latest
@@ -220,9 +257,10 @@ class PrometheusView:
         return 0.0 if value is None else value
 
     def reading(self, lead_time_samples_s: tuple[float, ...] = ()) -> Reading | None:
-        """What ``scaler.sources`` would hand the tracker now (None before the first scrape)."""
+        """What ``scaler.sources`` would hand the tracker now (None before the
+        first scrape, and while Prometheus is down: the read failed)."""
         last = self.latest
-        if last is None:
+        if last is None or not self._up:
             return None
         targets = last.targets
         return Reading(

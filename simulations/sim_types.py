@@ -24,6 +24,7 @@ __all__ = [
     "SimConfig",
     "SimResult",
     "SloBudgetExceeded",
+    "check_outage",
 ]
 
 DEFAULT_INITIAL_REPLICAS = 1
@@ -74,6 +75,11 @@ class SimConfig:
     learned_capacity: bool = False
     """The predictive tracker sizes with the capacity it learns at saturated
     moments (what it does live without ``profile``), not the profile's."""
+    prometheus_outage: tuple[float, float] | None = None
+    """(start_s, end_s): Prometheus is down over ``[start_s, end_s)`` of the
+    run (seconds from the window's start): it scrapes nothing and every query
+    fails (:mod:`simulations.scrape`), so KEDA's ``prometheus`` triggers
+    error and prescaler's tracker gets no reading. None: always up."""
 
     def __post_init__(self) -> None:
         for name in ("slo_ttft_s", "timeout_s", "scrape_interval_s", "rate_window_s"):
@@ -95,11 +101,27 @@ class SimConfig:
         e = self.capacity_error
         if not (isinstance(e, int | float) and math.isfinite(e) and e > -1.0):
             raise ValueError(f"capacity_error must be a finite number > -1, got {e!r}")
+        if self.prometheus_outage is not None:
+            check_outage(self.prometheus_outage)
         for at_s, node_id in self.interruptions:
             if not math.isfinite(at_s) or not isinstance(node_id, int) or node_id < 0:
                 raise ValueError(
                     f"interruptions are (finite time_s, node_id >= 0), got {(at_s, node_id)!r}"
                 )
+
+
+def check_outage(window: tuple[float, float]) -> None:
+    """A Prometheus outage window: two finite seconds, 0 <= start < end."""
+    if not (isinstance(window, tuple) and len(window) == 2):
+        raise ValueError(f"prometheus_outage must be (start_s, end_s), got {window!r}")
+    start, end = window
+    for value in window:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"prometheus_outage must be two numbers, got {window!r}")
+    if not (math.isfinite(start) and math.isfinite(end) and 0.0 <= start < end):
+        raise ValueError(
+            f"prometheus_outage must satisfy 0 <= start < end (finite seconds), got {window!r}"
+        )
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,11 @@ class Simulation:
                 self.scale_deployment(-self.warmup_s, initial)
         for at_s, node_id in self.config.interruptions:
             self.cluster.interrupt_node_at(max(at_s, q.now), node_id)
+        outage = self.config.prometheus_outage
+        if outage is not None:
+            view = self.prometheus
+            q.schedule(outage[0], PRIORITY_CLUSTER, lambda _t: view.set_up(False))
+            q.schedule(outage[1], PRIORITY_CLUSTER, lambda _t: view.set_up(True))
         phase = float(self.rng.uniform(0.0, self.config.scrape_interval_s))
         q.schedule(-self.warmup_s + phase, PRIORITY_SCRAPE, self._scrape)
         q.schedule(0.0, PRIORITY_CLUSTER, self._mark_start)

@@ -11,8 +11,14 @@ clock.
 
 A ``prometheus`` trigger errors when its result is empty, NaN or Inf and
 ``ignoreNullValues`` is false (KEDA's prometheus scaler); with the default
-true that reads 0. The prescaler trigger never errors on the poll path (its
-IsActive is the tracker's), as before several triggers were supported.
+true that reads 0. While Prometheus is down every ``prometheus`` trigger
+errors, whatever ``ignoreNullValues`` says: the scaler's HTTP query failed,
+which is not a null result. The prescaler trigger errors when the tracker
+has no answer (the live scaler's UNAVAILABLE): KEDA's poll calls GetMetrics
+before IsActive in one GetMetricsAndActivity, so the poll fails as the HPA's
+read does, and both count toward fallback. A Prometheus outage reaches the
+prescaler trigger only through its tracker (readings fail; it holds, then
+answers its own ``fallbackReplicas``), as it does live.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ class TriggerState:
 
     def _prometheus(self, trig: TriggerSpec) -> TriggerReading:
         assert trig.expr is not None
+        if not self.view.up:
+            return TriggerReading(None, False)  # the HTTP query failed
         value = evaluate(trig.expr, self.view).value
         if value is None or math.isnan(value) or math.isinf(value):
             if not trig.ignore_null_values:
@@ -95,10 +103,7 @@ class TriggerState:
         spec KEDA writes, or None."""
         triggers = self.so.triggers
         readings = [self.read(i, t) for i in range(len(triggers))]
-        results = []
-        for trig, reading in zip(triggers, readings, strict=True):
-            error = reading.value is None and trig.kind != "prescaler"
-            results.append(TriggerPoll(reading.active, error))
+        results = [TriggerPoll(r.active, r.value is None) for r in readings]
         mods = self.so.modifiers
 
         def composite_active() -> bool:

@@ -91,6 +91,10 @@ def test_simulate_runs_a_user_scaledobject(trace: Path, capsys: pytest.CaptureFi
         ("--jobs", "0"),
         ("--static-replicas", "0"),
         ("--seed", "-1"),
+        ("--prometheus-outage", "300"),
+        ("--prometheus-outage", "300:100"),
+        ("--prometheus-outage", "-5:100"),
+        ("--prometheus-outage", "a:b"),
     ],
 )
 def test_bad_flags_are_usage_errors(

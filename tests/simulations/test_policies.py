@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.profiles import get_profile
+from simulations.backfill import scraped_history
 from simulations.policies import (
     PolicySpec,
     fleet_bound,
@@ -16,6 +17,7 @@ from simulations.policies import (
     predictive_spec,
     reactive_spec,
     scaledobject_spec,
+    with_history,
 )
 from simulations.runner import attainment, run_policies, run_policy, search_static
 from simulations.scaledobject import load_scaledobject
@@ -195,3 +197,42 @@ def test_static_controller_needs_a_count() -> None:
         _burst(), PROFILE, make_controller(PolicySpec("s", "static", replicas=3), _burst(), PROFILE)
     )
     assert sim_ok.n == len(_burst())
+
+
+MIXED_SO = """\
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: queue-then-prescaler}
+spec:
+  scaleTargetRef: {name: vllm}
+  minReplicaCount: 1
+  maxReplicaCount: 8
+  triggers:
+    - type: prometheus
+      metadata: {query: sum(vllm:num_requests_waiting), threshold: '5'}
+    - type: external
+      metadata:
+        scalerAddress: prescaler:9090
+        prometheusAddress: http://prometheus:9090
+        profile: llama-3-8b@g5.xlarge
+"""
+
+
+def test_a_prescaler_trigger_after_another_gets_the_backfill(tmp_path: Path) -> None:
+    """The backfill goes to a ScaledObject whose prescaler trigger is not its
+    first, and its tracker forecasts from the first refresh on it: with the
+    history the band is there within the first minute, without it not."""
+    path = tmp_path / "mixed.yaml"
+    path.write_text(MIXED_SO)
+    spec = scaledobject_spec(load_scaledobject(path))
+    prior = synthetic_workload(duration_s=3 * 3600.0, base_rps=2.0, seed=5)
+    history = scraped_history(prior, scrape_interval_s=15.0, rate_window_s=120.0, bin_s=60.0)
+    assert history is not None
+    assert with_history(spec, history).history is history
+    assert with_history(reactive_spec(8), history).history is None
+    window = synthetic_workload(duration_s=120.0, base_rps=2.0, seed=6)
+    config = SimConfig(initial_replicas=1)
+    warm = run_policy(with_history(spec, history), window, PROFILE, config).timeline
+    cold = run_policy(spec, window, PROFILE, config).timeline
+    assert np.isfinite(warm["forecast_upper_rps"][warm["t"] < 60]).any()
+    assert not np.isfinite(cold["forecast_upper_rps"][cold["t"] < 60]).any()

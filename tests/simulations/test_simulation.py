@@ -9,7 +9,7 @@ import pytest
 
 from engine.profiles import get_profile
 from simulations.policies import PolicySpec, make_controller
-from simulations.scrape import PrometheusView, ScrapeSample
+from simulations.scrape import PrometheusDown, PrometheusView, ScrapeSample
 from simulations.simulation import (
     COMPLETED,
     REJECTED,
@@ -109,6 +109,27 @@ def test_rates_use_only_the_window() -> None:
     assert view.query("sum", "vllm:num_requests_running") == 0.0
 
 
+def test_a_down_prometheus_scrapes_nothing_and_answers_nothing() -> None:
+    """Down: a scrape is dropped, every query raises, the tracker's reading is
+    None. Back: queries answer from what it scraped before and after, the
+    rate over the samples the window holds."""
+    view = PrometheusView(15.0, 60.0)
+    for k, total in enumerate([0.0, 30.0]):
+        view.record(ScrapeSample(15.0 * k, 1, (2, 0, 0), (2, 0, 0), (total, 0, 0, 0)))
+    view.set_up(False)
+    view.record(ScrapeSample(30.0, 1, (9, 0, 0), (9, 0, 0), (60.0, 0, 0, 0)))
+    assert view.reading() is None and not view.up
+    with pytest.raises(PrometheusDown):
+        view.gauge("vllm:num_requests_waiting", "sum")
+    with pytest.raises(PrometheusDown):
+        view.rate("vllm:request_success_total")
+    view.set_up(True)
+    assert view.gauge("vllm:num_requests_waiting", "sum") == 2.0  # the 30 s scrape was missed
+    view.record(ScrapeSample(45.0, 1, (4, 0, 0), (4, 0, 0), (90.0, 0, 0, 0)))
+    assert view.rate("vllm:request_success_total") == pytest.approx(90.0 / 45.0)
+    assert view.reading() is not None
+
+
 def test_prometheus_view_validates() -> None:
     """A rate window shorter than two scrapes could never hold two samples."""
     with pytest.raises(ValueError, match="rate_window_s"):
@@ -118,7 +139,15 @@ def test_prometheus_view_validates() -> None:
 
 
 @pytest.mark.parametrize(
-    "field,value", [("timeout_s", 0.0), ("slo_ttft_s", float("nan")), ("seed", -1)]
+    "field,value",
+    [
+        ("timeout_s", 0.0),
+        ("slo_ttft_s", float("nan")),
+        ("seed", -1),
+        ("prometheus_outage", (60.0, 30.0)),
+        ("prometheus_outage", (-1.0, 30.0)),
+        ("prometheus_outage", (0.0, float("inf"))),
+    ],
 )
 def test_config_validates(field: str, value: float) -> None:
     """SimConfig refuses non-finite, non-positive settings with the field named."""

@@ -17,7 +17,7 @@ import pytest
 from engine.profiles import get_profile
 from simulations.hpa import Hpa
 from simulations.keda import Keda
-from simulations.policies import make_controller, scaledobject_spec
+from simulations.policies import make_controller, predictive_spec, scaledobject_spec
 from simulations.promql import evaluate
 from simulations.runner import run_policy
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
@@ -25,7 +25,7 @@ from simulations.scrape import PrometheusView, ScrapeSample
 from simulations.sim_types import COMPLETED, SimConfig
 from simulations.simulation import Simulation
 from simulations.traffic import Workload
-from simulations.trigger_state import TriggerState
+from simulations.trigger_state import PrescalerHook, TriggerState
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 
@@ -300,3 +300,115 @@ def test_a_trigger_in_fallback_makes_the_composite_the_fallback_metric() -> None
     assert state.poll(1.0, spec=0, ready=0) == 1
     assert keda.failure_counts == [0, 1]
     assert state.hpa_usages(5.0, spec=1, ready=0) == (6.0,)
+
+
+OUTAGE_SO = """\
+minReplicaCount: 1
+maxReplicaCount: 10
+pollingInterval: 30
+fallback: {failureThreshold: 3, replicas: 3}
+advanced:
+  horizontalPodAutoscalerConfig:
+    behavior:
+      scaleDown:
+        stabilizationWindowSeconds: 0
+        policies: [{type: Percent, value: 100, periodSeconds: 15}]
+triggers:
+  - type: prometheus
+    metadata: {query: sum(vllm:num_requests_waiting), threshold: '5'}
+"""
+
+
+def test_a_prometheus_outage_fires_fallback_and_recovery_ends_it() -> None:
+    """Fallback {failureThreshold 3, replicas 3}, a queue of 4 against a target
+    of 5 (the HPA holds 1). Prometheus dies at t = 10; every query fails even
+    with ignoreNullValues true (an HTTP error is not a null result), and both
+    call streams count: HPA read at 20 (1), poll at 30 (2), HPA at 35 (3: not
+    above 3, held), HPA at 50 (4 > 3): KEDA answers 5 x 3 = 15 and the HPA
+    goes to ceil(15 / 5) = 3 (the default scale-up policies, 100 % or 4 pods
+    per 15 s, allow it); the poll at 60 sees the trigger active, not errored. Prometheus is
+    back at 70 and scrapes a queue of 4 at 75: the HPA read at 80 resets the
+    count and, with no scale-down window, returns to ceil(4 / 5) = 1."""
+    so = _so(OUTAGE_SO)
+    view = PrometheusView(15.0, 60.0)
+    keda = Keda(so.keda, triggers=1)
+    state, hpa = TriggerState(so, keda, view), Hpa(so.hpa)
+    view.record(_sample(0.0, targets=1, waiting=4.0))
+    spec = 1
+
+    def sync(t: float) -> int:
+        usages = state.hpa_usages(t, spec=spec, ready=spec)
+        return hpa.sync_metrics(t, spec=spec, status=spec, ready=spec, usages=usages)
+
+    assert state.poll(0.0, spec=spec, ready=spec) is None and sync(5.0) == 1
+    view.set_up(False)
+    view.record(_sample(15.0, targets=1, waiting=4.0))  # not scraped
+    assert sync(20.0) == 1 and keda.failure_counts == [1]
+    assert state.poll(30.0, spec=spec, ready=spec) is None and keda.failure_counts == [2]
+    assert sync(35.0) == 1 and keda.failure_counts == [3] and not keda.fallback_active
+    spec = sync(50.0)
+    assert spec == 3 and keda.failure_counts == [4] and keda.fallback_active
+    assert state.poll(60.0, spec=spec, ready=spec) is None
+    assert keda.last_active_s == 60.0  # in fallback the poll sees it active
+    view.set_up(True)
+    view.record(_sample(75.0, targets=3, waiting=4.0))
+    spec = sync(80.0)
+    assert spec == 1 and keda.failure_counts == [0] and not keda.fallback_active
+
+
+def test_an_outage_in_a_full_run_holds_the_fallback_replicas_then_recovers() -> None:
+    """The same ScaledObject over a light steady load (one replica's worth):
+    before the outage the fleet is 1, within a minute of Prometheus dying
+    (four failed calls at 15-30 s spacing) it is 3 and stays 3 while the
+    outage lasts, and after Prometheus is back it returns to 1. Every request
+    still completes."""
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(rng.uniform(0.0, 900.0, 450))
+    n = arrivals.size
+    workload = Workload(arrivals, np.full(n, 200), np.full(n, 40), "steady", duration_s=900.0)
+    config = SimConfig(initial_replicas=1, prometheus_outage=(200.0, 500.0))
+    result = run_policy(scaledobject_spec(_so(OUTAGE_SO)), workload, PROFILE, config)
+    spec, t = result.timeline["spec"], result.timeline["t"]
+    assert spec[t < 200].max() == 1
+    assert spec[(t > 270) & (t < 500)].min() == 3
+    assert spec[(t > 200) & (t < 500)].max() == 3
+    assert spec[t > 600].max() == 1
+    assert np.all(result.status == COMPLETED)
+
+
+def test_a_prescaler_trigger_without_an_answer_fails_the_poll_too() -> None:
+    """KEDA's poll calls GetMetrics before IsActive: while the scaler answers
+    UNAVAILABLE (the tracker has no answer) the poll fails and counts, like
+    the HPA's read; an answer resets the count."""
+    so = predictive_spec(PROFILE.name, max_replicas=8).scaledobject
+    assert so is not None
+    answer: list[float | None] = [None]
+    hook = PrescalerHook(lambda: answer[0], lambda: True)
+    keda = Keda(so.keda, triggers=1)
+    state = TriggerState(so, keda, PrometheusView(15.0, 60.0), hook)
+    state.poll(0.0, spec=2, ready=2)
+    assert state.hpa_usages(5.0, spec=2, ready=2) == (None,)
+    assert keda.failure_counts == [2]
+    answer[0] = 3.0
+    state.poll(15.0, spec=2, ready=2)
+    assert keda.failure_counts == [0]
+
+
+def test_an_outage_reaches_prescaler_through_its_tracker() -> None:
+    """The predictive policy through a 600 s outage: the tracker gets no
+    reading, holds its last answer, and after ``fallbackAfterSeconds`` (180 s)
+    of stale data answers its own ``fallbackReplicas`` (4), as the live
+    scaler does."""
+    rng = np.random.default_rng(4)
+    arrivals = np.sort(rng.uniform(0.0, 1200.0, 600))
+    n = arrivals.size
+    workload = Workload(arrivals, np.full(n, 200), np.full(n, 40), "steady", duration_s=1200.0)
+    spec = predictive_spec(PROFILE.name, max_replicas=8)
+    controller = make_controller(spec, workload, PROFILE)
+    config = SimConfig(initial_replicas=1, prometheus_outage=(300.0, 900.0))
+    result = Simulation(workload, PROFILE, controller, config).run()
+    desired, t = result.timeline["desired"], result.timeline["t"]
+    assert desired[(t > 300 + 180 + 20) & (t < 900)].min() == 4.0
+    assert desired[(t > 300 + 180 + 20) & (t < 900)].max() == 4.0
+    assert desired[t < 300].max() < 4.0
+    assert np.all(result.status == COMPLETED)
