@@ -10,24 +10,26 @@ and the fleet columns of the timeline sampled at every scrape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from simulations.cluster.pods import Cluster
 
 __all__ = ["FleetLedger", "append_row", "fleet_row"]
 
 
-@dataclass
 class FleetLedger:
-    """Ready replicas over trace time and the scaling events of one run."""
+    """Ready replicas over trace time and the scaling events of one run.
 
-    ready: int = 0
-    ready_area: float = 0.0
-    """Ready replica-seconds from t=0 up to ``ready_since``."""
-    ready_since: float = 0.0
-    ready_max: int = 0
-    scale_ups: int = 0
-    spot_notices: int = 0
+    ``ready``: pods Ready (routed and scraped) now; ``ready_area``: Ready
+    replica-seconds from t=0 up to ``ready_since``, when ``ready`` last
+    changed; ``ready_max``: the most Ready at once from t=0 on;
+    ``scale_ups``: writes of spec.replicas that raised it from t=0 on;
+    ``spot_notices``: pods told to stop by a spot interruption notice.
+    """
+
+    __slots__ = ("ready", "ready_area", "ready_max", "ready_since", "scale_ups", "spot_notices")
+
+    def __init__(self) -> None:
+        self.ready = self.ready_max = self.scale_ups = self.spot_notices = 0
+        self.ready_area = self.ready_since = 0.0
 
     def set_ready(self, now: float, delta: int) -> None:
         """``delta`` pods turned Ready (or stopped being Ready) at ``now``."""

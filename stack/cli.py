@@ -11,20 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulations.cli_types import number_flag
+from simulations.cli_types import count_flag, number_flag
+from simulations.policies import DEFAULT_MAX_REPLICAS
 from simulations.traffic import DEFAULT_TOKENS_TRACE
 
 __all__ = ["register"]
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seed must be an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("--seed must be >= 0")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,13 +60,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="multiply the arrival rate (default %(default)s: 2-4 replicas on the shipped "
         "trace's first minutes)",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--seed", type=count_flag("--seed", 0), default=0, help="random seed (default %(default)s)"
+    )
     p.add_argument("--profile", default="llama-3-8b@g5.xlarge", help="engine profile")
     p.add_argument(
         "--scaledobject",
         default=None,
         help="predictive: the ScaledObject YAML whose trigger the scaler gets "
         "(default manifests/vllm/gpu/scaledobject.yaml)",
+    )
+    p.add_argument(
+        "--max-replicas",
+        type=count_flag("--max-replicas"),
+        default=DEFAULT_MAX_REPLICAS,
+        help="reactive: its ScaledObject's maxReplicaCount (default %(default)s, the shipped "
+        "GPU ScaledObject's, as `prescaler simulate`); predictive keeps its YAML's",
+    )
+    p.add_argument(
+        "--initial-replicas",
+        type=count_flag("--initial-replicas"),
+        default=None,
+        help="fleet Ready as the window opens (default: what the traffic in the 5 min "
+        "before --start needs, as `prescaler simulate`; 1 at the trace's start)",
     )
     p.add_argument("--slo-ttft", type=number_flag("--slo-ttft"), default=1.0, help="TTFT SLO, s")
     p.add_argument(
@@ -120,6 +127,8 @@ def _run(args: argparse.Namespace) -> int:
             json_path=args.json_path,
             keep=args.keep,
             view=args.view,
+            max_replicas=args.max_replicas,
+            initial_replicas=args.initial_replicas,
         )
         run = StackRun(opts)
     except (ValueError, KeyError, OSError) as exc:

@@ -14,6 +14,14 @@ and so do the ScaledObject's time-valued trigger keys (``leadTimeSeconds``,
 ``fallbackAfterSeconds``, ``nodeLeadTimeSeconds``; ``leadTimeSeconds: auto``
 becomes what ``auto`` resolves to without Kubernetes, the profile's cold
 start, over K). Everything else in the trigger metadata is the manifest's.
+
+What a run is told rather than shown is what ``prescaler simulate`` is told
+(:class:`simulations.sim_inputs.SimInputs`): the fleet's bound is the
+ScaledObject's ``maxReplicaCount`` (the reactive one's is ``max_replicas``,
+the shipped GPU ScaledObject's by default), and the fleet Ready as the window
+opens is ``initial_replicas`` if stated, else what the traffic before the
+window needs (:func:`simulations.sim_inputs.window_start`); neither looks
+inside the window.
 """
 
 from __future__ import annotations
@@ -37,9 +45,11 @@ import yaml
 
 from engine.profiles import Profile, get_profile
 from simulations.cluster.pods import ClusterConfig
-from simulations.policies import fleet_bound, initial_replicas
+from simulations.policies import DEFAULT_MAX_REPLICAS
 from simulations.runner import Outcome
 from simulations.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive
+from simulations.sim_inputs import SimInputs, window_start
+from simulations.sim_types import DEFAULT_INITIAL_REPLICAS, SimConfig
 from simulations.simulation import SimResult, workload_capacity
 from simulations.traffic import TrafficOptions, Workload, load_workload
 from stack.controller import ControlPlane
@@ -96,6 +106,10 @@ class StackOptions:
     scaler_replicas: int = 1
     drain_s: float | None = None
     """Trace seconds to wait after the trace for requests in flight (default timeout + 60)."""
+    max_replicas: int = DEFAULT_MAX_REPLICAS
+    """The reactive ScaledObject's maxReplicaCount (a predictive run keeps its YAML's)."""
+    initial_replicas: int | None = None
+    """Fleet Ready at t=0; None: what the traffic before ``start_s`` needs (1 at the start)."""
 
 
 def scaled_metadata(
@@ -166,21 +180,30 @@ class StackRun:
         self.opts = opts
         self.out = sys.stdout if out is None else out
         self.profile: Profile = get_profile(opts.profile)
-        self.workload: Workload = workload or load_workload(
-            opts.trace,
-            TrafficOptions(
-                rate_scale=opts.rate_scale,
-                start_s=opts.start_s,
-                duration_s=opts.duration_s,
-                seed=opts.seed,
-            ),
+        stated = SimInputs(max_replicas=opts.max_replicas, initial_replicas=opts.initial_replicas)
+        traffic = TrafficOptions(
+            rate_scale=opts.rate_scale,
+            start_s=opts.start_s,
+            duration_s=opts.duration_s,
+            seed=opts.seed,
         )
+        self.workload: Workload = workload or load_workload(opts.trace, traffic)
         if len(self.workload) == 0:
             raise ValueError(f"{opts.trace}: no requests in the selected window")
-        self.bound = fleet_bound(self.workload, self.profile)
+        opening = stated.initial_replicas
+        if opening is None:
+            opening = (
+                DEFAULT_INITIAL_REPLICAS
+                if workload is not None
+                else window_start(
+                    opts.trace, traffic, opts.start_s, self.profile, SimConfig(), backfill=False
+                ).opening
+            )
+        self.opening: int = opening
+        """The fleet Ready at t=0 before the ScaledObject's bounds (stated or from the past)."""
         self.namespace = "default"
         if opts.policy == "reactive":
-            self.so = seeds_reactive(max_replicas=self.bound)
+            self.so = seeds_reactive(max_replicas=stated.max_replicas)
             self.served_model_name: str | None = None
         else:
             path = Path(opts.scaledobject) if opts.scaledobject else DEFAULT_SCALEDOBJECT
@@ -203,6 +226,7 @@ class StackRun:
                     f"{self.profile.name!r}"
                 )
             self.served_model_name = settings.model
+        self.bound = self.so.keda.max_replica_count
         self.prometheus: PrometheusProcess | None = None
         self.scalers: list[ScalerProcess] = []
         self.client: KedaScalerClient | None = None
@@ -254,9 +278,8 @@ class StackRun:
         for line in self.addresses():
             print(line, file=self.out, flush=True)
         warmup = 2.0 * self.profile.startup.total_s + 120.0
-        base = initial_replicas(self.workload, self.profile)
         lo = max(1, self.so.keda.min_replica_count)
-        first = min(self.so.keda.max_replica_count, max(lo, base))
+        first = min(self.bound, max(lo, self.opening))
         self.loadgen = LoadGenerator(
             self.workload, self, timeout_s=opts.timeout_s, model=self.served_model_name
         )

@@ -25,7 +25,8 @@ def burst_workload(seed: int = 0) -> Workload:
 
 
 def short_run(workload: Workload | None = None, **overrides: Any) -> StackRun:
-    """A stack run over the shipped trace's first minutes at half its rate (3 replicas)."""
+    """A stack run over the shipped trace's first minutes at half its rate, opening with
+    the fleet its first demand needs, stated (3 replicas; 2 for a :func:`burst_workload`)."""
     opts: dict[str, Any] = {
         "trace": str(DEFAULT_TOKENS_TRACE),
         "policy": "predictive",
@@ -33,6 +34,7 @@ def short_run(workload: Workload | None = None, **overrides: Any) -> StackRun:
         "duration_s": 120.0,
         "rate_scale": 0.5,
         "view": False,
+        "initial_replicas": 3 if workload is None else 2,
     }
     opts.update(overrides)
     return StackRun(StackOptions(**opts), out=io.StringIO(), workload=workload)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ from stack.run import (
     scaler_flags,
 )
 from stack.warmup import ANSWER_WALL_S, WarmupDeadline
+from tests.stack.support import burst_workload
 from tests.support.emulator import async_emulator
 
 
@@ -253,3 +255,28 @@ def test_a_multi_trigger_scaledobject_is_refused_by_name() -> None:
     )
     with pytest.raises(ValueError, match="one trigger; this one has 2"):
         StackRun(opts)
+
+
+def _run_of(workload: Workload | None = None, **options: Any) -> StackRun:
+    """A stack run built (nothing started) on the shipped trace at half its rate."""
+    return StackRun(
+        StackOptions(trace=str(DEFAULT_TOKENS_TRACE), rate_scale=0.5, view=False, **options),
+        workload=workload,
+    )
+
+
+def test_the_stack_is_told_its_bound_and_opening_fleet() -> None:
+    """As ``prescaler simulate``: the bound is the ScaledObject's maxReplicaCount (the
+    reactive one's the stated ``max_replicas``), and the opening fleet is stated or
+    sized from the traffic before the window, never from the window's own demand."""
+    burst = burst_workload()
+    predictive = _run_of(burst)
+    assert predictive.bound == predictive.so.keda.max_replica_count
+    assert predictive.opening == 1  # no traffic before it: a fresh deployment
+    reactive = _run_of(burst, policy="reactive", max_replicas=7)
+    assert reactive.bound == reactive.so.keda.max_replica_count == 7
+    assert _run_of(burst, initial_replicas=5).opening == 5
+    later = _run_of(start_s=1800.0, duration_s=30.0)
+    assert later.opening > 1  # sized from the traffic before the window
+    with pytest.raises(ValueError, match="max_replicas"):
+        _run_of(burst, policy="reactive", max_replicas=0)
