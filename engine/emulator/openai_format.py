@@ -41,46 +41,47 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def _body(
+    rid: str, kind: str, created: int, model: str, choices: list[Any], **tail: Any
+) -> dict[str, Any]:
+    """The fields every body and chunk opens with, in vLLM's order, then ``tail``'s."""
+    return {
+        "id": rid,
+        "object": kind,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **tail,
+    }
+
+
+def _text_choice(text: str, finish_reason: str | None, **tail: Any) -> dict[str, Any]:
+    """A completion's one choice (chunk and whole body alike), then ``tail``'s fields."""
+    return {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        **tail,
+    }
+
+
 def completion_chunk(
     rid: str, created: int, model: str, text: str, finish_reason: str | None
 ) -> bytes:
-    return sse(
-        {
-            "id": rid,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": text,
-                    "logprobs": None,
-                    "finish_reason": finish_reason,
-                    "stop_reason": None,
-                }
-            ],
-            "usage": None,
-        }
-    )
+    choice = _text_choice(text, finish_reason)
+    return sse(_body(rid, "text_completion", created, model, [choice], usage=None))
 
 
 def chat_role_chunk(rid: str, created: int, model: str) -> bytes:
-    return sse(
-        {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-            ],
-        }
-    )
+    choice = {
+        "index": 0,
+        "delta": {"role": "assistant", "content": ""},
+        "logprobs": None,
+        "finish_reason": None,
+    }
+    return sse(_body(rid, "chat.completion.chunk", created, model, [choice]))
 
 
 def chat_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None) -> bytes:
@@ -92,74 +93,38 @@ def chat_chunk(rid: str, created: int, model: str, text: str, finish_reason: str
     }
     if finish_reason is not None:
         choice["stop_reason"] = None
-    return sse(
-        {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [choice],
-        }
-    )
+    return sse(_body(rid, "chat.completion.chunk", created, model, [choice]))
 
 
 def usage_chunk(
     rid: str, created: int, model: str, chat: bool, prompt_tokens: int, completion_tokens: int
 ) -> bytes:
-    return sse(
-        {
-            "id": rid,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens),
-        }
-    )
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    return sse(_body(rid, kind, created, model, [], usage=usage(prompt_tokens, completion_tokens)))
 
 
 def completion_response(
     rid: str, created: int, model: str, text: str, finish_reason: str, prompt: int, out: int
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
-        ],
-        "usage": {**usage(prompt, out), "prompt_tokens_details": None},
-    }
+    choice = _text_choice(text, finish_reason, prompt_logprobs=None)
+    whole_usage = {**usage(prompt, out), "prompt_tokens_details": None}
+    return _body(rid, "text_completion", created, model, [choice], usage=whole_usage)
 
 
 def chat_response(
     rid: str, created: int, model: str, text: str, finish_reason: str, prompt: int, out: int
 ) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
-        ],
-        "usage": {**usage(prompt, out), "prompt_tokens_details": None},
-        "prompt_logprobs": None,
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text, "tool_calls": []},
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
     }
+    whole_usage = {**usage(prompt, out), "prompt_tokens_details": None}
+    return _body(
+        rid, "chat.completion", created, model, [choice], usage=whole_usage, prompt_logprobs=None
+    )
 
 
 def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
