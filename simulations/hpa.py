@@ -26,6 +26,7 @@ from simulations.hpa_config import (
     HpaBehavior,
     HpaConfig,
     HpaPolicy,
+    HpaRules,
     TargetType,
     quantize_milli,
     to_ns,
@@ -278,42 +279,35 @@ class Hpa:
         deleted = self._changes_in_period(self._down_events, cutoff)
         return current - added + deleted
 
+    def _policy_limit(self, now_ns: int, current: int, rules: HpaRules, up: bool) -> int:
+        """The limit ``rules`` put on a change from ``current``: each policy's from the
+        replicas at its period's start (``Pods`` adds or takes its value, ``Percent``
+        scales by it), the largest change for ``selectPolicy: Max`` and the smallest for
+        ``Min`` (calculateScaleUpLimitWithScalingRules and
+        calculateScaleDownLimitWithBehaviors); ``current`` when ``Disabled``."""
+        if rules.select_policy == "Disabled":
+            return current
+        limits = []
+        for p in rules.policies:
+            start = self._period_start(now_ns, current, p)
+            if p.type == "Pods":
+                limits.append(start + p.value if up else start - p.value)
+            elif up:  # ceil in float64, as Go does
+                limits.append(math.ceil(float(start) * (1.0 + float(p.value) / 100.0)))
+            else:  # int32() conversion truncates toward zero
+                limits.append(int(float(start) * (1.0 - float(p.value) / 100.0)))
+        largest_change = (rules.select_policy == "Max") == up
+        return max(limits) if largest_change else min(limits)
+
     def _rate_limit(self, now_ns: int, current: int, desired: int, behavior: HpaBehavior) -> int:
         """convertDesiredReplicasWithBehaviorRate: policies, selectPolicy, then min/max."""
         cfg = self.config
         if desired > current:
-            rules = behavior.scale_up
-            if rules.select_policy == "Disabled":
-                limit = current
-            else:
-                proposals = []
-                for p in rules.policies:
-                    start = self._period_start(now_ns, current, p)
-                    if p.type == "Pods":
-                        proposals.append(start + p.value)
-                    else:  # ceil in float64, as Go does
-                        proposals.append(math.ceil(float(start) * (1.0 + float(p.value) / 100.0)))
-                limit = max(proposals) if rules.select_policy == "Max" else min(proposals)
-            limit = max(limit, current)
-            maximum = min(cfg.max_replicas, limit)
-            return min(desired, maximum)
+            limit = max(self._policy_limit(now_ns, current, behavior.scale_up, True), current)
+            return min(desired, min(cfg.max_replicas, limit))
         if desired < current:
-            rules = behavior.scale_down
-            if rules.select_policy == "Disabled":
-                limit = current
-            else:
-                proposals = []
-                for p in rules.policies:
-                    start = self._period_start(now_ns, current, p)
-                    if p.type == "Pods":
-                        proposals.append(start - p.value)
-                    else:  # int32() conversion truncates toward zero
-                        proposals.append(int(float(start) * (1.0 - float(p.value) / 100.0)))
-                # Max picks the biggest drop (lowest limit), Min the smallest.
-                limit = min(proposals) if rules.select_policy == "Max" else max(proposals)
-            limit = min(limit, current)
-            minimum = max(cfg.min_replicas, limit)
-            return max(desired, minimum)
+            limit = min(self._policy_limit(now_ns, current, behavior.scale_down, False), current)
+            return max(desired, max(cfg.min_replicas, limit))
         return desired
 
     def _store_scale_event(

@@ -301,48 +301,58 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         return _error(str(exc))
     except EngineDead as exc:
         return _engine_error(exc)
-    model = state["model"]
-    created = int(time.time())
+    reply = _Reply(stream, chat, rid, int(time.time()), state["model"], prompt, include_usage)
     try:
         if not stream_mode:
-            return await _whole(stream, chat, rid, created, model, prompt)
-        return await _sse(request, stream, chat, rid, created, model, prompt, include_usage)
+            return await _whole(reply)
+        return await _sse(request, reply)
     except EngineDead as exc:  # plain request in flight when the engine died
         return _engine_error(exc)
     finally:
         driver.abort(stream)  # no-op once finished or failed; runs on cancellation too
 
 
-async def _whole(
-    stream: TokenStream, chat: bool, rid: str, created: int, model: str, prompt: int
-) -> web.Response:
+@dataclass(frozen=True)
+class _Reply:
+    """What the answer to one generation request is written from: its stream of
+    tokens, its kind and id, the body fields (created, model) and the usage asked."""
+
+    stream: TokenStream
+    chat: bool
+    rid: str
+    created: int
+    model: str
+    prompt: int
+    include_usage: bool
+
+
+async def _whole(reply: _Reply) -> web.Response:
     while True:
-        _, rec = await stream.wait()
+        _, rec = await reply.stream.wait()
         if rec is not None:
             break
     text = filler_text(0, rec.output_tokens)
-    make = fmt.chat_response if chat else fmt.completion_response
-    body = make(rid, created, model, text, rec.finished_reason, prompt, rec.output_tokens)
+    make = fmt.chat_response if reply.chat else fmt.completion_response
+    body = make(
+        reply.rid,
+        reply.created,
+        reply.model,
+        text,
+        rec.finished_reason,
+        reply.prompt,
+        rec.output_tokens,
+    )
     return web.json_response(body, dumps=fmt.dumps)
 
 
-async def _sse(
-    request: web.Request,
-    stream: TokenStream,
-    chat: bool,
-    rid: str,
-    created: int,
-    model: str,
-    prompt: int,
-    include_usage: bool,
-) -> web.StreamResponse:
+async def _sse(request: web.Request, reply: _Reply) -> web.StreamResponse:
     resp = web.StreamResponse(
         status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"}
     )
     await resp.prepare(request)
     with contextlib.suppress(ConnectionError):
         try:
-            async for chunk in _events(stream, chat, rid, created, model, prompt, include_usage):
+            async for chunk in _events(reply):
                 await resp.write(chunk)
         except EngineDead as exc:
             await resp.write(fmt.stream_error_event(str(exc), "InternalServerError", 500))
@@ -350,19 +360,12 @@ async def _sse(
     return resp
 
 
-async def _events(
-    stream: TokenStream,
-    chat: bool,
-    rid: str,
-    created: int,
-    model: str,
-    prompt: int,
-    include_usage: bool,
-) -> AsyncIterator[bytes]:
+async def _events(reply: _Reply) -> AsyncIterator[bytes]:
     """The SSE bytes, one write per wake-up (all tokens that became due together)."""
+    chat, rid, created, model = reply.chat, reply.rid, reply.created, reply.model
     sent = 0
     while True:
-        n, rec = await stream.wait()
+        n, rec = await reply.stream.wait()
         parts: list[bytes] = []
         if chat and sent == 0 and n > 0:
             parts.append(fmt.chat_role_chunk(rid, created, model))
@@ -376,8 +379,10 @@ async def _events(
                 parts.append(fmt.completion_chunk(rid, created, model, text, finish))
         sent = max(sent, n)
         if rec is not None:
-            if include_usage:
-                parts.append(fmt.usage_chunk(rid, created, model, chat, prompt, rec.output_tokens))
+            if reply.include_usage:
+                parts.append(
+                    fmt.usage_chunk(rid, created, model, chat, reply.prompt, rec.output_tokens)
+                )
             parts.append(fmt.DONE_EVENT)
             yield b"".join(parts)
             return
