@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -302,24 +302,25 @@ def parse_query(text: str, source: str = "<query>") -> PromQuery:
     supported = (
         "supported: sum|avg|max(<vLLM gauge>{...}) or sum(rate(<vLLM counter>{...}[window]))"
     )
+
+    def emulated(match: re.Match[str], kind: str, known: Collection[str]) -> str:
+        """The query's metric, if the simulator emulates it as a vLLM ``kind``."""
+        metric = match.group("metric")
+        if metric not in known:
+            raise ValueError(
+                f"{source}: query {q!r}: metric {metric!r} is not a vLLM {kind} the simulator "
+                f"emulates ({', '.join(sorted(known))}); {supported}"
+            )
+        return metric
+
     m = _PLAIN.match(q)
     if m is not None:
-        metric = m.group("metric")
-        if metric not in GAUGE_METRICS:
-            raise ValueError(
-                f"{source}: query {q!r}: metric {metric!r} is not a vLLM gauge the simulator "
-                f"emulates ({', '.join(sorted(GAUGE_METRICS))}); {supported}"
-            )
+        metric = emulated(m, "gauge", GAUGE_METRICS)
         agg: Any = m.group("agg")
         return PromQuery(agg, metric, None, (m.group("labels") or "").strip())
     m = _RATE.match(q)
     if m is not None:
-        metric = m.group("metric")
-        if metric not in COUNTER_METRICS:
-            raise ValueError(
-                f"{source}: query {q!r}: metric {metric!r} is not a vLLM counter the simulator "
-                f"emulates ({', '.join(sorted(COUNTER_METRICS))}); {supported}"
-            )
+        metric = emulated(m, "counter", COUNTER_METRICS)
         window = m.group("window")
         parts = _DURATION.findall(window)
         if not parts or "".join(n + u for n, u in parts) != window:
