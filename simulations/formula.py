@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -163,14 +163,7 @@ class _Parser:
 
     def logical(self, op: str) -> tuple[Node, str]:
         lower = (lambda: self.logical("&&")) if op == "||" else self.comparison
-        left, kind = lower()
-        while self.peek() == op:
-            self.take()
-            right, kr = lower()
-            if kind != "bool" or kr != "bool":
-                raise self.error(f"{op} needs comparisons on both sides")
-            left = _Binary(op, left, right)
-        return left, kind
+        return self._binary((op,), lower, "bool", "needs comparisons on both sides")
 
     def comparison(self) -> tuple[Node, str]:
         left, kind = self.additive()
@@ -183,19 +176,26 @@ class _Parser:
         return left, kind
 
     def additive(self) -> tuple[Node, str]:
-        return self._binary(("+", "-"), self.multiplicative)
+        return self._binary(("+", "-"), self.multiplicative, "num", "needs numbers")
 
     def multiplicative(self) -> tuple[Node, str]:
-        return self._binary(("*", "/"), self.unary)
+        return self._binary(("*", "/"), self.unary, "num", "needs numbers")
 
-    def _binary(self, ops: tuple[str, ...], lower: object) -> tuple[Node, str]:
-        assert callable(lower)
+    def _binary(
+        self,
+        ops: tuple[str, ...],
+        lower: Callable[[], tuple[Node, str]],
+        operand: str,
+        needs: str,
+    ) -> tuple[Node, str]:
+        """A left-associative chain of ``ops`` over ``lower``'s terms, each of kind
+        ``operand`` (an error saying what ``op`` ``needs`` otherwise)."""
         left, kind = lower()
         while self.peek() in ops:
             op = self.take()
             right, kr = lower()
-            if kind != "num" or kr != "num":
-                raise self.error(f"{op} needs numbers")
+            if kind != operand or kr != operand:
+                raise self.error(f"{op} {needs}")
             left = _Binary(op, left, right)
         return left, kind
 
