@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+from contextlib import redirect_stderr
 from dataclasses import replace
 from pathlib import Path
 
@@ -294,3 +295,23 @@ def test_a_believing_tracker_at_zero_error_decides_as_the_plain_one() -> None:
         )  # fmt: skip
         a, b = plain.step(t, reading, t), believing.step(t, reading, t)
         assert a.decision == b.decision and a.capacity == b.capacity
+
+
+def test_tune_takes_the_capacity_belief_flags() -> None:
+    """``prescaler tune --capacity-error E --learned-capacity`` reaches its
+    request, so prescaler's side is tuned believing capacity x (1 + E); a bad
+    E is refused naming the flag."""
+    from simulations.tune.cli import register, request_from
+
+    parser = argparse.ArgumentParser(prog="prescaler")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", "t.csv", "--capacity-error", "0.3", "--learned-capacity"])
+    inputs = request_from(args).inputs
+    assert inputs is not None
+    assert inputs.capacity_error == 0.3 and inputs.learned_capacity
+    config = inputs.apply(SimConfig(), PROFILE, None)
+    assert config.capacity_error == 0.3 and config.learned_capacity
+    err = io.StringIO()
+    with pytest.raises(SystemExit), redirect_stderr(err):
+        parser.parse_args(["tune", "t.csv", "--capacity-error", "-1.5"])
+    assert "--capacity-error" in err.getvalue()
