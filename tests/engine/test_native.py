@@ -46,6 +46,11 @@ def _can_compile() -> str | None:
 
 @pytest.fixture(scope="module")
 def native_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's own ``make native`` build when it is current (``make test``
+    has just made it: compiling again would only repeat it), else a fresh one."""
+    made = ROOT / "build" / "native"
+    if native_dir(ROOT / "engine", made) is not None:
+        return made
     why = _can_compile()
     if why is not None:
         fail_in_ci_else_skip(f"the compiled engine cannot be built: {why}")
