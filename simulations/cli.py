@@ -28,8 +28,10 @@ __all__ = [
     "SimulateOptions",
     "add_replay_arguments",
     "add_simulate_arguments",
+    "add_window_arguments",
     "register",
     "simulate",
+    "window_options",
 ]
 
 DEFAULT_POLICIES = ("static", "reactive", "predictive", "oracle")
@@ -134,10 +136,13 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
     )
 
 
-def add_replay_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags that say how a trace is replayed, defined once for every
-    command that replays one (``simulate``, ``tune``): the engine profile,
-    the SLO, the traffic window and shape, the cluster and the scrape."""
+def add_window_arguments(
+    p: argparse.ArgumentParser, *, rate_scale: float = 1.0, duration_s: float | None = None
+) -> None:
+    """The flags every command that replays a trace window takes (``simulate``,
+    ``tune``, ``stack``), defined once: the engine profile, the SLO, the client
+    time-out, the summary JSON, the window (``start_s``, ``duration_s``), its
+    rate and the seed; ``rate_scale`` and ``duration_s`` are the defaults."""
     p.add_argument(
         "--profile", default=DEFAULT_PROFILE, help="engine profile (default %(default)s)"
     )
@@ -155,13 +160,10 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
     p.add_argument(
-        "--tokens-from", default=None, help="per-request trace to draw token lengths from"
-    )
-    p.add_argument(
         "--rate-scale",
         type=number_flag("--rate-scale"),
-        default=1.0,
-        help="multiply the arrival rate",
+        default=rate_scale,
+        help="multiply the arrival rate (default %(default)s)",
     )
     p.add_argument(
         "--start",
@@ -171,22 +173,50 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
         help="skip this many seconds of the trace",
     )
     p.add_argument(
+        "--duration",
+        dest="duration_s",
+        type=number_flag("--duration"),
+        default=duration_s,
+        help="replay only this many seconds"
+        + ("" if duration_s is None else " (default %(default)s)"),
+    )
+    p.add_argument(
+        "--seed", type=count_flag("--seed", 0), default=0, help="random seed (default 0)"
+    )
+
+
+def window_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What :func:`add_window_arguments`'s flags were given, keyed as the options
+    of the commands that take them name it (``SimulateOptions``, ``StackOptions``)."""
+    keys = {
+        "profile": "profile",
+        "slo_ttft_s": "slo_ttft",
+        "timeout_s": "timeout",
+        "json_path": "json_path",
+        "rate_scale": "rate_scale",
+        "start_s": "start_s",
+        "duration_s": "duration_s",
+        "seed": "seed",
+    }
+    return {option: getattr(args, flag) for option, flag in keys.items()}
+
+
+def add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags that say how a trace is replayed, defined once for every
+    command that replays one in the simulator (``simulate``, ``tune``): the
+    window's (:func:`add_window_arguments`), the token lengths, the backfill,
+    the arrival process, the cluster and the scrape."""
+    add_window_arguments(p)
+    p.add_argument(
+        "--tokens-from", default=None, help="per-request trace to draw token lengths from"
+    )
+    p.add_argument(
         "--no-backfill",
         dest="backfill",
         action="store_false",
         help="start prescaler's tracker empty even when --start leaves trace before the "
         "window (by default it gets that history, as the live scaler backfills from "
         "Prometheus)",
-    )
-    p.add_argument(
-        "--duration",
-        dest="duration_s",
-        type=number_flag("--duration"),
-        default=None,
-        help="replay only this many seconds",
-    )
-    p.add_argument(
-        "--seed", type=count_flag("--seed", 0), default=0, help="random seed (default 0)"
     )
     p.add_argument(
         "--arrivals",
@@ -229,17 +259,10 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
     return SimulateOptions(
         trace=args.trace,
         policies=policies,
-        profile=args.profile,
-        slo_ttft_s=args.slo_ttft,
-        timeout_s=args.timeout,
-        json_path=args.json_path,
+        **window_options(args),
         plot_path=args.plot_path,
         jobs=args.jobs,
         tokens_from=args.tokens_from,
-        rate_scale=args.rate_scale,
-        start_s=args.start_s,
-        duration_s=args.duration_s,
-        seed=args.seed,
         arrivals=args.arrivals,
         cv=args.cv,
         forecaster=args.forecaster,

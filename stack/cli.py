@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simulations.cli import add_window_arguments, window_options
 from simulations.cli_types import count_flag, number_flag
 from simulations.policies import DEFAULT_MAX_REPLICAS
 from simulations.traffic import DEFAULT_TOKENS_TRACE
@@ -41,29 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sync intervals (default %(default)s, at most 120)",
     )
     p.add_argument("--policy", choices=("predictive", "reactive"), default="predictive")
-    p.add_argument(
-        "--duration",
-        type=number_flag("--duration"),
-        default=300.0,
-        help="trace seconds to replay (default %(default)s)",
-    )
-    p.add_argument(
-        "--start",
-        type=number_flag("--start", strict=False),
-        default=0.0,
-        help="skip this many trace seconds first",
-    )
-    p.add_argument(
-        "--rate-scale",
-        type=number_flag("--rate-scale"),
-        default=0.5,
-        help="multiply the arrival rate (default %(default)s: 2-4 replicas on the shipped "
-        "trace's first minutes)",
-    )
-    p.add_argument(
-        "--seed", type=count_flag("--seed", 0), default=0, help="random seed (default %(default)s)"
-    )
-    p.add_argument("--profile", default="llama-3-8b@g5.xlarge", help="engine profile")
+    # trace seconds; the rate's default: 2-4 replicas on the shipped trace's first minutes
+    add_window_arguments(p, rate_scale=0.5, duration_s=300.0)
     p.add_argument(
         "--scaledobject",
         default=None,
@@ -84,14 +64,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="fleet Ready as the window opens (default: what the traffic in the 5 min "
         "before --start needs, as `prescaler simulate`; 1 at the trace's start)",
     )
-    p.add_argument("--slo-ttft", type=number_flag("--slo-ttft"), default=1.0, help="TTFT SLO, s")
-    p.add_argument(
-        "--timeout",
-        type=number_flag("--timeout"),
-        default=60.0,
-        help="client time-out without a first token, trace s (default %(default)s)",
-    )
-    p.add_argument("--json", dest="json_path", default=None, help="write the summary JSON here")
     p.add_argument(
         "--keep",
         default=None,
@@ -116,15 +88,8 @@ def _run(args: argparse.Namespace) -> int:
             trace=args.trace,
             policy=args.policy,
             speed=args.speed,
-            duration_s=args.duration,
-            start_s=args.start,
-            rate_scale=args.rate_scale,
-            seed=args.seed,
-            profile=args.profile,
-            slo_ttft_s=args.slo_ttft,
-            timeout_s=args.timeout,
+            **window_options(args),
             scaledobject=args.scaledobject,
-            json_path=args.json_path,
             keep=args.keep,
             view=args.view,
             max_replicas=args.max_replicas,
