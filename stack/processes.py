@@ -36,6 +36,7 @@ __all__ = [
     "ScalerProcess",
     "StackError",
     "free_port",
+    "prescaler_argv",
     "prometheus_binary",
 ]
 
@@ -260,6 +261,13 @@ class PrometheusProcess:
         return list(body["data"]["result"])
 
 
+def prescaler_argv(speed: float, command: Sequence[str]) -> list[str]:
+    """``prescaler COMMAND...`` in a new interpreter; at ``speed`` != 1 through
+    :mod:`stack.speed`, which hands the command the faster clock."""
+    launcher = ["prescaler.cli"] if speed == 1.0 else ["stack.speed", "--speed", repr(speed)]
+    return [sys.executable, "-m", *launcher, *command]
+
+
 class ScalerProcess:
     """``prescaler serve`` on a free gRPC port and a free metrics port."""
 
@@ -269,27 +277,9 @@ class ScalerProcess:
         self.port = free_port()
         self.metrics_port = free_port()
         self.name = name
-        launcher = (
-            ["-m", "prescaler.cli"]
-            if speed == 1.0
-            else ["-m", "stack.speed", "--speed", repr(speed)]
-        )
-        self.child = Child(
-            name,
-            [
-                sys.executable,
-                *launcher,
-                "serve",
-                "--host",
-                LOCALHOST,
-                "--port",
-                str(self.port),
-                "--metrics-port",
-                str(self.metrics_port),
-                *flags,
-            ],
-            workdir / f"{name}.log",
-        )
+        serve = ["serve", "--host", LOCALHOST, "--port", str(self.port)]
+        serve += ["--metrics-port", str(self.metrics_port), *flags]
+        self.child = Child(name, prescaler_argv(speed, serve), workdir / f"{name}.log")
 
     @property
     def address(self) -> str:
@@ -330,11 +320,11 @@ class EmulatorProcess:
         args = ["emulate", "--profile", profile, "--host", LOCALHOST, "--port", str(self.port)]
         if served_model_name:
             args += ["--served-model-name", served_model_name]
-        if speed == 1.0:
-            argv = [sys.executable, "-m", "prescaler.cli", *args]
-        else:
-            argv = [sys.executable, "-m", "stack.speed", "--speed", repr(speed), *args]
-        self.child = Child(f"replica-{index}", argv, workdir / "replicas" / f"replica-{index}.log")
+        self.child = Child(
+            f"replica-{index}",
+            prescaler_argv(speed, args),
+            workdir / "replicas" / f"replica-{index}.log",
+        )
         self._serving = False
 
     @property
