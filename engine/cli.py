@@ -9,11 +9,9 @@ the profile file and formats the report.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
-from engine.profile_fit_cli import register_fit_profile
+from engine.profile_fit_cli import print_report, register_fit_profile
 from engine.profiles import SUMMARY_BATCHES, SUMMARY_CONTEXT_TOKENS, all_profile_summaries
 
 
@@ -42,12 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_profiles(args: argparse.Namespace) -> int:
-    summaries = all_profile_summaries()
-    if args.json:
-        json.dump(summaries, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_table(summaries))
+    print_report(all_profile_summaries(), args.json, format_table)
     return 0
 
 

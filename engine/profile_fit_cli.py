@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,15 @@ from engine.profile_fit import ProfileFit, fit_to_measurements
 from engine.profiles import Profile, get_profile
 
 COMMAND = "prescaler engine fit-profile"
+
+
+def print_report(report: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    """Every ``prescaler engine`` report: indented JSON with ``--json``, else ``text(report)``."""
+    if as_json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text(report))
 
 
 def register_fit_profile(engine_sub: Any) -> None:
@@ -69,11 +79,7 @@ def run_fit_profile(args: argparse.Namespace) -> int:
     except (ValueError, ScrapeError) as exc:
         sys.stderr.write(f"{COMMAND}: {exc}\n")
         return 2
-    if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_report(report))
+    print_report(report, args.json, format_report)
     return 0
 
 
