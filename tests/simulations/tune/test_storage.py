@@ -164,7 +164,7 @@ def test_two_tune_processes_share_one_sqlite_study(busy_trace: Path, tmp_path: P
 
 @pytest.mark.timeout(900)  # up to 300 s for two trials, 30 for the kill, 300 + 2 graces again
 def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> None:
-    """SIGKILL mid-study (30 trials, most stopped early, so the kill lands
+    """SIGKILL mid-study (12 trials, most stopped early, so the kill lands
     well before the end): the trials finished before the kill are in the
     storage (optuna RDBStorage commits each trial as it ends); the same
     command again keeps them, fails the killed trial once its heartbeat is
@@ -179,7 +179,7 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     url = f"sqlite:///{tmp_path / 'study.db'}"
     argv = [
         sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "600",
-        "--holdout", "0.5", "--trials", "30", "--target", "0.8", "--quiet", "--storage", url,
+        "--holdout", "0.5", "--trials", "12", "--target", "0.8", "--quiet", "--storage", url,
         "--study", "k",
         "--json", str(tmp_path / "k.json"),
     ]  # fmt: skip
@@ -206,9 +206,9 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     after = optuna.load_study(study_name="k-prescaler", storage=url).trials
     complete = {t.number: t.params for t in after if t.state == optuna.trial.TrialState.COMPLETE}
     assert {k: complete[k] for k in before} == before
-    assert len(complete) == 30
+    assert len(complete) == 12
     assert after[planted].state == optuna.trial.TrialState.FAIL
-    assert json.loads((tmp_path / "k.json").read_text())["trials"] == 30
+    assert json.loads((tmp_path / "k.json").read_text())["trials"] == 12
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask() outside optimize
