@@ -10,9 +10,13 @@ and the fleet columns of the timeline sampled at every scrape.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from simulations.cluster.pods import Cluster
 
-__all__ = ["FleetLedger", "append_row", "fleet_row"]
+__all__ = ["FleetLedger", "append_row", "fleet_row", "timeline_arrays"]
 
 
 class FleetLedger:
@@ -52,6 +56,18 @@ class FleetLedger:
             self.scale_ups += 1
         cluster.scale_deployment(now, replicas)
 
+    def result_fields(self, cluster: Cluster, area: float, duration_s: float) -> dict[str, Any]:
+        """The fleet's fields of a :class:`simulations.sim_types.SimResult` over a
+        window of ``duration_s`` with ``area`` Ready replica-seconds: the mean and
+        the most Ready replicas, the scale-ups, and the spot interruptions (the nodes
+        the cluster interrupted; the pods told to stop when it counts none)."""
+        return {
+            "mean_replicas": area / duration_s,
+            "max_replicas": self.ready_max,
+            "scale_ups": self.scale_ups,
+            "spot_interruptions": int(getattr(cluster, "interruptions", self.spot_notices)),
+        }
+
     def pod_stopping(self, reason: str) -> None:
         """A pod was told to stop; a spot interruption notice is counted."""
         if reason == "spot_interruption":
@@ -84,3 +100,8 @@ def append_row(timeline: dict[str, list[float]], row: dict[str, float]) -> None:
     """Append one sample to each column of ``timeline`` (a column appears when first seen)."""
     for key, value in row.items():
         timeline.setdefault(key, []).append(value)
+
+
+def timeline_arrays(timeline: dict[str, list[float]]) -> dict[str, np.ndarray]:
+    """The sampled columns as the result carries them (float64 arrays)."""
+    return {key: np.asarray(values, dtype=np.float64) for key, values in timeline.items()}

@@ -27,7 +27,7 @@ from engine.profiles import Profile
 from engine.replica import Replica
 from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_CLUSTER, PRIORITY_SCRAPE, EventQueue
-from simulations.fleet_ledger import FleetLedger, append_row, fleet_row
+from simulations.fleet_ledger import FleetLedger, append_row, fleet_row, timeline_arrays
 from simulations.lead_time import with_startup
 from simulations.router import Router
 from simulations.scrape import PrometheusView, ScrapeSample
@@ -286,7 +286,6 @@ class Simulation:
             busy += pod.busy_s
             if pod.busy_since is not None:
                 busy += max(0.0, pod.replica.now - pod.busy_since)
-        timeline = {k: np.asarray(v, dtype=np.float64) for k, v in self._timeline.items()}
         status, ttft_s, tpot_s, e2e_s = router.records()
         return SimResult(
             policy=self.controller.name,
@@ -302,17 +301,13 @@ class Simulation:
             retried=router.retried,
             gpu_hours=end[1] - self._at_start[1],
             cost_usd=end[0] - self._at_start[0],
-            mean_replicas=area / duration,
-            max_replicas=fleet.ready_max,
+            **fleet.result_fields(self.cluster, area, duration),
             busy_replica_s=busy,
             served_tokens=float(router.served_tokens),
             capacity_tokens_per_s=float(
                 workload_capacity(self.workload, self.profile).tokens_per_s or 0.0
             ),
-            scale_ups=fleet.scale_ups,
-            # nodes interrupted (the cluster's count); pods told to stop if it has none
-            spot_interruptions=int(getattr(self.cluster, "interruptions", fleet.spot_notices)),
-            timeline=timeline,
+            timeline=timeline_arrays(self._timeline),
             wall_s=wall_s,
             events=self.queue.processed,
             extra={"lead_time_samples_s": list(getattr(self.cluster, "pod_start_samples_s", []))},

@@ -45,6 +45,7 @@ import yaml
 
 from engine.profiles import Profile, get_profile
 from simulations.cluster.pods import ClusterConfig
+from simulations.fleet_ledger import timeline_arrays
 from simulations.policies import DEFAULT_MAX_REPLICAS
 from simulations.runner import Outcome
 from simulations.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive
@@ -488,9 +489,6 @@ class StackRun:
             control.fleet.set_ready(end, 0)
             area = control.fleet.ready_area
             cost_end, gpu_end = cluster.cost_usd(end), cluster.gpu_hours(end)
-        timeline = {
-            k: np.asarray(v, dtype=np.float64) for k, v in control.counters.timeline.items()
-        }
         return SimResult(
             policy=self.opts.policy,
             trace=self.workload.name,
@@ -505,16 +503,13 @@ class StackRun:
             retried=lg.retried,
             gpu_hours=gpu_end - control.at_start[1] if end > 0 else 0.0,
             cost_usd=cost_end - control.at_start[0] if end > 0 else 0.0,
-            mean_replicas=area / duration,
-            max_replicas=control.fleet.ready_max,
+            **control.fleet.result_fields(cluster, area, duration),
             busy_replica_s=0.0,
             served_tokens=lg.served_tokens,
             capacity_tokens_per_s=float(
                 workload_capacity(self.workload, self.profile).tokens_per_s or 0.0
             ),
-            scale_ups=control.fleet.scale_ups,
-            spot_interruptions=int(getattr(cluster, "interruptions", control.fleet.spot_notices)),
-            timeline=timeline,
+            timeline=timeline_arrays(control.counters.timeline),
             wall_s=self.wall_s,
             events=0,
             extra={},
