@@ -280,3 +280,26 @@ def test_the_stack_is_told_its_bound_and_opening_fleet() -> None:
     assert later.opening > 1  # sized from the traffic before the window
     with pytest.raises(ValueError, match="max_replicas"):
         _run_of(burst, policy="reactive", max_replicas=0)
+
+
+def test_the_scaler_at_a_speed_counts_profile_capacity_at_it() -> None:
+    """``stack.speed ... serve`` hands the scaler a state whose trackers take the speed
+    as a parameter: a tracked ScaledObject's profile capacity is K x the profile's."""
+    from decision.capacity import capacity_for
+    from scaler.telemetry import ScalerTelemetry
+    from stack.speed import scaler_state_factory
+
+    settings = parse_settings(
+        {
+            "prometheusAddress": "http://prometheus:9090",
+            "selector": 'app="vllm"',
+            "profile": "llama-3-8b@g5.xlarge",
+        }
+    )
+    state = scaler_state_factory(4.0)(telemetry=ScalerTelemetry())
+    state.register("ns", "llama", settings)
+    tracker = state.objects[("ns", "llama")].tracker
+    assert tracker.capacity(0.0) == capacity_for(settings, 4.0)
+    assert tracker.capacity(0.0).tokens_per_s == pytest.approx(
+        4.0 * (capacity_for(settings).tokens_per_s or 0.0)
+    )
