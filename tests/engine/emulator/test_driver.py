@@ -53,3 +53,23 @@ def test_model_clock_is_validated() -> None:
         ModelClock(speed=0.0)
     with pytest.raises(ValueError, match="stream_quantum_s"):
         ModelClock(stream_quantum_s=0.0)
+
+
+async def test_the_server_runs_its_replica_on_the_settings_clock() -> None:
+    """``EmulatorSettings.clock`` reaches the driver: a request served over HTTP on a
+    fast clock is answered whole, with the model's own token count."""
+    import aiohttp
+
+    from engine.emulator import EmulatorServer, EmulatorSettings
+
+    clock = ModelClock(speed=40.0, stream_quantum_s=0.05)
+    async with EmulatorServer.running(EmulatorSettings(clock=clock)) as server:
+        assert server.driver.clock == clock
+        body = {"model": "meta-llama/Meta-Llama-3-8B-Instruct", "prompt": "x", "max_tokens": 32}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(server.url + "/v1/completions", json=body) as resp,
+        ):
+            answer = await resp.json()
+    assert answer["usage"]["completion_tokens"] == 32
+    assert answer["choices"][0]["finish_reason"] == "length"
