@@ -37,6 +37,7 @@ __all__ = [
     "KNOB_PREFIXES",
     "apply_setting",
     "apply_to_manifest",
+    "cron_space",
     "keda_space",
     "knob_value",
     "load_manifest",
@@ -154,11 +155,15 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
     the user scales to zero already), each prometheus trigger's
     ``threshold`` (a log-wide range around the user's, on a step a person
     writes) and ``activationThreshold`` (only when ``minReplicaCount`` is
-    0: above one replica it decides nothing), then :data:`BEHAVIOR_SPACE`."""
+    0: above one replica it decides nothing), each cron trigger's window and
+    replicas (:func:`cron_space`), then :data:`BEHAVIOR_SPACE`."""
     low = min(1, spec.keda.min_replica_count)
     high = max(low + 1, min(8, max_replicas))
     params: list[Param] = [Param(MIN_REPLICA_COUNT, "int", low, high)]
     for i, t in enumerate(triggers_of(spec)):
+        if t.kind == "cron":
+            params.extend(cron_space(i, max_replicas))
+            continue
         if t.kind != "prometheus" or t.threshold is None:
             continue
         lo, hi, step = _threshold_range(t.threshold)
@@ -175,6 +180,62 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
                 )
             )
     return (*params, *BEHAVIOR_SPACE)
+
+
+CRON_START = "startMinuteOfDay"
+"""A cron trigger's window start as a minute of the day (a knob; the
+manifest's ``start`` gets its minute and hour fields)."""
+CRON_LENGTH = "windowMinutes"
+"""A cron trigger's window length in minutes (a knob; the manifest's ``end``
+is written as start plus this, across midnight when it runs past it)."""
+
+
+def cron_space(index: int, max_replicas: int) -> tuple[Param, ...]:
+    """The knobs of cron trigger ``index``: when its window opens (on the
+    quarter hour), how long it lasts (15 minutes to a day less 15 minutes,
+    so it never ends where it starts, which KEDA refuses) and the replicas it
+    holds inside (1 to ``maxReplicaCount``)."""
+    pre = f"triggers.{index}."
+    return (
+        Param(pre + CRON_START, "int", 0, 1425, step=15),
+        Param(pre + CRON_LENGTH, "int", 15, 1425, step=15),
+        Param(pre + "desiredReplicas", "int", 1, max(2, max_replicas)),
+    )
+
+
+def _cron_minute(expr: str) -> int | None:
+    """The minute of the day a cron expression with a plain minute and hour
+    fires at (None for lists, ranges or steps: not a point on the knob)."""
+    fields = expr.split()
+    if len(fields) != 5 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return None
+    return int(fields[1]) * 60 + int(fields[0])
+
+
+def _cron_at(expr: str, minute_of_day: int) -> str:
+    """``expr`` firing at ``minute_of_day``: its minute and hour fields
+    replaced, its day fields kept (a weekday window stays one)."""
+    fields = expr.split() if len(expr.split()) == 5 else ["0", "0", "*", "*", "*"]
+    minute_of_day %= 1440
+    return " ".join([str(minute_of_day % 60), str(minute_of_day // 60), *fields[2:]])
+
+
+def _cron_knob(meta: Mapping[str, Any], field: str) -> str | None:
+    start = _cron_minute(str(meta.get("start", "")))
+    end = _cron_minute(str(meta.get("end", "")))
+    if start is None or end is None:
+        return None
+    return str(start) if field == CRON_START else str((end - start) % 1440)
+
+
+def _set_cron_window(meta: dict[str, Any], start: str | None, length: str | None) -> None:
+    """Write the window knobs into a cron trigger's ``start`` and ``end``."""
+    old_start = _cron_minute(str(meta.get("start", ""))) or 0
+    old_end = _cron_minute(str(meta.get("end", ""))) or 0
+    first = int(start) if start is not None else old_start
+    span = int(length) if length is not None else (old_end - old_start) % 1440
+    meta["start"] = _cron_at(str(meta.get("start", "")), first)
+    meta["end"] = _cron_at(str(meta.get("end", meta["start"])), first + span)
 
 
 def _threshold_range(base: float) -> tuple[float, float, float]:
@@ -198,6 +259,8 @@ def knob_value(doc: Mapping[str, Any], key: str) -> str | None:
         _, index, field = key.split(".", 2)
         triggers = spec.get("triggers", [])
         meta = triggers[int(index)].get("metadata", {}) if int(index) < len(triggers) else {}
+        if field in (CRON_START, CRON_LENGTH):
+            return _cron_knob(meta, field)
         return meta.get(field)
     direction, field = key.split(".", 1)
     rules = _behavior(doc).get(direction)
@@ -243,12 +306,19 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
                 floor = trig["metadata"].get("minReplicas")
                 if floor is not None and spec.get("minReplicaCount", 0) != 0:
                     spec["minReplicaCount"] = int(floor)
+    windows: dict[int, dict[str, str]] = {}
     for key, value in picked.items():
         if key.startswith("spec."):
             spec[key[5:]] = int(value)
         elif key.startswith("triggers."):
             _, index, field = key.split(".", 2)
-            triggers[int(index)].setdefault("metadata", {})[field] = value
+            if field in (CRON_START, CRON_LENGTH):
+                windows.setdefault(int(index), {})[field] = value
+            else:
+                triggers[int(index)].setdefault("metadata", {})[field] = value
+    for at, window in windows.items():
+        meta = triggers[at].setdefault("metadata", {})
+        _set_cron_window(meta, window.get(CRON_START), window.get(CRON_LENGTH))
     behavior = {k: v for k, v in picked.items() if k.startswith(("scaleUp.", "scaleDown."))}
     if behavior:
         _set_behavior(spec, behavior)

@@ -119,6 +119,11 @@ class TuneRequest:
     prometheus_address: str | None = None
     inputs: SimInputs | None = None
     """Bound, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""
+    sides: tuple[str, ...] = ()
+    """The sides to tune (:data:`simulations.tune.sides.SIDES`); empty: the default set."""
+    prescaler_fixed: tuple[tuple[str, str], ...] = ()
+    """Prescaler trigger keys held at a value rather than searched, e.g.
+    ``(("prewarm", "false"),)``; ``forecaster`` is one more."""
 
 
 @dataclass(frozen=True)

@@ -485,7 +485,8 @@ def seed_params(
     meta = base.trigger.metadata
     picked: dict[str, Any] = {}
     for p in space:
-        if p.when is not None and picked.get(p.when[0]) != p.when[1]:
+        # picked holds optuna's values (an int for an int knob), ``when`` a string
+        if p.when is not None and format_value(picked.get(p.when[0], "")) != p.when[1]:
             continue
         if "." in p.key:
             raw: str | None = (knobs or {}).get(p.key)

@@ -16,6 +16,16 @@ written into) and the knobs searched. The family:
   one metric per trigger and the HPA takes the largest proposal.
 - ``user``: the user's own prometheus-trigger ScaledObject as written, with
   the same knobs over each of its triggers.
+- ``keda-queue-kv-cron`` (asked for by name): the queue and KV-cache
+  triggers plus a ``cron`` trigger holding a replica count through a daily
+  window, what a team does for a ramp it knows the hour of; the window's
+  start, length and replicas are searched with the rest.
+- ``keda-gateway`` (asked for by name): scale to zero the way the KEDA HTTP
+  add-on does it, on the request rate at the gateway in front of vLLM
+  (``sum(rate(gateway_requests_total[1m]))``, 0.5 requests/s per replica),
+  ``minReplicaCount`` 0 and an ``activationThreshold`` searched. A trigger
+  on vLLM's own metrics cannot wake a fleet at zero (no replica, no
+  series), so the gateway's count is the only live wake-up signal.
 
 Every side gets the same optimizer, trial budget, seed and out-of-sample
 protocol; ``maxReplicaCount`` stays the user's on every side (or the
@@ -24,6 +34,7 @@ trace's bound when no ScaledObject is given).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,10 +54,23 @@ from simulations.tune.search import PREDICTIVE_SPACE, Param, apply_metadata, def
 if TYPE_CHECKING:
     from simulations.tune.run import TuneRequest
 
-__all__ = ["SIDES", "Side", "make_sides", "paste_fields", "queue_and_kv_manifest"]
+__all__ = [
+    "DEFAULT_SIDES",
+    "SIDES",
+    "Side",
+    "cron_manifest",
+    "gateway_manifest",
+    "make_sides",
+    "paste_fields",
+    "queue_and_kv_manifest",
+]
 
-SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
+SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user", "keda-queue-kv-cron", "keda-gateway")
 """Side names, in report order."""
+DEFAULT_SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
+"""The sides a tune runs unless it names others (``user`` only with a
+prometheus ``--scaledobject``); the rest cost a study each and pay on
+traffic with a known daily ramp or long idle gaps."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +118,13 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
                 bound,
             )
     p_space = PREDICTIVE_SPACE
+    fixed = dict(request.prescaler_fixed)
     if request.forecaster:
-        p_base = apply_metadata(p_base, {"forecast": request.forecaster})
-        p_space = tuple(p for p in p_space if p.key != "forecast")
+        fixed["forecast"] = request.forecaster
+    if fixed:
+        p_base = apply_metadata(p_base, fixed)
+        held = set(fixed) | ({"nodeLeadTimeSeconds"} if fixed.get("prewarm") == "false" else set())
+        p_space = tuple(p for p in p_space if p.key not in held)
     settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
@@ -131,7 +159,33 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     )
     if user is not None:
         sides.append(user)
-    return tuple(sides)
+    cron_doc = cron_manifest(kv_doc)
+    sides.append(
+        _keda_side(
+            "keda-queue-kv-cron",
+            "KEDA queue and KV-cache triggers plus a daily cron window",
+            cron_doc,
+            bound,
+        )
+    )
+    sides.append(
+        _keda_side(
+            "keda-gateway",
+            "KEDA scale to zero on the gateway's request rate",
+            gateway_manifest(q_base),
+            bound,
+        )
+    )
+    wanted = request.sides or DEFAULT_SIDES
+    unknown = sorted(set(wanted) - set(SIDES))
+    if unknown:
+        raise ValueError(f"unknown side(s) {', '.join(unknown)} (known: {', '.join(SIDES)})")
+    return tuple(s for s in sides if s.name in wanted)
+
+
+def _keda_side(name: str, description: str, doc: Mapping[str, Any], bound: int) -> Side:
+    base = parse_scaledobject(yaml.safe_dump(dict(doc), sort_keys=False), name)
+    return Side(name, description, base, doc, keda_space(base, bound), bound)
 
 
 KV_THRESHOLD = "0.8"
@@ -155,6 +209,61 @@ def queue_and_kv_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
             },
         }
     )
+    return doc
+
+
+CRON_START = "0 8 * * *"
+CRON_END = "0 18 * * *"
+CRON_REPLICAS = "2"
+"""The cron trigger's starting window: 2 replicas from 08:00 to 18:00 UTC
+every day, a business day's hours (the search moves all three)."""
+
+
+def cron_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
+    """The queue and KV-cache ScaledObject with a daily cron window beside
+    them (the HPA takes the largest proposal, so the window is a floor)."""
+    doc = copy.deepcopy(dict(queue_kv))
+    doc["metadata"]["name"] = "vllm-queue-kv-cron"
+    doc["spec"]["triggers"].append(
+        {
+            "type": "cron",
+            "metadata": {
+                "timezone": "UTC",
+                "start": CRON_START,
+                "end": CRON_END,
+                "desiredReplicas": CRON_REPLICAS,
+            },
+        }
+    )
+    return doc
+
+
+GATEWAY_QUERY = "sum(rate(gateway_requests_total[1m]))"
+GATEWAY_THRESHOLD = "0.5"
+GATEWAY_ACTIVATION = "0.05"
+"""The gateway trigger's start: 0.5 requests/s per replica (a little under
+what one default-profile replica serves), active above one request in 20 s."""
+
+
+def gateway_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
+    """A scale-to-zero ScaledObject on the gateway's request rate, with the
+    queue ScaledObject's bounds, polling and behavior."""
+    doc = manifest_of(queue)
+    doc["metadata"]["name"] = "vllm-gateway"
+    doc["spec"]["minReplicaCount"] = 0
+    server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
+    doc["spec"]["triggers"] = [
+        {
+            "type": "prometheus",
+            "metricType": "AverageValue",
+            "metadata": {
+                "serverAddress": server,
+                "query": GATEWAY_QUERY,
+                "threshold": GATEWAY_THRESHOLD,
+                "activationThreshold": GATEWAY_ACTIVATION,
+            },
+        }
+    ]
     return doc
 
 

@@ -1,0 +1,131 @@
+"""The tune family's baseline sides asked for by name: queue + KV + a daily
+cron window, and scale to zero on the gateway's request rate; side
+selection and prescaler keys held fixed."""
+
+from __future__ import annotations
+
+import functools
+
+import optuna
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulations.cron import parse_cron
+from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.simulation import SimConfig
+from simulations.traffic import Workload, synthetic_workload
+from simulations.tune.manifest import (
+    apply_setting,
+    knob_value,
+    manifest_of,
+    triggers_of,
+)
+from simulations.tune.run import TuneRequest
+from simulations.tune.search import sample_metadata, score, seed_params
+from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, make_sides
+
+PROFILE = "llama-3-8b@g5.xlarge"
+
+
+def _sides(**kw: object) -> dict[str, Side]:
+    request = TuneRequest(trace=None, profile=PROFILE, **kw)  # type: ignore[arg-type]
+    return {s.name: s for s in make_sides(request, PROFILE, 10)}
+
+
+@functools.cache
+def _all() -> dict[str, Side]:
+    return _sides(sides=SIDES)
+
+
+def test_the_default_family_is_unchanged_and_the_new_sides_come_by_name() -> None:
+    assert tuple(_sides()) == tuple(n for n in DEFAULT_SIDES if n != "user")
+    picked = _sides(sides=("keda-gateway", "prescaler"))
+    assert set(picked) == {"prescaler", "keda-gateway"}
+    with pytest.raises(ValueError, match=r"unknown side.*keda-http"):
+        _sides(sides=("keda-http",))
+
+
+@pytest.mark.parametrize("name", ["keda-queue-kv-cron", "keda-gateway"])
+def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
+    side = _all()[name]
+    assert parse_scaledobject(yaml.safe_dump(dict(side.manifest))) == side.base
+    knobs = {p.key: knob_value(side.manifest, p.key) for p in side.space if "." in p.key}
+    seed = seed_params(side.base, side.space, 10, knobs)
+    assert seed is not None
+    study = optuna.create_study()
+    study.enqueue_trial(seed)
+    picked = sample_metadata(study.ask(), side.space, 10)
+    assert apply_setting(side.base, picked, side.manifest) == side.base
+
+
+def _minute(expr: str) -> int:
+    fields = expr.split()
+    return int(fields[1]) * 60 + int(fields[0])
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_every_sampled_cron_window_is_a_valid_window_of_the_picked_length(seed: int) -> None:
+    """Whatever the sampler picks, the ScaledObject parses (start never equals
+    end, which KEDA refuses), the window opens at the picked minute, lasts
+    the picked length (across midnight too) and holds the picked replicas."""
+    side = _all()["keda-queue-kv-cron"]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    picked = sample_metadata(study.ask(), side.space, 10)
+    so = apply_setting(side.base, picked, side.manifest)
+    cron = next(t for t in triggers_of(so) if t.kind == "cron")
+    start, end = cron.metadata["start"], cron.metadata["end"]
+    parse_cron(start), parse_cron(end)
+    assert _minute(start) == int(picked["triggers.2.startMinuteOfDay"])
+    assert (_minute(end) - _minute(start)) % 1440 == int(picked["triggers.2.windowMinutes"])
+    assert cron.metadata["desiredReplicas"] == picked["triggers.2.desiredReplicas"]
+    assert so.keda.max_replica_count == 10
+
+
+def test_a_tuned_cron_window_keeps_the_days_it_was_written_for() -> None:
+    """A weekday window moved to 07:45 stays a weekday window."""
+    side = _all()["keda-queue-kv-cron"]
+    doc = dict(side.manifest)
+    doc = yaml.safe_load(yaml.safe_dump(doc))
+    doc["spec"]["triggers"][2]["metadata"]["start"] = "0 8 * * 1-5"
+    doc["spec"]["triggers"][2]["metadata"]["end"] = "0 18 * * 1-5"
+    base = parse_scaledobject(yaml.safe_dump(doc))
+    picked = {"triggers.2.startMinuteOfDay": "465", "triggers.2.windowMinutes": "600"}
+    cron = triggers_of(apply_setting(base, picked, doc))[2]
+    assert (cron.metadata["start"], cron.metadata["end"]) == ("45 7 * * 1-5", "45 17 * * 1-5")
+
+
+def test_the_gateway_side_scales_to_zero_and_searches_its_wake_up() -> None:
+    side = _all()["keda-gateway"]
+    assert side.base.keda.min_replica_count == 0
+    assert "gateway_requests_total" in side.base.trigger.metadata["query"]
+    keys = {p.key: p for p in side.space}
+    assert keys["spec.minReplicaCount"].low == 0
+    assert keys["triggers.0.activationThreshold"].when == ("spec.minReplicaCount", "0")
+
+
+def _wakes(so: ScaledObjectSpec) -> float:
+    """Attainment of ``so`` on 20 idle minutes, then 10 busy ones."""
+    busy = synthetic_workload(duration_s=600.0, base_rps=0.8, seed=3)
+    work = Workload(busy.arrival_s + 1200.0, busy.prompt_tokens, busy.output_tokens, "wake", 1800.0)
+    return score(so, work, PROFILE, SimConfig()).attainment
+
+
+def test_the_gateway_trigger_wakes_a_fleet_at_zero() -> None:
+    """The first request after idle reaches the gateway, the gateway's
+    count wakes the fleet: once a replica is up the requests are served."""
+    side = _all()["keda-gateway"]
+    assert _wakes(side.base) > 0.3
+
+
+def test_prescaler_keys_held_fixed_leave_the_space() -> None:
+    side = _sides(forecaster="off", prescaler_fixed=(("prewarm", "false"),))["prescaler"]
+    keys = {p.key for p in side.space}
+    assert not keys & {"forecast", "prewarm", "nodeLeadTimeSeconds"}
+    assert side.base.trigger.metadata["forecast"] == "off"
+    assert side.base.trigger.metadata["prewarm"] == "false"
+    on = _sides(prescaler_fixed=(("prewarm", "true"),))["prescaler"]
+    assert "nodeLeadTimeSeconds" in {p.key for p in on.space}
+    assert manifest_of(on.base)["spec"]["triggers"][0]["metadata"]["prewarm"] == "true"
