@@ -73,6 +73,7 @@ def emulate_command(args: argparse.Namespace, *, clock: ModelClock = WALL_CLOCK)
         return 2
     try:
         settings = EmulatorSettings(
+            clock=clock,
             profile=args.profile,
             served_model_name=args.served_model_name,
             metrics_version=args.metrics_version,
@@ -82,7 +83,6 @@ def emulate_command(args: argparse.Namespace, *, clock: ModelClock = WALL_CLOCK)
             default_max_tokens=args.default_max_tokens,
             api_server_count=args.api_server_count,
             max_num_queued_reqs=args.max_num_queued_reqs,
-            clock=clock,
         )
         settings.build_profile()
     except (ValueError, KeyError) as exc:
