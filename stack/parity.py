@@ -35,8 +35,8 @@ GRID_S = 15.0
 
 def simulated(run: StackRun) -> SimResult:
     """The simulator's run of the stack run's workload, policy, profile, seed and
-    opening fleet (the stack opens with what the window's first demand needs; the
-    simulator's default opening is a fresh deployment's minimum)."""
+    opening fleet (the one the stack opened with: stated, or sized from the traffic
+    before the window, as ``prescaler simulate`` sizes it)."""
     spec: PolicySpec = scaledobject_spec(run.so)
     spec = PolicySpec(run.opts.policy, spec.kind, scaledobject=spec.scaledobject)
     opening = run.control.initial_replicas if run.control is not None else None
