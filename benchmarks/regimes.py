@@ -1,0 +1,413 @@
+"""Where prediction pays: prescaler tuned against the best tuned KEDA set-up, per regime.
+
+For each traffic regime (:mod:`simulations.regimes`), replica lead time
+(:mod:`simulations.lead_time` presets, 2.5 to 15 minutes) and node
+pre-warming on or off, every side is tuned the same way by
+:func:`simulations.tune.run.tune` (optuna TPE, the same trial budget and
+seed, tuned on day 1, scored on day 2 held back, at 0.95 of what an idle
+fleet attains):
+
+- prescaler's trigger with the forecast on (``forecast: auto``) and with it
+  off (``forecast: off``), each with ``prewarm`` held at ``true`` or
+  ``false``;
+- the KEDA set-ups a competent engineer would run: the queue trigger, queue
+  plus KV cache, the same plus a daily ``cron`` window, and scale to zero
+  on the gateway's request rate (pre-warming is prescaler's: the KEDA
+  studies do not depend on it and run once per regime and lead time).
+
+Each side's figure is its cost at the target on the held-back day (the
+cheapest re-scored point that meets it, :func:`simulations.tune.cli.cost_at_target`);
+the cell's ratio is prescaler's over the cheapest KEDA side's. The bench
+test (``tests/benchmarks/test_regimes_bench.py``) runs the sweep and writes
+JSON and a plot; this module holds the sweep and the verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.profiles import get_profile
+from simulations.regimes import REGIMES, regime_counts
+from simulations.sim_inputs import SimInputs
+from simulations.simulation import SimConfig
+from simulations.traffic import TrafficOptions, Workload, load_workload
+from simulations.tune.manifest import apply_setting
+from simulations.tune.run import TuneRequest
+from simulations.tune.search import score, slo_ceiling, split_workload
+from simulations.tune.sides import Side, make_sides
+from simulations.tune.study import TuneContext, run_study
+
+__all__ = [
+    "KEDA_SIDES",
+    "LEAD_TIMES",
+    "PROFILE",
+    "SweepConfig",
+    "run_sweep",
+    "targets_met",
+    "write_regime_trace",
+]
+
+PROFILE = "llama-3-8b@g5.xlarge"
+LEAD_TIMES: dict[float, str] = {
+    2.5: "8b-cached",
+    5.0: "8b-cold-engine",
+    10.0: "8b-uncached-image",
+    15.0: "70b-uncached",
+}
+"""Minutes from a replica asked for to it Ready -> the lead-time preset of that length."""
+KEDA_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "keda-gateway")
+VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))
+"""(forecast label, the ``forecast`` value held)."""
+NEVER_WORSE = 1.0
+MUCH_BETTER = 0.8
+FORECAST_PAYS = 0.85
+LONG_LEAD_MIN = 10.0
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The grid and the budget: every side gets ``trials`` trials; ``jobs``
+    cells run at once."""
+
+    regimes: tuple[str, ...] = tuple(REGIMES)
+    leads_min: tuple[float, ...] = tuple(LEAD_TIMES)
+    prewarm: tuple[bool, ...] = (True, False)
+    trials: int = 40
+    days: int = 2
+    seed: int = 0
+    jobs: int = 2
+    keda_sides: tuple[str, ...] = KEDA_SIDES
+    target: float = 0.95
+    focus: bool = False
+    """Only each regime's focus hours of each day (:mod:`simulations.regimes`)."""
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.regimes if r not in REGIMES]
+        if unknown:
+            raise ValueError(f"unknown regime(s) {unknown} (known: {', '.join(REGIMES)})")
+        leads = [x for x in self.leads_min if x not in LEAD_TIMES]
+        if leads:
+            raise ValueError(f"lead time(s) {leads} min have no preset (known: {list(LEAD_TIMES)})")
+        if self.trials < 1 or self.days < 2 or self.jobs < 1:
+            raise ValueError(
+                f"trials and jobs must be >= 1 and days >= 2 (one to tune, one held back), "
+                f"got trials={self.trials}, days={self.days}, jobs={self.jobs}"
+            )
+
+
+def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Path:
+    """The regime's per-minute counts as a ``minute_start_s,requests`` file
+    (what :func:`simulations.traffic.load_workload` replays)."""
+    counts = regime_counts(regime, config.days, config.seed, focus=config.focus)
+    path = directory / f"{regime}.csv"
+    rows = "".join(f"{60 * i},{c:.3f}\n" for i, c in enumerate(counts))
+    path.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
+    return path
+
+
+def _study(side: Side, cell: _Cell, tag: str) -> dict[str, Any]:
+    """Tune ``side`` on the first part (the same TPE, trials, seed and stop
+    rules as ``prescaler tune``), then score its chosen setting on the held
+    back part: its cost there when it meets the held-back target, else None."""
+    ctx = TuneContext(
+        cell.tuning, PROFILE, cell.sim, side.base, cell.targets[0], side.space,
+        max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
+    )  # fmt: skip
+    study = run_study(
+        ctx, storage=cell.storage, study_name=f"{tag}-{side.name}",
+        n_trials=cell.config.trials, jobs=1, fingerprint=tag,
+    )  # fmt: skip
+    row: dict[str, Any] = {
+        "trials": len(study.trials),
+        "trials_finished": sum(1 for t in study.trials if t.finished),
+        "setting": None,
+        "tuning": None,
+        "holdout": None,
+        "cost_at_target_usd": None,
+    }
+    if study.best is None:
+        return row
+    chosen = apply_setting(side.base, study.best.metadata, side.manifest)
+    held = score(chosen, cell.held, PROFILE, cell.sim)
+    row["setting"] = dict(study.best.metadata)
+    row["tuning"] = {"slo_attainment": study.best.attainment, "cost_usd": study.best.cost_usd}
+    row["holdout"] = {"slo_attainment": held.attainment, "cost_usd": held.cost_usd}
+    if held.attainment >= cell.targets[1] and math.isfinite(held.cost_usd):
+        row["cost_at_target_usd"] = held.cost_usd
+    return row
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One regime at one lead time: both parts, the run's config, the targets."""
+
+    tuning: Workload
+    """What every side is tuned on (day 1, or its focus hours)."""
+    held: Workload
+    """What the chosen settings are scored on (day 2)."""
+    sim: SimConfig
+    targets: tuple[float, float]
+    """Attainment to meet on (tuning, held back): the target x each part's idle ceiling."""
+    config: SweepConfig
+    storage: str
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or b <= 0:
+        return None
+    return a / b
+
+
+def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
+    request = TuneRequest(trace=None, profile=PROFILE, **kw)
+    return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
+
+
+def run_cell(
+    regime: str, trace: Path, lead_min: float, config: SweepConfig, storage: str
+) -> dict[str, Any]:
+    """One regime at one lead time: the KEDA sides once, prescaler's
+    variants (forecast on/off x each pre-warming setting asked for)."""
+    profile = get_profile(PROFILE)
+    workload = load_workload(trace, TrafficOptions(seed=config.seed))
+    tuning, held = split_workload(workload, 1.0 - 1.0 / config.days)
+    assert held is not None
+    sim = SimInputs(lead_time_preset=LEAD_TIMES[lead_min]).apply(
+        SimConfig(seed=config.seed), profile, None
+    )
+    targets = (
+        config.target * slo_ceiling(tuning, PROFILE, sim.slo_ttft_s),
+        config.target * slo_ceiling(held, PROFILE, sim.slo_ttft_s),
+    )
+    cell = _Cell(tuning, held, sim, targets, config, storage)
+    tag = f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}"
+    t0 = time.perf_counter()
+    keda = {
+        name: _study(side, cell, tag)
+        for name, side in _sides(config, sides=config.keda_sides).items()
+    }
+    met = {n: v["cost_at_target_usd"] for n, v in keda.items() if v["cost_at_target_usd"]}
+    best_name = min(met, key=lambda n: met[n]) if met else None
+    best_keda = met[best_name] if best_name else None
+    out: dict[str, Any] = {
+        "lead_time_min": lead_min,
+        "lead_time_preset": LEAD_TIMES[lead_min],
+        "requests": [len(tuning), len(held)],
+        "target_attainment": list(targets),
+        "keda": keda,
+        "best_keda_side": best_name,
+        "best_keda_cost_usd": best_keda,
+        "prescaler": {},
+    }
+    for prewarm in config.prewarm:
+        row: dict[str, Any] = {}
+        for name, forecast in VARIANTS:
+            fixed = (("prewarm", "true" if prewarm else "false"),)
+            side = _sides(config, sides=("prescaler",), forecaster=forecast,
+                          prescaler_fixed=fixed)["prescaler"]  # fmt: skip
+            label = f"pw{int(prewarm)}-fc-{name}"
+            row[f"forecast-{name}"] = _study(side, cell, f"{tag}-{label}")
+        on = row["forecast-on"]["cost_at_target_usd"]
+        off = row["forecast-off"]["cost_at_target_usd"]
+        row["ratio_on_vs_best_keda"] = _ratio(on, best_keda)
+        row["ratio_off_vs_best_keda"] = _ratio(off, best_keda)
+        row["ratio_forecast_on_vs_off"] = _ratio(on, off)
+        out["prescaler"]["prewarm-on" if prewarm else "prewarm-off"] = row
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _cell_job(args: tuple[str, Path, float, SweepConfig, Path]) -> dict[str, Any]:
+    regime, trace, lead, config, directory = args
+    storage = f"sqlite:///{directory / f'{regime}-{lead:g}.db'}"
+    return run_cell(regime, trace, lead, config, storage)
+
+
+def run_sweep(config: SweepConfig, directory: Path) -> dict[str, Any]:
+    """Every cell of the grid, ``config.jobs`` cells at a time (each in its
+    own process, with its own study storage); traces under ``directory``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    doc: dict[str, Any] = {"profile": PROFILE, "config": dataclasses.asdict(config), "regimes": {}}
+    t0 = time.perf_counter()
+    jobs: list[tuple[str, Path, float, SweepConfig, Path]] = []
+    for regime in config.regimes:
+        trace = write_regime_trace(regime, config, directory)
+        counts = regime_counts(regime, config.days, config.seed, focus=config.focus)
+        doc["regimes"][regime] = {
+            "realism": REGIMES[regime].realism,
+            "focus_hours": list(REGIMES[regime].focus) if config.focus else None,
+            "expected_requests_per_day": [
+                float(np.round(c.sum())) for c in np.split(counts, config.days)
+            ],
+            "cells": [],
+        }
+        jobs.extend((regime, trace, lead, config, directory) for lead in config.leads_min)
+    with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
+        for job, cell in zip(jobs, pool.map(_cell_job, jobs), strict=True):
+            doc["regimes"][job[0]]["cells"].append(cell)
+    doc["wall_s"] = round(time.perf_counter() - t0, 1)
+    doc["targets"] = targets_met(doc)
+    return doc
+
+
+def _rows(doc: Mapping[str, Any]) -> list[tuple[str, float, str, Mapping[str, Any]]]:
+    return [
+        (regime, cell["lead_time_min"], label, row)
+        for regime, body in doc["regimes"].items()
+        for cell in body["cells"]
+        for label, row in cell["prescaler"].items()
+    ]
+
+
+def targets_met(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The two targets, judged on the sweep's figures:
+
+    (a) never worse: prescaler tuned (the cheaper of forecast on and off)
+    costs at most the best tuned KEDA set-up in every cell where both met
+    the target; a cell where prescaler met it and KEDA did not counts for
+    it, the reverse against it.
+    (b) somewhere much better: in some cell at a lead time of 10 minutes or
+    more, prescaler with the forecast on costs at most 0.8 x the best KEDA
+    set-up and at most 0.85 x prescaler with the forecast off."""
+    worse: list[str] = []
+    better: list[str] = []
+    unjudged: list[str] = []
+    for regime, lead, label, row in _rows(doc):
+        name = f"{regime} @ {lead:g} min, {label}"
+        ratios = [row["ratio_on_vs_best_keda"], row["ratio_off_vs_best_keda"]]
+        known = [r for r in ratios if r is not None]
+        p_met = any(
+            row[v]["cost_at_target_usd"] is not None for v in ("forecast-on", "forecast-off")
+        )
+        k_met = _best_keda(doc, regime, lead) is not None
+        if known:
+            if min(known) > NEVER_WORSE:
+                worse.append(name)
+        elif k_met and not p_met:
+            worse.append(name)
+        elif not k_met and not p_met:
+            unjudged.append(name)
+        on_keda, on_off = row["ratio_on_vs_best_keda"], row["ratio_forecast_on_vs_off"]
+        if (
+            lead >= LONG_LEAD_MIN
+            and on_keda is not None
+            and on_keda <= MUCH_BETTER
+            and on_off is not None
+            and on_off <= FORECAST_PAYS
+        ):
+            better.append(name)
+    return {
+        "never_worse": {"met": not worse, "worse_cells": worse, "unjudged_cells": unjudged},
+        "somewhere_much_better": {"met": bool(better), "cells": better},
+    }
+
+
+def _best_keda(doc: Mapping[str, Any], regime: str, lead: float) -> float | None:
+    for cell in doc["regimes"][regime]["cells"]:
+        if cell["lead_time_min"] == lead:
+            value = cell["best_keda_cost_usd"]
+            return None if value is None else float(value)
+    return None
+
+
+def plot_sweep(doc: Mapping[str, Any], path: Path) -> None:
+    """Cost ratio (prescaler tuned / best tuned KEDA) against lead time, one
+    line per regime, forecast on solid and off dashed, one panel per
+    pre-warming setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted({label for _, _, label, _ in _rows(doc)})
+    fig, axes = plt.subplots(1, max(1, len(labels)), figsize=(6 * max(1, len(labels)), 4.5))
+    axes_list: Sequence[Any] = list(np.atleast_1d(axes))
+    for ax, label in zip(axes_list, labels, strict=False):
+        for k, regime in enumerate(doc["regimes"]):
+            color = f"C{k}"
+            for variant, style in (("on", "-"), ("off", "--")):
+                pts = [
+                    (lead, row[f"ratio_{variant}_vs_best_keda"])
+                    for r, lead, lab, row in _rows(doc)
+                    if r == regime and lab == label and row[f"ratio_{variant}_vs_best_keda"]
+                ]
+                if pts:
+                    xs, ys = zip(*pts, strict=True)
+                    ax.plot(xs, ys, style, marker="o", color=color,
+                            label=f"{regime}, forecast {variant}")  # fmt: skip
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(MUCH_BETTER, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel("replica lead time (min)")
+        ax.set_ylabel("cost ratio: prescaler tuned / best tuned KEDA")
+        ax.set_title(label)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _money(x: float | None) -> str:
+    return "missed" if x is None else f"${x:,.2f}"
+
+
+def _times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def markdown_table(doc: Mapping[str, Any]) -> str:
+    """The sweep as a Markdown table: per cell, each KEDA side's held-back
+    cost at the target ("missed": its tuned setting missed the held-back
+    target), prescaler's with the forecast on and off, and the ratios."""
+    keda_names = list(doc["config"]["keda_sides"])
+    head = [
+        "regime", "lead", "pre-warm", *keda_names,
+        "prescaler fc on", "fc off", "on / best KEDA", "off / best KEDA", "on / off",
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for regime, body in doc["regimes"].items():
+        for cell in body["cells"]:
+            keda = [_money(cell["keda"][n]["cost_at_target_usd"]) for n in keda_names]
+            for label, row in cell["prescaler"].items():
+                lines.append(
+                    "| " + " | ".join([
+                        regime, f"{cell['lead_time_min']:g} min", label.removeprefix("prewarm-"),
+                        *keda,
+                        _money(row["forecast-on"]["cost_at_target_usd"]),
+                        _money(row["forecast-off"]["cost_at_target_usd"]),
+                        _times(row["ratio_on_vs_best_keda"]),
+                        _times(row["ratio_off_vs_best_keda"]),
+                        _times(row["ratio_forecast_on_vs_off"]),
+                    ]) + " |"
+                )  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m benchmarks.regimes bench-results/regimes.json [PLOT.png]``:
+    the table and the verdicts of a sweep's JSON (and its plot, again)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.regimes")
+    parser.add_argument("json_path", type=Path)
+    parser.add_argument("plot_path", type=Path, nargs="?")
+    args = parser.parse_args(argv)
+    doc = json.loads(args.json_path.read_text(encoding="utf-8"))
+    print(markdown_table(doc))
+    print(json.dumps(targets_met(doc), indent=2))
+    if args.plot_path is not None:
+        plot_sweep(doc, args.plot_path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

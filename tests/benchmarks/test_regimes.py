@@ -1,0 +1,75 @@
+"""The regime sweep's verdicts and table, on sweep documents built by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.regimes import SweepConfig, markdown_table, targets_met
+
+
+def _variant(cost: float | None) -> dict[str, Any]:
+    return {"cost_at_target_usd": cost}
+
+
+def _doc(lead: float, keda: float | None, on: float | None, off: float | None) -> dict[str, Any]:
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a / b
+
+    row = {
+        "forecast-on": _variant(on),
+        "forecast-off": _variant(off),
+        "ratio_on_vs_best_keda": ratio(on, keda),
+        "ratio_off_vs_best_keda": ratio(off, keda),
+        "ratio_forecast_on_vs_off": ratio(on, off),
+    }
+    cell = {
+        "lead_time_min": lead,
+        "keda": {"keda-gateway": _variant(keda)},
+        "best_keda_cost_usd": keda,
+        "prescaler": {"prewarm-on": row},
+    }
+    return {
+        "config": {"keda_sides": ["keda-gateway"]},
+        "regimes": {"business-hours": {"cells": [cell]}},
+    }
+
+
+def test_a_cell_much_cheaper_with_the_forecast_at_a_long_lead_meets_both_targets() -> None:
+    verdict = targets_met(_doc(15.0, keda=10.0, on=7.0, off=9.0))
+    assert verdict["never_worse"]["met"]
+    assert verdict["somewhere_much_better"]["cells"] == ["business-hours @ 15 min, prewarm-on"]
+
+
+@pytest.mark.parametrize(
+    ("lead", "on", "off"),
+    [(5.0, 7.0, 9.0), (15.0, 8.5, 9.0), (15.0, 7.0, 7.5)],
+    ids=["short lead", "not 0.8x KEDA", "forecast buys under 15 %"],
+)
+def test_much_better_needs_a_long_lead_and_both_margins(lead: float, on: float, off: float) -> None:
+    assert not targets_met(_doc(lead, keda=10.0, on=on, off=off))["somewhere_much_better"]["met"]
+
+
+def test_never_worse_judges_the_cheaper_prescaler_variant_and_misses() -> None:
+    assert targets_met(_doc(5.0, keda=10.0, on=11.0, off=9.5))["never_worse"]["met"]
+    assert not targets_met(_doc(5.0, keda=10.0, on=11.0, off=10.5))["never_worse"]["met"]
+    # prescaler missed the held-back target where KEDA met it: worse
+    assert not targets_met(_doc(5.0, keda=10.0, on=None, off=None))["never_worse"]["met"]
+    # KEDA missed where prescaler met it: not worse
+    assert targets_met(_doc(5.0, keda=None, on=12.0, off=None))["never_worse"]["met"]
+    both_missed = targets_met(_doc(5.0, keda=None, on=None, off=None))["never_worse"]
+    assert both_missed["unjudged_cells"] == ["business-hours @ 5 min, prewarm-on"]
+
+
+def test_the_table_shows_misses_and_ratios() -> None:
+    text = markdown_table(_doc(15.0, keda=10.0, on=7.0, off=None))
+    row = text.splitlines()[2]
+    assert row == "| business-hours | 15 min | on | $10.00 | $7.00 | missed | 0.70x | - | - |"
+
+
+def test_a_grid_without_a_preset_is_refused() -> None:
+    with pytest.raises(ValueError, match="no preset"):
+        SweepConfig(leads_min=(7.0,))
+    with pytest.raises(ValueError, match="unknown regime"):
+        SweepConfig(regimes=("weekly",))

@@ -1,0 +1,80 @@
+"""Where prediction pays: the regime sweep (``-m bench``; bench-results/regimes.json, .md, .png).
+
+For each regime x lead time x node pre-warming setting, prescaler's trigger
+tuned with the forecast on and off against the best tuned KEDA set-up
+(queue, queue + KV cache, + a daily cron window, scale to zero on the
+gateway's rate), each tuned the same way (:mod:`benchmarks.regimes`).
+The budget and the grid are environment variables, so the same test runs a
+reduced sweep on a shared machine and the full one elsewhere:
+
+- ``PRESCALER_REGIMES_TRIALS`` (40): trials per side;
+- ``PRESCALER_REGIMES`` (all): comma-separated regime names;
+- ``PRESCALER_REGIMES_LEADS`` (2.5,5,10,15): lead times in minutes;
+- ``PRESCALER_REGIMES_PREWARM`` (on,off);
+- ``PRESCALER_REGIMES_KEDA`` (every KEDA side): comma-separated side names;
+- ``PRESCALER_REGIMES_FOCUS`` (0): 1 keeps only each regime's focus hours
+  of each day (6 of 24), four times cheaper;
+- ``PRESCALER_REGIMES_JOBS`` (2): cells run at once.
+
+The test checks the sweep ran every cell and that the verdicts agree with
+the figures; whether the targets are met is recorded (``targets``), not
+asserted: it is the finding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmarks.regimes import (
+    KEDA_SIDES,
+    LEAD_TIMES,
+    SweepConfig,
+    markdown_table,
+    plot_sweep,
+    run_sweep,
+    targets_met,
+)
+from simulations.regimes import REGIMES
+
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(12 * 3600)]
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
+
+
+def _list(name: str, default: str) -> list[str]:
+    return [x.strip() for x in os.environ.get(name, default).split(",") if x.strip()]
+
+
+def _config() -> SweepConfig:
+    return SweepConfig(
+        regimes=tuple(_list("PRESCALER_REGIMES", ",".join(REGIMES))),
+        leads_min=tuple(float(x) for x in _list("PRESCALER_REGIMES_LEADS", "2.5,5,10,15")),
+        prewarm=tuple(x == "on" for x in _list("PRESCALER_REGIMES_PREWARM", "on,off")),
+        trials=int(os.environ.get("PRESCALER_REGIMES_TRIALS", "40")),
+        jobs=int(os.environ.get("PRESCALER_REGIMES_JOBS", "2")),
+        keda_sides=tuple(_list("PRESCALER_REGIMES_KEDA", ",".join(KEDA_SIDES))),
+        focus=os.environ.get("PRESCALER_REGIMES_FOCUS", "0") == "1",
+    )
+
+
+def test_regime_sweep(tmp_path: Path) -> None:
+    config = _config()
+    doc = run_sweep(config, tmp_path)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "regimes.json").write_text(json.dumps(doc, indent=2) + "\n")
+    plot_sweep(doc, RESULTS / "regimes.png")
+    (RESULTS / "regimes.md").write_text(markdown_table(doc))
+    for regime in config.regimes:
+        cells = doc["regimes"][regime]["cells"]
+        assert [c["lead_time_min"] for c in cells] == list(config.leads_min)
+        for cell in cells:
+            assert cell["lead_time_preset"] == LEAD_TIMES[cell["lead_time_min"]]
+            assert set(cell["keda"]) == set(config.keda_sides)
+            assert len(cell["prescaler"]) == len(config.prewarm)
+            for side in cell["keda"].values():
+                assert side["trials"] == config.trials
+    assert doc["targets"] == targets_met(doc)
