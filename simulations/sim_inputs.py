@@ -26,13 +26,14 @@ from simulations.cli_types import count_flag, number_flag
 from simulations.lead_time import LEAD_TIME_PRESETS, resolve_startup, with_startup
 from simulations.policies import DEFAULT_MAX_REPLICAS, REFRESH_S, opening_fleet
 from simulations.sim_types import DEFAULT_INITIAL_REPLICAS, SimConfig
-from simulations.traffic import TrafficOptions, load_workload
+from simulations.traffic import TrafficOptions, Workload, load_workload
 
 __all__ = [
     "SimInputs",
     "WindowStart",
     "add_sim_input_flags",
     "sim_inputs_from_args",
+    "start_after",
     "window_start",
 ]
 
@@ -116,11 +117,20 @@ def window_start(
     span = min(BACKFILL_S, float(start_s))
     if span <= 0:
         return WindowStart(None, DEFAULT_INITIAL_REPLICAS)
-    from decision.tracker_data import TrackerConfig
-
     prior = load_workload(
         trace, dataclasses.replace(traffic, start_s=float(start_s) - span, duration_s=span)
     )
+    return start_after(prior, profile, config, backfill=backfill)
+
+
+def start_after(
+    prior: Workload, profile: Profile, config: SimConfig, *, backfill: bool = True
+) -> WindowStart:
+    """What a window opening where ``prior`` (the requests before it, on their
+    own clock from 0) ends knows: :func:`window_start` once the requests are
+    read; ``prescaler tune``'s held-back part passes the tuning part's tail."""
+    from decision.tracker_data import TrackerConfig
+
     history = None
     if backfill and len(prior):
         history = scraped_history(

@@ -249,6 +249,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                 "cost_at_target_usd": costs[s.side.name],
                 "tuned": s.tuned,
                 "holdout": s.holdout,
+                "study_wall_s": round(s.study_wall_s, 1) if math.isfinite(s.study_wall_s) else None,
             }
             for s in result.sides
         },

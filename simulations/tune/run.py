@@ -20,12 +20,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
-    from forecasting.series import DemandSeries
     from simulations.backfill import DemandHistory
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
@@ -156,6 +155,8 @@ class SideResult:
     frontier: tuple[FrontierPoint, ...]
     baseline: FrontierPoint
     """The base ScaledObject as written, on the held-back part."""
+    study_wall_s: float = math.nan
+    """Wall time of the side's study (its trials, in ``--jobs`` processes)."""
 
 
 @dataclass(frozen=True)
@@ -217,13 +218,12 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
 
     wall0 = time.perf_counter()
     profile = get_profile(request.profile)
-    workload, series = _load(request, out)
+    workload, before = _load(request, out)
     tune_part, held = split_workload(workload, request.holdout)
     held_s = 0.0 if held is None else held.duration_s
     warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
     if len(tune_part) == 0:
         raise ValueError(f"{workload.name}: the tuning part holds no requests")
-    tune_history, held_history = _histories(series, request, tune_part, held)
     config = SimConfig(
         slo_ttft_s=request.slo_ttft_s,
         timeout_s=request.timeout_s,
@@ -233,9 +233,16 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         rate_window_s=request.rate_window_s,
     )
     from simulations.sim_inputs import SimInputs
+    from simulations.tune.inputs import part_starts
 
     inputs = request.inputs or SimInputs()
     config = inputs.apply(config, profile, None)
+    starts = part_starts(
+        before, tune_part, held, profile, config, inputs, backfill=request.backfill
+    )
+    config, held_config = starts.tuning_config, starts.held_config
+    tune_history = starts.tuning.history
+    held_history = None if starts.held is None else starts.held.history
     ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
     target = request.target * ceiling
     held_target = target
@@ -249,7 +256,10 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
           f"studies in {storage}", file=out)  # fmt: skip
     print(f"tracker history: {_history_note(tune_history)} before the tuning part, "
           f"{_history_note(held_history) if held is not None else '-'} before the held-back "
-          f"part{' (--no-backfill)' if not request.backfill else ''}", file=out)  # fmt: skip
+          f"part{' (--no-backfill)' if not request.backfill else ''}; replicas as each "
+          f"opens: {config.initial_replicas} (tuning part), "
+          f"{held_config.initial_replicas if starts.held is not None else '-'} (held-back part)",
+          file=out)  # fmt: skip
     print(f"SLO: TTFT <= {config.slo_ttft_s:g} s for {100 * target:.2f} % of requests "
           f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)",
           file=out)  # fmt: skip
@@ -260,14 +270,14 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     for side in sides:
         side0 = time.perf_counter()
         study = _run_side(side, request, workload, tune_part, config, target, tune_history, storage)
+        study_s = time.perf_counter() - side0
         n_trials += len(study.trials)
         chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
-        print(f"{side.name}: {len(study.trials)} trials in {time.perf_counter() - side0:.0f} s "
+        print(f"{side.name}: {len(study.trials)} trials in {study_s:.0f} s "
               f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
-        results.append(
-            _rescore(side, study, request, profile.name, profile.tp, config, tune_part, held,
-                     tune_history, held_history)
-        )  # fmt: skip
+        scored = _rescore(side, study, request, profile.name, profile.tp, (config, held_config),
+                          tune_part, held, tune_history, held_history)  # fmt: skip
+        results.append(replace(scored, study_wall_s=study_s))
     months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
     return TuneResult(
         trace=workload.name,
@@ -283,11 +293,11 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     )
 
 
-def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, DemandSeries | None]:
-    """The workload and (when backfill applies) its rate curve, from TRACE or
-    Prometheus (read before a temporary trace's files go)."""
-    from forecasting.readers import read_series
+def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, Workload | None]:
+    """The workload and the requests before it (:func:`simulations.tune.inputs.requests_before`),
+    from TRACE or Prometheus (read before a temporary trace's files go)."""
     from simulations.traffic import TrafficOptions, load_workload
+    from simulations.tune.inputs import requests_before
 
     trace, tokens_from = request.trace, request.tokens_from
     tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -327,41 +337,13 @@ def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, DemandSeries | N
             tokens_from=Path(tokens_from) if tokens_from else None,
         )
         workload = load_workload(trace, traffic)
-        wanted = request.backfill and len(workload) and (request.start_s > 0 or request.holdout > 0)
-        series = read_series(trace) if wanted else None
+        before = requests_before(trace, traffic) if len(workload) else None
     finally:
         if tmp is not None:
             tmp.cleanup()
     if len(workload) == 0:
         raise ValueError(f"{trace}: no requests in the selected window")
-    return workload, series
-
-
-def _histories(
-    series: DemandSeries | None,
-    request: TuneRequest,
-    tune_part: Workload,
-    held: Workload | None,
-) -> tuple[DemandHistory | None, DemandHistory | None]:
-    """(history before the tuning part, before the held-back part), by
-    ``prescaler simulate``'s rule (:func:`simulations.backfill.window_history`);
-    None with ``--no-backfill``."""
-    if series is None:
-        return None, None
-    from decision.tracker_data import TrackerConfig
-    from simulations.backfill import window_history
-    from simulations.policies import REFRESH_S
-
-    bin_s = TrackerConfig(refresh_interval_s=REFRESH_S).step_s
-    start = float(request.start_s)
-    scale = request.rate_scale
-    first = window_history(series, start, tune_part, bin_s=bin_s, rate_scale=scale)
-    rest = None
-    if held is not None and len(held):
-        rest = window_history(
-            series, start + tune_part.duration_s, held, bin_s=bin_s, rate_scale=scale
-        )
-    return first, rest
+    return workload, before
 
 
 def _history_note(history: DemandHistory | None) -> str:
@@ -442,14 +424,18 @@ def _rescore(
     request: TuneRequest,
     profile: str,
     tp: int,
-    config: SimConfig,
+    configs: tuple[SimConfig, SimConfig],
     tune_part: Workload,
     held: Workload | None,
     tune_history: DemandHistory | None,
     held_history: DemandHistory | None,
 ) -> SideResult:
     """Re-run the chosen setting on both parts, and the tuning part's Pareto
-    set and the base as written on the held-back part."""
+    set and the base as written on the held-back part. A run asked for twice
+    (the chosen setting is usually on the Pareto set; the study's first trial
+    is the base) is simulated once, and the chosen setting's tuning-part run
+    is its trial's own when the study kept it (a run is deterministic, and the
+    stop checks do not change it)."""
     from simulations.report import policy_summary
     from simulations.tune.manifest import apply_setting, apply_to_manifest
     from simulations.tune.search import outcome, pareto_front
@@ -459,19 +445,28 @@ def _rescore(
 
     part = held if held is not None and len(held) else tune_part
     part_history = held_history if part is held else tune_history
+    part_config = configs[1] if part is held else configs[0]
     done = [t for t in study.trials if t.finished and math.isfinite(t.cost_usd)]
     front = [done[i] for i in pareto_front([(t.cost_usd, t.attainment) for t in done])]
     front = [front[i] for i in _spread(list(range(len(front))), FRONTIER_SIZE)]
     chosen = apply_setting(side.base, study.best.metadata, side.manifest) if study.best else None
-    jobs: list[tuple[Any, ...]] = []
-    if chosen is not None:
-        jobs.append((chosen, tune_part, profile, config, hist(chosen, tune_history)))
-        jobs.append((chosen, part, profile, config, hist(chosen, part_history)))
-    jobs.append((side.base, part, profile, config, hist(side.base, part_history)))
-    for t in front:
-        so = apply_setting(side.base, t.metadata, side.manifest)
-        jobs.append((so, part, profile, config, hist(so, part_history)))
-    if request.jobs > 1:
+    specs: list[Any] = []  # the distinct settings run on ``part``, in order
+
+    def on_part(so: Any) -> int:
+        for k, have in enumerate(specs):
+            if have == so:
+                return k
+        specs.append(so)
+        return len(specs) - 1
+
+    held_of_chosen = on_part(chosen) if chosen is not None else -1
+    held_of_base = on_part(side.base)
+    held_of_front = [on_part(apply_setting(side.base, t.metadata, side.manifest)) for t in front]
+    jobs = [(so, part, profile, part_config, hist(so, part_history)) for so in specs]
+    kept_summary = study.best.summary if study.best is not None else None
+    if chosen is not None and kept_summary is None:
+        jobs.append((chosen, tune_part, profile, configs[0], hist(chosen, tune_history)))
+    if request.jobs > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(max_workers=min(request.jobs, len(jobs))) as pool:
             scores = list(pool.map(_score_job, jobs))
     else:
@@ -482,13 +477,14 @@ def _rescore(
 
     tuned = holdout = None
     if chosen is not None:
-        tuned, holdout = summary(scores[0]), summary(scores[1])
-        scores = scores[2:]
-    base_s = scores[0]
+        tuned = dict(kept_summary) if kept_summary is not None else summary(scores[-1])
+        holdout = summary(scores[held_of_chosen])
+    base_s = scores[held_of_base]
     baseline = FrontierPoint(None, {}, base_s.attainment, base_s.cost_usd, summary(base_s))
+    front_scores = [scores[k] for k in held_of_front]
     points = [
         FrontierPoint(t.number, dict(t.metadata), s.attainment, s.cost_usd, summary(s))
-        for t, s in zip(front, scores[1:], strict=True)
+        for t, s in zip(front, front_scores, strict=True)
     ]
     kept = pareto_front([(p.cost_usd, p.attainment) for p in points])
     manifest = (

@@ -58,7 +58,9 @@ from simulations.tune.storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_stor
 __all__ = [
     "GRACE_S",
     "HEARTBEAT_S",
+    "PACE_MIN_FINISHED",
     "BestSoFar",
+    "PaceEvidence",
     "StopRules",
     "StudyResult",
     "TrialRecord",
@@ -68,6 +70,7 @@ __all__ = [
     "read_study",
     "run_study",
     "study_fingerprint",
+    "study_pace",
 ]
 
 
@@ -80,6 +83,9 @@ COST_PACE_FROM = 0.25
 """The first rung at which the cost pace rule acts."""
 COST_PACE_EARLY = 3.0
 """How much wider the cost pace slack is at rungs before 1/2."""
+PACE_MIN_FINISHED = 3
+"""Finished trials a study needs before its pace rules act: their curves
+are the evidence each rule's slack is checked against (:class:`PaceEvidence`)."""
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,10 @@ class TrialRecord:
     """Why the trial was stopped early ("" when it ran to the end)."""
     simulated: float = 1.0
     """Share of the tuning part's requests it simulated before it ended."""
+    summary: Mapping[str, Any] | None = None
+    """A finished trial's run as ``simulations.report.policy_summary`` gives
+    it (None when stopped, or kept by an older study): the chosen setting's
+    tuning-part figures without simulating it again."""
 
 
 @dataclass(frozen=True)
@@ -203,21 +213,61 @@ class BestSoFar:
     """Cost spent by each rung (fraction of the requests -> USD)."""
 
 
-def best_so_far(study: Any) -> BestSoFar | None:
-    """The study's cheapest feasible finished trial, from the storage (so it
-    includes what other processes and machines finished meanwhile)."""
+@dataclass(frozen=True)
+class PaceEvidence:
+    """What the study's finished trials show about pace on this trace and side.
+
+    A pace rule bets that a trial's figures so far say where it ends. The
+    fixed slacks were measured on one synthetic day over prescaler's space;
+    a side with another dynamic (a reactive trigger behind a cold opening
+    fleet) can lie further behind its final attainment at a rung. Every
+    finished trial of the study shows by how much, so each rule's slack is
+    at least what they show, and neither acts before
+    :data:`PACE_MIN_FINISHED` trials finished."""
+
+    finished: int = 0
+    shortfall: Mapping[float, float] = field(default_factory=dict)
+    """Rung -> the largest (final attainment - attainment so far) of a finished trial."""
+    share_ratio: Mapping[float, float] = field(default_factory=dict)
+    """Rung -> the widest ratio between two finished trials' shares of their
+    whole cost spent by then."""
+
+
+def study_pace(study: Any) -> tuple[BestSoFar | None, PaceEvidence]:
+    """The study's cheapest feasible finished trial and the pace evidence of
+    all its finished trials, from the storage (so they include what other
+    processes and machines finished meanwhile)."""
     import optuna
 
     best: BestSoFar | None = None
+    finished = 0
+    shortfall: dict[float, float] = {}
+    shares: dict[float, list[float]] = {}
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         a = t.user_attrs
-        if not a.get("finished") or float(a.get("constraint", 1.0)) > 0.0 or "cost_usd" not in a:
+        if not a.get("finished") or "cost_usd" not in a:
             continue
         cost = float(a["cost_usd"])
+        finished += 1
+        final = float(a.get("attainment", math.nan))
+        for row in a.get("curve", []):
+            rung = round(float(row[0]), 9)
+            if len(row) > 2 and math.isfinite(final):
+                shortfall[rung] = max(shortfall.get(rung, 0.0), final - float(row[2]))
+            if cost > 0:
+                shares.setdefault(rung, []).append(float(row[1]) / cost)
+        if float(a.get("constraint", 1.0)) > 0.0:
+            continue
         if best is None or (cost, t.number) < (best.cost_usd, best.number):
             curve = {round(float(row[0]), 9): float(row[1]) for row in a.get("curve", [])}
             best = BestSoFar(t.number, cost, curve)
-    return best
+    ratio = {r: max(v) / min(v) for r, v in shares.items() if min(v) > 0}
+    return best, PaceEvidence(finished, shortfall, ratio)
+
+
+def best_so_far(study: Any) -> BestSoFar | None:
+    """The study's cheapest feasible finished trial (:func:`study_pace`)."""
+    return study_pace(study)[0]
 
 
 class StopRules:
@@ -232,18 +282,24 @@ class StopRules:
         ctx: TuneContext,
         read_best: Callable[[], BestSoFar | None],
         refresh_s: float = 3600.0,
+        read_pace: Callable[[], tuple[BestSoFar | None, PaceEvidence]] | None = None,
     ) -> None:
         self._ctx = ctx
         self._read_best = read_best
+        self._read_pace = read_pace
         self._refresh_s = refresh_s
         self._next_refresh = -math.inf
         self._best: BestSoFar | None = None
+        self._evidence: PaceEvidence | None = None
         self.projected_cost_usd = math.nan
         """For a trial stopped on cost pace: its cost extrapolated from the best's curve."""
 
     def __call__(self, p: Progress, rung: float | None) -> str | None:
         if rung is not None or p.t_s >= self._next_refresh:
-            self._best = self._read_best()
+            if self._read_pace is not None:
+                self._best, self._evidence = self._read_pace()
+            else:
+                self._best = self._read_best()
             self._next_refresh = p.t_s + self._refresh_s
         best = self._best
         hours = p.t_s / 3600.0
@@ -255,14 +311,23 @@ class StopRules:
         ctx = self._ctx
         if rung is None or ctx.prune != "pace":
             return None
-        floor = ctx.target - ctx.slo_slack(rung)
+        evidence = self._evidence
+        if evidence is not None and evidence.finished < PACE_MIN_FINISHED:
+            return None
+        key = round(rung, 9)
+        slo_slack = ctx.slo_slack(rung)
+        if evidence is not None:
+            slo_slack = max(slo_slack, evidence.shortfall.get(key, math.inf))
+        floor = ctx.target - slo_slack
         if rung <= SLO_PACE_UNTIL and p.running_attainment < floor:
             return (
                 f"slo pace: attainment {100 * p.running_attainment:.2f} % after "
                 f"{100 * rung:.1f} % of the requests, below {100 * floor:.2f} %"
             )
-        ref = best.curve.get(round(rung, 9)) if best is not None else None
+        ref = best.curve.get(key) if best is not None else None
         allow = ctx.cost_pace_slack(rung)
+        if allow is not None and evidence is not None:
+            allow = max(allow, evidence.share_ratio.get(key, math.inf) - 1.0)
         if best is not None and ref and allow is not None and p.cost_usd > (1.0 + allow) * ref:
             self.projected_cost_usd = best.cost_usd * p.cost_usd / ref
             return (
@@ -274,13 +339,19 @@ class StopRules:
 
 
 def _objective(ctx: TuneContext) -> Callable[[Any], float]:
+    from simulations.report import policy_summary
+    from simulations.tune.search import outcome
+
     budget = ctx.miss_budget()
     rungs = rung_times(ctx.workload, ctx.rungs)
+    tp = get_profile(ctx.profile).tp
 
     def objective(trial: Any) -> float:
         meta = sample_metadata(trial, ctx.space, ctx.max_replicas)
         so = apply_setting(ctx.base, meta, ctx.manifest)
-        rules = StopRules(ctx, lambda: best_so_far(trial.study))
+        rules = StopRules(
+            ctx, lambda: best_so_far(trial.study), read_pace=lambda: study_pace(trial.study)
+        )
         s = score(
             so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
             stop=rules, rungs=rungs, history=ctx.history,
@@ -297,6 +368,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         trial.set_constraint("slo_attainment", violation)
         if s.finished:
             trial.set_user_attr("cost_usd", s.cost_usd)
+            trial.set_user_attr("summary", policy_summary(outcome(s), None, tp))
             return s.cost_usd
         assert s.at is not None
         trial.set_user_attr("stopped", s.stopped)
@@ -544,6 +616,7 @@ def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:
                 feasible=finished and float(attrs.get("constraint", 1.0)) <= 0.0,
                 stopped=str(attrs.get("stopped", "")),
                 simulated=1.0 if finished else float(attrs.get("stopped_after", 1.0)),
+                summary=attrs.get("summary") if finished else None,
             )
         )
     feasible = [r for r in records if r.feasible]

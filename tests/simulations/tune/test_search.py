@@ -335,11 +335,12 @@ def test_the_held_back_run_starts_with_the_tuning_parts_demand(
     of demand) before it answers, so the held-back part, which follows the
     tuning part in the trace, starts with the tuning part's demand as
     history, as `prescaler simulate --start` gives a window the trace before
-    it. Demand 4 req/s for 14 minutes, then 0.5 req/s for the 6 held back: a
-    tracker that remembers the busy past keeps a larger fleet at first (more
-    replicas, more cost) than one that starts empty (`--no-backfill`). The
-    tuning part (at the trace's start: no history) and the reactive trigger
-    (no tracker) are the same run either way."""
+    it. Demand 4 req/s for 14 minutes, then 0.5 req/s for the 6 held back:
+    both parts open with the fleet the minutes before them needed (one
+    replica at the trace's start, five after the busy part), with or
+    without the backfill. The tuning part (at the trace's start: no history)
+    and the reactive trigger (no tracker) are the same run either way; what
+    the held-back history holds is checked in tests/simulations/tune/test_inputs.py."""
     trace = _step_trace(tmp_path / "step.csv", 20, 14, 240, 30)
     warm, cold = _pair(trace, tmp_path)
     text = capsys.readouterr().out
@@ -349,8 +350,7 @@ def test_the_held_back_run_starts_with_the_tuning_parts_demand(
     assert warm["reactive"]["holdout"]["cost_usd"] == cold["reactive"]["holdout"]["cost_usd"]
     p_warm, p_cold = warm["predictive"]["holdout"], cold["predictive"]["holdout"]
     assert p_warm["requests_total"] == p_cold["requests_total"] > 0
-    assert p_warm["max_replicas"] > p_cold["max_replicas"]
-    assert p_warm["cost_usd"] > p_cold["cost_usd"]
+    assert "replicas as each opens: 1 (tuning part), 5 (held-back part)" in text
 
 
 def test_a_start_inside_the_trace_gives_the_tuning_part_its_history(
@@ -358,17 +358,17 @@ def test_a_start_inside_the_trace_gives_the_tuning_part_its_history(
 ) -> None:
     """`--start` cuts the tuning part from inside the trace: as in `prescaler
     simulate`, the trials and the chosen setting's re-run start with the
-    trace before it as history (unless `--no-backfill`). After 10 busy
-    minutes (4 req/s) a 10-minute window at 0.5 req/s costs more with that
-    history than without. The two studies differ in their fingerprint, so
+    trace before it as history (unless `--no-backfill`), and open with the
+    fleet the busy minutes before it needed (4 req/s: six replicas), with
+    or without the history. The two studies differ in their fingerprint, so
     they never mix trials."""
     trace = _step_trace(tmp_path / "step.csv", 20, 10, 240, 30)
     warm, cold = _pair(trace, tmp_path, "--start", "600", "--holdout", "0")
     text = capsys.readouterr().out
     assert "tracker history: 0.17 h before the tuning part, - before the held-back" in text
+    assert "replicas as each opens: 6 (tuning part), - (held-back part)" in text
     p_warm, p_cold = warm["predictive"]["tuned"], cold["predictive"]["tuned"]
     assert p_warm["requests_total"] == p_cold["requests_total"] > 0
-    assert p_warm["cost_usd"] > p_cold["cost_usd"]
     names = {
         s.study_name
         for db in ("warm", "cold")

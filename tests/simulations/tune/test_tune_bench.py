@@ -141,6 +141,79 @@ def test_tune_speed(tmp_path: Path, target: float) -> None:
     assert len(result.trials) == trials
 
 
+DAY_TRACE_ENV = "PRESCALER_TUNE_DAY_TRACE"
+"""A per-minute trace with a daily cycle for the day-study bench (its path:
+none ships with the repository, so the bench skips without it)."""
+
+
+@pytest.mark.skipif(not os.environ.get(DAY_TRACE_ENV), reason=f"{DAY_TRACE_ENV} is not set")
+def test_tune_day_study_speed(tmp_path: Path) -> None:
+    """``prescaler tune`` as a user runs it on a real history: tune on
+    ``PRESCALER_TUNE_DAY_HOURS`` (24) hours of ``$PRESCALER_TUNE_DAY_TRACE``
+    from ``PRESCALER_TUNE_DAY_START`` (0) s, score on the same span held
+    back, at ``PRESCALER_TUNE_RATE_SCALE`` (0.1), ``PRESCALER_TUNE_BENCH_TRIALS``
+    (40) trials a side in 2 processes, every default side. Writes
+    ``bench-results/tune_day_speed.json``: per side the study's wall time,
+    trials per second, trials finished and stopped by rule, the share of the
+    tuning part simulated; the whole run's wall time (the studies plus the
+    held-back re-runs); whether the compiled modules of ``make native`` were
+    loaded; and the load average before and after (the machine may be
+    shared). The goal it records: each study within 5 minutes."""
+    import io
+
+    import simulations.router as router
+    from prescaler_native.loader import is_native
+    from simulations.tune.run import TuneRequest, tune
+
+    hours = float(os.environ.get("PRESCALER_TUNE_DAY_HOURS", "24"))
+    trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "40"))
+    scale = float(os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1"))
+    start = float(os.environ.get("PRESCALER_TUNE_DAY_START", "0"))
+    request = TuneRequest(
+        trace=os.environ[DAY_TRACE_ENV], profile=PROFILE, target=SLO_TARGETS[0],
+        trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
+        duration_s=2 * hours * 3600.0, storage=f"sqlite:///{tmp_path / 'day.db'}",
+    )  # fmt: skip
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    result = tune(request, io.StringIO())
+    wall = time.perf_counter() - t0
+    sides: dict[str, Any] = {}
+    for s in result.sides:
+        done = s.study.trials
+        sides[s.side.name] = {
+            "trials": len(done),
+            "study_wall_s": round(s.study_wall_s, 1),
+            "trials_per_s": round(len(done) / s.study_wall_s, 4),
+            "trials_finished": sum(1 for t in done if t.finished),
+            "trials_stopped": dict(
+                sorted(Counter(t.stopped.split(":", 1)[0] for t in done if not t.finished).items())
+            ),
+            "simulated_share": round(sum(t.simulated for t in done) / max(1, len(done)), 4),
+            "chosen_trial": None if s.study.best is None else s.study.best.number,
+            "held_back_attainment": None if s.holdout is None else s.holdout["slo_attainment"],
+        }
+    doc = {
+        "trace": Path(request.trace or "").name,
+        "start_s": start,
+        "tuning_hours": hours,
+        "rate_scale": scale,
+        "target": request.target,
+        "profile": PROFILE,
+        "jobs": request.jobs,
+        "cpu_count": os.cpu_count(),
+        "native_loaded": is_native(router),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(wall, 1),
+        "study_goal_s": 300.0,
+        "sides": sides,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "tune_day_speed.json").write_text(json.dumps(doc, indent=2) + "\n")
+    assert all(v["trials"] == trials for v in sides.values())
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (the study's
     worker processes): on a shared machine the wall time also counts other
