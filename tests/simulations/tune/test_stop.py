@@ -34,7 +34,14 @@ from simulations.tune.search import (
     search_reactive,
     seed_params,
 )
-from simulations.tune.study import BestSoFar, StopRules, TuneContext, read_study, run_study
+from simulations.tune.study import (
+    BestSoFar,
+    PaceEvidence,
+    StopRules,
+    TuneContext,
+    read_study,
+    run_study,
+)
 
 PROFILE = "llama-3-8b@g5.xlarge"
 
@@ -168,6 +175,36 @@ def test_pace_rules_act_only_at_rungs_and_only_when_asked() -> None:
     exact = _ctx(_sized(100), target=0.9, prune="exact")
     assert _rules(exact, best)(behind, first) is None
     assert _rules(exact, best)(Progress(100.0, 100, 0, 4.5), 0.5) is None
+
+
+def test_pace_rules_wait_for_and_widen_to_the_studys_own_evidence() -> None:
+    """With the study's evidence (PaceEvidence): no pace rule acts before 3
+    trials finished; after, the SLO slack at a rung is at least the largest
+    gap between a finished trial's attainment so far and its final one, and
+    the cost slack at least the widest ratio of finished trials' spend
+    shares, minus one. Evidence narrower than the fixed slacks changes
+    nothing; the exact rules act regardless."""
+    ctx = _ctx(_sized(100), target=0.9)
+    best = BestSoFar(3, 10.0, {1 / 32: 0.5, 0.5: 4.0})
+    behind = Progress(100.0, 100, 13, 1.0)  # 87 %: 3 points below the target
+    dear = Progress(100.0, 100, 0, 4.5)  # 12.5 % over the best's 4.0 at 1/2
+
+    def rules(evidence: PaceEvidence) -> StopRules:
+        return StopRules(ctx, lambda: best, read_pace=lambda: (best, evidence))
+
+    young = PaceEvidence(2, {1 / 32: 0.0}, {0.5: 1.0})
+    assert rules(young)(behind, 1 / 32) is None and rules(young)(dear, 0.5) is None
+    over = rules(young)(Progress(100.0, 100, 0, 10.5), None)
+    assert over is not None and over.startswith("cost:")
+    narrow = PaceEvidence(3, {1 / 32: 0.001}, {0.5: 1.01})
+    slo = rules(narrow)(behind, 1 / 32)
+    assert slo is not None and slo.startswith("slo pace")
+    cost = rules(narrow)(dear, 0.5)
+    assert cost is not None and cost.startswith("cost pace")
+    wide = PaceEvidence(3, {1 / 32: 0.04}, {0.5: 1.2})
+    assert rules(wide)(behind, 1 / 32) is None  # 3 points behind, 4 seen in a finished run
+    assert rules(wide)(dear, 0.5) is None  # 12.5 % over, 20 % seen
+    assert rules(PaceEvidence(3))(behind, 1 / 32) is None  # no evidence at that rung
 
 
 def test_bad_stop_settings_are_refused() -> None:
