@@ -1,275 +1,103 @@
 """`prescaler demo`: what `make demo` runs.
 
-By default it replays the shipped trace (the Azure LLM inference 2023
-conversation trace, ~19k requests over an hour) through the simulator for
-llama-3-8b on g5.xlarge under four policies (a static fleet, the reactive
-queue-length ScaledObject of the public KEDA + vLLM recipes, prescaler's
-predictive one, and the oracle that sees the future), prints the comparison
-table with the best attainment any fleet could reach on the trace, one line
-per policy saying what it is, and why the oracle trails when it does, and
-writes the plots and the summary JSON to ``./demo-results/`` (``--out``).
-Two processes; well under a minute on two cores.
+By default it replays the held-back part of the shipped trace (the last 30 %
+of the Azure LLM inference 2023 conversation trace's hour) through the
+simulator for llama-3-8b on g5.xlarge and tells the fair story: the recipe's
+queue-length ScaledObject as written (what teams run today), plain KEDA
+tuned, prescaler's trigger tuned the same way, a static fleet, the oracle
+and the best attainment any fleet could reach, with the cost ratio of
+prescaler to the best tuned KEDA in plain words. The tuned settings come
+from a fixture (:mod:`prescaler.demo_tuned`) that ``--retune`` regenerates,
+so the demo only scores and stays well under two minutes on two cores. It
+writes the plots, the tuned ScaledObjects and the summary JSON to
+``./demo-results/`` (``--out``).
 
-``prescaler demo --emulator`` is the earlier demo: one emulated vLLM replica
-(`engine.emulator`) started in-process on a free port, a built-in load sent
-as streaming completions through real HTTP (a calm phase, a 4x burst, calm
-again), and what a client saw (TTFT, TPOT, throughput) next to what the
-replica itself exports on /metrics, the numbers the scaler reads.
+``prescaler demo --emulator`` is the earlier demo (:mod:`prescaler.demo_emulator`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import math
-import random
-import statistics
 import sys
 import textwrap
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
-DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
-DEFAULT_DURATION_S = 30.0
-_METRIC_LINES = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:request_success_total",
-    "vllm:time_to_first_token_seconds_count",
-    "vllm:time_to_first_token_seconds_sum",
-)
+import yaml
 
-
-_GAUGES = _METRIC_LINES[:4]
-
-
-@dataclass(frozen=True)
-class PlannedRequest:
-    at_s: float
-    prompt_words: int
-    max_tokens: int
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ttft_s: float | None
-    tpot_s: float | None
-    tokens: int
-    e2e_s: float
-    ok: bool
-
-
-def load_schedule(duration_s: float, base_rate: float, seed: int = 0) -> list[PlannedRequest]:
-    """Poisson arrivals: calm (first 40 %), a 4x burst (next 20 %), calm again.
-
-    Prompts of 100-600 words and outputs of 32-192 tokens, from a fixed seed,
-    so every run sends the same requests.
-    """
-    # ``not x > 0`` also refuses NaN (every comparison with it is false: a
-    # NaN duration or rate used to loop for ever); inf would never end either.
-    if not (math.isfinite(duration_s) and duration_s > 0):
-        raise ValueError(f"duration must be a finite number of seconds > 0, got {duration_s}")
-    if not (math.isfinite(base_rate) and base_rate > 0):
-        raise ValueError(f"base rate must be a finite number of requests/s > 0, got {base_rate}")
-    rng = random.Random(seed)
-    out: list[PlannedRequest] = []
-    t = 0.0
-    while True:
-        phase = t / duration_s
-        rate = base_rate * (4.0 if 0.4 <= phase < 0.6 else 1.0)
-        t += rng.expovariate(rate)
-        if t >= duration_s:
-            break
-        out.append(PlannedRequest(t, rng.randint(100, 600), rng.randint(32, 192)))
-    return out
-
-
-def summary_table(outcomes: Sequence[Outcome], wall_s: float) -> str:
-    """The client's view as a small fixed-width table."""
-    ok = [o for o in outcomes if o.ok]
-    ttft = sorted(o.ttft_s for o in ok if o.ttft_s is not None)
-    tpot = sorted(o.tpot_s for o in ok if o.tpot_s is not None)
-    tokens = sum(o.tokens for o in ok)
-
-    def pct(xs: list[float], q: float) -> str:
-        if not xs:
-            return "-"
-        return f"{xs[min(len(xs) - 1, int(q * len(xs)))] * 1000:.0f} ms"
-
-    rows = [
-        ("requests sent / completed", f"{len(outcomes)} / {len(ok)}"),
-        ("TTFT p50 / p90 / p99", f"{pct(ttft, 0.5)} / {pct(ttft, 0.9)} / {pct(ttft, 0.99)}"),
-        ("TPOT p50 / p99", f"{pct(tpot, 0.5)} / {pct(tpot, 0.99)}"),
-        ("TTFT mean", f"{statistics.fmean(ttft) * 1000:.0f} ms" if ttft else "-"),
-        ("output tokens/s", f"{tokens / wall_s:.1f}"),
-        ("requests/s", f"{len(ok) / wall_s:.2f}"),
-        ("wall time", f"{wall_s:.1f} s"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    lines = ["client view", "-" * (width + 24)]
-    lines += [f"{k:<{width}}  {v}" for k, v in rows]
-    return "\n".join(lines)
-
-
-def metrics_excerpt(text: str, names: tuple[str, ...] = _METRIC_LINES) -> str:
-    """The scaler-relevant lines of a vLLM /metrics page (samples only, no comments)."""
-    keep = [line for line in text.splitlines() if line.startswith(names)]
-    return "\n".join(keep)
-
-
-async def _one(session: object, url: str, model: str, req: PlannedRequest) -> Outcome:
-    import aiohttp
-
-    assert isinstance(session, aiohttp.ClientSession)
-    body = {
-        "model": model,
-        "prompt": " ".join(["data"] * req.prompt_words),
-        "max_tokens": req.max_tokens,
-        "stream": True,
-    }
-    start = time.perf_counter()
-    first: float | None = None
-    last = start
-    tokens = 0
-    done = False
-    async with session.post(url + "/v1/completions", json=body) as r:
-        if r.status != 200:
-            return Outcome(None, None, 0, time.perf_counter() - start, False)
-        async for line in r.content:
-            if not line.startswith(b"data: "):
-                continue
-            if line.startswith(b"data: [DONE]"):
-                done = True
-                continue
-            chunk = json.loads(line[6:])
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                last = time.perf_counter()
-                first = first if first is not None else last
-                tokens += 1
-    ttft = None if first is None else first - start
-    tpot = (last - first) / (tokens - 1) if first is not None and tokens > 1 else None
-    return Outcome(ttft, tpot, tokens, time.perf_counter() - start, done)
-
-
-async def run_demo(
-    profile: str, duration_s: float, base_rate: float | None, out: TextIO, seed: int = 0
-) -> int:
-    """Start the emulator, drive the load, print the summary and /metrics excerpt."""
-    import aiohttp
-    from tqdm import tqdm
-
-    from engine.emulator import EmulatorServer, EmulatorSettings
-
-    settings = EmulatorSettings(profile=profile)
-    prof = settings.build_profile()
-    rate = base_rate if base_rate is not None else _default_rate(prof)
-    plan = load_schedule(duration_s, rate, seed)
-    async with EmulatorServer.running(settings) as server:
-        model = settings.model_name(prof)
-        print(
-            f"prescaler demo: emulated {prof.name} ({model}) on {server.url}; "
-            f"{len(plan)} streaming requests over {duration_s:g} s "
-            f"(base {rate:.2f}/s, 4x burst in the middle)",
-            file=out,
-            flush=True,
-        )
-        peak_waiting = 0
-        peak_running = 0
-        connector = aiohttp.TCPConnector(limit=0)
-        timeout = aiohttp.ClientTimeout(total=duration_s + 600)
-        t0 = time.perf_counter()
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            bar = tqdm(
-                total=len(plan),
-                desc="requests",
-                unit="req",
-                file=sys.stderr,
-                leave=False,
-                mininterval=0.5,
-                # A redrawn bar is noise in a CI log or a pipe: only on a terminal.
-                disable=not sys.stderr.isatty(),
-            )
-
-            async def launch(req: PlannedRequest) -> Outcome:
-                await asyncio.sleep(max(0.0, req.at_s - (time.perf_counter() - t0)))
-                try:
-                    return await _one(session, server.url, model, req)
-                finally:
-                    bar.update(1)
-
-            tasks = [asyncio.create_task(launch(r)) for r in plan]
-            peak_text = ""
-            while not all(t.done() for t in tasks):
-                replica = server.driver.replica
-                if replica.num_waiting > peak_waiting or not peak_text:
-                    async with session.get(server.url + "/metrics") as r:
-                        peak_text = await r.text()
-                peak_waiting = max(peak_waiting, replica.num_waiting)
-                peak_running = max(peak_running, replica.num_running)
-                bar.set_postfix(running=replica.num_running, waiting=replica.num_waiting)
-                await asyncio.wait(tasks, timeout=0.25)
-            outcomes = [t.result() for t in tasks]
-            bar.close()
-            wall = time.perf_counter() - t0
-            async with session.get(server.url + "/metrics") as r:
-                metrics_text = await r.text()
-    print(summary_table(outcomes, wall), file=out)
-    print(f"peak running / waiting seen: {peak_running} / {peak_waiting}", file=out)
-    print("\nemulator /metrics at the longest queue (excerpt)", file=out)
-    print(metrics_excerpt(peak_text, _GAUGES), file=out)
-    print("\nemulator /metrics at the end (excerpt)", file=out)
-    print(metrics_excerpt(metrics_text), file=out)
-    print(
-        "\nnext: `prescaler serve` runs the KEDA external scaler against replicas like this one; "
-        "`prescaler engine profiles` lists the other hardware profiles.",
-        file=out,
-    )
-    return 0 if all(o.ok for o in outcomes) else 1
-
-
-def _default_rate(prof: object) -> float:
-    """Half of what the replica sustains at a 32-sequence decode batch.
-
-    The calm phase then runs a comfortable batch and the 4x burst outgrows the
-    KV cache of a 24 GB card, so requests queue (and may be preempted).
-    """
-    itl = prof.decode_itl_s(32, 500)  # type: ignore[attr-defined]
-    per_request_s = 112 * itl  # mean output of the schedule
-    return max(0.2, round(32 / per_request_s / 2.0, 2))
-
+from prescaler.demo_emulator import DEFAULT_DURATION_S, DEFAULT_PROFILE, run_demo
+from prescaler.demo_tuned import FIXTURE, RETUNE_COMMAND, TRIALS, TunedFixture
 
 DEFAULT_OUT = "demo-results"
+
+
+def limits(tuned_s: float, scored_s: float) -> str:
+    """Said after every run: the reach of the figures above it."""
+    return (
+        f"what this does not show: one trace (one public conversation trace, "
+        f"{tuned_s / 60:.0f} minutes tuned on and {scored_s / 60:.0f} scored), one model on one "
+        "GPU type, settings tuned on minutes rather than a week, one seed, and a simulator "
+        "rather than a cluster."
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="replay the shipped trace under four scaling policies (what `make demo` runs)",
-        description="Replay the shipped Azure conversation trace through the simulator under "
-        "static, reactive, predictive and oracle scaling; print the comparison table and write "
-        "plots. With --emulator: start an emulated replica and stream a bursty load through HTTP.",
+        help="the recipe as written, tuned KEDA and tuned prescaler on the shipped trace "
+        "(what `make demo` runs)",
+        description="Score, on the held-back part of the shipped Azure conversation trace, "
+        "the KEDA recipe's ScaledObject as written, plain KEDA tuned, prescaler's trigger tuned "
+        "the same way, a static fleet and the oracle; print the table and the cost ratio, write "
+        "plots. --retune regenerates the tuned settings. With --emulator: start an emulated "
+        "replica and stream a bursty load through HTTP.",
     )
     p.add_argument("--out", default=DEFAULT_OUT,
-                   help="folder for the plots and summary JSON (default %(default)s)")  # fmt: skip
+                   help="folder for the plots, ScaledObjects and summary JSON "
+                        "(default %(default)s)")  # fmt: skip
     p.add_argument("--jobs", type=int, default=2, help="parallel processes (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-plot", dest="plot", action="store_false",
+                   help="skip the plots (drawing them is most of the demo's time)")  # fmt: skip
+    p.add_argument("--tuned", default=str(FIXTURE),
+                   help="the tuned settings to score (default: the shipped fixture)")  # fmt: skip
+    p.add_argument("--retune", action="store_true",
+                   help="tune every side on the trace's first 70 %% (the same optimizer, "
+                        "trials and seed for each), write --tuned, then score")  # fmt: skip
+    p.add_argument("--trials", type=int, default=TRIALS,
+                   help="--retune: trials per side (default %(default)s)")  # fmt: skip
     p.add_argument("--emulator", action="store_true",
                    help="the emulator demo instead: one replica behind real HTTP")  # fmt: skip
     p.add_argument("--duration", type=float, default=None,
-                   help="seconds of trace to replay (default: all); with --emulator: "
-                        f"seconds of load (default {DEFAULT_DURATION_S:g})")  # fmt: skip
+                   help="seconds of the held-back part to replay (default: all); "
+                        f"--emulator: load seconds (default {DEFAULT_DURATION_S:g})")  # fmt: skip
     p.add_argument("--profile", default=DEFAULT_PROFILE,
-                   help="engine profile (default %(default)s)")  # fmt: skip
+                   help="engine profile (default %(default)s; the tuned settings must be "
+                        "for it)")  # fmt: skip
     p.add_argument("--rate", type=float, default=None,
                    help="--emulator: calm-phase requests/s (default: from profile)")  # fmt: skip
     p.set_defaults(func=_run)
+
+
+def write_scaledobjects(fixture: TunedFixture, folder: Path) -> list[Path]:
+    """Each tuned side's ScaledObject as a file the simulator (and kubectl) reads,
+    named ``SIDE-tuned`` so every row of the table has its own name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for side in fixture.sides:
+        if side.manifest is None:
+            continue
+        doc = dict(side.manifest)
+        doc["metadata"] = {**dict(doc.get("metadata") or {}), "name": side.run_name}
+        path = folder / f"{side.run_name}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        paths.append(path)
+    return paths
 
 
 def run_simulator_demo(
@@ -279,138 +107,163 @@ def run_simulator_demo(
     quiet: bool,
     out: TextIO,
     duration_s: float | None = None,
+    tuned: str | Path = FIXTURE,
+    plot: bool = True,
 ) -> int:
-    """The shipped trace under the four policies; table to ``out``, files to ``out_dir``."""
-    import io
-    from pathlib import Path
-
+    """Score the tuned fixture's settings and the references on the held-back
+    part; the table and the verdict to ``out``, files to ``out_dir``."""
     from engine.profiles import get_profile
+    from prescaler.demo_story import oracle_note, render, story_rows, verdict
+    from prescaler.demo_tuned import held_back_start, load_fixture
     from simulations.cli import SimulateOptions, simulate
-    from simulations.report import table, ttft_plot_path
+    from simulations.report import ttft_plot_path
     from simulations.runner import idle_attainment
     from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
 
+    fixture = load_fixture(tuned)
+    prof = get_profile(profile)
+    if fixture.profile != prof.name:
+        raise ValueError(
+            f"{tuned}: tuned for {fixture.profile}, not {prof.name}; run "
+            f"`{RETUNE_COMMAND} --profile {profile} --tuned FILE` first"
+        )
+    trace = str(DEFAULT_TOKENS_TRACE)
+    if fixture.trace != DEFAULT_TOKENS_TRACE.name:
+        raise ValueError(f"{tuned}: tuned on {fixture.trace}, not {DEFAULT_TOKENS_TRACE.name}")
+    start_s = held_back_start(trace, fixture.holdout)
     folder = Path(out_dir)
+    paths = write_scaledobjects(fixture, folder / "scaledobjects")
     print(
-        f"prescaler demo: replaying {DEFAULT_TOKENS_TRACE.name} for {profile} under static, "
-        "reactive, predictive (prescaler) and oracle scaling",
+        f"prescaler demo: {DEFAULT_TOKENS_TRACE.name} for {prof.name}; settings tuned on the "
+        f"first {start_s / 60:.0f} minutes ({fixture.trials} trials a side, {tuned}), scored on "
+        "the rest",
         file=out,
         flush=True,
     )
     opts = SimulateOptions(
-        trace=str(DEFAULT_TOKENS_TRACE),
-        profile=profile,
-        json_path=str(folder / "summary.json"),
-        plot_path=str(folder / "timeline.png"),
+        trace=trace,
+        policies=("static", "reactive", "oracle"),
+        profile=prof.name,
+        slo_ttft_s=fixture.slo_ttft_s,
+        json_path=None,
+        plot_path=str(folder / "timeline.png") if plot else None,
         jobs=jobs,
         quiet=quiet,
+        start_s=start_s,
         duration_s=duration_s,
+        seed=fixture.seed,
+        scaledobjects=tuple(str(p) for p in paths),
     )
-    doc = simulate(opts, io.StringIO())  # its table is reprinted below with the ceiling
-    prof = get_profile(profile)
+    doc = simulate(opts, io.StringIO())  # its table is in summary.json; ours is below
     workload = load_workload(
-        opts.trace,
-        TrafficOptions(
-            rate_scale=opts.rate_scale,
-            start_s=opts.start_s,
-            duration_s=opts.duration_s,
-            seed=opts.seed,
-        ),
+        trace, TrafficOptions(start_s=start_s, duration_s=duration_s, seed=fixture.seed)
     )
-    ceiling = idle_attainment(workload, prof, opts.slo_ttft_s)
-    print(table(doc, ceiling=ceiling), file=out)
-    print("\nwhat each column is:", file=out)
-    for line in policy_meanings(doc, ceiling, prof.startup.total_s, opts.slo_ttft_s):
-        print(f"  {line}", file=out)
-    note = oracle_note(doc, prof)
+    ceiling = idle_attainment(workload, prof, fixture.slo_ttft_s)
+    target = fixture.target * ceiling
+    rows = story_rows(doc, fixture.sides, ceiling, fixture.slo_ttft_s)
+    found = verdict(rows, fixture.sides, target)
+    print(
+        f"held-back part: {doc['requests']:,} requests over {doc['duration_s'] / 60:.1f} "
+        f"minutes; target: TTFT <= {fixture.slo_ttft_s:g} s for {100 * target:.1f} % of "
+        f"requests ({fixture.target:g} x the best possible)\n",
+        file=out,
+    )
+    for line in render(rows, target):
+        print(line, file=out)
+    print("\n" + textwrap.fill(found.text, width=88), file=out)
+    _print_keda_gain(rows, found.keda, out)
+    prescaler = fixture.side("prescaler")
+    note = oracle_note(doc, prof, prescaler.run_name) if prescaler else None
     if note:
         print("\n" + textwrap.fill(note, width=88), file=out)
+    print("\n" + textwrap.fill(limits(start_s, doc["duration_s"]), width=88), file=out)
+    doc = {**doc, "demo": _demo_json(rows, found, fixture, tuned, start_s, target, ceiling)}
+    (folder / "summary.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     main_png = folder / "timeline.png"
-    print(f"\nplots: {main_png}, {ttft_plot_path(main_png)}", file=out)
+    plots = f"plots: {main_png}, {ttft_plot_path(main_png)}; " if plot else ""
+    print(f"\n{plots}ScaledObjects: {folder / 'scaledobjects'}/", file=out)
     print(
-        f"summary: {folder / 'summary.json'} (wall {doc['wall_s']:.1f} s). "
-        "next: `prescaler simulate TRACE --policy ...` on your own trace, "
-        "`prescaler serve` runs the scaler for real.",
+        f"summary: {folder / 'summary.json'} (wall {doc['wall_s']:.1f} s). next: "
+        "`prescaler tune TRACE --scaledobject yours.yaml` on your own traffic, "
+        f"`{RETUNE_COMMAND}` to re-tune these.",
         file=out,
     )
     return 0
 
 
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f} %"
+def _print_keda_gain(rows: list[Any], keda: str | None, out: TextIO) -> None:
+    """What tuning alone buys a team on plain KEDA: the recipe as written
+    against the best tuned KEDA row."""
+    from prescaler.demo_story import RECIPE
 
-
-def policy_meanings(
-    doc: Mapping[str, Any], ceiling: float, lead_s: float, slo_s: float
-) -> list[str]:
-    """One short line per column of the table, in plain words: what the policy is,
-    and what the best-possible row means (``lead_s``: the profile's mean start-up)."""
-    policies: Mapping[str, Mapping[str, Any]] = doc["policies"]
-    width = max((len(name) for name in policies), default=0)
-    lines = []
-    for name, p in policies.items():
-        if name == "static":
-            n, target = p.get("static_replicas"), p.get("static_slo_target")
-            what = f"{n} replicas always on"
-            if target is not None:
-                met = (p["slo_attainment"] or 0.0) >= target
-                share = (
-                    f", {100 * target / ceiling:.0f} % of the best possible" if ceiling > 0 else ""
-                )
-                what += (
-                    f": the fewest reaching {_pct(target)} SLO attainment{share}"
-                    if met
-                    else f": the most tried, none reached {_pct(target)} SLO attainment"
-                )
-        elif name == "reactive":
-            what = "the KEDA + vLLM recipes' ScaledObject as written: 1 replica per 3 queued"
-        elif name == "predictive":
-            what = f"prescaler as shipped: forecasts demand, adds replicas {lead_s:.0f} s ahead"
-        elif name == "oracle":
-            what = "knows every future request, runs the fewest replicas that keep up"
-        else:
-            what = "your ScaledObject, run as written"
-        lines.append(f"{name:<{width}}  {what}")
-    lines.append(
-        f"best possible  no fleet does better: the other {_pct(1.0 - ceiling)} of prompts "
-        f"take over {slo_s:g} s to process alone"
+    today = next((r for r in rows if r.policy == RECIPE), None)
+    best = next((r for r in rows if r.policy == keda), None)
+    if today is None or best is None or None in (today.cost_per_month_usd,
+                                                 best.cost_per_month_usd):  # fmt: skip
+        return
+    print(
+        textwrap.fill(
+            f"a team on plain KEDA, before adopting prescaler's trigger: tuning its own "
+            f"ScaledObject (`prescaler tune --scaledobject`) takes it from "
+            f"{100 * today.slo_attainment:.1f} % at ${today.cost_per_month_usd:,.0f} a month "
+            f"to {100 * best.slo_attainment:.1f} % at ${best.cost_per_month_usd:,.0f} "
+            f"({best.label}).",
+            width=88,
+        ),
+        file=out,
     )
-    return lines
 
 
-def oracle_note(doc: Mapping[str, Any], profile: Any) -> str | None:
-    """Why the oracle meets the SLO less often than predictive, when it does.
+def _demo_json(
+    rows: list[Any],
+    found: Any,
+    fixture: TunedFixture,
+    tuned: str | Path,
+    start_s: float,
+    target: float,
+    ceiling: float,
+) -> dict[str, Any]:
+    """The ``demo`` key of summary.json (docs/contracts.md)."""
+    return {
+        "tuned_from": str(tuned),
+        "held_back_start_s": start_s,
+        "target_attainment": target,
+        "best_possible": ceiling,
+        "rows": [
+            {
+                "label": r.label,
+                "policy": r.policy,
+                "slo_attainment": r.slo_attainment,
+                "cost_per_month_usd": r.cost_per_month_usd,
+                "meaning": r.meaning,
+            }
+            for r in rows
+        ],
+        "best_tuned_keda": found.keda,
+        "cost_ratio_prescaler_to_best_keda": found.cost_ratio,
+        "outcome": found.outcome,
+        "verdict": found.text,
+        "tuning": {s.name: _tuning_json(s) for s in fixture.sides},
+    }
 
-    The oracle is sized for cost (:func:`simulations.policies.oracle_need`): each
-    15 s it asks for the replicas the coming peak needs at 85 % of what they
-    sustain, with no spare for bursts inside the step, one mean start-up ahead
-    while node start-up is drawn around that mean. None when the oracle does at
-    least as well."""
-    from simulations.cluster.config import ClusterConfig
-    from simulations.policies import ORACLE_STEP_S, ORACLE_UTILIZATION
 
-    policies: Mapping[str, Mapping[str, Any]] = doc["policies"]
-    oracle, predictive = policies.get("oracle"), policies.get("predictive")
-    if oracle is None or predictive is None:
-        return None
-    o, p = oracle["slo_attainment"], predictive["slo_attainment"]
-    if o is None or p is None or o >= p:
-        return None
-    lo, _, hi = ClusterConfig.for_profile(profile).node_ready_s
-    ratio = predictive.get("cost_ratio_to_oracle")
-    cost = f" and costs {ratio:.2f}x as much" if ratio is not None else ""
-    return (
-        f"why the oracle meets the SLO less often than predictive ({_pct(o)} vs {_pct(p)}): "
-        f"it knows the future but is sized for cost, not for the SLO. Every "
-        f"{ORACLE_STEP_S:.0f} s it runs the fewest replicas that carry the coming peak at "
-        f"{100 * ORACLE_UTILIZATION:.0f} % of what they can sustain, with nothing spare for "
-        f"bursts inside those {ORACLE_STEP_S:.0f} s, so requests queue even when it has all "
-        f"it asked for. It also orders replicas one average start-up "
-        f"({profile.startup.total_s:.0f} s) ahead while a node alone takes {lo:.0f} to "
-        f"{hi:.0f} s to come up, so some arrive after the rise. predictive keeps more "
-        f"replicas up ({predictive['mean_replicas']:.1f} vs {oracle['mean_replicas']:.1f} on "
-        f"average){cost}."
-    )
+def _tuning_json(side: Any) -> Mapping[str, Any]:
+    def part(p: Any) -> Any:
+        return None if p is None else {"slo_attainment": p.slo_attainment,
+                                       "cost_per_month_usd": p.cost_per_month_usd}  # fmt: skip
+
+    return {"trials": side.trials, "chosen_trial": side.chosen_trial,
+            "setting": dict(side.setting), "tuning": part(side.tuning),
+            "held_back": part(side.held_back)}  # fmt: skip
+
+
+def _retune(args: argparse.Namespace) -> None:
+    from prescaler.demo_tuned import retune
+    from simulations.traffic import DEFAULT_TOKENS_TRACE
+
+    path = Path(args.tuned)
+    retune(str(DEFAULT_TOKENS_TRACE), args.profile, args.jobs, path, sys.stdout, args.trials)
+    print(f"prescaler demo: wrote {path}\n", flush=True)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -421,13 +274,17 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 2
     if not args.emulator:
-        if args.jobs < 1:
-            print(f"prescaler demo: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
-            return 2
+        for flag, value in (("--jobs", args.jobs), ("--trials", args.trials)):
+            if value < 1:
+                print(f"prescaler demo: {flag} must be >= 1, got {value}", file=sys.stderr)
+                return 2
         try:
+            if args.retune:
+                _retune(args)
             return run_simulator_demo(
-                args.profile, args.out, args.jobs, args.quiet, sys.stdout, args.duration
-            )
+                args.profile, args.out, args.jobs, args.quiet, sys.stdout, args.duration,
+                args.tuned, args.plot,
+            )  # fmt: skip
         except (ValueError, KeyError, OSError) as exc:
             print(f"prescaler demo: {exc}", file=sys.stderr)
             return 2

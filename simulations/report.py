@@ -290,8 +290,9 @@ def _plot_scales(outcomes: Mapping[str, Outcome]) -> tuple[float, float]:
         for series in (nodes, tl["spec"], tl["ready"], tl.get("desired", nodes)):
             replicas = max(replicas, float(np.nanmax(series)))
         rps = max(rps, float(np.nanmax(_demand(tl))))
-        if "forecast_upper_rps" in tl:
-            rps = max(rps, float(np.nanmax(tl["forecast_upper_rps"])))
+        upper = tl.get("forecast_upper_rps")
+        if upper is not None and np.isfinite(upper).any():  # all NaN with forecast off
+            rps = max(rps, float(np.nanmax(upper)))
     return replicas * 1.12, rps * 1.12
 
 
