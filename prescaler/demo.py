@@ -24,9 +24,8 @@ import json
 import math
 import sys
 import textwrap
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import yaml
 
@@ -113,7 +112,14 @@ def run_simulator_demo(
     """Score the tuned fixture's settings and the references on the held-back
     part; the table and the verdict to ``out``, files to ``out_dir``."""
     from engine.profiles import get_profile
-    from prescaler.demo_story import oracle_note, render, story_rows, verdict
+    from prescaler.demo_story import (
+        demo_document,
+        keda_gain,
+        oracle_note,
+        render,
+        story_rows,
+        verdict,
+    )
     from prescaler.demo_tuned import held_back_start, load_fixture
     from simulations.cli import SimulateOptions, simulate
     from simulations.report import ttft_plot_path
@@ -171,13 +177,16 @@ def run_simulator_demo(
     for line in render(rows, target):
         print(line, file=out)
     print("\n" + textwrap.fill(found.text, width=88), file=out)
-    _print_keda_gain(rows, found.keda, out)
+    gain = keda_gain(rows, found.keda)
+    if gain:
+        print(textwrap.fill(gain, width=88), file=out)
     prescaler = fixture.side("prescaler")
     note = oracle_note(doc, prof, prescaler.run_name) if prescaler else None
     if note:
         print("\n" + textwrap.fill(note, width=88), file=out)
     print("\n" + textwrap.fill(limits(start_s, doc["duration_s"]), width=88), file=out)
-    doc = {**doc, "demo": _demo_json(rows, found, fixture, tuned, start_s, target, ceiling)}
+    story = demo_document(rows, found, fixture.sides, str(tuned), start_s, target, ceiling)
+    doc = {**doc, "demo": story}
     (folder / "summary.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     main_png = folder / "timeline.png"
     plots = f"plots: {main_png}, {ttft_plot_path(main_png)}; " if plot else ""
@@ -189,72 +198,6 @@ def run_simulator_demo(
         file=out,
     )
     return 0
-
-
-def _print_keda_gain(rows: list[Any], keda: str | None, out: TextIO) -> None:
-    """What tuning alone buys a team on plain KEDA: the recipe as written
-    against the best tuned KEDA row."""
-    from prescaler.demo_story import RECIPE
-
-    today = next((r for r in rows if r.policy == RECIPE), None)
-    best = next((r for r in rows if r.policy == keda), None)
-    if today is None or best is None or None in (today.cost_per_month_usd,
-                                                 best.cost_per_month_usd):  # fmt: skip
-        return
-    print(
-        textwrap.fill(
-            f"a team on plain KEDA, before adopting prescaler's trigger: tuning its own "
-            f"ScaledObject (`prescaler tune --scaledobject`) takes it from "
-            f"{100 * today.slo_attainment:.1f} % at ${today.cost_per_month_usd:,.0f} a month "
-            f"to {100 * best.slo_attainment:.1f} % at ${best.cost_per_month_usd:,.0f} "
-            f"({best.label}).",
-            width=88,
-        ),
-        file=out,
-    )
-
-
-def _demo_json(
-    rows: list[Any],
-    found: Any,
-    fixture: TunedFixture,
-    tuned: str | Path,
-    start_s: float,
-    target: float,
-    ceiling: float,
-) -> dict[str, Any]:
-    """The ``demo`` key of summary.json (docs/contracts.md)."""
-    return {
-        "tuned_from": str(tuned),
-        "held_back_start_s": start_s,
-        "target_attainment": target,
-        "best_possible": ceiling,
-        "rows": [
-            {
-                "label": r.label,
-                "policy": r.policy,
-                "slo_attainment": r.slo_attainment,
-                "cost_per_month_usd": r.cost_per_month_usd,
-                "meaning": r.meaning,
-            }
-            for r in rows
-        ],
-        "best_tuned_keda": found.keda,
-        "cost_ratio_prescaler_to_best_keda": found.cost_ratio,
-        "outcome": found.outcome,
-        "verdict": found.text,
-        "tuning": {s.name: _tuning_json(s) for s in fixture.sides},
-    }
-
-
-def _tuning_json(side: Any) -> Mapping[str, Any]:
-    def part(p: Any) -> Any:
-        return None if p is None else {"slo_attainment": p.slo_attainment,
-                                       "cost_per_month_usd": p.cost_per_month_usd}  # fmt: skip
-
-    return {"trials": side.trials, "chosen_trial": side.chosen_trial,
-            "setting": dict(side.setting), "tuning": part(side.tuning),
-            "held_back": part(side.held_back)}  # fmt: skip
 
 
 def _retune(args: argparse.Namespace) -> None:

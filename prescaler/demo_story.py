@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prescaler.demo_tuned import TunedSide
+from prescaler.demo_tuned import PartScore, TunedSide
 
 __all__ = [
     "RECIPE",
@@ -23,7 +23,9 @@ __all__ = [
     "Row",
     "Verdict",
     "best_keda",
+    "demo_document",
     "describe_setting",
+    "keda_gain",
     "oracle_note",
     "render",
     "story_rows",
@@ -271,6 +273,69 @@ def render(rows: Sequence[Row], target: float) -> list[str]:
     lines += ["", "what each row is:"]
     lines += [f"  {r.label:<{width}}  {r.meaning}" for r in rows]
     return lines
+
+
+def keda_gain(rows: Sequence[Row], keda: str | None) -> str | None:
+    """What tuning alone buys a team on plain KEDA: the recipe as written
+    against the best tuned KEDA row (None when either has no figures)."""
+    today = next((r for r in rows if r.policy == RECIPE), None)
+    best = next((r for r in rows if keda is not None and r.policy == keda), None)
+    if today is None or best is None:
+        return None
+    return (
+        f"a team on plain KEDA, before adopting prescaler's trigger: tuning its own "
+        f"ScaledObject (`prescaler tune --scaledobject`) takes it from "
+        f"{_pct(today.slo_attainment)} at {_usd(today.cost_per_month_usd)} a month to "
+        f"{_pct(best.slo_attainment)} at {_usd(best.cost_per_month_usd)} ({best.label})."
+    )
+
+
+def demo_document(
+    rows: Sequence[Row],
+    found: Verdict,
+    sides: Sequence[TunedSide],
+    tuned_from: str,
+    start_s: float,
+    target: float,
+    ceiling: float,
+) -> dict[str, Any]:
+    """The ``demo`` key of the demo's summary.json (docs/contracts.md)."""
+
+    def part(p: PartScore | None) -> dict[str, float] | None:
+        return None if p is None else {"slo_attainment": p.slo_attainment,
+                                       "cost_per_month_usd": p.cost_per_month_usd}  # fmt: skip
+
+    return {
+        "tuned_from": tuned_from,
+        "held_back_start_s": start_s,
+        "target_attainment": target,
+        "best_possible": ceiling,
+        "rows": [
+            {
+                "label": r.label,
+                "policy": r.policy,
+                "slo_attainment": r.slo_attainment,
+                "cost_per_month_usd": r.cost_per_month_usd,
+                "meaning": r.meaning,
+            }
+            for r in rows
+        ],
+        "best_tuned_keda": found.keda,
+        "cost_ratio_prescaler_to_best_keda": found.cost_ratio,
+        "outcome": found.outcome,
+        "verdict": found.text,
+        "tuning": {
+            s.name: {
+                "trials": s.trials,
+                "met_target": s.met_target,
+                "chosen_trial": s.chosen_trial,
+                "setting": dict(s.setting),
+                "tuning": part(s.tuning),
+                "held_back": part(s.held_back),
+            }
+            for s in sides
+        },
+    }
 
 
 def oracle_note(doc: Mapping[str, Any], profile: Any, name: str = "predictive") -> str | None:

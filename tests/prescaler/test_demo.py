@@ -52,6 +52,8 @@ def test_demo_scores_the_tuned_setups_on_the_held_back_part(
     assert ratio == rows["prescaler-tuned"]["cost_per_month_usd"] / keda["cost_per_month_usd"]
     assert demo["outcome"] in ("win", "tie", "loss")
     assert f"{ratio:.2f}x the cost of {keda['label']}" in " ".join(out.split())
+    assert demo["tuning"]["prescaler"]["met_target"] is True
+    assert "a team on plain KEDA, before adopting prescaler's trigger" in out
     assert "what this does not show" in out and "a simulator rather than a cluster" in out
     # the tuned ScaledObjects the rows ran, each readable and named after its row
     for side in load_fixture(FIXTURE).sides:
