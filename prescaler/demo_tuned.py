@@ -57,9 +57,8 @@ SEED = 0
 
 PRUNE: Literal["exact"] = "exact"
 """Only the exact stop rules, which never stop a trial that could have been
-the answer. Under tune's default pace rules no plain-KEDA trial on this
-trace ran to the end (most were stopped by the SLO pace rule), so whether a
-KEDA setting could have met the target was left to a bet rather than shown
+the answer: the pace rules are a bet measured on one synthetic day, and on
+this short trace they could decide a side's answer instead of its settings
 (docs/demo.md)."""
 
 RETUNE_COMMAND = "prescaler demo --retune"
