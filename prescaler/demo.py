@@ -39,7 +39,7 @@ def limits(tuned_s: float, scored_s: float) -> str:
     """Said after every run: the reach of the figures above it."""
     return (
         f"what this does not show: one trace (one public conversation trace, "
-        f"{tuned_s / 60:.0f} minutes tuned on and {scored_s / 60:.0f} scored), one model on one "
+        f"{tuned_s / 60:.0f} minutes tuned on and {scored_s / 60:.1f} scored), one model on one "
         "GPU type, settings tuned on minutes rather than a week, one seed, and a simulator "
         "rather than a cluster."
     )
