@@ -13,6 +13,7 @@ picks the exit status; this module prints only progress lines to ``out``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 if TYPE_CHECKING:
+    from engine.profile_types import Profile
     from simulations.backfill import DemandHistory
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
@@ -87,6 +89,12 @@ class TuneRequest:
     slo_ttft_s: float = 1.0
     timeout_s: float = 60.0
     target: float = DEFAULT_TARGET
+    margin: float = 0.0
+    """Points of attainment the chosen setting must clear the target by on
+    the tuning part: the study's bar is the target plus this."""
+    holdout_seeds: int = 1
+    """Arrival seeds (``seed``, ``seed + 1``, ...) each side's chosen setting
+    is scored under on the held-back part (the command's default is 3)."""
     trials: int = 100
     holdout: float = 0.3
     jobs: int = 1
@@ -157,6 +165,9 @@ class SideResult:
     """The base ScaledObject as written, on the held-back part."""
     study_wall_s: float = math.nan
     """Wall time of the side's study (its trials, in ``--jobs`` processes)."""
+    holdout_seeds: tuple[tuple[int, float, float], ...] = ()
+    """(arrival seed, attainment, cost) of the chosen setting on the
+    held-back part under each of ``holdout_seeds`` seeds, the first the run's own."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +187,8 @@ class TuneResult:
     trial_s: float = math.nan
     held_requests: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    margin: float = 0.0
+    """Points above ``target_attainment[0]`` the chosen setting had to reach."""
 
     def side(self, name: str) -> SideResult | None:
         return next((s for s in self.sides if s.side.name == name), None)
@@ -218,7 +231,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
 
     wall0 = time.perf_counter()
     profile = get_profile(request.profile)
-    workload, before = _load(request, out)
+    workload, before, others = _load(request, out)
     tune_part, held = split_workload(workload, request.holdout)
     held_s = 0.0 if held is None else held.duration_s
     warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
@@ -237,6 +250,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
 
     inputs = request.inputs or SimInputs()
     config = inputs.apply(config, profile, None)
+    open_config = config
     starts = part_starts(
         before, tune_part, held, profile, config, inputs, backfill=request.backfill
     )
@@ -245,6 +259,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     held_history = None if starts.held is None else starts.held.history
     ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
     target = request.target * ceiling
+    bar = min(1.0, target + request.margin / 100.0)
     held_target = target
     if held is not None and len(held):
         held_target = request.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
@@ -261,15 +276,16 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
           f"{held_config.initial_replicas if starts.held is not None else '-'} (held-back part)",
           file=out)  # fmt: skip
     print(f"SLO: TTFT <= {config.slo_ttft_s:g} s for {100 * target:.2f} % of requests "
-          f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)",
-          file=out)  # fmt: skip
+          f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)"
+          + (f"; chosen only at {100 * bar:.2f} % or more on the tuning part (--margin "
+             f"{request.margin:g})" if request.margin else ""), file=out)  # fmt: skip
     for note in warnings:
         print(f"warning: {note}", file=out)
     results: list[SideResult] = []
     n_trials = 0
     for side in sides:
         side0 = time.perf_counter()
-        study = _run_side(side, request, workload, tune_part, config, target, tune_history, storage)
+        study = _run_side(side, request, workload, tune_part, config, bar, tune_history, storage)
         study_s = time.perf_counter() - side0
         n_trials += len(study.trials)
         chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
@@ -278,6 +294,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         scored = _rescore(side, study, request, profile.name, profile.tp, (config, held_config),
                           tune_part, held, tune_history, held_history)  # fmt: skip
         results.append(replace(scored, study_wall_s=study_s))
+    results = _seed_runs(results, others, request, profile, open_config, inputs)
     months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
     return TuneResult(
         trace=workload.name,
@@ -290,12 +307,68 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         warnings=tuple(warnings),
         trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
         held_requests=0 if held is None else len(held),
+        margin=request.margin,
     )
 
 
-def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, Workload | None]:
+def _seed_runs(
+    results: list[SideResult],
+    others: list[tuple[Workload, Workload | None]],
+    request: TuneRequest,
+    profile: Profile,
+    config: SimConfig,
+    inputs: SimInputs,
+) -> list[SideResult]:
+    """Each side's chosen setting on the held-back part as drawn under the
+    other arrival seeds (``others``: the window and the requests before it
+    per seed), each part opening with what came before it in that draw: a
+    setting chosen by a hair on one draw of arrivals shows here whether it
+    holds on another."""
+    from simulations.tune.inputs import part_starts
+    from simulations.tune.search import split_workload
+
+    parts: list[tuple[Workload, SimConfig, DemandHistory | None]] = []
+    for window, before in others:
+        tune_k, held_k = split_workload(window, request.holdout)
+        st = part_starts(before, tune_k, held_k, profile, config, inputs, backfill=request.backfill)
+        if held_k is not None and st.held is not None:
+            parts.append((held_k, st.held_config, st.held.history))
+        else:
+            parts.append((tune_k, st.tuning_config, st.tuning.history))
+    jobs: list[tuple[Any, ...]] = []
+    owners: list[tuple[int, int]] = []
+    for i, r in enumerate(results):
+        if r.chosen is None:
+            continue
+        prescaler = r.chosen.trigger.kind == "prescaler"
+        for k, (part, cfg, history) in enumerate(parts):
+            jobs.append((r.chosen, part, profile.name, cfg, history if prescaler else None))
+            owners.append((i, request.seed + 1 + k))
+    runs: dict[int, list[tuple[int, float, float]]] = {}
+    for (i, seed), s in zip(owners, _score_all(jobs, request.jobs), strict=True):
+        runs.setdefault(i, []).append((seed, s.attainment, s.cost_usd))
+    out = list(results)
+    for i, r in enumerate(results):
+        if r.holdout is not None:
+            own = (request.seed, float(r.holdout["slo_attainment"]), float(r.holdout["cost_usd"]))
+            out[i] = replace(r, holdout_seeds=(own, *runs.get(i, [])))
+    return out
+
+
+def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
+    """Every job's Score (:func:`_score_job`), in ``processes`` processes."""
+    if processes > 1 and len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=min(processes, len(jobs))) as pool:
+            return list(pool.map(_score_job, jobs))
+    return [_score_job(j) for j in jobs]
+
+
+def _load(
+    request: TuneRequest, out: TextIO
+) -> tuple[Workload, Workload | None, list[tuple[Workload, Workload | None]]]:
     """The workload and the requests before it (:func:`simulations.tune.inputs.requests_before`),
-    from TRACE or Prometheus (read before a temporary trace's files go)."""
+    then the same for each further arrival seed of ``holdout_seeds``, from
+    TRACE or Prometheus (read before a temporary trace's files go)."""
     from simulations.traffic import TrafficOptions, load_workload
     from simulations.tune.inputs import requests_before
 
@@ -338,12 +411,16 @@ def _load(request: TuneRequest, out: TextIO) -> tuple[Workload, Workload | None]
         )
         workload = load_workload(trace, traffic)
         before = requests_before(trace, traffic) if len(workload) else None
+        others = []
+        for k in range(1, request.holdout_seeds if len(workload) else 1):
+            draw = dataclasses.replace(traffic, seed=request.seed + k)
+            others.append((load_workload(trace, draw), requests_before(trace, draw)))
     finally:
         if tmp is not None:
             tmp.cleanup()
     if len(workload) == 0:
         raise ValueError(f"{trace}: no requests in the selected window")
-    return workload, before
+    return workload, before, others
 
 
 def _history_note(history: DemandHistory | None) -> str:
@@ -393,6 +470,10 @@ def _run_side(
     }  # fmt: skip
     if ctx.history is not None:
         parts["history"] = _digest(ctx.history.times_s, ctx.history.requests_per_s)
+    if request.margin:
+        # the bar each trial's constraint was scored against (absent at 0: a
+        # study started before the margin existed is joined as it was)
+        parts["margin"] = request.margin
     fingerprint = study_fingerprint(parts)
     prefix = request.study or "prescaler-tune"
     name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"
@@ -466,11 +547,7 @@ def _rescore(
     kept_summary = study.best.summary if study.best is not None else None
     if chosen is not None and kept_summary is None:
         jobs.append((chosen, tune_part, profile, configs[0], hist(chosen, tune_history)))
-    if request.jobs > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(request.jobs, len(jobs))) as pool:
-            scores = list(pool.map(_score_job, jobs))
-    else:
-        scores = [_score_job(j) for j in jobs]
+    scores = _score_all(jobs, request.jobs)
 
     def summary(s: Any) -> dict[str, Any]:
         return policy_summary(outcome(s), None, tp)

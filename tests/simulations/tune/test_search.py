@@ -146,6 +146,7 @@ def _tune(trace: Path, tmp_path: Path, *extra: str) -> tuple[int, Path]:
     out = tmp_path / "tune.json"
     argv = [
         str(trace), "--duration", "1200", "--trials", "3", "--quiet", "--target", "0.8",
+        "--holdout-seeds", "1",
         "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--json", str(out), *extra,
     ]  # fmt: skip
     return main(argv), out
@@ -159,13 +160,16 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     printed ScaledObject carries the JSON's metadata, decision.settings
     parses it, and its minReplicaCount is the trigger's minReplicas."""
     png = tmp_path / "frontier.png"
-    code, out = _tune(trace, tmp_path, "--plot", str(png), "--target", "0.3")
+    code, out = _tune(
+        trace, tmp_path, "--plot", str(png), "--target", "0.3", "--margin", "1",
+        "--holdout-seeds", "3",
+    )  # fmt: skip
     assert code == 0
     text = capsys.readouterr().out
     doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
-        "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings",
+        "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings", "selection_margin",
     ]  # fmt: skip
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
@@ -177,6 +181,16 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
             assert set(doc[policy][part]) >= SUMMARY_KEYS
     sides = {"prescaler", "keda-queue", "keda-queue-kv"}
     assert set(doc["frontier"]) == set(doc["baselines"]) == set(doc["sides"]) == sides
+    # chosen with a margin of 1 point on the tuning part, held back under 3 arrival seeds
+    assert doc["selection_margin"] == 1.0
+    for side, entry in doc["sides"].items():
+        if entry["chosen_trial"] is None:
+            continue
+        assert entry["tuned"]["slo_attainment"] >= reached["tuned"] + 0.01, side
+        seeds = entry["holdout_seeds"]
+        assert [s["seed"] for s in seeds] == [0, 1, 2], side
+        assert seeds[0]["slo_attainment"] == entry["holdout"]["slo_attainment"]
+        assert all(s["meets"] == (s["slo_attainment"] >= reached["holdout"]) for s in seeds)
     for side, points in doc["frontier"].items():
         costs = [p["cost_usd"] for p in points]
         assert costs == sorted(costs), side  # a frontier: cost rises with attainment
@@ -320,6 +334,7 @@ def _pair(trace: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], dic
         out = tmp_path / f"{name}.json"
         argv = [
             str(trace), "--trials", "1", "--quiet", "--target", "0.5", "--json", str(out),
+            "--holdout-seeds", "1",
             "--prune", "exact",
             "--storage", f"sqlite:///{tmp_path / (name + '.db')}", *extra, *flags,
         ]  # fmt: skip

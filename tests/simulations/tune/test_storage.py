@@ -118,6 +118,7 @@ def _two_tunes(trace: Path, storage: str, tmp_path: Path, trials: int) -> list[d
         argv = [
             sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "3600",
             "--trials", str(trials), "--target", "0.8", "--quiet", "--storage", storage,
+            "--holdout-seeds", "1",
             "--study", "shared", "--json", str(tmp_path / f"tune{k}.json"),
         ]  # fmt: skip
         procs.append(
@@ -180,6 +181,7 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     argv = [
         sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "600",
         "--holdout", "0.5", "--trials", "12", "--target", "0.8", "--quiet", "--storage", url,
+        "--holdout-seeds", "1",
         "--study", "k",
         "--json", str(tmp_path / "k.json"),
     ]  # fmt: skip
