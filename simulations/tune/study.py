@@ -141,7 +141,7 @@ class TuneContext:
         ``slack`` at 1/32, narrowing as the work to the power 3/4 (0.0025
         at 1/2 with the default 0.02). A trial that would meet the target is
         stopped only if its attainment so far is that much below its final
-        attainment; the bench ``tests/simulations/test_tune_bench.py -k
+        attainment; the bench ``tests/simulations/tune/test_tune_bench.py -k
         pace_rules`` measures that shortfall over settings of the search
         space run to the end and fails when the slack does not cover it."""
         return self.slack * min(1.0, (PACE_FIRST_RUNG / fraction) ** 0.75)
@@ -154,7 +154,7 @@ class TuneContext:
         than it by a rung, by at most the ratio of the two settings' shares
         of their day's cost spent by then (a high minReplicas spends more
         early). The slack must cover the widest such ratio; the bench
-        ``tests/simulations/test_tune_bench.py -k pace_rules`` measures it
+        ``tests/simulations/tune/test_tune_bench.py -k pace_rules`` measures it
         over settings of the search space run to the end and fails when the
         slack does not cover it."""
         if fraction < COST_PACE_FROM:
