@@ -1,12 +1,10 @@
 # prescaler: the KEDA external scaler image the manifests deploy.
 #   docker build -t ghcr.io/<you>/prescaler:0.1.0 .
-# Three stages: the build stage generates the gRPC code from
+# Two stages: the build stage generates the gRPC code from
 # protos/externalscaler.proto (never committed), builds a wheel and compiles
 # the hot modules with mypyc (prescaler_native/build.py: the forecaster's
-# smoothing loops among them, a third of the forecast worker's CPU); the
-# front stage builds prescaler-front (the compiled gRPC front, Go and
-# grpc-go from Debian); the runtime stage installs only those and runs as an
-# unprivileged user. `prescaler serve` finds prescaler-front on the PATH.
+# smoothing loops among them, a third of the forecasting's CPU); the runtime
+# stage installs only those and runs as an unprivileged user.
 
 FROM python:3.11.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -20,17 +18,9 @@ COPY . .
 # like `make native`; the build's manifest records the sources' SHA-256,
 # which the installed copies in site-packages must match at run time.
 RUN python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. protos/externalscaler.proto \
-    && python -m grpc_tools.protoc -I. --python_out=. protos/front.proto \
     && pip wheel --no-deps --wheel-dir /wheels . \
     && pip install /wheels/*.whl \
     && python -m prescaler_native.build /native
-
-FROM python:3.11.11-slim-bookworm AS front
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends golang-go golang-google-grpc-dev \
-    && rm -rf /var/lib/apt/lists/*
-COPY front/ /src/front/
-RUN CGO_ENABLED=0 GOCACHE=/tmp/go-cache sh /src/front/build.sh /out/prescaler-front
 
 FROM python:3.11.11-slim-bookworm
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -47,7 +37,6 @@ RUN pip install /wheels/*.whl && rm -rf /wheels
 COPY --from=build /native /opt/prescaler/native
 ENV PRESCALER_NATIVE_DIR=/opt/prescaler/native
 RUN python -c "import forecasting.filters as f, prescaler_native.loader as n; assert n.is_native(f)"
-COPY --from=front /out/prescaler-front /usr/local/bin/prescaler-front
 USER 10001:10001
 # 9090 gRPC (KEDA external scaler + grpc.health.v1), 9091 Prometheus /metrics.
 EXPOSE 9090 9091

@@ -31,8 +31,8 @@ class ForecastResult(Protocol):
 
 
 class ForecasterBackend(Protocol):
-    """The forecaster a tracker drives: ``forecasting``'s models in process,
-    or ``scaler.forecast_worker.RemoteForecaster`` in a child process."""
+    """The forecaster a tracker drives (``forecasting``'s models, or a
+    stand-in a test gives)."""
 
     def fit(self, y: np.ndarray, step_s: float) -> None: ...
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from decision.reading import Reading
-from scaler.pacing import CpuPacer
 from scaler.registry import Entry, ObjectKey
 from scaler.source_reader import SourceReader, by_source
 from scaler.sources import History
@@ -125,7 +124,6 @@ def replay(
     now_s: float,
     refresh_interval_s: float,
     query_delay_s: float,
-    pacer: CpuPacer,
 ) -> list[ObjectKey]:
     """Load each new object's history, replay its decisions over the
     stabilization window, then decide at ``tick`` like a live refresh; every
@@ -133,7 +131,6 @@ def replay(
     from live data). Returns the objects whose burst started."""
     bursts: list[ObjectKey] = []
     for item in items:
-        pacer.tick()
         entry = item.entry
         if not stepper.is_current(entry, item.generation):
             continue
@@ -205,7 +202,6 @@ def fill(
     tick: float,
     *,
     query_delay_s: float,
-    pacer: CpuPacer,
 ) -> None:
     """Missed refreshes, tick by tick across all objects (each tick's
     forecasts in one batch), exported like live ones."""
@@ -216,7 +212,7 @@ def fill(
                 break
             by_time.setdefault(reading.time_s, []).append((item.entry, reading, item.generation))
     for t in sorted(by_time):
-        stepper.advance(by_time[t], t, t + query_delay_s, pacer)
+        stepper.advance(by_time[t], t, t + query_delay_s)
 
 
 def _load_history(entry: Entry, history: History) -> None:

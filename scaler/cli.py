@@ -74,22 +74,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--forecast-worker",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="fit and predict in a child process, so forecasting never delays "
-        "an RPC (default on; --no-forecast-worker keeps one process)",
+        help="run the live loop (sources, trackers, forecasts) in a child process, the "
+        "decider, so its work never delays an RPC (default on; --no-forecast-worker "
+        "keeps one process)",
     )
     p.add_argument(
         "--front",
         choices=["auto", "on", "off"],
-        default="auto",
-        help="answer KEDA's polls from the compiled gRPC front (prescaler-front, built by "
-        "`make front`), which forwards the rest to this process: on = required, auto = "
-        "when the binary is found (default), off = Python gRPC alone",
+        default=None,
+        help="deprecated, ignored: the compiled gRPC front is gone; Python gRPC serves "
+        "KEDA from the decider's table",
     )
     p.add_argument(
         "--front-binary",
         default=None,
-        help="path of prescaler-front (default: $PRESCALER_FRONT, the PATH, then "
-        "build/prescaler-front of a source checkout)",
+        help="deprecated, ignored (see --front)",
     )
     p.add_argument(
         "--log-level",
@@ -141,8 +140,8 @@ def _check(args: argparse.Namespace) -> str | None:
 
 def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | None = None) -> int:
     """Run the scaler until SIGTERM; ``state_factory(telemetry=, refresh_interval_s=,
-    refit_interval_s=, source_factory=, forecast_worker=)`` replaces ``scaler.state.ScalerState``
-    (for embedding/tests)."""
+    refit_interval_s=, source_factory=)`` replaces the live loop with a state
+    in this process (for embedding/tests)."""
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -153,11 +152,13 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         print(f"prescaler serve: {problem}", file=sys.stderr)
         return 2
 
-    from scaler.front import FrontOptions, find_front_binary
     from scaler.server import run_server
-    from scaler.telemetry import ScalerTelemetry
     from scaler.tls import TlsError, load_server_tls
 
+    if args.front is not None or args.front_binary is not None:
+        logging.getLogger(__name__).warning(
+            "--front and --front-binary are deprecated and ignored: Python gRPC serves KEDA"
+        )
     tls = None
     if args.tls_cert:
         try:
@@ -165,23 +166,44 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         except TlsError as exc:
             print(f"prescaler serve: {exc}", file=sys.stderr)
             return 2
-    front = None
-    if args.front != "off":
-        binary = find_front_binary(args.front_binary)
-        if binary is not None:
-            front = FrontOptions(binary)
-        elif args.front == "on" or args.front_binary:
-            where = args.front_binary or "$PRESCALER_FRONT, the PATH or build/"
-            print(
-                f"prescaler serve: prescaler-front not found ({where}); build it with `make front`",
-                file=sys.stderr,
+    state, telemetry = _live_state(args, state_factory)
+    try:
+        return asyncio.run(
+            run_server(
+                state,
+                telemetry,
+                host=args.host,
+                port=args.port,
+                metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+                tls=tls,
+                grace_s=args.grace_seconds,
+                allow_cross_namespace=args.allow_cross_namespace,
             )
-            return 2
-        else:
-            logging.getLogger(__name__).warning(
-                "prescaler-front not found (make front builds it): serving gRPC from Python, "
-                "which costs ~0.25 ms of CPU per call"
-            )
+        )
+    except OSError as exc:
+        print(f"prescaler serve: {exc}", file=sys.stderr)
+        return 1
+
+
+def _live_state(args: argparse.Namespace, state_factory: StateFactory | None) -> tuple[Any, Any]:
+    """The state the service answers from, and the telemetry it exports: the
+    decider process (``--forecast-worker``, the default), or the live loop in
+    this process (``--no-forecast-worker``, or ``state_factory``)."""
+    from scaler.telemetry import ScalerTelemetry
+
+    step = args.forecast_step_seconds
+    if state_factory is None and args.forecast_worker:
+        from scaler.decider_process import DeciderProcess
+        from scaler.decider_wire import DeciderConfig
+
+        telemetry = ScalerTelemetry(part="rpc")
+        config = DeciderConfig(
+            refresh_interval_s=args.refresh_seconds,
+            refit_interval_s=args.refit_seconds,
+            forecast_step_s=step,
+            rate_window_s=args.rate_window_seconds,
+        )
+        return DeciderProcess(config, telemetry, log_level=args.log_level), telemetry
     if state_factory is None:
         from scaler.state import ScalerState
 
@@ -194,29 +216,6 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         refresh_interval_s=args.refresh_seconds,
         refit_interval_s=args.refit_seconds,
         source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
-        forecast_worker=args.forecast_worker,
-        # Behind the front, RPCs do not wait for the GIL: the refresh runs unpaced.
-        compute_share=1.0 if front is not None else 0.25,
-        **(
-            {"forecast_step_s": args.forecast_step_seconds}
-            if args.forecast_step_seconds is not None
-            else {}
-        ),
+        **({"forecast_step_s": step} if step is not None else {}),
     )
-    try:
-        return asyncio.run(
-            run_server(
-                state,
-                telemetry,
-                host=args.host,
-                port=args.port,
-                metrics_port=None if args.metrics_port < 0 else args.metrics_port,
-                tls=tls,
-                grace_s=args.grace_seconds,
-                allow_cross_namespace=args.allow_cross_namespace,
-                front=front,
-            )
-        )
-    except OSError as exc:
-        print(f"prescaler serve: {exc}", file=sys.stderr)
-        return 1
+    return state, telemetry

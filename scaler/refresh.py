@@ -1,9 +1,10 @@
 """The refresh loop: every source read once at each grid time, every ready
 object re-decided, new objects backfilled, missed refreshes caught up.
 
-The reads run on the event loop; the compute runs on one thread of its own
-at a lower priority (``scaler.pacing``), so the gRPC handlers answering from
-memory never wait for a refit.
+The reads run on the event loop; the compute runs on one thread of its own,
+so reads and timers are not held up by a refit. (``prescaler serve`` runs
+this loop in the decider process, away from the gRPC handlers:
+``scaler.decider``.)
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import gc
 import logging
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +26,6 @@ from scaler.backfill import (
     read_catch_up,
     replay,
 )
-from scaler.pacing import CpuPacer, lower_priority
 from scaler.registry import ObjectKey, ObjectRegistry
 from scaler.source_reader import SourceReader
 from scaler.stepper import Stepper
@@ -47,8 +45,7 @@ class RefreshLoop:
 
     Grid times are multiples of ``refresh_interval_s``, read
     ``query_delay_s`` late so every sample up to them has landed (every
-    replica of the scaler reads the same numbers). ``compute_share`` paces
-    the compute thread (``CpuPacer``); objects not polled for
+    replica of the scaler reads the same numbers); objects not polled for
     ``expire_after_s`` are forgotten.
     """
 
@@ -61,23 +58,19 @@ class RefreshLoop:
         refresh_interval_s: float,
         query_delay_s: float,
         forecast_step_s: float,
-        compute_share: float = 0.25,
         expire_after_s: float = 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not 0 < compute_share <= 1:
-            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
         self.objects = objects
         self.reader = reader
         self.stepper = stepper
         self.refresh_interval_s = float(refresh_interval_s)
         self.query_delay_s = float(query_delay_s)
         self.forecast_step_s = float(forecast_step_s)
-        self.compute_share = float(compute_share)
         self.expire_after_s = float(expire_after_s)
         self._clock = clock
         self._compute_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="prescaler-state", initializer=lower_priority
+            max_workers=1, thread_name_prefix="prescaler-state"
         )
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -95,9 +88,6 @@ class RefreshLoop:
             return
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        # The compute thread shares the GIL with the gRPC handlers; a short
-        # switch interval bounds how long a handler waits for it.
-        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         self._task = asyncio.create_task(self._run(), name="prescaler-refresh")
 
     async def stop(self) -> None:
@@ -145,7 +135,7 @@ class RefreshLoop:
         work = [(e, readings.get(e.key), e.generation) for e in entries]
 
         def advance() -> list[ObjectKey]:
-            return self.stepper.advance(work, tick, self._clock(), self._pacer())
+            return self.stepper.advance(work, tick, self._clock())
 
         bursts = await self._compute(advance)
         self.objects.notify(bursts)
@@ -180,16 +170,10 @@ class RefreshLoop:
                 now_s=self._clock(),
                 refresh_interval_s=self.refresh_interval_s,
                 query_delay_s=self.query_delay_s,
-                pacer=self._pacer(),
             )
 
         bursts = await self._compute(replay_them)
         self.objects.notify(bursts)
-        # What a backfill loads (histories, learners, ledgers) lives as long
-        # as its objects. A full collection walks every tracked object while
-        # holding the GIL, so RPCs wait for it; frozen objects are skipped
-        # (still freed by reference counting when dropped).
-        gc.freeze()
 
     async def catch_up(self, last_tick: float, tick: float) -> None:
         """Fill refreshes the loop missed (a busy machine) from history, so the
@@ -206,16 +190,11 @@ class RefreshLoop:
             return
 
         def fill_them() -> None:
-            fill(self.stepper, items, tick, query_delay_s=self.query_delay_s, pacer=self._pacer())
+            fill(self.stepper, items, tick, query_delay_s=self.query_delay_s)
 
         await self._compute(fill_them)
 
     # --------------------------------------------------------------- helpers
-    def _pacer(self) -> CpuPacer:
-        """A pacer for the calling thread (it counts that thread's CPU time,
-        so it is made on the compute thread)."""
-        return CpuPacer(self.compute_share)
-
     async def _compute(self, fn: Callable[[], _T]) -> _T:
         """``fn()`` on the compute thread."""
         return await asyncio.get_running_loop().run_in_executor(self._compute_pool, fn)

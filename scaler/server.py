@@ -2,8 +2,9 @@
 
 Apart from the servicer (``scaler.service``), which answers each call from
 memory, this module owns the process's lifecycle around it: the server and
-its options, health and reflection, TLS, the compiled front, the metrics
-endpoint, and the signal-driven drain.
+its options, health and reflection, TLS, the state's start and stop (with
+``prescaler serve``, the decider process: ``scaler.decider_process``), the
+metrics endpoint, and the signal-driven drain.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,21 +22,11 @@ from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from scaler.front import (
-    FrontOptions,
-    FrontProcess,
-    FrontTable,
-    add_front_service,
-    private_socket_dir,
-    remove_private_dir,
-)
 from scaler.service import (
     SERVICE_NAME,
     ExternalScalerService,
     ScalerStateProtocol,
     add_service,
-    front_answers,
-    metric_spec_response,
 )
 from scaler.telemetry import MetricsServer, ScalerTelemetry
 from scaler.tls import ServerTls, server_credentials
@@ -57,42 +47,21 @@ _SERVER_OPTIONS: list[tuple[str, Any]] = [
 
 @dataclass
 class RunningServer:
-    """A started gRPC server with its health servicer and bound port.
-
-    With the compiled front, ``port`` is the front's (what KEDA dials) and
-    ``server`` listens only on a private unix socket behind it.
-    """
+    """A started gRPC server with its health servicer and bound port."""
 
     server: grpc.aio.Server
     port: int
     health: Any  # grpc_health.aio.HealthServicer
     service: ExternalScalerService
-    front: FrontProcess | None = None
-    private_dir: Path | None = None
 
     async def drain(self, grace_s: float) -> None:
-        """Health NOT_SERVING, then stop accepting and let calls finish.
-
-        The front drains first (its in-flight calls may be forwarded ones,
-        which this server still answers), then this server.
-        """
+        """Health NOT_SERVING, then stop accepting and let calls finish."""
         await self.health.enter_graceful_shutdown()
-        try:
-            if self.front is not None:
-                await self.front.stop()
-                grace_s = min(grace_s, 1.0)
-            await self.server.stop(grace_s)
-        finally:
-            remove_private_dir(self.private_dir)
+        await self.server.stop(grace_s)
 
     async def close(self) -> None:
         """Stop at once, without draining (tests, aborted starts)."""
-        try:
-            if self.front is not None:
-                await self.front.kill()
-            await self.server.stop(0)
-        finally:
-            remove_private_dir(self.private_dir)
+        await self.server.stop(0)
 
 
 async def start_server(
@@ -103,23 +72,10 @@ async def start_server(
     port: int = 9090,
     tls: ServerTls | None = None,
     allow_cross_namespace: bool = False,
-    front: FrontOptions | None = None,
-    grace_s: float = 10.0,
 ) -> RunningServer:
-    """Build, bind and start the gRPC server (port 0 picks a free port).
-
-    With ``front``, the compiled front (``scaler.front``) binds ``host:port``
-    (with ``tls``) and this server a private unix socket behind it.
-    """
+    """Build, bind and start the gRPC server (port 0 picks a free port)."""
     server = grpc.aio.server(options=_SERVER_OPTIONS)
-    table = (
-        FrontTable(state, front_answers, metric_spec_response().SerializeToString())
-        if front is not None
-        else None
-    )
-    service = ExternalScalerService(
-        state, telemetry, allow_cross_namespace=allow_cross_namespace, front_table=table
-    )
+    service = ExternalScalerService(state, telemetry, allow_cross_namespace=allow_cross_namespace)
     add_service(service, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -131,30 +87,6 @@ async def start_server(
         ),
         server,
     )
-    if front is not None and table is not None:
-        add_front_service(table, telemetry, server)
-        private_dir, socket_path = private_socket_dir()
-        try:
-            if server.add_insecure_port(f"unix:{socket_path}") == 0:
-                raise OSError(f"cannot bind the front's backend socket {socket_path}")
-            await server.start()
-            await health.set("", health_pb2.HealthCheckResponse.SERVING)
-            await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-            process = FrontProcess(
-                front,
-                host=host,
-                port=port,
-                backend=socket_path,
-                private_dir=private_dir,
-                tls=tls,
-                grace_s=grace_s,
-            )
-            bound = await process.start()
-        except BaseException:
-            await server.stop(0)
-            remove_private_dir(private_dir)
-            raise
-        return RunningServer(server, bound, health, service, process, private_dir)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if tls is None:
         bound = server.add_insecure_port(address)
@@ -180,7 +112,6 @@ async def run_server(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[RunningServer, MetricsServer | None], Awaitable[None] | None] | None = None,
     allow_cross_namespace: bool = False,
-    front: FrontOptions | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT (or ``stop`` is set), then drain gracefully.
 
@@ -206,17 +137,14 @@ async def run_server(
             port=port,
             tls=tls,
             allow_cross_namespace=allow_cross_namespace,
-            front=front,
-            grace_s=grace_s,
         )
         if metrics_port is not None:
             metrics = await telemetry.serve(host, metrics_port)
         log.info(
-            "prescaler serving gRPC on %s:%d%s%s%s",
+            "prescaler serving gRPC on %s:%d%s (Python gRPC)%s",
             host,
             running.port,
             " (TLS)" if tls and not tls.mutual else " (mTLS)" if tls else "",
-            " through prescaler-front" if running.front else " (Python gRPC)",
             f", metrics on :{metrics.port}" if metrics else "",
         )
         if on_ready is not None:

@@ -42,10 +42,6 @@ from decision.policy import NO_ANSWER_REASONS, Decision
 from decision.settings import ScalerSettings, SettingsError, parse_settings
 from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
-from scaler.front import (
-    OBJECT_TRAILER,
-    FrontTable,
-)
 from scaler.sources import foreign_namespace_key
 from scaler.telemetry import ScalerTelemetry
 
@@ -100,10 +96,6 @@ class _Unavailable(Exception):
     """
 
 
-FRONT_ANSWERED = frozenset({"GetMetricSpec", "GetMetrics", "IsActive"})
-"""The calls the compiled front answers (and times) itself."""
-
-
 Explain = Callable[[], tuple[str, str | None]]
 """The object an UNAVAILABLE answer is about (``ns/name``) and what failed, if known."""
 
@@ -148,18 +140,6 @@ def _metrics_response(
 def metric_spec_response() -> pb.GetMetricSpecResponse:
     spec = pb.MetricSpec(metricName=METRIC_NAME, targetSize=1, targetSizeFloat=1.0)
     return pb.GetMetricSpecResponse(metricSpecs=[spec])
-
-
-def front_answers(
-    decision: Decision, settings: ScalerSettings, active: bool
-) -> tuple[bool, bytes, bytes]:
-    """What the compiled front may answer for one object, serialized here so
-    its bytes are exactly what the Python handlers would send."""
-    try:
-        metrics = _metrics_response(decision, settings)
-    except _Unavailable:
-        return False, b"", b""
-    return True, metrics.SerializeToString(), pb.IsActiveResponse(result=active).SerializeToString()
 
 
 @dataclass(frozen=True)
@@ -244,20 +224,14 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         *,
         settings_cache: SettingsCache | None = None,
         allow_cross_namespace: bool = False,
-        front_table: FrontTable | None = None,
     ) -> None:
         self.state = state
         self.telemetry = telemetry
         self.settings_cache = settings_cache or SettingsCache()
         self.allow_cross_namespace = allow_cross_namespace
-        # Behind the compiled front, successful calls name their object (so
-        # the front can answer the next ones itself) and the front times them.
-        self.front_table = front_table
 
     # -- helpers -------------------------------------------------------------
-    def _resolve(
-        self, ref: pb.ScaledObjectRef, context: grpc.aio.ServicerContext | None = None
-    ) -> tuple[str, str, ScalerSettings]:
+    def _resolve(self, ref: pb.ScaledObjectRef) -> tuple[str, str, ScalerSettings]:
         _decoded(ref)
         name, namespace = ref.name, ref.namespace
         for key, value in (("name", name), ("namespace", namespace)):
@@ -277,9 +251,6 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                     f"{namespace!r}; the scaler must run with --allow-cross-namespace for that"
                 )
         self.state.register(namespace, name, settings)
-        if self.front_table is not None and context is not None:
-            oid = self.front_table.id_for(namespace, name, settings)
-            context.set_trailing_metadata(((OBJECT_TRAILER, str(oid)),))
         return namespace, name, settings
 
     def _explainer(self, namespace: str, name: str) -> Explain:
@@ -307,8 +278,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
                 grpc.StatusCode.INTERNAL, f"{method}: internal error (see scaler logs)"
             )
         finally:
-            if self.front_table is None or method not in FRONT_ANSWERED:
-                self.telemetry.observe_rpc(method, time.perf_counter() - start)
+            self.telemetry.observe_rpc(method, time.perf_counter() - start)
         raise AssertionError("unreachable")  # context.abort raises
 
     # -- RPCs ----------------------------------------------------------------
@@ -316,7 +286,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricSpecResponse:
         def body() -> pb.GetMetricSpecResponse:
-            self._resolve(request, context)
+            self._resolve(request)
             return metric_spec_response()
 
         return await self._call("GetMetricSpec", context, body)
@@ -325,7 +295,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricsResponse:
         def body() -> pb.GetMetricsResponse:
-            namespace, name, settings = self._resolve(_decoded(request).scaledObjectRef, context)
+            namespace, name, settings = self._resolve(_decoded(request).scaledObjectRef)
             metric = request.metricName
             # KEDA strips its s{index}- prefix; accept it unstripped too.
             if metric and metric != METRIC_NAME and _PREFIXED.fullmatch(metric) is None:
@@ -342,7 +312,7 @@ class ExternalScalerService(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.IsActiveResponse:
         def body() -> pb.IsActiveResponse:
-            namespace, name, settings = self._resolve(request, context)
+            namespace, name, settings = self._resolve(request)
             _settled(
                 self.state.decision(namespace, name), settings, self._explainer(namespace, name)
             )

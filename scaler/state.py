@@ -11,7 +11,7 @@ in one background task:
   decisions in a single compute thread (``scaler.refresh``), off the event loop,
   by one ``decision.tracker.Tracker`` per object: the pure path from a
   reading to a decision, which the simulator runs too. This module keeps the
-  I/O around it (sources, the forecast worker, telemetry, balloons).
+  I/O around it (sources, telemetry, balloons).
 - A forecaster is refitted at per-object boundaries every
   ``refit_interval_s`` (staggered by a hash of the object's name so 1,000
   objects do not refit in the same refresh) on the bins up to that boundary;
@@ -28,14 +28,15 @@ fallback; ``prescaler_source_up`` drops to 0, and while an object has no
 answer yet its UNAVAILABLE error says what failed (``source_problem``).
 Never a scale-down on bad data.
 
-This module is the facade the service, the front and the CLI use; the work
+This module is the facade the decider and the CLI use; the work
 is done by parts that own their state, a module each: the tracked objects
 (``scaler.registry``), the reader of sources and their health
 (``scaler.source_reader``), the stepper that takes one object's reading into
-its tracker and its forecasts to the worker (``scaler.stepper``), the sink of
+its tracker and computes its forecasts (``scaler.stepper``), the sink of
 each live step, telemetry and balloons (``scaler.live_outputs``), backfill
 and catch-up (``scaler.backfill``), and the loop that drives them
-(``scaler.refresh``, paced by ``scaler.pacing``).
+(``scaler.refresh``). ``prescaler serve`` runs it in a child process, the
+decider (``scaler.decider``), and answers KEDA from the table it publishes.
 """
 
 from __future__ import annotations
@@ -51,9 +52,7 @@ from decision.policy import Decision
 from decision.settings import ScalerSettings
 from decision.tracker import DEFAULT_LEAD_TIME_S
 from decision.tracker_data import TrackerConfig
-from scaler.forecast_worker import ForecastWorker
 from scaler.live_outputs import LiveOutputs
-from scaler.pacing import CpuPacer
 from scaler.refresh import RefreshLoop
 from scaler.registry import ObjectKey, ObjectRegistry, observation_from
 from scaler.source_reader import SourceReader
@@ -61,7 +60,7 @@ from scaler.sources import SourceFactory, default_source_factory
 from scaler.stepper import Stepper
 from scaler.telemetry import ScalerTelemetry
 
-__all__ = ["DEFAULT_LEAD_TIME_S", "CpuPacer", "ScalerState", "observation_from"]
+__all__ = ["DEFAULT_LEAD_TIME_S", "ScalerState", "observation_from"]
 
 
 class ScalerState:
@@ -90,17 +89,10 @@ class ScalerState:
     - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like
       (``apply(namespace, deployment, replicas)``), created on first use.
     - ``expire_after_s``: objects no RPC asked about for this long are dropped.
-    - ``forecast_worker``: fit and predict in a child process
-      (``scaler.forecast_worker``) instead of the compute thread, so the
-      numeric work never holds the GIL the gRPC handlers need. ``prescaler
-      serve`` turns it on; the default (off) keeps library use and tests
-      single-process. Decisions are the same either way.
-    - ``compute_share``: the most of the interpreter the refresh's compute
-      thread takes while RPCs are served (``CpuPacer``); 1 = unpaced.
 
     The parts are attributes: ``objects`` (``ObjectRegistry``), ``sources``
     (``SourceReader``), ``stepper``, ``outputs`` (``LiveOutputs``), ``loop``
-    (``RefreshLoop``) and ``worker`` (``None`` unless ``forecast_worker``).
+    (``RefreshLoop``).
     """
 
     def __init__(
@@ -117,11 +109,7 @@ class ScalerState:
         capacity_window_s: float = 3600.0,
         balloon_controller: Any = None,
         expire_after_s: float = 3600.0,
-        forecast_worker: bool = False,
-        compute_share: float = 0.25,
     ) -> None:
-        if not 0 < compute_share <= 1:
-            raise ValueError(f"compute_share must be in (0, 1], got {compute_share}")
         self.tracker_config = TrackerConfig(
             refresh_interval_s=float(refresh_interval_s),
             refit_interval_s=float(refit_interval_s),
@@ -137,19 +125,16 @@ class ScalerState:
         self.query_delay_s = float(query_delay_s)
         self.capacity_window_s = float(capacity_window_s)
         self.expire_after_s = float(expire_after_s)
-        self.compute_share = float(compute_share)
-        self.worker: ForecastWorker | None = ForecastWorker() if forecast_worker else None
         self.outputs = LiveOutputs(telemetry, balloon_controller)
         self.sources = SourceReader(
             source_factory or default_source_factory(), report_up=telemetry.set_source_up
         )
         self.objects = ObjectRegistry(
             self.tracker_config,
-            forecasters=self.worker.forecaster if self.worker is not None else None,
             clock=clock,
             on_forget=self._forgotten,
         )
-        self.stepper = Stepper(self.outputs, is_current=self.objects.is_current, worker=self.worker)
+        self.stepper = Stepper(self.outputs, is_current=self.objects.is_current)
         self.loop = RefreshLoop(
             self.objects,
             self.sources,
@@ -157,7 +142,6 @@ class ScalerState:
             refresh_interval_s=self.refresh_interval_s,
             query_delay_s=self.query_delay_s,
             forecast_step_s=self.forecast_step_s,
-            compute_share=self.compute_share,
             expire_after_s=self.expire_after_s,
             clock=clock,
         )
@@ -206,8 +190,6 @@ class ScalerState:
         await self.loop.stop()
         await self.sources.close()
         self.outputs.close()
-        if self.worker is not None:
-            await asyncio.to_thread(self.worker.close)
 
     async def refresh(self, tick: float) -> None:
         """Read every source once at grid time ``tick`` and re-decide everything."""

@@ -35,7 +35,7 @@ import bisect
 import functools
 import math
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,11 @@ __all__ = [
 ]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PARTS = ("all", "loop", "rpc")
+"""What a :class:`ScalerTelemetry` exposes: everything, the live loop's
+series (the decider process), or the gRPC latency only (the serving process,
+which appends the decider's part through :meth:`ScalerTelemetry.add_exposition`)."""
+Exposition = Callable[[], Awaitable[bytes]]
 # RPCs answer from memory: most land well under a millisecond.
 RPC_BUCKETS: tuple[float, ...] = (
     0.0001,
@@ -118,9 +123,18 @@ class _Snapshot:
 
 
 class ScalerTelemetry(Collector):
-    """Holds the scaler's metric values; thread-safe; renders exposition text."""
+    """Holds the scaler's metric values; thread-safe; renders exposition text.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    ``part`` (:data:`PARTS`) says which series it exposes, so that the two
+    processes of ``prescaler serve`` each render their own and one endpoint
+    serves both without a family twice.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, part: str = "all") -> None:
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+        self.part = part
+        self.expositions: list[Exposition] = []
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._desired: dict[tuple[str, str], float] = {}
@@ -238,21 +252,6 @@ class ScalerTelemetry(Collector):
                 hist = self._rpc[method] = _Histogram()
             hist.observe(seconds)
 
-    def add_rpc_counts(self, method: str, counts: list[int], total_s: float) -> None:
-        """Fold in latencies observed elsewhere (the compiled gRPC front,
-        ``scaler.front``): per-bucket counts over :data:`RPC_BUCKETS` + Inf."""
-        if len(counts) != len(RPC_BUCKETS) + 1 or any(c < 0 for c in counts):
-            raise ValueError(
-                f"{method}: {len(counts)} bucket counts, expected {len(RPC_BUCKETS) + 1}"
-            )
-        with self._lock:
-            hist = self._rpc.get(method)
-            if hist is None:
-                hist = self._rpc[method] = _Histogram()
-            for i, count in enumerate(counts):
-                hist.counts[i] += count
-            hist.sum += total_s
-
     def forget(self, namespace: str, name: str) -> None:
         """Drop every series of one ScaledObject (it was deleted)."""
         obj = (namespace, name)
@@ -296,8 +295,19 @@ class ScalerTelemetry(Collector):
                 rpc={m: (list(h.counts), h.sum) for m, h in self._rpc.items()},
             )
 
+    def add_exposition(self, source: Exposition) -> None:
+        """Text that ``/metrics`` serves before this registry's own (another
+        process's series: the decider's, ``scaler.decider_process``)."""
+        self.expositions.append(source)
+
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
+        if self.part != "rpc":
+            yield from self._loop_families(snap)
+        if self.part != "loop":
+            yield self._rpc_family(snap)
+
+    def _loop_families(self, snap: _Snapshot) -> Iterator[Metric]:
         obj = ["namespace", "scaledobject"]
         yield _gauge(
             "prescaler_desired_replicas",
@@ -343,6 +353,8 @@ class ScalerTelemetry(Collector):
             ["source"],
             {(k,): v for k, v in snap.source_up.items()},
         )
+
+    def _rpc_family(self, snap: _Snapshot) -> Metric:
         hist = HistogramMetricFamily(
             "prescaler_grpc_request_duration_seconds",
             "Latency of the scaler's gRPC handlers.",
@@ -354,7 +366,7 @@ class ScalerTelemetry(Collector):
                 cumulative += count
                 buckets.append((floatToGoString(bound), cumulative))
             hist.add_metric([method], buckets, total)
-        yield hist
+        return hist
 
     def render(self) -> bytes:
         """Prometheus text exposition (format 0.0.4) of this registry.
@@ -394,7 +406,8 @@ class MetricsServer:
         async def metrics(_request: web.Request) -> web.Response:
             # Off the event loop: a large exposition takes ~0.1 s to render,
             # which would otherwise stall every gRPC handler sharing the loop.
-            body = await asyncio.to_thread(self._telemetry.render)
+            parts = [await source() for source in self._telemetry.expositions]
+            body = b"".join(parts) + await asyncio.to_thread(self._telemetry.render)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         async def healthz(_request: web.Request) -> web.Response:

@@ -47,11 +47,10 @@ Objs = list[dict[str, Any]]
 ADOPT = ROOT / "docs" / "adopt.md"
 WHERE = {"local", "cluster", "docker", "kustomize", "promql"}
 _MARKED = re.compile(r"<!-- run: (\w+) -->\n```(\w+)\n(.*?)```", re.S)
-# The scaler's start-up line (scaler/service.py): host:port, TLS mode, how
-# KEDA's polls are answered, the metrics port.
+# The scaler's start-up line (scaler/server.py): host:port, TLS mode, the
+# metrics port.
 STARTUP_LINE = re.compile(
-    r"prescaler serving gRPC on (\S+):(\d+)( \((m?TLS)\))?"
-    r"( through prescaler-front| \(Python gRPC\)), metrics on :(\d+)"
+    r"prescaler serving gRPC on (\S+):(\d+)( \((m?TLS)\))? \(Python gRPC\), metrics on :(\d+)"
 )
 
 
@@ -346,8 +345,6 @@ def test_quoted_log_line_is_what_the_scaler_prints(tmp_path: Path) -> None:
                 "0",
                 "--metrics-port",
                 "0",
-                "--front",
-                "off",
                 "--no-forecast-worker",
             ],
             stdout=out,

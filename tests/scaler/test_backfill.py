@@ -14,7 +14,6 @@ from scaler.backfill import (
     replay,
     replay_window,
 )
-from scaler.pacing import CpuPacer
 from scaler.registry import Entry, ObjectRegistry
 from scaler.source_reader import SourceReader
 from scaler.sources import SourceSpec
@@ -82,7 +81,6 @@ async def test_replay_decides_over_the_stabilization_window_then_at_the_tick() -
         now_s=tick,
         refresh_interval_s=1.0,
         query_delay_s=0.0,
-        pacer=CpuPacer(1.0),
     )
     assert bursts == []
     for entry in objs:
@@ -108,7 +106,6 @@ async def test_replay_skips_an_object_replaced_meanwhile() -> None:
         now_s=1000.0,
         refresh_interval_s=1.0,
         query_delay_s=0.0,
-        pacer=CpuPacer(1.0),
     )
     assert not entry.ready and entry.tracker.last_time_s is None
 
@@ -135,7 +132,7 @@ async def test_fill_steps_every_missed_time_in_order_like_a_live_refresh() -> No
     source = FakeSource(SPEC, queue_of(waiting=6))
     _, objs, reader, stepper, sink = setup(2, source)
     items = await read_catch_up(reader, objs, 100.0, 105.0, refresh_interval_s=1.0)
-    fill(stepper, items, 105.0, query_delay_s=0.5, pacer=CpuPacer(1.0))
+    fill(stepper, items, 105.0, query_delay_s=0.5)
     assert [t for _, t, _, _ in sink.steps] == [
         101.0,
         101.0,

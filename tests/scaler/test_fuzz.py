@@ -1,10 +1,4 @@
-"""Fuzzed metadata and requests: only OK or INVALID_ARGUMENT, never a crash or UNKNOWN.
-
-The gRPC legs run twice: against Python gRPC alone, and through the compiled
-front (``front/``), whose hand-written protobuf parser is the first code to
-read KEDA's bytes on the public port. Without Go the front leg skips; in CI
-it must run (``tests.scaler.front_support``).
-"""
+"""Fuzzed metadata and requests: only OK or INVALID_ARGUMENT, never a crash or UNKNOWN."""
 
 from __future__ import annotations
 
@@ -21,12 +15,10 @@ from hypothesis import strategies as st
 from decision.settings import METADATA_KEYS, SettingsError, parse_settings
 from protos import externalscaler_pb2 as pb
 from protos import externalscaler_pb2_grpc as pb_grpc
-from scaler.front import FrontOptions
 from scaler.server import start_server
 from scaler.service import METRIC_NAME
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
-from tests.scaler.front_support import front_options
 
 # protobuf strings must be valid UTF-8: no lone surrogates
 text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
@@ -114,8 +106,7 @@ def test_selector_regex_is_refused_or_common_to_python_and_re2(regex: str, op: s
 class ServerThread:
     """The aio server on its own loop in a thread, so hypothesis drives it synchronously."""
 
-    def __init__(self, front: FrontOptions | None = None) -> None:
-        self.front = front
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.port = 0
@@ -128,9 +119,7 @@ class ServerThread:
         self.loop.run_forever()
 
     async def _start(self) -> None:
-        self.running = await start_server(
-            FakeState(), ScalerTelemetry(), host="127.0.0.1", port=0, front=self.front
-        )
+        self.running = await start_server(FakeState(), ScalerTelemetry(), host="127.0.0.1", port=0)
         self.port = self.running.port
 
     def start(self) -> ServerThread:
@@ -145,11 +134,10 @@ class ServerThread:
         self.loop.close()
 
 
-@pytest.fixture(scope="module", params=["python", "front"])
-def channel(request: pytest.FixtureRequest) -> Iterator[grpc.Channel]:
-    """KEDA's port served by Python gRPC alone, then through the compiled front."""
-    front = front_options() if request.param == "front" else None
-    server = ServerThread(front).start()
+@pytest.fixture(scope="module")
+def channel() -> Iterator[grpc.Channel]:
+    """KEDA's port, served by the scaler's grpc.aio server."""
+    server = ServerThread().start()
     chan = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     try:
         yield chan

@@ -7,8 +7,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import pytest
-
 from decision.tracker_data import TrackerConfig
 from scaler.refresh import EXPIRE_EVERY, RefreshLoop
 from scaler.registry import ObjectRegistry
@@ -66,11 +64,6 @@ def test_grid_times_are_multiples_of_the_refresh_read_late() -> None:
     assert loop.grid(1006.0) == 1005.0
     assert loop.grid(1005.5) == 1000.0  # 1005's samples may not have landed yet
     assert loop.grid(1011.0) == 1010.0
-
-
-def test_a_compute_share_outside_0_1_is_refused() -> None:
-    with pytest.raises(ValueError, match="compute_share"):
-        build(FakeSource(SPEC, queue_of(waiting=1)), compute_share=0.0)
 
 
 async def test_a_refresh_reads_once_and_re_decides_the_backfilled_objects() -> None:

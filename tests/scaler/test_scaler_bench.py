@@ -1,10 +1,13 @@
-"""Benchmark: 1,000 ScaledObjects polled in KEDA's pattern once per second for
-60 s against ONE scaler process, with forecasting ON.
+"""Benchmark: 1,000 ScaledObjects polled in KEDA's pattern every 15 s (the
+default cadence) for 60 s against ONE scaler (``prescaler serve``'s two
+processes: grpc.aio answering from the decider's table), with forecasting ON.
 
-Targets (the scaler's service levels): GetMetrics p99 < 5 ms (measured by the client, as KEDA
-sees it), zero errors, scaler resident memory < 300 MB, and the number of
-Prometheus queries per refresh independent of the number of ScaledObjects
-(counted by a proxy in front of a real Prometheus).
+Targets (the scaler's service levels): GetMetrics p99 <= 5 ms at the default
+cadence, <= 10 ms at shorter poll intervals (measured by the client, as KEDA
+sees it), zero errors (also while the decider is killed and restarted, with
+``BENCH_SCALER_KILL_DECIDER_S``), scaler resident memory < 300 MB, and the
+number of Prometheus queries per refresh independent of the number of
+ScaledObjects (counted by a proxy in front of a real Prometheus).
 
 Prometheus starts on a TSDB that already holds ``HISTORY_S`` of synthetic
 vLLM metrics for the very series the live targets expose (an hourly swell
@@ -16,14 +19,17 @@ objects, then memory and latency in the steady state with 1,000 fitted
 forecasters refitting every 10 minutes and predicting every 15 s bin.
 
 Three kinds of processes so that no one's event loop or GIL distorts
-another's: the scaler (``run_server``, the real gRPC service over
-``ScalerState``; it writes its ``ScalerState.status()`` and its own
+another's: the scaler (``run_server``, the real gRPC service over the
+decider process; it writes the decider's ``ScalerState.status()`` and its own
 GetMetrics handler times to files), the KEDA-pattern clients (one channel
 like KEDA, concurrent poll loops), and pytest (real Prometheus + counting
 proxy + vLLM-shaped targets).
 
 Run with ``make bench`` (or ``pytest -m bench tests/scaler/test_scaler_bench.py``);
 ``BENCH_SCALER_SECONDS`` / ``BENCH_SCALER_OBJECTS`` shrink it for a smoke run;
+``BENCH_SCALER_INTERVAL_S`` sets the poll interval (3 is five times the default);
+``BENCH_SCALER_KILL_DECIDER_S`` kills the decider that many seconds into the
+steady state (it is restarted; no call may fail);
 ``BENCH_SCALER_FORECAST=off`` (or a method) and ``BENCH_SCALER_FORECAST_STEP``
 isolate the forecasting's share when diagnosing.
 """
@@ -46,8 +52,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# BENCH_SCALER_RESULTS names another file, so a variant (front off, a shorter
-# interval) does not overwrite the default run's figures.
+# BENCH_SCALER_RESULTS names another file, so a variant (a shorter interval, a
+# killed decider) does not overwrite the default run's figures.
 RESULTS = ROOT / "bench-results" / os.environ.get("BENCH_SCALER_RESULTS", "scaler.json")
 GROUPS = 10  # fake vLLM replicas, one namespace each; objects select one of them
 WARMUP_S = 5.0
@@ -57,33 +63,23 @@ WARMUP_S = 5.0
 
 
 async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None:
-    from scaler.front import FrontOptions, find_front_binary
+    from scaler.decider_process import DeciderProcess
+    from scaler.decider_wire import DeciderConfig
     from scaler.server import run_server
-    from scaler.state import ScalerState
-    from scaler.telemetry import RPC_BUCKETS, ScalerTelemetry
+    from scaler.telemetry import ScalerTelemetry
 
     class TimedTelemetry(ScalerTelemetry):
         """Keeps every GetMetrics handler time (the histogram's buckets are too
-        coarse for a p99), with the wall time it ended at. Behind the compiled
-        front the handler times come back as the front's bucket counts: kept
-        as the time of each call's bucket's upper bound (an upper bound)."""
+        coarse for a p99), with the wall time it ended at."""
 
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__(part="rpc")
             self.samples: list[tuple[float, float]] = []
 
         def observe_rpc(self, method: str, seconds: float) -> None:
             super().observe_rpc(method, seconds)
             if method == "GetMetrics":
                 self.samples.append((time.time(), seconds))
-
-        def add_rpc_counts(self, method: str, counts: list[int], total_s: float) -> None:
-            super().add_rpc_counts(method, counts, total_s)
-            if method == "GetMetrics":
-                now = time.time()
-                bounds = [*RPC_BUCKETS, 10.0]
-                for bound, count in zip(bounds, counts, strict=True):
-                    self.samples.extend([(now, bound)] * count)
 
     telemetry = TimedTelemetry()
     # Garbage-collector pauses hold the GIL: record each collection's length.
@@ -98,19 +94,9 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
 
     gc.callbacks.append(on_gc)
     # Production defaults (refresh 5 s, forecast bins 15 s, refit 600 s, 2 h
-    # history, forecasting in a child process) as `prescaler serve` runs them.
+    # history, the live loop in the decider process) as `prescaler serve` runs them.
     step = os.environ.get("BENCH_SCALER_FORECAST_STEP")  # diagnostics only
-    front = None
-    if os.environ.get("BENCH_SCALER_FRONT", "on") != "off":  # `prescaler serve`'s default
-        binary = find_front_binary()
-        assert binary is not None, "build/prescaler-front is missing: make front"
-        front = FrontOptions(binary)
-    state = ScalerState(
-        telemetry=telemetry,
-        forecast_worker=True,
-        compute_share=1.0 if front is not None else 0.25,  # as `prescaler serve` sets it
-        **({"forecast_step_s": float(step)} if step else {}),
-    )
+    state = DeciderProcess(DeciderConfig(forecast_step_s=float(step) if step else None), telemetry)
     tasks: list[asyncio.Task[None]] = []
 
     async def write_status() -> None:
@@ -133,7 +119,16 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
                     ("max_ms", 1000 * max((d for gen, d in pauses if gen == g), default=0.0)),
                 )
             }
-            tmp.write_text(json.dumps({**state.status(), **gc_stats, "at": time.time()}))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        **state.status(),
+                        **gc_stats,
+                        "decider_restarts": state.restarts,
+                        "at": time.time(),
+                    }
+                )
+            )
             tmp.replace(status_path)
             await asyncio.sleep(0.5)
 
@@ -151,7 +146,6 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
         grace_s=1.0,
         on_ready=report,
         allow_cross_namespace=True,  # 20 teams' objects read 10 vLLM namespaces
-        front=front,
     )
 
 
@@ -175,28 +169,18 @@ def _loadgen() -> Path:
     return LOADGEN
 
 
-FRONT = ROOT / "build" / "prescaler-front"
-
-
-def _front() -> Path:
-    """The scaler's compiled gRPC front (``make front``), built if missing."""
-    from tests.scaler.front_support import front_sources
-
-    newest = max(p.stat().st_mtime for p in front_sources())
-    if not FRONT.exists() or FRONT.stat().st_mtime < newest:
-        built = subprocess.run(
-            ["sh", str(ROOT / "front" / "build.sh"), str(FRONT)], capture_output=True, text=True
-        )
-        if built.returncode != 0:
-            pytest.fail(f"building prescaler-front failed:\n{built.stderr[-2000:]}")
-    return FRONT
-
-
 def _interval_s() -> float:
-    """Each object's poll interval: 1 s, or ``BENCH_SCALER_INTERVAL_S`` (0.2 is five
-    times the call rate: what 5,000 objects at 1 s would send, on 1,000 objects'
-    state), for measuring how far the server's headroom goes."""
-    return float(os.environ.get("BENCH_SCALER_INTERVAL_S", "1.0"))
+    """Each object's poll interval: 15 s (KEDA's operator at our ScaledObject's
+    ``pollingInterval`` and the HPA's sync period), or ``BENCH_SCALER_INTERVAL_S``
+    (3 is five times the call rate: what 5,000 objects would send, on 1,000
+    objects' state), for measuring how far the server's headroom goes."""
+    return float(os.environ.get("BENCH_SCALER_INTERVAL_S", "15.0"))
+
+
+def _p99_limit_ms() -> float:
+    """The client-side GetMetrics p99 target: 5 ms at the default cadence,
+    10 ms at shorter poll intervals."""
+    return 5.0 if _interval_s() >= 15.0 else 10.0
 
 
 def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: float) -> str:
@@ -416,7 +400,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the scaler and its forecast worker)."""
+    """``pid`` and its descendants (the scaler and its decider)."""
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -451,18 +435,25 @@ def _cpu_by_process(pid: int) -> dict[str, float]:
             cmdline = Path(f"/proc/{p}/cmdline").read_bytes()
         except OSError:
             continue
-        role = (
-            "scaler"
-            if p == pid
-            else "front"
-            if b"prescaler-front" in cmdline
-            else "forecast_worker"
-            if b"forecast_worker" in cmdline
-            else "other"
-        )
+        role = "scaler" if p == pid else "decider" if b"scaler.decider" in cmdline else "other"
         seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         out[role] = out.get(role, 0.0) + seconds
     return out
+
+
+def _kill_decider(pid: int) -> list[int]:
+    """SIGKILL the scaler's decider (the scaler restarts it); its pid(s)."""
+    import signal
+
+    killed = []
+    for p in _tree(pid):
+        try:
+            if b"scaler.decider" in Path(f"/proc/{p}/cmdline").read_bytes():
+                os.kill(p, signal.SIGKILL)
+                killed.append(p)
+        except OSError:
+            continue
+    return killed
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -565,11 +556,9 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     objects = int(os.environ.get("BENCH_SCALER_OBJECTS", "1000"))
     seconds = float(os.environ.get("BENCH_SCALER_SECONDS", "60"))
     fitted_expected = 0 if os.environ.get("BENCH_SCALER_FORECAST") == "off" else objects
+    kill_decider_s = float(os.environ.get("BENCH_SCALER_KILL_DECIDER_S", "nan"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     _loadgen()  # build (or fail) before anything starts
-    front = os.environ.get("BENCH_SCALER_FRONT", "on") != "off"
-    if front:
-        _front()
     floor = _latency_floor(objects, env, tmp_path)
 
     history_end = time.time() - 2.0
@@ -652,10 +641,15 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             out = tmp_path / "steady.json"
             loadgen = _start_loadgen(_plan(port, proxy.url, objects, seconds, start_at), out)
             queries_at: list[tuple[float, int]] = []
+            load_before = os.getloadavg()
+            killed: list[int] = []
             while loadgen.poll() is None:
                 peak_rss = max(peak_rss, _rss_mb(server.pid))
                 queries_at.append((time.monotonic() - started, len(proxy.queries)))
+                if not killed and time.time() >= start_at + kill_decider_s:
+                    killed = _kill_decider(server.pid)
                 time.sleep(1.0)
+            load_after = os.getloadavg()
             server_cpu = (_cpu_seconds(server.pid) - cpu_before) / (time.monotonic() - started)
             server_cpu_by_role = {
                 role: round((spent - roles_before.get(role, 0.0)) / (time.monotonic() - started), 3)
@@ -706,7 +700,11 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "poll_interval_s": _interval_s(),
         "wall_s": round(wall, 1),
         "client": "keda-loadgen: grpc-go (KEDA's client stack), one connection",
-        "server": "prescaler-front (Go) + Python scaler" if front else "Python grpc.aio alone",
+        "server": "Python grpc.aio answering from the decider process's table",
+        "load_average_1_5_15_before": [round(x, 2) for x in load_before],
+        "load_average_1_5_15_after": [round(x, 2) for x in load_after],
+        "decider_killed_at_s": kill_decider_s if killed else None,
+        "decider_restarts": final.get("decider_restarts"),
         "history_s": HISTORY_S,
         "history_samples_backfilled": history_samples,
         "history_points_per_series_min": history_points,
@@ -719,6 +717,8 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "polls": steady_run["polls"],
         "rpcs": steady_run["polls"] * 3,
         "errors": errors,
+        "steady_errors_not_warming_up": steady_run["errors"],
+        "steady_answered_warming_up": steady_run["warming_up"],
         "first_polls_answered_warming_up": register_warming,
         "warmup_excluded_s": WARMUP_S,
         "getmetrics_p50_ms": _ms(_percentile(lat["GetMetrics"], 0.50)),
@@ -760,13 +760,14 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
             summary["forecasters_fitted_after_backfill"] == fitted_expected
             and summary["forecasters_fitted_at_end"] == fitted_expected
         ),
-        "RSS peak < 300 MB with forecasting (worker included)": summary["rss_peak_mb"] < 300,
+        "RSS peak < 300 MB with forecasting (decider included)": summary["rss_peak_mb"] < 300,
         f"queries/refresh independent of objects (<= {len(SIGNALS) * 1.5:g})": (
             per_refresh <= len(SIGNALS) * 1.5
         ),
         "source up": all(v == 1.0 for v in summary["source_up"]),
         "server-side GetMetrics p99 < 5 ms": summary["server_getmetrics_p99_ms"] < 5.0,
-        "client-side GetMetrics p99 < 5 ms": summary["getmetrics_p99_ms"] < 5.0,
+        f"client-side GetMetrics p99 <= {_p99_limit_ms():g} ms": summary["getmetrics_p99_ms"]
+        <= _p99_limit_ms(),
     }
     summary["targets"] = {name: ok for name, ok in checks.items()}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -792,7 +793,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     assert all(v == 1.0 for v in summary["source_up"])
     # the handlers themselves, timed by the scaler
     assert summary["server_getmetrics_p99_ms"] < 5.0
-    assert summary["getmetrics_p99_ms"] < 5.0, (
+    assert summary["getmetrics_p99_ms"] <= _p99_limit_ms(), (
         f"end-to-end GetMetrics p99 {summary['getmetrics_p99_ms']} ms; a no-op grpc.aio "
         f"server gives {summary['floor_noop_server_getmetrics_p99_ms']} ms here"
     )

@@ -27,7 +27,6 @@ from scaler.sources.prometheus import PrometheusSource
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
 from tests.scaler.fake_state import FakeState
-from tests.scaler.front_support import front_binary
 from tests.scaler.keda_client import HpaModel, KedaClient, ref
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -307,7 +306,6 @@ _STUB_SERVE = """
 import argparse, sys
 from scaler.cli import register, serve_command
 from tests.scaler.fake_state import FakeState
-from tests.scaler.front_support import front_binary
 parser = argparse.ArgumentParser()
 register(parser.add_subparsers())
 args = parser.parse_args(sys.argv[1:])
@@ -335,9 +333,9 @@ def _spawn(cmd: list[str]) -> tuple[subprocess.Popen[str], int, list[str]]:
     raise AssertionError("server did not start:\n" + "".join(lines))
 
 
-async def _sigterm_drains(cmd: list[str], serving: str = "") -> None:
+async def _sigterm_drains(cmd: list[str], logged: str = "") -> None:
     proc, port, lines = _spawn(cmd)
-    assert serving in lines[-1], lines[-1]
+    assert logged in "".join(lines), lines
     try:
         async with KedaClient(f"127.0.0.1:{port}") as client:
             # The real state has no Prometheus here: GetMetrics answers UNAVAILABLE
@@ -383,10 +381,9 @@ async def test_sigterm_drains_and_exits_zero() -> None:
     )
 
 
-@pytest.mark.parametrize("front", ["on", "off"])
-async def test_prescaler_serve_with_the_real_state(front: str) -> None:
-    """Both ways of serving: through the compiled front, and Python gRPC alone."""
-    binary = ["--front-binary", str(front_binary())] if front == "on" else []
+async def test_prescaler_serve_with_the_decider_ignores_the_front_flags() -> None:
+    """`prescaler serve` as shipped (the decider process behind Python gRPC);
+    the compiled front's flags are still accepted, and said to be ignored."""
     await _sigterm_drains(
         [
             sys.executable,
@@ -402,10 +399,11 @@ async def test_prescaler_serve_with_the_real_state(front: str) -> None:
             "--grace-seconds",
             "1",
             "--front",
-            front,
-            *binary,
+            "on",
+            "--front-binary",
+            "/nonexistent/prescaler-front",
         ],
-        serving="through prescaler-front" if front == "on" else "(Python gRPC)",
+        logged="--front and --front-binary are deprecated and ignored",
     )
 
 
@@ -424,8 +422,6 @@ def test_serve_flag_errors() -> None:
         ["serve", "--refresh-seconds", "2", "--forecast-step-seconds", "3"],
         ["serve", "--forecast-step-seconds", "0"],
         ["serve", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
-        ["serve", "--front", "on", "--front-binary", "/nonexistent/prescaler-front"],
-        ["serve", "--front-binary", "/nonexistent/prescaler-front"],
         ["serve", "--refresh-seconds", "nan"],
         ["serve", "--refit-seconds", "inf"],
         ["serve", "--rate-window-seconds", "inf"],

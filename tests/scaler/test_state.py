@@ -492,24 +492,3 @@ async def test_a_fleet_already_at_zero_reads_as_idle_at_once() -> None:
         assert not state.is_active("ns", "so")
     finally:
         await state.stop()
-
-
-def test_cpu_pacer_caps_the_share_of_cpu_it_takes() -> None:
-    """After each slice of CPU it sleeps (1 - share) / share of it; share 1 never sleeps."""
-    cpu = [0.0]
-    sleeps: list[float] = []
-    from scaler.pacing import CpuPacer
-
-    pacer = CpuPacer(0.25, slice_s=0.002, cpu=lambda: cpu[0], sleep=sleeps.append)
-    for _ in range(10):
-        cpu[0] += 0.001  # 1 ms of work per item
-        pacer.tick()
-    assert sleeps == pytest.approx([0.006] * 5)  # every 2 ms of work: 6 ms asleep
-    busy = cpu[0]
-    assert busy / (busy + sum(sleeps)) == pytest.approx(0.25)
-    free = CpuPacer(1.0, cpu=lambda: cpu[0], sleep=sleeps.append)
-    cpu[0] += 1.0
-    free.tick()
-    assert len(sleeps) == 5
-    with pytest.raises(ValueError):
-        CpuPacer(0.0)

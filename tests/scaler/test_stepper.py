@@ -7,7 +7,6 @@ import math
 
 from decision.reading import Reading
 from decision.tracker_data import TrackerConfig, TrackerStep
-from scaler.pacing import CpuPacer
 from scaler.registry import Entry, ObjectRegistry
 from scaler.sources import Selection
 from scaler.stepper import Stepper
@@ -79,12 +78,11 @@ def test_a_batched_refresh_equals_stepping_each_object() -> None:
         objects, objs = tracked(3, forecast="auto", leadTimeSeconds="6")
         sink = Sink()
         stepper = Stepper(sink, is_current=objects.is_current)
-        pacer = CpuPacer(1.0)
         for tick in range(1, 90):
             t = float(tick)
             if batched:
                 work = [(e, wave(e.selection, t), e.generation) for e in objs]
-                stepper.advance(work, t, t, pacer)
+                stepper.advance(work, t, t)
             else:
                 for e in objs:
                     stepper.step(e, t, wave(e.selection, t), t, live=True)
@@ -108,7 +106,7 @@ def test_a_refresh_skips_objects_replaced_meanwhile() -> None:
     stepper = Stepper(sink, is_current=objects.is_current)
     objects.register("ns", "so-0", meta(model="other"))  # a new generation
     reading = queue_of(waiting=12)(Selection(), 5.0)
-    assert stepper.advance([(entry, reading, entry.generation)], 5.0, 5.0, CpuPacer(1.0)) == []
+    assert stepper.advance([(entry, reading, entry.generation)], 5.0, 5.0) == []
     assert sink.steps == [] and entry.tracker.last_time_s is None
 
 

@@ -40,6 +40,16 @@ def test_exposition_golden() -> None:
     assert populated().render().decode() == GOLDEN
 
 
+def test_the_two_processes_parts_add_up_to_the_golden_exposition() -> None:
+    """``prescaler serve``'s decider renders the loop's series, the serving
+    process the gRPC latency after them: together, the same text as one process."""
+    loop, rpc = populated(), populated()
+    loop.part, rpc.part = "loop", "rpc"
+    assert (loop.render() + rpc.render()).decode() == GOLDEN
+    with pytest.raises(ValueError, match="part"):
+        ScalerTelemetry(part="front")
+
+
 def test_exposition_parses_and_never_uses_the_global_registry() -> None:
     t = populated()
     names = {f.name for f in text_string_to_metric_families(t.render().decode())}

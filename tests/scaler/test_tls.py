@@ -16,12 +16,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from scaler.front import FrontOptions
 from scaler.server import RunningServer, start_server
 from scaler.telemetry import ScalerTelemetry
 from scaler.tls import TlsError, load_server_tls
 from tests.scaler.fake_state import FakeState
-from tests.scaler.front_support import front_options
 from tests.scaler.keda_client import KedaClient, TlsConfig, ref
 
 SO = ref("llama", "llm", {"scalerAddress": "prescaler:9090", "prometheusAddress": "http://p:9090"})
@@ -141,14 +139,8 @@ def _write(tmp: Path, pki: Pki, *, mutual: bool) -> tuple[Path, Path, Path | Non
     return cert, key, (ca if mutual else None)
 
 
-@pytest.fixture(params=["python", "front"])
-def front(request: pytest.FixtureRequest) -> FrontOptions | None:
-    """Every TLS case twice: Python's grpcio terminating TLS, and the compiled front."""
-    return front_options() if request.param == "front" else None
-
-
 @pytest.fixture
-async def mtls_port(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> AsyncIterator[int]:
+async def mtls_port(tmp_path: Path, pki: Pki) -> AsyncIterator[int]:
     cert, key, ca = _write(tmp_path, pki, mutual=True)
     running = await start_server(
         FakeState(),
@@ -156,7 +148,6 @@ async def mtls_port(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> Asy
         host="127.0.0.1",
         port=0,
         tls=load_server_tls(cert, key, ca),
-        front=front,
     )
     try:
         yield running.port
@@ -164,7 +155,7 @@ async def mtls_port(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> Asy
         await running.close()
 
 
-async def _server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> RunningServer:
+async def _server_auth_only(tmp_path: Path, pki: Pki) -> RunningServer:
     cert, key, _ = _write(tmp_path, pki, mutual=False)
     return await start_server(
         FakeState(),
@@ -172,7 +163,6 @@ async def _server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None
         host="127.0.0.1",
         port=0,
         tls=load_server_tls(cert, key),
-        front=front,
     )
 
 
@@ -208,9 +198,9 @@ async def test_mtls_refuses_plaintext(mtls_port: int) -> None:
     assert await _refused(mtls_port, None) == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_tls_server_auth_only(tmp_path: Path, pki: Pki, front: FrontOptions | None) -> None:
+async def test_tls_server_auth_only(tmp_path: Path, pki: Pki) -> None:
     """Without --client-ca any client that trusts our CA connects; others do not."""
-    running = await _server_auth_only(tmp_path, pki, front)
+    running = await _server_auth_only(tmp_path, pki)
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
         assert (
@@ -221,12 +211,10 @@ async def test_tls_server_auth_only(tmp_path: Path, pki: Pki, front: FrontOption
         await running.close()
 
 
-async def test_rotated_certificate_is_picked_up(
-    tmp_path: Path, pki: Pki, front: FrontOptions | None
-) -> None:
+async def test_rotated_certificate_is_picked_up(tmp_path: Path, pki: Pki) -> None:
     """cert-manager rewrites the files in place: new handshakes use the new cert."""
     cert, key, _ = _write(tmp_path, pki, mutual=False)
-    running = await _server_auth_only(tmp_path, pki, front)
+    running = await _server_auth_only(tmp_path, pki)
     try:
         assert await _poll(running.port, TlsConfig(ca_cert=pki.ca.cert)) == 1000
         cert.write_bytes(pki.other_server.cert)

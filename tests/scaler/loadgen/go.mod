@@ -1,23 +1,21 @@
-// prescaler-front builds offline, in module mode, from Debian's Go sources
-// (apt-get install golang-go golang-google-grpc-dev; bookworm: Go 1.19,
-// grpc-go 1.33.3): nothing is downloaded (front/go.sh sets GOPROXY=off).
+// The scaler bench's load generator builds offline, in module mode, from
+// Debian's Go sources (apt-get install golang-go golang-google-grpc-dev;
+// bookworm: Go 1.19, grpc-go 1.33.3): nothing is downloaded (go.sh sets
+// GOPROXY=off).
 //
-// replace: each module that provides a package the front (or its tests, or
-// the scaler bench's load generator) imports is read from its directory
-// under /usr/share/gocode/src, whatever version the graph asks for; the
-// versions in require are what grpc-go's go.mod files ask for, not what
-// Debian ships.
+// replace: each module that provides a package the load generator imports
+// is read from its directory under /usr/share/gocode/src, whatever version
+// the graph asks for; the versions in require are what grpc-go's go.mod
+// files ask for, not what Debian ships.
 //
 // exclude: grpc-go's go.mod is older than go 1.17, so its whole requirement
-// graph is loaded, including modules Debian does not package and no package
+// graph is loaded, including modules Debian does not package and nothing
 // here imports (xDS, lint and tooling). Since Go 1.16 a requirement on an
 // excluded version is dropped, so the graph closes without a download.
 //
-// `go mod tidy` cannot run offline (it wants grpc-go's own test
-// dependencies); after a Debian update, `sh front/go.sh build .` (-mod=mod)
-// brings this file up to date, and `make lint` (-mod=readonly) fails until
-// it is.
-module prescaler/front
+// `go mod tidy` cannot run offline; after a Debian update, `sh go.sh build
+// main.go` (-mod=mod) brings this file up to date.
+module prescaler/loadgen
 
 go 1.19
 

@@ -1,0 +1,204 @@
+"""The serving process's copy of the decider's answers.
+
+The gRPC handlers read it exactly as they read ``scaler.state.ScalerState``
+(it implements ``scaler.service.ScalerStateProtocol``), so the service's
+code, and therefore every answer KEDA gets, is the same whether the live
+loop runs in this process or in the decider.
+
+Why it holds answers across a decider restart: a restarted decider starts
+every object ``warming_up`` again until its backfill is done, and a
+``warming_up`` object is answered UNAVAILABLE. KEDA would see errors for
+seconds to minutes after every crash, with nothing wrong with the data. So
+an answer made by a decider that is gone is *held*: it is served until the
+new decider has a real answer for that object, or for at most the object's
+``fallbackAfterSeconds`` (the policy's own limit for holding an answer
+without fresh data); after that the object answers what the new decider
+says, or UNAVAILABLE naming the cause while there is none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from decision.policy import NO_ANSWER_REASONS, Decision
+from decision.settings import ScalerSettings
+from decision.tracker import warming_decision
+from scaler.decider_wire import Answer, ObjectKey, TableUpdate
+
+__all__ = ["DECIDER_DOWN", "SUBSCRIBER_QUEUE", "DecisionTable"]
+
+SUBSCRIBER_QUEUE = 16
+"""Bursts a StreamIsActive subscriber may have unread before new ones are dropped."""
+
+DECIDER_DOWN = "the decision process is restarting"
+"""What an object without an answer says while no decider answers for it."""
+
+
+@dataclass
+class _Row:
+    """One object's answer, and whether the decider that made it is gone."""
+
+    answer: Answer
+    decision: Decision
+    held_since: float | None = None
+    """Monotonic time its decider was lost (``None``: the live decider's)."""
+    successor: Answer | None = None
+    """What the live decider says meanwhile (no answer yet)."""
+
+
+def _decision(answer: Answer, time_s: float) -> Decision:
+    return Decision(time_s, answer.replicas, answer.reason, {}, data_stale=False)
+
+
+class DecisionTable:
+    """Answers by ScaledObject, fed by :class:`TableUpdate` messages.
+
+    ``clock`` (monotonic) times held answers; ``wall`` stamps decisions.
+    ``on_register`` runs when an object is new or its settings changed (the
+    decider must hear of it at once); polls of known objects are only
+    collected (:meth:`take_polled`).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        on_register: Callable[[], None] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._wall = wall
+        self.on_register = on_register
+        self._settings: dict[ObjectKey, ScalerSettings] = {}
+        self._rows: dict[ObjectKey, _Row] = {}
+        self._new: dict[ObjectKey, ScalerSettings] = {}
+        self._polled: set[ObjectKey] = set()
+        self._subscribers: dict[ObjectKey, set[asyncio.Queue[bool]]] = {}
+        self._decider_lost_at: float | None = None
+        self.status: dict[str, float] = {}
+        """The decider's latest ``ScalerState.status()``."""
+
+    # ------------------------------------------------------------ the RPC side
+    def register(self, namespace: str, name: str, settings: ScalerSettings) -> None:
+        """Note a call about an object: new (or new settings) or a poll."""
+        key = (namespace, name)
+        known = self._settings.get(key)
+        if known is settings or (known is not None and known == settings):
+            self._polled.add(key)
+            return
+        self._settings[key] = settings
+        self._new[key] = settings
+        if self.on_register is not None:
+            self.on_register()
+
+    def decision(self, namespace: str, name: str) -> Decision:
+        """The latest decision (replicas and reason). ``KeyError`` if unknown."""
+        key = (namespace, name)
+        settings = self._settings[key]
+        row = self._rows.get(key)
+        if row is None:
+            return warming_decision(settings, self._wall())
+        if row.held_since is not None and self._expired(row, settings):
+            return (
+                _decision(row.successor, self._wall())
+                if row.successor is not None
+                else warming_decision(settings, self._wall())
+            )
+        return row.decision
+
+    def is_active(self, namespace: str, name: str) -> bool:
+        key = (namespace, name)
+        self._settings[key]
+        row = self._rows.get(key)
+        return row is not None and row.answer.active
+
+    def source_problem(self, namespace: str, name: str) -> str | None:
+        """Why the object has no answer, in words (``None`` if not known)."""
+        key = (namespace, name)
+        settings = self._settings[key]
+        row = self._rows.get(key)
+        if row is not None and row.held_since is not None and self._expired(row, settings):
+            return row.successor.problem if row.successor is not None else DECIDER_DOWN
+        if row is not None:
+            return row.answer.problem
+        return DECIDER_DOWN if self._decider_lost_at is not None else None
+
+    def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]:
+        """A queue that receives ``True`` each time a burst starts."""
+        key = (namespace, name)
+        self._settings[key]
+        queue: asyncio.Queue[bool] = asyncio.Queue(maxsize=SUBSCRIBER_QUEUE)
+        self._subscribers.setdefault(key, set()).add(queue)
+        return queue
+
+    def unsubscribe_active(self, namespace: str, name: str, queue: asyncio.Queue[bool]) -> None:
+        queues = self._subscribers.get((namespace, name))
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self._subscribers[(namespace, name)]
+
+    def _expired(self, row: _Row, settings: ScalerSettings) -> bool:
+        assert row.held_since is not None
+        return self._clock() - row.held_since > settings.fallback_after_seconds
+
+    # --------------------------------------------------------- the decider side
+    def take_new(self) -> list[tuple[ObjectKey, ScalerSettings]]:
+        """Objects registered (or re-registered) since the last call."""
+        new, self._new = self._new, {}
+        return list(new.items())
+
+    def take_polled(self) -> list[ObjectKey]:
+        """Known objects polled since the last call."""
+        polled, self._polled = self._polled, set()
+        return [key for key in polled if key in self._settings]
+
+    def everything(self) -> list[tuple[ObjectKey, ScalerSettings]]:
+        """Every known object: what a fresh decider must be told."""
+        self._new.clear()
+        self._polled.clear()
+        return list(self._settings.items())
+
+    def apply(self, update: TableUpdate) -> None:
+        """Take in a decider's update (its first one after a start is a reset)."""
+        now_wall = self._wall()
+        if update.reset:
+            self._decider_lost_at = None
+        for key, answer in update.answers:
+            if key not in self._settings:
+                continue  # forgotten here meanwhile; the decider hears of it again
+            row = self._rows.get(key)
+            if (
+                row is not None
+                and row.held_since is not None
+                and answer.reason in NO_ANSWER_REASONS
+                and row.answer.reason not in NO_ANSWER_REASONS
+            ):
+                row.successor = answer  # keep serving the held answer
+                continue
+            self._rows[key] = _Row(answer, _decision(answer, now_wall))
+        for key in update.removed:
+            self._rows.pop(key, None)
+            self._settings.pop(key, None)
+            self._polled.discard(key)
+        for key in update.bursts:
+            for queue in list(self._subscribers.get(key, ())):
+                if not queue.full():
+                    queue.put_nowait(True)
+        if update.status:
+            self.status = dict(update.status)
+
+    def decider_lost(self) -> None:
+        """The decider is gone: every answer it made is held from now."""
+        now = self._clock()
+        self._decider_lost_at = now
+        for row in self._rows.values():
+            if row.held_since is None:
+                row.held_since = now
+                row.successor = None
+
+    def __len__(self) -> int:
+        return len(self._settings)
