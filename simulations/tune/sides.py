@@ -35,6 +35,7 @@ trace's bound when no ScaledObject is given).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -123,8 +124,7 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
         fixed["forecast"] = request.forecaster
     if fixed:
         p_base = apply_metadata(p_base, fixed)
-        held = set(fixed) | ({"nodeLeadTimeSeconds"} if fixed.get("prewarm") == "false" else set())
-        p_space = tuple(p for p in p_space if p.key not in held)
+        p_space = _without(p_space, fixed)
     settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
@@ -181,6 +181,22 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     if unknown:
         raise ValueError(f"unknown side(s) {', '.join(unknown)} (known: {', '.join(SIDES)})")
     return tuple(s for s in sides if s.name in wanted)
+
+
+def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param, ...]:
+    """``space`` less the keys held at a value; a key conditional on a held
+    one is searched unconditionally when the held value meets its condition
+    (``nodeLeadTimeSeconds`` with ``prewarm`` held at ``true``), else dropped."""
+    kept: list[Param] = []
+    for p in space:
+        if p.key in fixed:
+            continue
+        if p.when is not None and p.when[0] in fixed:
+            if fixed[p.when[0]] != p.when[1]:
+                continue
+            p = dataclasses.replace(p, when=None)
+        kept.append(p)
+    return tuple(kept)
 
 
 def _keda_side(name: str, description: str, doc: Mapping[str, Any], bound: int) -> Side:

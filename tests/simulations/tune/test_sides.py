@@ -127,5 +127,8 @@ def test_prescaler_keys_held_fixed_leave_the_space() -> None:
     assert side.base.trigger.metadata["forecast"] == "off"
     assert side.base.trigger.metadata["prewarm"] == "false"
     on = _sides(prescaler_fixed=(("prewarm", "true"),))["prescaler"]
-    assert "nodeLeadTimeSeconds" in {p.key for p in on.space}
+    node = next(p for p in on.space if p.key == "nodeLeadTimeSeconds")
+    assert node.when is None  # its condition is held true: it is searched
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    assert "nodeLeadTimeSeconds" in sample_metadata(study.ask(), on.space, 10)
     assert manifest_of(on.base)["spec"]["triggers"][0]["metadata"]["prewarm"] == "true"
