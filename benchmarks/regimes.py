@@ -2,10 +2,12 @@
 
 For each traffic regime (:mod:`simulations.regimes`), replica lead time
 (:mod:`simulations.lead_time` presets, 2.5 to 15 minutes) and node
-pre-warming on or off, every side is tuned the same way by
-:func:`simulations.tune.run.tune` (optuna TPE, the same trial budget and
-seed, tuned on day 1, scored on day 2 held back, at 0.95 of what an idle
-fleet attains):
+pre-warming on or off, every side is tuned the same way, by the study
+``prescaler tune`` runs (:func:`simulations.tune.study.run_study`: optuna
+TPE, its stop rules, the same trial budget and seed, the side's
+ScaledObject as written as its first trial), on day 1, and its chosen
+setting is scored on day 2, held back, at 0.95 of what an idle fleet
+attains on each day:
 
 - prescaler's trigger with the forecast on (``forecast: auto``) and with it
   off (``forecast: off``), each with ``prewarm`` held at ``true`` or
@@ -15,11 +17,16 @@ fleet attains):
   on the gateway's request rate (pre-warming is prescaler's: the KEDA
   studies do not depend on it and run once per regime and lead time).
 
-Each side's figure is its cost at the target on the held-back day (the
-cheapest re-scored point that meets it, :func:`simulations.tune.cli.cost_at_target`);
-the cell's ratio is prescaler's over the cheapest KEDA side's. The bench
-test (``tests/benchmarks/test_regimes_bench.py``) runs the sweep and writes
-JSON and a plot; this module holds the sweep and the verdicts.
+A side's figure is its chosen setting's cost on the held-back day when it
+meets the held-back target there, else "missed"; a cell's ratio is
+prescaler's over the cheapest KEDA side's. Unlike ``prescaler tune``, only
+the chosen setting is re-scored (not up to four points of the Pareto set:
+a sixth of the simulations), and no side's tracker is given the demand
+before its part (``--no-backfill``): the sweep may replay only a regime's
+focus hours of each day, and day 1's focus hours are not what precedes day
+2's. The bench test (``tests/benchmarks/test_regimes_bench.py``) runs the
+sweep and writes JSON, a table and a plot; this module holds the sweep and
+the verdicts (``python -m benchmarks.regimes FILE.json`` prints them again).
 """
 
 from __future__ import annotations
