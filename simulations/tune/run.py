@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+import numpy as np
+
 if TYPE_CHECKING:
     from engine.profile_types import Profile
     from simulations.backfill import DemandHistory
@@ -414,13 +416,30 @@ def _load(
         others = []
         for k in range(1, request.holdout_seeds if len(workload) else 1):
             draw = dataclasses.replace(traffic, seed=request.seed + k)
-            others.append((load_workload(trace, draw), requests_before(trace, draw)))
+            other = load_workload(trace, draw)
+            if _same_requests(other, workload):
+                break  # a per-request trace replays its own arrivals under any seed
+            others.append((other, requests_before(trace, draw)))
     finally:
         if tmp is not None:
             tmp.cleanup()
     if len(workload) == 0:
         raise ValueError(f"{trace}: no requests in the selected window")
     return workload, before, others
+
+
+def _same_requests(a: Workload, b: Workload) -> bool:
+    """Whether two draws hold the same requests: a per-request trace replays
+    its recorded arrivals and lengths under any seed, and another seed's
+    held-back run would only repeat the first."""
+    return all(
+        np.array_equal(x, y)
+        for x, y in (
+            (a.arrival_s, b.arrival_s),
+            (a.prompt_tokens, b.prompt_tokens),
+            (a.output_tokens, b.output_tokens),
+        )
+    )
 
 
 def _history_note(history: DemandHistory | None) -> str:
