@@ -77,6 +77,8 @@ NEVER_WORSE = 1.0
 MUCH_BETTER = 0.8
 FORECAST_PAYS = 0.85
 LONG_LEAD_MIN = 10.0
+MISSED_Y = 1.2
+"""Where the plot marks a cell prescaler's chosen setting missed (no ratio)."""
 
 
 @dataclass(frozen=True)
@@ -351,8 +353,18 @@ def plot_sweep(doc: Mapping[str, Any], path: Path) -> None:
                     xs, ys = zip(*pts, strict=True)
                     ax.plot(xs, ys, style, marker="o", color=color,
                             label=f"{regime}, forecast {variant}")  # fmt: skip
+                missed = [
+                    lead
+                    for r, lead, lab, row in _rows(doc)
+                    if r == regime and lab == label
+                    and row[f"forecast-{variant}"]["cost_at_target_usd"] is None
+                ]  # fmt: skip
+                if missed:
+                    ax.plot(missed, [MISSED_Y] * len(missed), "x", color=color, ms=9)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.axhline(MUCH_BETTER, color="grey", lw=0.8, ls=":")
+        ax.text(0.01, 0.99, f"x at {MISSED_Y:g}: prescaler missed the held-back target",
+                transform=ax.transAxes, va="top", fontsize=7)  # fmt: skip
         ax.set_xlabel("replica lead time (min)")
         ax.set_ylabel("cost ratio: prescaler tuned / best tuned KEDA")
         ax.set_title(label)
