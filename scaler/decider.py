@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -40,6 +41,7 @@ from scaler.decider_wire import (
     read_message,
     write_message,
 )
+from scaler.registry import Entry
 from scaler.sources import default_source_factory
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
@@ -57,6 +59,23 @@ contended CPU instead of next to nothing (19)."""
 SWEEP_S = 0.2
 """How often the answers are compared and changes sent: decisions change
 once per refresh, so this bounds how late the serving process learns one."""
+
+
+def stale_since(entry: Entry) -> float | None:
+    """When the object's data was last fresh, if its decision is on stale data.
+
+    Measured as ``decision.policy.data_age`` measures staleness: the age the
+    decision records, else the last decision made on fresh data. Rounded to
+    0.1 s so that an unchanged instant does not resend the answer.
+    """
+    decision = entry.decision
+    if not decision.data_stale:
+        return None
+    age = decision.proposals.get("data_age_s")
+    if age is not None and math.isfinite(age):
+        return round(decision.time_s - age, 1)
+    fresh = next((d for d in reversed(entry.decisions) if not d.data_stale), None)
+    return None if fresh is None else round(fresh.time_s, 1)
 
 
 class Publisher:
@@ -80,7 +99,13 @@ class Publisher:
             seen.add(key)
             decision = entry.decision
             problem = state.sources.problem(entry) if decision.reason in NO_ANSWER_REASONS else None
-            answer = Answer(int(decision.replicas), decision.reason, bool(entry.active), problem)
+            answer = Answer(
+                int(decision.replicas),
+                decision.reason,
+                bool(entry.active),
+                problem,
+                stale_since(entry),
+            )
             if self._sent.get(key) != answer:
                 self._sent[key] = answer
                 answers.append((key, answer))
@@ -103,14 +128,26 @@ class Publisher:
             return None
         return TableUpdate(reset, answers, removed, bursts, status if changed else {})
 
+    def forget(self, key: ObjectKey) -> None:
+        """Send ``key``'s answer again at the next sweep: the serving process
+        registered it anew, and may have dropped it on a removal that crossed
+        the registration."""
+        self._sent.pop(key, None)
+
 
 async def _commands(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     state: ScalerState,
+    publisher: Publisher,
     telemetry: ScalerTelemetry,
 ) -> None:
-    """Registrations and metrics requests, until the serving process hangs up."""
+    """Registrations and metrics requests, until the serving process hangs up.
+
+    One object that cannot be registered is logged by name and skipped: were
+    the error to end this process, the restarted decider would be told of the
+    same object and fail again, for every object.
+    """
     while True:
         try:
             message = await read_message(reader)
@@ -118,12 +155,20 @@ async def _commands(
             return
         if isinstance(message, Registrations):
             for (namespace, name), settings in message.objects:
-                state.register(namespace, name, settings)
+                try:
+                    state.register(namespace, name, settings)
+                except Exception:
+                    log.exception("%s/%s: cannot register it; skipped", namespace, name)
+                publisher.forget((namespace, name))
         elif isinstance(message, Polls):
             for key in message.keys:
                 entry = state.objects.get(key)
-                if entry is not None:  # forgotten: the serving process hears of it
+                if entry is None:
+                    continue  # forgotten: the serving process hears of it
+                try:
                     state.register(*key, entry.settings)
+                except Exception:
+                    log.exception("%s/%s: cannot renew it; skipped", *key)
         elif isinstance(message, MetricsRequest):
             text = await asyncio.to_thread(telemetry.render)
             write_message(writer, MetricsText(message.serial, text))
@@ -145,13 +190,18 @@ async def run(sock: socket.socket) -> None:
     )
     await state.start()
     publisher = Publisher(state)
-    commands = asyncio.create_task(_commands(reader, writer, state, telemetry))
+    commands = asyncio.create_task(_commands(reader, writer, state, publisher, telemetry))
+    loop = asyncio.get_running_loop()
+    sent_at = loop.time()
     try:
         while not commands.done():
             update = publisher.sweep()
+            if update is None and loop.time() - sent_at >= config.refresh_interval_s:
+                update = TableUpdate(reset=False)  # alive: the serving process times silence
             if update is not None:
                 write_message(writer, update)
                 await writer.drain()
+                sent_at = loop.time()
             await asyncio.wait({commands}, timeout=SWEEP_S)
     except ConnectionError:
         pass
@@ -174,9 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s decider %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # Ctrl-C in a terminal reaches the whole process group: the serving
-    # process decides when this child ends (it closes the socket).
+    # Ctrl-C in a terminal, or a SIGTERM to the process group (a container's
+    # stop), reaches this child too: the serving process decides when it ends
+    # (it drains, then closes the socket), so neither restarts it mid-drain.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.nice:
         with contextlib.suppress(OSError):
             os.nice(args.nice)

@@ -11,7 +11,16 @@ dies. Answers made by a dead decider are held meanwhile (see
 The decider's series reach ``/metrics`` on request: each scrape asks the
 decider for its exposition (rendered there, off this process's GIL) and the
 endpoint serves it before this process's own (the gRPC latency). If the
-decider does not answer in time, the last text it sent is served.
+decider does not answer in time, the last text it sent is served; while no
+decider runs, none is (its series would describe a process that is gone),
+and ``prescaler_decider_up`` says 0.
+
+A decider that is alive but stuck (its socket open, nothing sent) is killed
+and restarted like a dead one: a live decider sends an update at least
+every refresh interval (its status, or an empty one), so silence for
+:func:`stuck_after` means its event loop is not running (a deadlock, a call
+that blocks it, a stopped process). A refresh that is merely slow (a large
+backfill on a loaded node) is not silence: its health is in the status.
 """
 
 from __future__ import annotations
@@ -22,6 +31,11 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from decision.policy import Decision
 from decision.settings import ScalerSettings
@@ -38,7 +52,7 @@ from scaler.decider_wire import (
 from scaler.decision_table import DecisionTable
 from scaler.telemetry import ScalerTelemetry
 
-__all__ = ["ONE_BLAS_THREAD", "POLL_REPORT_S", "DeciderProcess"]
+__all__ = ["ONE_BLAS_THREAD", "POLL_REPORT_S", "DeciderProcess", "stuck_after"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +61,16 @@ POLL_REPORT_S = 5.0
 only the objects KEDA stopped asking about, after an hour by default)."""
 METRICS_TIMEOUT_S = 5.0
 _STOP_TIMEOUT_S = 10.0
+STUCK_AFTER_MIN_S = 30.0
+"""The shortest silence taken for a stuck decider (a refresh of 1,000
+objects on a loaded node takes seconds; a few slow ones are not a hang)."""
+
+
+def stuck_after(config: DeciderConfig) -> float:
+    """Silence after which a decider is killed: three refreshes, at least
+    :data:`STUCK_AFTER_MIN_S`."""
+    return max(3.0 * config.refresh_interval_s, STUCK_AFTER_MIN_S)
+
 
 ONE_BLAS_THREAD = {
     "OPENBLAS_NUM_THREADS": "1",
@@ -64,6 +88,7 @@ class DeciderProcess:
     ``config`` parameterizes the child's live loop; ``telemetry`` (the
     serving process's, ``part="rpc"``) gets the child's series added to its
     endpoint. ``restarts`` counts the child's unplanned exits.
+    ``stuck_after_s`` overrides :func:`stuck_after` (the tests shorten it).
     """
 
     def __init__(
@@ -73,11 +98,13 @@ class DeciderProcess:
         *,
         log_level: str = "info",
         table: DecisionTable | None = None,
+        stuck_after_s: float | None = None,
     ) -> None:
         self.config = config
+        self.stuck_after_s = stuck_after(config) if stuck_after_s is None else stuck_after_s
         self.log_level = log_level
         self._wake = asyncio.Event()
-        self.table = table or DecisionTable()
+        self.table = table if table is not None else DecisionTable()  # an empty one is falsy
         self.table.on_register = self._wake.set
         self.restarts = 0
         self._process: asyncio.subprocess.Process | None = None
@@ -88,6 +115,8 @@ class DeciderProcess:
         self._metrics_serial = 0
         self._metrics_waiting: asyncio.Future[bytes] | None = None
         self._metrics_text = b""
+        self._own_series = CollectorRegistry(auto_describe=False)
+        self._own_series.register(_DeciderCollector(self))
         telemetry.add_exposition(self.exposition)
 
     # ------------------------------------------------------------ the RPC side
@@ -112,6 +141,11 @@ class DeciderProcess:
     def status(self) -> dict[str, float]:
         """The decider's latest ``ScalerState.status()`` (loop health)."""
         return dict(self.table.status)
+
+    @property
+    def connected(self) -> bool:
+        """Whether a decider is connected (and its answers are live)."""
+        return self._writer is not None
 
     @property
     def pid(self) -> int | None:
@@ -152,7 +186,11 @@ class DeciderProcess:
 
     # --------------------------------------------------------------- metrics
     async def exposition(self) -> bytes:
-        """The decider's series (its latest text if it does not answer in time)."""
+        """The decider's series (its latest text if it does not answer in
+        time, none while it is down), then its health as seen from here."""
+        return await self._decider_text() + generate_latest(self._own_series)
+
+    async def _decider_text(self) -> bytes:
         writer = self._writer
         if writer is None or writer.is_closing():
             return self._metrics_text
@@ -161,24 +199,37 @@ class DeciderProcess:
             self._metrics_serial += 1
             waiting = self._metrics_waiting = asyncio.get_running_loop().create_future()
             write_message(writer, MetricsRequest(self._metrics_serial))
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        try:
             self._metrics_text = await asyncio.wait_for(asyncio.shield(waiting), METRICS_TIMEOUT_S)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            if not waiting.cancelled():
+                raise  # this scrape itself was cancelled
+            # else the decider was lost meanwhile: serve what is known
         return self._metrics_text
 
     # ------------------------------------------------------------ supervision
     async def _supervise(self) -> None:
         while not self._stopping:
+            code: int | str | None = None
             try:
                 code = await self._run_once()
             except OSError as exc:
                 if self.restarts == 0 and not self._connected.is_set():
                     raise
-                code = None
-                log.error("cannot start the decider: %s", exc)
-            self.table.decider_lost()
-            self._writer = None
-            if self._metrics_waiting is not None and not self._metrics_waiting.done():
-                self._metrics_waiting.cancel()
+                code = f"cannot start it: {exc}"
+            except Exception as exc:
+                # Whatever went wrong here, KEDA must not be served the lost
+                # decider's answers forever: hold them (timed) and restart.
+                log.exception("the decider's supervision failed")
+                code = f"supervision failed: {exc!r}"
+            finally:
+                self.table.decider_lost()
+                self._writer = None
+                self._metrics_text = b""  # a gone process's series are not served
+                if self._metrics_waiting is not None and not self._metrics_waiting.done():
+                    self._metrics_waiting.cancel()
             if self._stopping:
                 return
             self.restarts += 1
@@ -214,7 +265,7 @@ class DeciderProcess:
         write_message(writer, Registrations(self.table.everything()))
         self._writer = writer
         self._connected.set()
-        feeding = asyncio.create_task(self._feed(writer))
+        feeding = asyncio.create_task(self._feed(writer, process))
         try:
             await self._read(reader)
         finally:
@@ -228,14 +279,31 @@ class DeciderProcess:
             code = await process.wait()
         return code
 
-    async def _feed(self, writer: asyncio.StreamWriter) -> None:
-        """New objects at once; polls every :data:`POLL_REPORT_S`."""
+    async def _feed(
+        self, writer: asyncio.StreamWriter, process: asyncio.subprocess.Process
+    ) -> None:
+        """New objects at once; polls every :data:`POLL_REPORT_S`; the
+        decider killed once it has been silent for ``stuck_after_s``."""
         loop = asyncio.get_running_loop()
+        self.table.decider_connected()
+        check_s = min(POLL_REPORT_S, self.stuck_after_s / 3.0)
         next_polls = loop.time() + POLL_REPORT_S
         while True:
+            wait_s = min(next_polls - loop.time(), check_s)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_polls - loop.time()))
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wait_s))
             self._wake.clear()
+            silent_s = self.table.silent_s()
+            if silent_s > self.stuck_after_s:
+                log.error(
+                    "the decider sent nothing for %.0f s (a live one reports every refresh,"
+                    " %.1f s); killing it to restart it",
+                    silent_s,
+                    self.config.refresh_interval_s,
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                return
             objects = self.table.take_new()
             if objects:
                 write_message(writer, Registrations(objects))
@@ -262,3 +330,23 @@ class DeciderProcess:
                     waiting.set_result(message.text)
             else:
                 log.error("unexpected message from the decider: %r", type(message))
+
+
+class _DeciderCollector(Collector):
+    """The serving process's view of its decider, on the shared ``/metrics``."""
+
+    def __init__(self, decider: DeciderProcess) -> None:
+        self._decider = decider
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "prescaler_decider_up",
+            "1 while the decider process is connected (its series are served).",
+        )
+        up.add_metric([], 1.0 if self._decider.connected else 0.0)
+        yield up
+        restarts = CounterMetricFamily(
+            "prescaler_decider_restarts", "Unplanned exits of the decider process."
+        )
+        restarts.add_metric([], float(self._decider.restarts))
+        yield restarts

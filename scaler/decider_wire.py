@@ -50,13 +50,17 @@ class Answer(NamedTuple):
     active, and, while it has no answer yet (``warming_up``/``no_data``),
     what failed at its source (``None`` otherwise): the rest of a decision
     (its proposals, its time) never reaches KEDA, so it is not sent, and an
-    unchanged answer is not sent again.
+    unchanged answer is not sent again. ``stale_since_s`` is the wall time
+    the object's data was last fresh while it is stale (``None`` while it is
+    fresh, so a fresh answer does not change every refresh): an answer held
+    across a decider restart expires ``fallbackAfterSeconds`` after it.
     """
 
     replicas: int
     reason: str
     active: bool
     problem: str | None
+    stale_since_s: float | None = None
 
 
 @dataclass(frozen=True)

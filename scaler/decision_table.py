@@ -10,10 +10,13 @@ every object ``warming_up`` again until its backfill is done, and a
 ``warming_up`` object is answered UNAVAILABLE. KEDA would see errors for
 seconds to minutes after every crash, with nothing wrong with the data. So
 an answer made by a decider that is gone is *held*: it is served until the
-new decider has a real answer for that object, or for at most the object's
-``fallbackAfterSeconds`` (the policy's own limit for holding an answer
-without fresh data); after that the object answers what the new decider
-says, or UNAVAILABLE naming the cause while there is none.
+new decider has a real answer for that object, or until the object's
+``fallbackAfterSeconds`` have passed since its data was last fresh (the
+policy's own limit for holding an answer without fresh data, measured as
+``decision.policy.data_age`` measures it); after that the object answers
+what the new decider says, or UNAVAILABLE naming the cause while there is
+none. An answer on fresh data was fresh when the decider last spoke; an
+answer that was already stale carries when its data was last fresh.
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ class _Row:
 
     answer: Answer
     decision: Decision
-    held_since: float | None = None
-    """Monotonic time its decider was lost (``None``: the live decider's)."""
+    stale_since: float | None = None
+    """Monotonic time its data was last fresh, if it was stale when sent."""
+    held_from: float | None = None
+    """Monotonic time its data was last fresh, once its decider is lost
+    (``None``: the live decider's answer)."""
     successor: Answer | None = None
     """What the live decider says meanwhile (no answer yet)."""
 
@@ -78,6 +84,9 @@ class DecisionTable:
         self._polled: set[ObjectKey] = set()
         self._subscribers: dict[ObjectKey, set[asyncio.Queue[bool]]] = {}
         self._decider_lost_at: float | None = None
+        self.last_update_at: float | None = None
+        """Monotonic time the decider last sent an update (a live one sends
+        its status every refresh); ``None`` before the first."""
         self.status: dict[str, float] = {}
         """The decider's latest ``ScalerState.status()``."""
 
@@ -101,7 +110,7 @@ class DecisionTable:
         row = self._rows.get(key)
         if row is None:
             return warming_decision(settings, self._wall())
-        if row.held_since is not None and self._expired(row, settings):
+        if self._expired(row, settings):
             return (
                 _decision(row.successor, self._wall())
                 if row.successor is not None
@@ -110,17 +119,22 @@ class DecisionTable:
         return row.decision
 
     def is_active(self, namespace: str, name: str) -> bool:
+        """Whether the object is active: a held answer only until it expires."""
         key = (namespace, name)
-        self._settings[key]
+        settings = self._settings[key]
         row = self._rows.get(key)
-        return row is not None and row.answer.active
+        if row is None:
+            return False
+        if self._expired(row, settings):
+            return row.successor is not None and row.successor.active
+        return row.answer.active
 
     def source_problem(self, namespace: str, name: str) -> str | None:
         """Why the object has no answer, in words (``None`` if not known)."""
         key = (namespace, name)
         settings = self._settings[key]
         row = self._rows.get(key)
-        if row is not None and row.held_since is not None and self._expired(row, settings):
+        if row is not None and self._expired(row, settings):
             return row.successor.problem if row.successor is not None else DECIDER_DOWN
         if row is not None:
             return row.answer.problem
@@ -142,8 +156,11 @@ class DecisionTable:
                 del self._subscribers[(namespace, name)]
 
     def _expired(self, row: _Row, settings: ScalerSettings) -> bool:
-        assert row.held_since is not None
-        return self._clock() - row.held_since > settings.fallback_after_seconds
+        """A held answer whose data is ``fallbackAfterSeconds`` old (the
+        policy falls back at that age too)."""
+        if row.held_from is None:
+            return False
+        return self._clock() - row.held_from >= settings.fallback_after_seconds
 
     # --------------------------------------------------------- the decider side
     def take_new(self) -> list[tuple[ObjectKey, ScalerSettings]]:
@@ -165,6 +182,7 @@ class DecisionTable:
     def apply(self, update: TableUpdate) -> None:
         """Take in a decider's update (its first one after a start is a reset)."""
         now_wall = self._wall()
+        now = self.last_update_at = self._clock()
         if update.reset:
             self._decider_lost_at = None
         for key, answer in update.answers:
@@ -173,14 +191,21 @@ class DecisionTable:
             row = self._rows.get(key)
             if (
                 row is not None
-                and row.held_since is not None
+                and row.held_from is not None
                 and answer.reason in NO_ANSWER_REASONS
                 and row.answer.reason not in NO_ANSWER_REASONS
             ):
                 row.successor = answer  # keep serving the held answer
                 continue
-            self._rows[key] = _Row(answer, _decision(answer, now_wall))
+            stale_since = (
+                None
+                if answer.stale_since_s is None
+                else now - max(0.0, now_wall - answer.stale_since_s)
+            )
+            self._rows[key] = _Row(answer, _decision(answer, now_wall), stale_since)
         for key in update.removed:
+            if key in self._new:
+                continue  # registered again since: the decider is about to hear of it
             self._rows.pop(key, None)
             self._settings.pop(key, None)
             self._polled.discard(key)
@@ -191,13 +216,30 @@ class DecisionTable:
         if update.status:
             self.status = dict(update.status)
 
+    def decider_connected(self) -> None:
+        """A decider starts: its silence is timed from now (:meth:`silent_s`)."""
+        self.last_update_at = self._clock()
+
+    def silent_s(self) -> float:
+        """Seconds since the decider last sent an update (or connected)."""
+        return 0.0 if self.last_update_at is None else self._clock() - self.last_update_at
+
     def decider_lost(self) -> None:
-        """The decider is gone: every answer it made is held from now."""
+        """The decider is gone: every answer it made is held from now, each
+        timed from when its data was last fresh (a fresh one: when the
+        decider last spoke; a ``fallback`` answer, made for having no data,
+        from now)."""
         now = self._clock()
         self._decider_lost_at = now
+        last_spoke = self.last_update_at if self.last_update_at is not None else now
         for row in self._rows.values():
-            if row.held_since is None:
-                row.held_since = now
+            if row.held_from is None:
+                if row.answer.reason == "fallback":
+                    row.held_from = now
+                elif row.stale_since is not None:
+                    row.held_from = row.stale_since
+                else:
+                    row.held_from = last_spoke
                 row.successor = None
 
     def __len__(self) -> int:

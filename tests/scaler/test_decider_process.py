@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from protos import externalscaler_pb2 as pb
 from scaler.decider_process import DeciderProcess
-from scaler.decider_wire import DeciderConfig
+from scaler.decider_wire import DeciderConfig, TableUpdate
+from scaler.decision_table import DecisionTable
 from scaler.server import start_server
 from scaler.service import METRIC_NAME
 from scaler.telemetry import ScalerTelemetry
@@ -116,3 +117,51 @@ async def test_a_killed_decider_restarts_while_every_call_is_answered(
         await metrics.stop()
         await decider.stop()
     assert decider.pid is None
+
+
+class _TableFailingOnce(DecisionTable):
+    """A table whose next update raises: a bug anywhere on the serving side."""
+
+    fail_next = False
+
+    def apply(self, update: TableUpdate) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("a bug while applying an update")
+        super().apply(update)
+
+
+async def test_a_failed_supervision_or_a_stuck_decider_is_restarted() -> None:
+    table = _TableFailingOnce()
+    decider = DeciderProcess(
+        DeciderConfig(refresh_interval_s=0.2),
+        ScalerTelemetry(part="rpc"),
+        table=table,
+        stuck_after_s=1.5,
+    )
+    await decider.start()
+    try:
+        await _until(lambda: "objects" in decider.status(), "the decider reports")
+        text = (await decider.exposition()).decode()
+        assert "prescaler_decider_up 1.0" in text
+        assert "prescaler_decider_restarts_total 0.0" in text
+        assert "# TYPE prescaler_desired_replicas gauge" in text  # the decider's own series
+
+        # Not an OSError: the supervisor still restarts, and stops serving
+        # the lost decider's series meanwhile.
+        table.fail_next = True
+        await _until(lambda: decider.restarts >= 1, "a failed supervision restarts")
+        assert not decider.connected
+        text = (await decider.exposition()).decode()
+        assert "prescaler_decider_up 0.0" in text
+        assert "prescaler_desired_replicas" not in text
+
+        # Alive but silent: killed once stuck_after_s passes, then restarted.
+        await _until(lambda: decider.connected and decider.pid is not None, "a new decider")
+        stuck = decider.pid
+        assert stuck is not None
+        os.kill(stuck, signal.SIGSTOP)
+        await _until(lambda: decider.pid not in (None, stuck), "the stuck decider is replaced")
+        assert decider.restarts >= 2
+    finally:
+        await decider.stop()

@@ -107,3 +107,53 @@ async def test_bursts_reach_the_subscribers() -> None:
     t.unsubscribe_active(*KEY, queue)
     t.apply(TableUpdate(False, bursts=[KEY]))
     assert queue.empty()
+
+
+def test_a_held_answer_on_stale_data_expires_when_its_data_is_fallback_old() -> None:
+    t, clock = table()
+    # Stale for 50 s when the decider sends it: 10 s of hold are left, not 60.
+    t.apply(TableUpdate(True, [(KEY, Answer(7, "stale_hold", True, None, clock.now - 50))]))
+    t.decider_lost()
+    clock.now += 9
+    assert (t.decision(*KEY).replicas, t.is_active(*KEY)) == (7, True)
+    clock.now += 1
+    assert t.decision(*KEY).reason == "warming_up"
+    assert not t.is_active(*KEY)
+    assert t.source_problem(*KEY) == DECIDER_DOWN
+
+
+def test_a_held_fresh_answer_is_timed_from_when_the_decider_last_spoke() -> None:
+    t, clock = table()
+    t.apply(TableUpdate(True, [(KEY, SEVEN)]))
+    assert t.silent_s() == 0.0
+    clock.now += 40  # the decider hangs, then is killed
+    assert t.silent_s() == 40.0
+    t.decider_lost()
+    clock.now += 19
+    assert t.is_active(*KEY) and t.decision(*KEY).replicas == 7
+    clock.now += 1
+    assert not t.is_active(*KEY) and t.decision(*KEY).reason == "warming_up"
+    t.decider_connected()
+    assert t.silent_s() == 0.0
+
+
+def test_a_held_answer_is_active_only_as_its_successor_once_expired() -> None:
+    t, clock = table()
+    t.apply(TableUpdate(True, [(KEY, SEVEN)]))
+    t.decider_lost()
+    t.apply(TableUpdate(True, [(KEY, WARMING._replace(active=True))]))
+    clock.now += 60
+    assert t.is_active(*KEY)  # the successor's word
+    t.apply(TableUpdate(False, [(KEY, WARMING)]))
+    assert not t.is_active(*KEY)
+
+
+def test_a_removal_crossing_a_registration_keeps_the_object() -> None:
+    t, _ = table()
+    t.take_new()
+    t.apply(TableUpdate(True, [(KEY, SEVEN)]))
+    new_settings = parse_settings({"metricsUrls": "http://vllm:8000/metrics", "maxReplicas": "9"})
+    t.register(*KEY, new_settings)  # not yet sent when the decider's removal arrives
+    t.apply(TableUpdate(False, removed=[KEY]))
+    assert t.decision(*KEY).replicas == 7
+    assert t.take_new() == [(KEY, new_settings)]
