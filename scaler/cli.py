@@ -138,10 +138,16 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
-def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | None = None) -> int:
+def serve_command(
+    args: argparse.Namespace,
+    *,
+    state_factory: StateFactory | None = None,
+    speed: float = 1.0,
+) -> int:
     """Run the scaler until SIGTERM; ``state_factory(telemetry=, refresh_interval_s=,
     refit_interval_s=, source_factory=)`` replaces the live loop with a state
-    in this process (for embedding/tests)."""
+    in this process (for embedding/tests). ``speed`` is ``ScalerState``'s
+    (the stack's faster world, ``stack.speed``); it reaches the decider."""
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -166,7 +172,7 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         except TlsError as exc:
             print(f"prescaler serve: {exc}", file=sys.stderr)
             return 2
-    state, telemetry = _live_state(args, state_factory)
+    state, telemetry = _live_state(args, state_factory, speed)
     try:
         return asyncio.run(
             run_server(
@@ -185,7 +191,9 @@ def serve_command(args: argparse.Namespace, *, state_factory: StateFactory | Non
         return 1
 
 
-def _live_state(args: argparse.Namespace, state_factory: StateFactory | None) -> tuple[Any, Any]:
+def _live_state(
+    args: argparse.Namespace, state_factory: StateFactory | None, speed: float = 1.0
+) -> tuple[Any, Any]:
     """The state the service answers from, and the telemetry it exports: the
     decider process (``--forecast-worker``, the default), or the live loop in
     this process (``--no-forecast-worker``, or ``state_factory``)."""
@@ -202,6 +210,7 @@ def _live_state(args: argparse.Namespace, state_factory: StateFactory | None) ->
             refit_interval_s=args.refit_seconds,
             forecast_step_s=step,
             rate_window_s=args.rate_window_seconds,
+            speed=speed,
         )
         return DeciderProcess(config, telemetry, log_level=args.log_level), telemetry
     if state_factory is None:
@@ -211,11 +220,14 @@ def _live_state(args: argparse.Namespace, state_factory: StateFactory | None) ->
     from scaler.sources import default_source_factory
 
     telemetry = ScalerTelemetry()
+    optional: dict[str, Any] = {"forecast_step_s": step} if step is not None else {}
+    if speed != 1.0:
+        optional["speed"] = speed
     state = state_factory(
         telemetry=telemetry,
         refresh_interval_s=args.refresh_seconds,
         refit_interval_s=args.refit_seconds,
         source_factory=default_source_factory(rate_window_s=args.rate_window_seconds),
-        **({"forecast_step_s": step} if step is not None else {}),
+        **optional,
     )
     return state, telemetry

@@ -72,6 +72,8 @@ class DeciderConfig:
     forecast_step_s: float | None = None
     rate_window_s: float = 120.0
     expire_after_s: float = 3600.0
+    speed: float = 1.0
+    """Model seconds per wall second (``ScalerState``'s ``speed``; the stack's)."""
 
     def state_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``scaler.state.ScalerState`` (bar the sources)."""
@@ -79,6 +81,7 @@ class DeciderConfig:
             "refresh_interval_s": self.refresh_interval_s,
             "refit_interval_s": self.refit_interval_s,
             "expire_after_s": self.expire_after_s,
+            "speed": self.speed,
         }
         if self.forecast_step_s is not None:
             kwargs["forecast_step_s"] = self.forecast_step_s

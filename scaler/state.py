@@ -89,6 +89,9 @@ class ScalerState:
     - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like
       (``apply(namespace, deployment, replicas)``), created on first use.
     - ``expire_after_s``: objects no RPC asked about for this long are dropped.
+    - ``speed``: model seconds per second of the readings' clock (1 in
+      production; the stack runs its replicas ``speed`` times faster, and the
+      trackers count a profile's capacity at it: ``TrackerConfig.speed``).
 
     The parts are attributes: ``objects`` (``ObjectRegistry``), ``sources``
     (``SourceReader``), ``stepper``, ``outputs`` (``LiveOutputs``), ``loop``
@@ -109,8 +112,10 @@ class ScalerState:
         capacity_window_s: float = 3600.0,
         balloon_controller: Any = None,
         expire_after_s: float = 3600.0,
+        speed: float = 1.0,
     ) -> None:
         self.tracker_config = TrackerConfig(
+            speed=float(speed),
             refresh_interval_s=float(refresh_interval_s),
             refit_interval_s=float(refit_interval_s),
             forecast_step_s=forecast_step_s,

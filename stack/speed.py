@@ -17,7 +17,9 @@ command with the speed given as a parameter each takes from its caller:
   by ``K`` instead would not do: the scaler also reads arrivals from the
   growth of the queue gauges per second, which no exposition can rescale.)
   The scaler's intervals and its trigger's time-valued keys are divided by
-  ``K`` by the caller (:mod:`stack.run`).
+  ``K`` by the caller (:mod:`stack.run`). The speed is ``serve``'s own
+  ``speed`` parameter, which reaches its decider process, so the stack runs
+  the serving path that ships.
 
 With ``--speed 1`` both are the plain commands (emulate with event wake-ups).
 """
@@ -25,7 +27,6 @@ With ``--speed 1`` both are the plain commands (emulate with event wake-ups).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,15 +45,12 @@ def emulator_clock(speed: float) -> ModelClock:
 
 
 def scaler_state_factory(speed: float) -> Callable[..., Any]:
-    """``prescaler serve``'s state, its trackers counting capacity at ``speed``."""
+    """An in-process ``ScalerState`` whose trackers count capacity at ``speed``
+    (for embedding; ``serve`` itself takes the speed and hands it to its decider)."""
     from scaler.state import ScalerState
 
     def make(**kwargs: Any) -> ScalerState:
-        state = ScalerState(**kwargs)
-        config = dataclasses.replace(state.tracker_config, speed=speed)
-        state.tracker_config = config
-        state.objects.config = config  # the registry makes every tracker from it
-        return state
+        return ScalerState(**kwargs, speed=speed)
 
     return make
 
@@ -82,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_serve(sub)
     parsed = parser.parse_args(rest)
-    return serve_command(parsed, state_factory=scaler_state_factory(args.speed))
+    return serve_command(parsed, speed=args.speed)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The decider's side of ``prescaler serve``: what its publisher sends (an
-answer's staleness, an answer again after a re-registration), and a bad
+answer's staleness, an answer again after a re-registration; the speed its
+config carries), and a bad
 object that is skipped rather than ending the process (the decider's loop
 for real, over a real socket pair, in this process)."""
 
@@ -10,6 +11,7 @@ import dataclasses
 import socket
 import time
 
+from decision.capacity import capacity_for
 from decision.settings import parse_settings
 from scaler.decider import Publisher, run
 from scaler.decider_wire import (
@@ -22,6 +24,8 @@ from scaler.decider_wire import (
     write_message,
 )
 from scaler.sources import SourceSpec
+from scaler.state import ScalerState
+from scaler.telemetry import ScalerTelemetry
 from tests.scaler.test_state import FakeSource, make_state, meta, queue_of, wait_until
 
 KEY = ("ns", "so")
@@ -84,3 +88,14 @@ async def test_a_bad_object_is_skipped_and_a_registered_one_is_answered_again() 
     finally:
         writer.close()
         await asyncio.wait_for(decider, 10)
+
+
+def test_the_speed_reaches_the_deciders_trackers() -> None:
+    """``stack.speed`` runs ``serve`` at a speed: the decider's state, built
+    from its config, counts a profile's capacity at it."""
+    config = DeciderConfig(speed=4.0)
+    state = ScalerState(telemetry=ScalerTelemetry(part="loop"), **config.state_kwargs())
+    state.register("ns", "llama", meta(profile="llama-3-8b@g5.xlarge"))
+    settings = state.objects[("ns", "llama")].settings
+    assert state.objects[("ns", "llama")].tracker.capacity(0.0) == capacity_for(settings, 4.0)
+    assert DeciderConfig().state_kwargs()["speed"] == 1.0
