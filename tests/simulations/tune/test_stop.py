@@ -34,14 +34,8 @@ from simulations.tune.search import (
     search_reactive,
     seed_params,
 )
-from simulations.tune.study import (
-    BestSoFar,
-    PaceEvidence,
-    StopRules,
-    TuneContext,
-    read_study,
-    run_study,
-)
+from simulations.tune.stop_rules import BestSoFar, PaceEvidence, StopRules
+from simulations.tune.study import TuneContext, read_study, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

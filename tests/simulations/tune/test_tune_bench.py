@@ -324,7 +324,7 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
         rung_times,
         sample_metadata,
     )
-    from simulations.tune.study import SLO_PACE_UNTIL
+    from simulations.tune.stop_rules import SLO_PACE_UNTIL
 
     n = int(os.environ.get("PRESCALER_TUNE_PACE_TRIALS", "16"))
     ctx, _ = _day_context(tmp_path, SLO_TARGETS[0])
