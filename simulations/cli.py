@@ -303,7 +303,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     from simulations.runner import run_policies
     from simulations.scaledobject import load_scaledobject
     from simulations.sim_inputs import SimInputs, window_start
-    from simulations.simulation import SimConfig
+    from simulations.sim_types import replay_config
     from simulations.traffic import TrafficOptions, load_workload
 
     wall0 = time.perf_counter()
@@ -338,15 +338,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
             specs.append(PolicySpec("oracle", "oracle", max_replicas=bound))
     for path in opts.scaledobjects:
         specs.append(scaledobject_spec(load_scaledobject(path)))
-    config = SimConfig(
-        slo_ttft_s=opts.slo_ttft_s,
-        timeout_s=opts.timeout_s,
-        spot=opts.spot,
-        seed=opts.seed,
-        scrape_interval_s=opts.scrape_interval_s,
-        rate_window_s=opts.rate_window_s,
-        prometheus_outage=opts.prometheus_outage,
-    )
+    config = replay_config(opts, prometheus_outage=opts.prometheus_outage)
     config = replace(config, startup=inputs.startup(profile))
     before = window_start(
         opts.trace, traffic, opts.start_s, profile, config, backfill=opts.backfill

@@ -227,7 +227,7 @@ def check_history(
 def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     """Load, check, tune every side, re-score on the held-back part."""
     from engine.profiles import get_profile
-    from simulations.simulation import SimConfig
+    from simulations.sim_types import replay_config
     from simulations.tune.search import slo_ceiling, split_workload
     from simulations.tune.sides import make_sides
 
@@ -239,14 +239,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
     if len(tune_part) == 0:
         raise ValueError(f"{workload.name}: the tuning part holds no requests")
-    config = SimConfig(
-        slo_ttft_s=request.slo_ttft_s,
-        timeout_s=request.timeout_s,
-        spot=request.spot,
-        seed=request.seed,
-        scrape_interval_s=request.scrape_interval_s,
-        rate_window_s=request.rate_window_s,
-    )
+    config = replay_config(request)
     from simulations.sim_inputs import SimInputs
     from simulations.tune.inputs import part_starts
 

@@ -12,7 +12,8 @@ Running trials send heartbeats; a killed process's trial is marked failed
 after :data:`GRACE_S` and re-run (:mod:`simulations.tune.storage`).
 
 Most trials cannot win, and a trial is a whole simulation, so trials stop as
-soon as they are out of the race (:class:`simulations.tune.stop_rules.StopRules`). Exactly: once misses
+soon as they are out of the race
+(:class:`simulations.tune.stop_rules.StopRules`). Exactly: once misses
 exceed what the target allows, or once the cost spent so far exceeds the
 best feasible trial's whole cost (cost only grows). On pace, at rungs
 (:data:`simulations.tune.search.RUNGS`, fractions of the requests): a trial whose
