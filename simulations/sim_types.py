@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +19,9 @@ __all__ = [
     "DEFAULT_INITIAL_REPLICAS",
     "PENDING",
     "REJECTED",
+    "REPLAY_FLAGS",
     "TIMED_OUT",
     "ConservationError",
-    "ReplayKnobs",
     "SimConfig",
     "SimResult",
     "SloBudgetExceeded",
@@ -158,34 +158,13 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class ReplayKnobs(Protocol):
-    """The run settings every replay command (``simulate``, ``tune``) takes
-    from its flags, under the same names."""
-
-    @property
-    def slo_ttft_s(self) -> float: ...
-    @property
-    def timeout_s(self) -> float: ...
-    @property
-    def spot(self) -> bool: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def scrape_interval_s(self) -> float: ...
-    @property
-    def rate_window_s(self) -> float: ...
+REPLAY_FLAGS = ("slo_ttft_s", "timeout_s", "spot", "seed", "scrape_interval_s", "rate_window_s")
+"""The :class:`SimConfig` fields every replay command (``simulate``, ``tune``)
+takes from its flags, under the same names."""
 
 
-def replay_config(knobs: ReplayKnobs, **more: Any) -> SimConfig:
-    """A command's :class:`SimConfig` from its replay flags, stated once so
-    ``simulate`` and ``tune`` cannot read the same flags two ways; ``more``
-    adds what one command alone states (e.g. an outage window)."""
-    return SimConfig(
-        slo_ttft_s=knobs.slo_ttft_s,
-        timeout_s=knobs.timeout_s,
-        spot=knobs.spot,
-        seed=knobs.seed,
-        scrape_interval_s=knobs.scrape_interval_s,
-        rate_window_s=knobs.rate_window_s,
-        **more,
-    )
+def replay_config(knobs: object, **more: Any) -> SimConfig:
+    """A command's :class:`SimConfig` from its options' :data:`REPLAY_FLAGS`,
+    stated once so ``simulate`` and ``tune`` cannot read the same flags two
+    ways; ``more`` adds what one command alone states (e.g. an outage window)."""
+    return SimConfig(**{name: getattr(knobs, name) for name in REPLAY_FLAGS}, **more)
