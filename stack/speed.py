@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from engine.emulator.driver import ModelClock
 
-__all__ = ["STREAM_QUANTUM_S", "emulator_clock", "main", "scaler_state_factory"]
+__all__ = ["STREAM_QUANTUM_S", "emulator_clock", "main"]
 
 STREAM_QUANTUM_S = 0.25
 """Wall seconds between token deliveries to a stream between engine events."""
@@ -42,17 +41,6 @@ STREAM_QUANTUM_S = 0.25
 def emulator_clock(speed: float) -> ModelClock:
     """A replica's model clock at ``speed``: event wake-ups, tokens streamed per quantum."""
     return ModelClock(speed=speed, stream_quantum_s=STREAM_QUANTUM_S)
-
-
-def scaler_state_factory(speed: float) -> Callable[..., Any]:
-    """An in-process ``ScalerState`` whose trackers count capacity at ``speed``
-    (for embedding; ``serve`` itself takes the speed and hands it to its decider)."""
-    from scaler.state import ScalerState
-
-    def make(**kwargs: Any) -> ScalerState:
-        return ScalerState(**kwargs, speed=speed)
-
-    return make
 
 
 def main(argv: Sequence[str] | None = None) -> int:

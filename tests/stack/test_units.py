@@ -283,11 +283,12 @@ def test_the_stack_is_told_its_bound_and_opening_fleet() -> None:
 
 
 def test_the_scaler_at_a_speed_counts_profile_capacity_at_it() -> None:
-    """``stack.speed ... serve`` hands the scaler a state whose trackers take the speed
-    as a parameter: a tracked ScaledObject's profile capacity is K x the profile's."""
+    """``stack.speed ... serve`` hands the scaler its speed, which ``ScalerState``
+    gives its trackers as a parameter: a tracked ScaledObject's profile capacity
+    is K x the profile's."""
     from decision.capacity import capacity_for
+    from scaler.state import ScalerState
     from scaler.telemetry import ScalerTelemetry
-    from stack.speed import scaler_state_factory
 
     settings = parse_settings(
         {
@@ -296,7 +297,7 @@ def test_the_scaler_at_a_speed_counts_profile_capacity_at_it() -> None:
             "profile": "llama-3-8b@g5.xlarge",
         }
     )
-    state = scaler_state_factory(4.0)(telemetry=ScalerTelemetry())
+    state = ScalerState(telemetry=ScalerTelemetry(), speed=4.0)
     state.register("ns", "llama", settings)
     tracker = state.objects[("ns", "llama")].tracker
     assert tracker.capacity(0.0) == capacity_for(settings, 4.0)
