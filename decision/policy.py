@@ -15,10 +15,16 @@ The rules:
   ``kv_cache`` = ceil(ready x kv_usage / targetKvCacheUsage) -- replicas
                  that bring mean KV usage under target;
   ``load``     = current demand / sustainable per-replica capacity (token
-                 rate if known, else request rate), when capacity is known.
+                 rate if known, else request rate), when capacity is known;
+                 the request rate is the gateway's (``gatewayRateQuery``)
+                 when known, since it counts requests no replica holds yet;
+  ``wake``     = 1 when no replica is ready and requests arrive at the
+                 gateway: a fleet at zero has no vLLM signal to size from.
 * Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
   time) over per-replica capacity; zero when fewer than one request is
-  expected over the horizon even at the upper quantile.
+  expected over the horizon even at the upper quantile, at least 1 when
+  more are (so a forecast wakes a fleet at zero even before capacity is
+  known).
 * ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
   is a max, the forecast can only add capacity; scale-in happens only when
   the live signals and the forecast both allow it.
@@ -30,7 +36,7 @@ The rules:
   answer but never lower it.
 
 Reasons are short snake_case strings: ``queue``, ``kv_cache``, ``load``,
-``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
+``wake``, ``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
 ``scale_down_hold``, ``partial_hold``, ``stale_hold``, ``fallback``,
 ``no_data``.
 """
@@ -53,6 +59,7 @@ __all__ = [
     "burst_started",
     "data_age",
     "decide",
+    "demand_rate",
     "has_traffic",
     "is_active",
     "is_fresh",
@@ -79,6 +86,7 @@ REASONS: tuple[str, ...] = (
     "stale_hold",
     "fallback",
     "no_data",
+    "wake",
 )
 
 
@@ -89,6 +97,8 @@ class Observation:
     ``waiting``/``running`` are sums over replicas, ``kv_usage`` the mean
     fraction (0..1) over ready replicas, rates are per second summed over
     replicas; ``data_age_s`` is how old the underlying samples are.
+    ``gateway_rate_rps`` is the request rate in front of vLLM (NaN: not
+    configured or unknown).
     """
 
     time_s: float
@@ -101,6 +111,7 @@ class Observation:
     generation_tokens_per_s: float
     preemptions_per_s: float
     data_age_s: float
+    gateway_rate_rps: float = NAN
 
 
 @dataclass(frozen=True)
@@ -162,12 +173,14 @@ def _positive(x: float | None) -> bool:
 
 def is_fresh(obs: Observation | None, settings: ScalerSettings) -> bool:
     """Whether ``obs`` is usable: present, of known age within
-    ``stale_after_seconds``, and carrying waiting or KV usage."""
+    ``stale_after_seconds``, and carrying waiting or KV usage (or, at zero
+    replicas, the gateway's rate: the only signal a fleet at zero has)."""
     if obs is None or obs.ready_replicas < 0:
         return False
     if not _finite(obs.data_age_s) or obs.data_age_s > settings.stale_after_seconds:
         return False
-    return _finite(obs.waiting) or _finite(obs.kv_usage)
+    at_zero_with_gateway = obs.ready_replicas == 0 and _finite(obs.gateway_rate_rps)
+    return _finite(obs.waiting) or _finite(obs.kv_usage) or at_zero_with_gateway
 
 
 def data_age(obs: Observation | None, history: Sequence[Decision], now: float) -> float:
@@ -188,10 +201,15 @@ def data_age(obs: Observation | None, history: Sequence[Decision], now: float) -
 
 
 def has_traffic(obs: Observation | None) -> bool:
-    """Requests queued, running or arriving."""
+    """Requests queued, running or arriving (at vLLM or at the gateway)."""
     if obs is None:
         return False
-    return _positive(obs.waiting) or _positive(obs.running) or _positive(obs.arrival_rate_rps)
+    return (
+        _positive(obs.waiting)
+        or _positive(obs.running)
+        or _positive(obs.arrival_rate_rps)
+        or _positive(obs.gateway_rate_rps)
+    )
 
 
 def _forecast_expects_requests(forecast: DemandForecast | None, settings: ScalerSettings) -> bool:
@@ -223,9 +241,11 @@ def is_active(
         return previous
     assert obs is not None
     seen = has_traffic(obs) or _forecast_expects_requests(forecast, settings)
-    if not _finite(obs.waiting):
+    gateway_at_zero = obs.ready_replicas == 0 and _finite(obs.gateway_rate_rps)
+    if not _finite(obs.waiting) and not gateway_at_zero:
         # Part of the fleet could not be read: what is seen may turn it on,
-        # what is missing never turns it off.
+        # what is missing never turns it off (at zero there is no fleet to
+        # read, and the gateway's rate says all there is).
         return previous or seen
     return seen
 
@@ -250,9 +270,19 @@ def _load_term(obs: Observation, capacity: ReplicaCapacity) -> float | None:
         tokens = [v for v in (obs.prompt_tokens_per_s, obs.generation_tokens_per_s) if _finite(v)]
         if tokens:
             terms.append(max(0.0, sum(tokens)) / cap_tokens)
-    if cap_requests is not None and _positive(cap_requests) and _finite(obs.arrival_rate_rps):
-        terms.append(max(0.0, obs.arrival_rate_rps) / cap_requests)
+    demand = demand_rate(obs)
+    if cap_requests is not None and _positive(cap_requests) and _finite(demand):
+        terms.append(max(0.0, demand) / cap_requests)
     return max(terms) if terms else None
+
+
+def demand_rate(obs: Observation) -> float:
+    """Requests per second asking for replicas: the gateway's rate when known
+    (it includes requests waiting there for a ready replica), else vLLM's
+    arrivals; NaN when neither is known."""
+    if _finite(obs.gateway_rate_rps):
+        return obs.gateway_rate_rps
+    return obs.arrival_rate_rps
 
 
 def _forecast_term(
@@ -270,7 +300,9 @@ def _forecast_term(
         terms.append(max(0.0, upper_tokens) / cap_tokens)
     if cap_requests is not None and _positive(cap_requests):
         terms.append(max(0.0, forecast.upper_requests_per_s) / cap_requests)
-    return max(terms) if terms else None
+    # Requests are expected within the lead time: at least one replica must
+    # be there for them, capacity known or not (this is what wakes a fleet at zero).
+    return max([1.0, *terms])
 
 
 def _clamp(x: int, settings: ScalerSettings) -> int:
@@ -368,11 +400,13 @@ def decide(
         proposals["load"] = float(_ceil(load))
     elif _positive(capacity.tokens_per_s) or _positive(capacity.requests_per_s):
         missing = True  # capacity known but the rate it needs is not
+    if ready == 0 and _positive(obs.gateway_rate_rps):
+        proposals["wake"] = 1.0
     predictive = _forecast_term(forecast, settings, capacity)
     if predictive is not None:
         proposals["forecast"] = float(_ceil(predictive))
 
-    live = [proposals[k] for k in ("queue", "kv_cache", "load") if k in proposals]
+    live = [proposals[k] for k in ("queue", "kv_cache", "load", "wake") if k in proposals]
     reactive = max(live, default=0.0)
     proposals["reactive"] = reactive
     raw = int(max(reactive, proposals.get("forecast", 0.0)))
@@ -381,7 +415,7 @@ def decide(
     else:
         # Live terms first on ties: the forecast is named only when it adds.
         reason = next(
-            k for k in ("queue", "kv_cache", "load", "forecast") if proposals.get(k) == raw
+            k for k in ("queue", "kv_cache", "load", "wake", "forecast") if proposals.get(k) == raw
         )
     clamped = _clamp(raw, settings)
     if clamped > raw:

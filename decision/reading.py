@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["Reading", "usable"]
+__all__ = ["Reading", "known_rate", "usable"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ class Reading:
     ``computed_prompt_tokens_per_s``, prompt tokens actually prefilled (not
     served from a cache); ``kv_cache_tokens``, one replica's KV cache size in
     tokens (the mean over replicas that state it).
+
+    ``gateway_rate_rps``: requests per second arriving in front of vLLM (the
+    trigger's ``gatewayRateQuery``), ``None`` when not configured or the
+    query failed. Unlike every vLLM series it exists at zero replicas and
+    counts requests still waiting at the gateway for a replica to be ready.
     """
 
     time_s: float
@@ -58,15 +63,28 @@ class Reading:
     rejections_per_s: float | None = None
     computed_prompt_tokens_per_s: float | None = None
     kv_cache_tokens: float | None = None
+    gateway_rate_rps: float | None = None
+
+
+def known_rate(value: float | None) -> float | None:
+    """``value`` if it is a finite rate >= 0, else ``None``: a failed, NaN or
+    negative gateway answer is unknown, never zero demand."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 def usable(reading: Reading) -> bool:
-    """Whether the policy can act on ``reading``: it knows the queue or KV usage.
+    """Whether the policy can act on ``reading``: it knows the queue or KV
+    usage, or the fleet is at zero and the gateway's rate is known (a fleet
+    at zero has no vLLM series; the gateway's count is its demand).
 
-    Sources drop readings that know neither, so the state sees "no reading"
+    Sources drop readings that know none, so the state sees "no reading"
     and the data's age keeps growing (stale hold, then ``fallbackReplicas``);
     a NaN-only reading would look fresh yet never reach the fallback.
     """
-    return math.isfinite(reading.waiting) or (
-        reading.kv_usage is not None and math.isfinite(reading.kv_usage)
+    return (
+        math.isfinite(reading.waiting)
+        or (reading.kv_usage is not None and math.isfinite(reading.kv_usage))
+        or (reading.ready_replicas == 0 and known_rate(reading.gateway_rate_rps) is not None)
     )

@@ -119,6 +119,10 @@ class ScalerSettings:
     """Name of the balloon Deployment (manifests/) in the ScaledObject's namespace."""
     node_lead_time_seconds: float = 180.0
     """GPU node provisioning time the balloons buy back (Karpenter: 45 s to minutes)."""
+    gateway_rate_query: str | None = None
+    """PromQL for the requests per second arriving in front of vLLM (the
+    gateway's or ingress controller's count); it exists at zero replicas, so
+    it is what wakes a fleet scaled to zero. Needs ``prometheus_address``."""
     extra: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Ignored keys (KEDA's own, unknown ``...FromEnv``), kept for debugging."""
 
@@ -289,6 +293,14 @@ def _forecast(key: str, raw: str) -> str:
     return text
 
 
+def _gateway_query(key: str, raw: str) -> str:
+    # Sent to Prometheus as a query parameter, never pasted into other PromQL;
+    # Prometheus itself says whether it parses (a failing query is a logged
+    # fallback at read time, see scaler.sources.prometheus).
+    # A YAML block scalar may break a long query over lines: whitespace to PromQL.
+    return _nonempty(key, re.sub(r"[\t\r\n]+", " ", raw), limit=2048)
+
+
 def _profile(key: str, raw: str) -> str:
     text = _nonempty(key, raw, limit=128)
     try:
@@ -348,6 +360,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "prewarm": ("prewarm", _bool),
     "prewarmDeployment": ("prewarm_deployment", _name),
     "nodeLeadTimeSeconds": ("node_lead_time_seconds", lambda k, v: _num(k, v, lo=0, hi=86_400)),
+    "gatewayRateQuery": ("gateway_rate_query", _gateway_query),
 }
 
 METADATA_KEYS: frozenset[str] = frozenset(_PARSERS)
@@ -390,6 +403,10 @@ def parse_settings(metadata: Mapping[str, str]) -> ScalerSettings:
         )
     if "namespace" in seen and "podSelector" not in seen:
         raise SettingsError(seen["namespace"], "namespace is only used with podSelector")
+    if "gatewayRateQuery" in seen and "prometheusAddress" not in seen:
+        raise SettingsError(
+            seen["gatewayRateQuery"], "gatewayRateQuery is read from prometheusAddress; give it"
+        )
     if "profile" in seen and "capacityTokensPerSecond" in seen:
         raise SettingsError(
             seen["capacityTokensPerSecond"], "give either profile or capacityTokensPerSecond"

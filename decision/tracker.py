@@ -56,7 +56,7 @@ from decision.prediction import (
     PredictRequest,
     run_prediction,
 )
-from decision.reading import Reading
+from decision.reading import Reading, known_rate
 from decision.settings import ScalerSettings
 from decision.tracker_data import (
     MIN_FIT_BINS,
@@ -110,6 +110,7 @@ def observation_from(reading: Reading, now_s: float) -> Observation:
         generation_tokens_per_s=_nan(reading.generation_tokens_per_s),
         preemptions_per_s=_nan(reading.preemptions_per_s),
         data_age_s=max(0.0, now_s - reading.time_s),
+        gateway_rate_rps=_nan(known_rate(reading.gateway_rate_rps)),
     )
 
 
@@ -317,7 +318,10 @@ class Tracker:
                 # creation -> Ready of the pods Ready now: the recent starts
                 self._lead_samples = deque(reading.lead_time_samples_s, maxlen=LEAD_SAMPLES)
             tokens = _tokens(reading)
-            arrival = _nan(reading.arrival_rate_rps)
+            # The gateway's rate when known: it holds the demand a fleet at
+            # zero (or one still starting) never sees, so the forecast learns it.
+            gateway = known_rate(reading.gateway_rate_rps)
+            arrival = _nan(reading.arrival_rate_rps if gateway is None else gateway)
             if abs(self.series.bin_end(t) - t) < 1e-6:
                 # the same samples a backfill sees (history at the bin step)
                 self.capacity_learner.add(

@@ -439,3 +439,79 @@ def test_partial_data_turns_activity_on_but_never_off() -> None:
     assert is_active(busy, None, s, previous=False)
     full = dataclasses.replace(quiet, waiting=0.0)
     assert not is_active(full, None, s, previous=True)
+
+
+# --------------------------------------------------------- the gateway's rate
+ZERO = ScalerSettings(prometheus_address="http://p:9090", gateway_rate_query="sum(rate(g[1m]))")
+
+
+def at_zero(**kw: float) -> Observation:
+    """A fleet at zero as Prometheus shows it: no replica, no vLLM signal."""
+    values = dict(ready_replicas=0, waiting=NAN, running=NAN, kv_usage=NAN, arrival_rate_rps=NAN)
+    values.update(kw)
+    return obs(**values)
+
+
+def test_gateway_demand_wakes_a_fleet_at_zero() -> None:
+    """No vLLM series at zero, but requests at the gateway: the observation is
+    fresh, IsActive is true and the answer is at least one replica."""
+    seen = at_zero(gateway_rate_rps=0.2)
+    d = decide(seen, None, ZERO, [], UNKNOWN)
+    assert (d.replicas, d.reason, d.data_stale) == (1, "wake", False)
+    assert is_active(seen, None, ZERO)
+    assert burst_started(at_zero(gateway_rate_rps=0.0), seen)
+
+
+def test_gateway_demand_sizes_the_wake_with_capacity() -> None:
+    """With capacity known the gateway's rate is the load term's demand."""
+    d = decide(at_zero(gateway_rate_rps=5.0), None, ZERO, [], ReplicaCapacity(requests_per_s=2.0))
+    assert (d.replicas, d.reason, d.proposals["load"]) == (3, "load", 3.0)
+
+
+def test_quiet_gateway_lets_a_fleet_at_zero_stay_there() -> None:
+    quiet = at_zero(gateway_rate_rps=0.0)
+    d = decide(quiet, None, ZERO, [], UNKNOWN)
+    assert (d.replicas, d.reason, d.data_stale) == (0, "idle", False)
+    assert not is_active(quiet, None, ZERO, previous=True)
+
+
+def test_unknown_gateway_at_zero_is_no_data_not_zero_demand() -> None:
+    """A failed gateway query at zero replicas leaves nothing known: stale,
+    the previous IsActive holds."""
+    unknown = at_zero(gateway_rate_rps=NAN)
+    assert decide(unknown, None, ZERO, [], UNKNOWN).data_stale
+    assert is_active(unknown, None, ZERO, previous=True)
+
+
+def test_gateway_rate_is_the_demand_while_replicas_serve() -> None:
+    """Requests held at the gateway count: the gateway's rate, not vLLM's
+    arrivals, is sized for."""
+    cap = ReplicaCapacity(requests_per_s=1.0)
+    d = decide(obs(arrival_rate_rps=1.0, gateway_rate_rps=4.0), None, ZERO, [], cap)
+    assert (d.replicas, d.proposals["load"]) == (4, 4.0)
+
+
+def test_forecast_within_lead_time_wakes_a_fleet_at_zero() -> None:
+    """Nothing arrives yet, but the forecast expects requests within the lead
+    time: active, and at least one replica even with capacity unknown."""
+    quiet = at_zero(gateway_rate_rps=0.0)
+    burst = fc(0.05, horizon=300.0)  # 15 requests expected over the horizon
+    d = decide(quiet, burst, ZERO, [], UNKNOWN)
+    assert (d.replicas, d.reason) == (1, "forecast")
+    assert is_active(quiet, burst, ZERO)
+    off = dataclasses.replace(ZERO, forecast="off")
+    assert decide(quiet, burst, off, [], UNKNOWN).replicas == 0
+
+
+@given(rate=st.floats(0.0, 1e4), capacity=st.floats(0.01, 100.0))
+@settings(max_examples=200, deadline=None)
+def test_gateway_demand_at_zero_always_wakes(rate: float, capacity: float) -> None:
+    """At zero replicas, any demand at the gateway (however small, whatever
+    the capacity) is answered with at least one replica and IsActive; none is
+    answered with zero and inactive."""
+    seen = at_zero(gateway_rate_rps=rate)
+    d = decide(seen, None, ZERO, [], ReplicaCapacity(requests_per_s=capacity))
+    assert d.replicas >= (1 if rate > 0 else 0)
+    assert (d.replicas == 0) == (rate == 0) == (not is_active(seen, None, ZERO, previous=True))
+    if rate > 0:
+        assert d.replicas >= min(ZERO.max_replicas, math.ceil(rate / capacity - 1e-9))

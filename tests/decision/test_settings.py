@@ -95,6 +95,7 @@ def test_metadata_keys_are_exactly_the_contract() -> None:
         "leadTimeSeconds", "forecast", "forecastQuantile", "minReplicas", "maxReplicas",
         "scaleDownStabilizationSeconds", "staleAfterSeconds", "fallbackAfterSeconds",
         "fallbackReplicas", "prewarm", "prewarmDeployment", "nodeLeadTimeSeconds",
+        "gatewayRateQuery",
     } == METADATA_KEYS  # fmt: skip
 
 
@@ -183,7 +184,21 @@ BAD = [
     ({**PROM, "prewarmDeployment": "Balloon_1"}, "prewarmDeployment"),
     ({**PROM, "nodeLeadTimeSeconds": "-1"}, "nodeLeadTimeSeconds"),
     ({**PROM, "profile": "gpt-5@h100", "capacityTokensPerSecond": "10"}, "profile"),
+    ({**PROM, "gatewayRateQuery": "   "}, "gatewayRateQuery"),
+    ({**PROM, "gatewayRateQuery": "sum(rate(x[1m]))" + "a" * 2048}, "gatewayRateQuery"),
+    ({"metricsUrls": "http://a/m", "gatewayRateQuery": "sum(rate(x[1m]))"}, "gatewayRateQuery"),
 ]
+
+
+def test_gateway_rate_query_is_optional_and_kept_as_one_line() -> None:
+    """Absent by default; a YAML block scalar's line breaks read as spaces
+    (PromQL does not care) and the text is otherwise kept as written."""
+    assert parse_settings(PROM).gateway_rate_query is None
+    query = 'sum(rate(nginx_ingress_controller_requests{service="vllm"}[1m]))'
+    assert parse_settings({**PROM, "gatewayRateQuery": query}).gateway_rate_query == query
+    folded = "sum(\n  rate(gateway_requests_total[1m])\n)\n"
+    parsed = parse_settings({**PROM, "gatewayRateQueryFromEnv": folded})
+    assert parsed.gateway_rate_query == "sum(   rate(gateway_requests_total[1m]) )"
 
 
 @pytest.mark.parametrize(("meta", "key"), BAD, ids=[k for _, k in BAD])
