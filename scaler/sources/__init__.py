@@ -68,7 +68,8 @@ def selection_for(settings: ScalerSettings, namespace: str) -> tuple[SourceSpec,
         spec = SourceSpec("prometheus", settings.prometheus_address.rstrip("/"))
         if namespace and not any(m.name == "namespace" for m in settings.selector):
             matchers.insert(0, LabelMatcher("namespace", "=", namespace))
-        return spec, Selection(matchers=tuple(matchers))
+        gateway = settings.gateway_rate_query or ""
+        return spec, Selection(matchers=tuple(matchers), gateway_query=gateway)
     if settings.metrics_urls:
         return SourceSpec("scrape"), Selection(matchers=tuple(matchers), urls=settings.metrics_urls)
     if settings.pod_selector:

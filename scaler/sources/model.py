@@ -68,13 +68,15 @@ class Selection:
 
     ``matchers`` already include the ``model`` key (as ``model_name``).
     ``urls`` is the direct-scrape list; ``namespace``/``pod_selector`` are
-    Kubernetes discovery. Equal selections share reads.
+    Kubernetes discovery; ``gateway_query`` is the ``gatewayRateQuery``
+    PromQL (empty: none). Equal selections share reads.
     """
 
     matchers: tuple[Matcher, ...] = ()
     urls: tuple[str, ...] = ()
     namespace: str = ""
     pod_selector: str = ""
+    gateway_query: str = ""
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         return all(matcher_matches(m, labels) for m in self.matchers)

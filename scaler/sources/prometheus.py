@@ -6,12 +6,22 @@ refresh sends ``len(promql.SIGNALS)`` queries whatever the number of
 ScaledObjects (see ``scaler.sources.promql``). Queries are evaluated at an
 explicit ``time`` so that two scaler replicas, or a restarted one that
 backfills with ``query_range`` at the same step, see exactly the same numbers.
+
+A selection's ``gatewayRateQuery`` is one more instant query per distinct
+text, sent as written. It is read apart from the vLLM signals: a gateway
+query that fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown
+(logged once per failure streak) and never fails the refresh nor reads as
+zero demand.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
+import functools
+import logging
+import math
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -24,6 +34,8 @@ from decision.reading import Reading
 from scaler.sources.grouping import HISTORY_SIGNALS, split_history, split_instant, split_range
 from scaler.sources.model import History, Selection, SourceError, SourceSpec
 from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, build_plan
+
+log = logging.getLogger(__name__)
 
 QUERY_THREADS = 3
 _EPOCH = datetime.fromtimestamp(0, tz=UTC)  # placeholder; params carry the real range
@@ -68,6 +80,7 @@ class PrometheusSource:
             method="POST",
         )
         self._lock = threading.Lock()
+        self._failing_gateways: set[str] = set()
         self.queries_sent = 0
         """How many HTTP queries this source has sent (the bench checks it)."""
 
@@ -107,7 +120,55 @@ class PrometheusSource:
             for signal, query in plan.queries.items()
         }
         answers = await self._run_all(calls)
-        return split_instant(plan, answers, selections, at_s)
+        readings = split_instant(plan, answers, selections, at_s)
+        queries = sorted({s.gateway_query for s in selections if s.gateway_query})
+        if not queries:
+            return readings
+        rates = await self._gateway_rates(queries, params)
+        return {
+            selection: dataclasses.replace(
+                reading, gateway_rate_rps=rates.get(selection.gateway_query)
+            )
+            if selection.gateway_query
+            else reading
+            for selection, reading in readings.items()
+        }
+
+    async def _gateway_rates(
+        self, queries: Sequence[str], params: dict[str, str]
+    ) -> dict[str, float | None]:
+        """Each gateway query's requests per second; None where it failed."""
+        loop = asyncio.get_running_loop()
+        self._count(len(queries))
+        futures = [
+            loop.run_in_executor(
+                self._executor, functools.partial(self._client.custom_query, q, params=params)
+            )
+            for q in queries
+        ]
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                answers = await asyncio.gather(*futures, return_exceptions=True)
+        except TimeoutError:
+            answers = [TimeoutError(f"slower than {self.timeout_s}s")] * len(queries)
+            for future in futures:
+                future.cancel()
+        rates: dict[str, float | None] = {}
+        for query, answer in zip(queries, answers, strict=True):
+            rate, problem = gateway_rate(answer)
+            rates[query] = rate
+            if problem is None:
+                self._failing_gateways.discard(query)
+            elif query not in self._failing_gateways:
+                self._failing_gateways.add(query)
+                log.warning(
+                    "gatewayRateQuery %r on %s: %s; the gateway's rate is unknown "
+                    "(the vLLM signals decide) until it answers",
+                    query,
+                    self.address,
+                    problem,
+                )
+        return rates
 
     async def read_range(
         self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
@@ -153,3 +214,22 @@ class PrometheusSource:
         self._client.close()
         if self._own_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def gateway_rate(answer: object) -> tuple[float | None, str | None]:
+    """(requests per second, None) from one instant query's answer, or
+    (None, what is wrong): an error, an empty vector (no gateway series is
+    not "no requests"), NaN, Inf or a negative sum are all unknown."""
+    if isinstance(answer, BaseException):
+        return None, f"the query failed ({answer!r})"[:300]
+    if not isinstance(answer, list) or not answer:
+        return None, "the answer is empty"
+    total = 0.0
+    for item in answer:
+        try:
+            total += float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None, f"cannot read a value from {item!r}"[:300]
+    if not math.isfinite(total) or total < 0:
+        return None, f"the rate is {total!r}"
+    return total, None

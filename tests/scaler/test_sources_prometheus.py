@@ -121,6 +121,35 @@ async def test_query_count_is_independent_of_the_number_of_objects(prom: Prometh
         proxy.stop()
 
 
+async def test_gateway_query_is_read_with_the_vllm_signals_and_a_failure_is_unknown(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A selection's gatewayRateQuery is one more query per distinct text; its
+    sum is ``gateway_rate_rps``. A query Prometheus refuses, or one with no
+    series, leaves it unknown (None, never 0), logs once per failure streak,
+    and the vLLM signals are still read."""
+    rate = 'sum(rate(vllm:request_success_total{namespace="llm"}[5s]))'
+    good = Selection(sel('namespace="llm"', "llama").matchers, gateway_query=rate)
+    broken = Selection(sel('namespace="other"').matchers, gateway_query="sum(rate(")
+    absent = Selection(sel("").matchers, gateway_query="sum(rate(gateway_requests_total[1m]))")
+    source = PrometheusSource(prom.url, rate_window_s=5)
+    try:
+        for _ in range(2):
+            readings = await source.read([good, broken, absent, good], now_grid())
+        assert source.queries_sent == 2 * (len(SIGNALS) + 3)
+        assert readings[good].gateway_rate_rps == pytest.approx(3.0, rel=0.25)
+        assert readings[good].waiting == 7.0
+        assert readings[broken].gateway_rate_rps is None
+        assert readings[broken].waiting == 9.0
+        assert readings[absent].gateway_rate_rps is None
+        warned = [r.getMessage() for r in caplog.records if "gatewayRateQuery" in r.getMessage()]
+        assert len(warned) == 2  # one per failing query, not one per refresh
+        assert any("sum(rate(" in w and "failed" in w for w in warned)
+        assert any("empty" in w for w in warned)
+    finally:
+        await source.close()
+
+
 async def test_range_read_equals_instant_reads_at_the_same_times(prom: PrometheusServer) -> None:
     """Backfill sees exactly what a scaler running all along saw (statelessness)."""
     source = PrometheusSource(prom.url, rate_window_s=5)
