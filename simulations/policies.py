@@ -472,7 +472,7 @@ class ScaledObjectController:
         tracker = self.tracker
         assert sim is not None and tracker is not None
         samples = tuple(getattr(sim.cluster, "pod_start_samples_s", ())[-64:])
-        reading = sim.prometheus.reading(samples)
+        reading = self._triggers.prescaler_reading(sim.prometheus.reading(samples))
         step = tracker.step(t, reading, t)
         self._desired = float(step.decision.replicas)
         fc = step.forecast

@@ -19,16 +19,23 @@ before IsActive in one GetMetricsAndActivity, so the poll fails as the HPA's
 read does, and both count toward fallback. A Prometheus outage reaches the
 prescaler trigger only through its tracker (readings fail; it holds, then
 answers its own ``fallbackReplicas``), as it does live.
+
+A prescaler trigger with ``gatewayRateQuery`` has its query evaluated on the
+same emulated Prometheus as a ``prometheus`` trigger's
+(:meth:`TriggerState.prescaler_reading`), so the tracker sees the gateway's
+rate (``gateway_requests_total``) at zero replicas as it would live; an
+empty, NaN or failed answer is an unknown rate, as in ``scaler.sources``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from decision.reading import Reading, known_rate
 from simulations.keda import Keda, TriggerPoll
-from simulations.promql import evaluate
+from simulations.promql import PromExpr, evaluate, parse_promql, rate_windows
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.scrape import PrometheusView
 from simulations.triggers import TriggerSpec
@@ -72,6 +79,21 @@ class TriggerState:
                 view.retain(window)
             if trig.kind == "prescaler" and prescaler is None:
                 raise ValueError(f"{so.name}: a prescaler trigger needs a PrescalerHook")
+        self._gateway: PromExpr | None = None
+        mine = so.prescaler_trigger
+        query = mine.settings.gateway_rate_query if mine and mine.settings else None
+        if query:
+            self._gateway = parse_promql(query, f"{so.name}: gatewayRateQuery")
+            for window in rate_windows(self._gateway):
+                view.retain(window)
+
+    def prescaler_reading(self, reading: Reading | None) -> Reading | None:
+        """``reading`` (the view's, for the prescaler trigger's tracker) with the
+        trigger's ``gatewayRateQuery`` evaluated beside it; unchanged without one."""
+        if reading is None or self._gateway is None:
+            return reading
+        value = evaluate(self._gateway, self.view).value if self.view.up else None
+        return replace(reading, gateway_rate_rps=known_rate(value))
 
     # -- one trigger -----------------------------------------------------------
     def read(self, index: int, t: float) -> TriggerReading:

@@ -412,3 +412,65 @@ def test_an_outage_reaches_prescaler_through_its_tracker() -> None:
     assert desired[(t > 300 + 180 + 20) & (t < 900)].max() == 4.0
     assert desired[t < 300].max() < 4.0
     assert np.all(result.status == COMPLETED)
+
+
+PRESCALER_AT_ZERO = """\
+minReplicaCount: 0
+maxReplicaCount: 10
+cooldownPeriod: 60
+triggers:
+  - type: external
+    metadata:
+      scalerAddress: prescaler:9090
+      prometheusAddress: http://prometheus:9090
+      profile: llama-3-8b@g5.xlarge
+      forecast: "off"
+      minReplicas: "0"
+      scaleDownStabilizationSeconds: "60"
+"""
+GATEWAY_KEY = "      gatewayRateQuery: sum(rate(gateway_requests_total[1m]))\n"
+
+
+def test_prescalers_trigger_reads_the_gateway_query_on_the_emulated_prometheus() -> None:
+    """gatewayRateQuery is evaluated like a prometheus trigger's query: 6
+    requests over the last 60 s at zero pods is 0.1/s beside the vLLM reading;
+    without the key the reading is the view's, unchanged."""
+    keyed = _so(PRESCALER_AT_ZERO + GATEWAY_KEY)
+    samples = [_sample(15.0 * i, targets=0, gateway=1.5 * max(0, i - 4)) for i in range(9)]
+    view = PrometheusView(15.0, 60.0)
+    hook = PrescalerHook(lambda: 0.0, lambda: False)
+    with_key = TriggerState(keyed, Keda(keyed.keda, triggers=1), view, hook)
+    plain = _so(PRESCALER_AT_ZERO)
+    without = TriggerState(plain, Keda(plain.keda, triggers=1), view, hook)
+    for s in samples:
+        view.record(s)
+    reading = with_key.prescaler_reading(view.reading())
+    assert reading is not None and reading.ready_replicas == 0
+    assert reading.gateway_rate_rps == pytest.approx(0.1)
+    assert without.prescaler_reading(view.reading()) == view.reading()
+    view.set_up(False)
+    assert with_key.prescaler_reading(view.reading()) is None
+
+
+@pytest.mark.parametrize("gateway", [False, True], ids=["vllm-only", "gateway"])
+def test_prescaler_at_zero_wakes_on_the_gateway_in_a_full_run(gateway: bool) -> None:
+    """The gap run above with prescaler's trigger at minReplicas 0 (forecast off):
+    on vLLM's metrics alone the fleet, once at zero, never learns of the second
+    burst, and its requests time out; with gatewayRateQuery the same burst
+    wakes it and every request is served."""
+    rng = np.random.default_rng(1)
+    first = np.sort(rng.uniform(0.0, 240.0, 120))
+    second = np.sort(rng.uniform(1200.0, 1440.0, 120))
+    arrivals = np.concatenate([first, second])
+    n = arrivals.size
+    workload = Workload(arrivals, np.full(n, 200), np.full(n, 50), "gap", duration_s=1500.0)
+    so = _so(PRESCALER_AT_ZERO + (GATEWAY_KEY if gateway else ""))
+    result = run_policy(scaledobject_spec(so), workload, PROFILE, SimConfig(timeout_s=240.0))
+    spec, t = result.timeline["spec"], result.timeline["t"]
+    assert spec[(t > 700) & (t < 1200)].min() == 0
+    served = result.status == COMPLETED
+    assert served[:120].all()  # the first burst is served either way
+    if gateway:
+        assert served.all() and spec[t > 1300].max() >= 1
+    else:
+        assert not served[120:].any() and spec[t > 1200].max() == 0
