@@ -5,9 +5,17 @@ For each traffic regime (:mod:`simulations.regimes`), replica lead time
 pre-warming on or off, every side is tuned the same way, by the study
 ``prescaler tune`` runs (:func:`simulations.tune.study.run_study`: optuna
 TPE, its stop rules, the same trial budget and seed, the side's
-ScaledObject as written as its first trial), on day 1, and its chosen
-setting is scored on day 2, held back, at 0.95 of what an idle fleet
-attains on each day:
+ScaledObject as written as its first trial), on one day, and its chosen
+setting is scored on the next, held back, at 0.95 of what an idle fleet
+attains on each day. The regime's trace starts ``history_days`` (3) days
+before the tuning day, so each part starts as ``prescaler tune`` starts
+one inside a trace (:mod:`simulations.tune.inputs`): the fleet the day
+before left, and prescaler's tracker backfilled with what the emulated
+Prometheus scraped over the days before that part (the tuning day: the
+history days; the held-back day: the tuning day and the history days before
+it), never a sample from the part itself. The forecaster's daily seasonal
+terms need two full days of it (:data:`decision.tracker_data.DEFAULT_FIT_WINDOW_S`).
+The KEDA sides get no history: they keep none in production either.
 
 - prescaler's trigger with the forecast on (``forecast: auto``) and with it
   off (``forecast: off``), each with ``prewarm`` held at ``true`` or
@@ -21,12 +29,12 @@ A side's figure is its chosen setting's cost on the held-back day when it
 meets the held-back target there, else "missed"; a cell's ratio is
 prescaler's over the cheapest KEDA side's. Unlike ``prescaler tune``, only
 the chosen setting is re-scored (not up to four points of the Pareto set:
-a sixth of the simulations), and no side's tracker is given the demand
-before its part (``--no-backfill``): the sweep may replay only a regime's
-focus hours of each day, and day 1's focus hours are not what precedes day
-2's. The bench test (``tests/benchmarks/test_regimes_bench.py``) runs the
-sweep and writes JSON, a table and a plot; this module holds the sweep and
-the verdicts (``python -m benchmarks.regimes FILE.json`` prints them again).
+a sixth of the simulations). A sweep of only each regime's focus hours
+(``focus``) has no history (``history_days`` 0): one day's focus hours are
+not what precedes the next day's. The bench test
+(``tests/benchmarks/test_regimes_bench.py``) runs the sweep and writes JSON,
+a table and a plot; this module holds the sweep and the verdicts
+(``python -m benchmarks.regimes FILE.json`` prints them again).
 """
 
 from __future__ import annotations
@@ -42,10 +50,12 @@ from typing import Any
 import numpy as np
 
 from engine.profiles import get_profile
+from simulations.backfill import DemandHistory
 from simulations.regimes import REGIMES, regime_counts
 from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
+from simulations.tune.inputs import part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score, slo_ceiling, split_workload
@@ -58,6 +68,7 @@ __all__ = [
     "PROFILE",
     "SweepConfig",
     "run_sweep",
+    "split_days",
     "targets_met",
     "write_regime_trace",
 ]
@@ -97,6 +108,9 @@ class SweepConfig:
     target: float = 0.95
     focus: bool = False
     """Only each regime's focus hours of each day (:mod:`simulations.regimes`)."""
+    history_days: int = 3
+    """Days of the regime before the tuning day, backfilled into prescaler's
+    tracker (0 with ``focus``)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -110,12 +124,22 @@ class SweepConfig:
                 f"trials and jobs must be >= 1 and days >= 2 (one to tune, one held back), "
                 f"got trials={self.trials}, days={self.days}, jobs={self.jobs}"
             )
+        if self.history_days < 0 or (self.focus and self.history_days):
+            raise ValueError(
+                f"history_days must be >= 0, and 0 with focus (focus hours are not "
+                f"contiguous days), got history_days={self.history_days}, focus={self.focus}"
+            )
+
+    @property
+    def trace_days(self) -> int:
+        """Days in a regime's trace: the history, then the tuning and held-back days."""
+        return self.history_days + self.days
 
 
 def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Path:
     """The regime's per-minute counts as a ``minute_start_s,requests`` file
     (what :func:`simulations.traffic.load_workload` replays)."""
-    counts = regime_counts(regime, config.days, config.seed, focus=config.focus)
+    counts = regime_counts(regime, config.trace_days, config.seed, focus=config.focus)
     path = directory / f"{regime}.csv"
     rows = "".join(f"{60 * i},{c:.3f}\n" for i, c in enumerate(counts))
     path.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
@@ -129,6 +153,7 @@ def _study(side: Side, cell: _Cell, tag: str) -> dict[str, Any]:
     ctx = TuneContext(
         cell.tuning, PROFILE, cell.sim, side.base, cell.targets[0], side.space,
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
+        history=cell.histories[0],
     )  # fmt: skip
     study = run_study(
         ctx, storage=cell.storage, study_name=f"{tag}-{side.name}",
@@ -145,7 +170,7 @@ def _study(side: Side, cell: _Cell, tag: str) -> dict[str, Any]:
     if study.best is None:
         return row
     chosen = apply_setting(side.base, study.best.metadata, side.manifest)
-    held = score(chosen, cell.held, PROFILE, cell.sim)
+    held = score(chosen, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
     row["setting"] = dict(study.best.metadata)
     row["tuning"] = {"slo_attainment": study.best.attainment, "cost_usd": study.best.cost_usd}
     row["holdout"] = {"slo_attainment": held.attainment, "cost_usd": held.cost_usd}
@@ -163,6 +188,12 @@ class _Cell:
     held: Workload
     """What the chosen settings are scored on (day 2)."""
     sim: SimConfig
+    held_sim: SimConfig
+    """The held-back day's run: ``sim`` with the fleet the tuning day left."""
+    histories: tuple[DemandHistory | None, DemandHistory | None]
+    """prescaler's backfill before (tuning, held back): what the emulated
+    Prometheus scraped before each part (``score`` gives it to prescaler's
+    trigger only)."""
     targets: tuple[float, float]
     """Attainment to meet on (tuning, held back): the target x each part's idle ceiling."""
     config: SweepConfig
@@ -186,18 +217,22 @@ def run_cell(
     """One regime at one lead time: the KEDA sides once, prescaler's
     variants (forecast on/off x each pre-warming setting asked for)."""
     profile = get_profile(PROFILE)
-    workload = load_workload(trace, TrafficOptions(seed=config.seed))
-    tuning, held = split_workload(workload, 1.0 - 1.0 / config.days)
-    assert held is not None
-    sim = SimInputs(lead_time_preset=LEAD_TIMES[lead_min]).apply(
-        SimConfig(seed=config.seed), profile, None
+    before, tuning, held = split_days(
+        load_workload(trace, TrafficOptions(seed=config.seed)), config
     )
+    inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
+    starts = part_starts(
+        before, tuning, held, profile, inputs.apply(SimConfig(seed=config.seed), profile, None),
+        inputs,
+    )  # fmt: skip
+    sim, held_sim = starts.tuning_config, starts.held_config
+    histories = (starts.tuning.history, None if starts.held is None else starts.held.history)
     targets = (
         config.target * slo_ceiling(tuning, PROFILE, sim.slo_ttft_s),
         config.target * slo_ceiling(held, PROFILE, sim.slo_ttft_s),
     )
-    cell = _Cell(tuning, held, sim, targets, config, storage)
-    tag = f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}"
+    cell = _Cell(tuning, held, sim, held_sim, histories, targets, config, storage)
+    tag = f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
     t0 = time.perf_counter()
     keda = {
         name: _study(side, cell, tag)
@@ -210,6 +245,7 @@ def run_cell(
         "lead_time_min": lead_min,
         "lead_time_preset": LEAD_TIMES[lead_min],
         "requests": [len(tuning), len(held)],
+        "backfill_bins": [0 if h is None else len(h) for h in histories],
         "target_attainment": list(targets),
         "keda": keda,
         "best_keda_side": best_name,
@@ -234,6 +270,23 @@ def run_cell(
     return out
 
 
+def split_days(
+    workload: Workload, config: SweepConfig
+) -> tuple[Workload | None, Workload, Workload]:
+    """(the history days, the tuning part, the held-back part) of a regime's
+    trace, each on its own clock from 0 (the history None without history
+    days)."""
+    before: Workload | None = None
+    rest = workload
+    if config.history_days:
+        before, tail = split_workload(workload, config.days / config.trace_days)
+        assert tail is not None
+        rest = tail
+    tuning, held = split_workload(rest, 1.0 - 1.0 / config.days)
+    assert held is not None
+    return before, tuning, held
+
+
 def _cell_job(args: tuple[str, Path, float, SweepConfig, Path]) -> dict[str, Any]:
     regime, trace, lead, config, directory = args
     storage = f"sqlite:///{directory / f'{regime}-{lead:g}.db'}"
@@ -250,12 +303,12 @@ def run_sweep(config: SweepConfig, directory: Path) -> dict[str, Any]:
     jobs: list[tuple[str, Path, float, SweepConfig, Path]] = []
     for regime in config.regimes:
         trace = write_regime_trace(regime, config, directory)
-        counts = regime_counts(regime, config.days, config.seed, focus=config.focus)
+        counts = regime_counts(regime, config.trace_days, config.seed, focus=config.focus)
         doc["regimes"][regime] = {
             "realism": REGIMES[regime].realism,
             "focus_hours": list(REGIMES[regime].focus) if config.focus else None,
             "expected_requests_per_day": [
-                float(np.round(c.sum())) for c in np.split(counts, config.days)
+                float(np.round(c.sum())) for c in np.split(counts, config.trace_days)
             ],
             "cells": [],
         }

@@ -13,11 +13,19 @@ from dataclasses import dataclass
 
 from decision.policy import Decision, DemandForecast, Observation, ReplicaCapacity
 
-__all__ = ["MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerStep"]
+__all__ = ["DEFAULT_FIT_WINDOW_S", "MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerStep"]
 
 MIN_FIT_BINS = 8
 """Fewer closed bins than this and no forecast is made (the policy then
 works on live signals alone)."""
+
+DEFAULT_FIT_WINDOW_S = 3 * 86400.0
+"""The history a fit sees by default: three days. The forecaster adds its
+daily seasonal terms only with two full days in the history
+(``forecasting.prescaler.model``), so a window of a few hours never learns
+that a burst comes at 09:00 every day; three days give two full cycles
+with a day's margin for a restart or a gap. What it costs (refit time,
+memory) and buys (accuracy at 2.5-15 min): ``docs/decisions/fit-window.md``."""
 
 
 @dataclass(frozen=True)
@@ -27,7 +35,8 @@ class TrackerConfig:
     ``forecast_step_s`` (default max(15, refresh)) must be a multiple of the
     refresh: a bin then always ends on a refresh, and predicting per bin
     rather than per refresh keeps 1,000 forecasters affordable.
-    ``fit_window_s`` is the history a fit sees; ``capacity_window_s`` how
+    ``fit_window_s`` is the history a fit sees (default
+    :data:`DEFAULT_FIT_WINDOW_S`, 3 days); ``capacity_window_s`` how
     long learned capacity is kept. ``speed`` is model seconds per second of
     the readings' clock (1 in production; the stack runs replicas ``speed``
     times faster, so a profile's capacity per clock second is ``speed`` x):
@@ -37,7 +46,7 @@ class TrackerConfig:
     refresh_interval_s: float = 5.0
     refit_interval_s: float = 600.0
     forecast_step_s: float | None = None
-    fit_window_s: float = 7200.0
+    fit_window_s: float = DEFAULT_FIT_WINDOW_S
     capacity_window_s: float = 3600.0
     speed: float = 1.0
 

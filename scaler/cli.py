@@ -52,6 +52,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="forecast bin width, a multiple of --refresh-seconds (default max(15, refresh))",
     )
     p.add_argument(
+        "--fit-window-seconds",
+        type=float,
+        default=None,
+        help="history each forecaster fits on, and the backfill reads from Prometheus "
+        "(default 259200, 3 days: the daily seasonal terms need two full days; "
+        "shorter costs less CPU and memory per ScaledObject)",
+    )
+    p.add_argument(
         "--rate-window-seconds",
         type=float,
         default=120.0,
@@ -117,6 +125,7 @@ def _check(args: argparse.Namespace) -> str | None:
         "refresh_seconds",
         "refit_seconds",
         "forecast_step_seconds",
+        "fit_window_seconds",
         "rate_window_seconds",
         "grace_seconds",
     ):
@@ -131,6 +140,10 @@ def _check(args: argparse.Namespace) -> str | None:
     step = args.forecast_step_seconds
     if step is not None and not (step > 0 and _is_multiple(step, args.refresh_seconds)):
         return "--forecast-step-seconds must be a positive multiple of --refresh-seconds"
+    fit = args.fit_window_seconds
+    step_s = step if step is not None else max(15.0, args.refresh_seconds)
+    if fit is not None and not fit >= step_s:
+        return f"--fit-window-seconds must be at least one forecast step ({step_s:g} s)"
     if not args.rate_window_seconds >= 1:
         return "--rate-window-seconds must be >= 1"
     if args.grace_seconds < 0:
@@ -209,6 +222,7 @@ def _live_state(
             refresh_interval_s=args.refresh_seconds,
             refit_interval_s=args.refit_seconds,
             forecast_step_s=step,
+            fit_window_s=args.fit_window_seconds,
             rate_window_s=args.rate_window_seconds,
             speed=speed,
         )
@@ -221,6 +235,8 @@ def _live_state(
 
     telemetry = ScalerTelemetry()
     optional: dict[str, Any] = {"forecast_step_s": step} if step is not None else {}
+    if args.fit_window_seconds is not None:
+        optional["fit_window_s"] = args.fit_window_seconds
     if speed != 1.0:
         optional["speed"] = speed
     state = state_factory(

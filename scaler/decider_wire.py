@@ -70,6 +70,8 @@ class DeciderConfig:
     refresh_interval_s: float = 5.0
     refit_interval_s: float = 600.0
     forecast_step_s: float | None = None
+    fit_window_s: float | None = None
+    """History a fit sees (None: ``ScalerState``'s default, 3 days)."""
     rate_window_s: float = 120.0
     expire_after_s: float = 3600.0
     speed: float = 1.0
@@ -85,6 +87,8 @@ class DeciderConfig:
         }
         if self.forecast_step_s is not None:
             kwargs["forecast_step_s"] = self.forecast_step_s
+        if self.fit_window_s is not None:
+            kwargs["fit_window_s"] = self.fit_window_s
         return kwargs
 
 

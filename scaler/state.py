@@ -51,7 +51,7 @@ from typing import Any
 from decision.policy import Decision
 from decision.settings import ScalerSettings
 from decision.tracker import DEFAULT_LEAD_TIME_S
-from decision.tracker_data import TrackerConfig
+from decision.tracker_data import DEFAULT_FIT_WINDOW_S, TrackerConfig
 from scaler.live_outputs import LiveOutputs
 from scaler.refresh import RefreshLoop
 from scaler.registry import ObjectKey, ObjectRegistry, observation_from
@@ -76,10 +76,12 @@ class ScalerState:
     - ``forecast_step_s``: forecast bin width, a multiple of the refresh
       (default max(15, refresh)): predicting per bin, not per refresh, keeps
       1,000 forecasters affordable.
-    - ``fit_window_s``: history a fit sees (default 2 h: minutes-ahead
-      forecasts gain little from more, and 1,000 forecasters stay within
-      memory: ~65 KB each at 2 h); backfill reads this
-      plus one refit interval and the stabilization window.
+    - ``fit_window_s``: history a fit sees (default 3 days,
+      ``decision.tracker_data.DEFAULT_FIT_WINDOW_S``: the forecaster's daily
+      seasonal terms need two full days; its memory and refit cost per
+      object: ``docs/decisions/fit-window.md``); backfill reads this plus one
+      refit interval and the stabilization window, paged under Prometheus's
+      points-per-query limit.
     - ``query_delay_s``: how far behind the grid time reads happen, so every
       sample up to it has landed in Prometheus (identical answers for all
       replicas of the scaler).
@@ -107,7 +109,7 @@ class ScalerState:
         clock: Callable[[], float] = time.time,
         source_factory: SourceFactory | None = None,
         forecast_step_s: float | None = None,
-        fit_window_s: float = 2 * 3600.0,
+        fit_window_s: float = DEFAULT_FIT_WINDOW_S,
         query_delay_s: float = 1.0,
         capacity_window_s: float = 3600.0,
         balloon_controller: Any = None,

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from decision.tracker_data import DEFAULT_FIT_WINDOW_S
 from forecasting.series import DemandSeries
 from simulations.scrape import PrometheusView, ScrapeSample
 
@@ -45,9 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = ["BACKFILL_S", "DemandHistory", "demand_before", "scraped_history", "window_history"]
 
-BACKFILL_S = 3 * 3600.0
-"""History offered to the tracker; it keeps what its ring holds (the live
-scaler's fit window plus its refit and stabilization margins, about 2.3 h)."""
+BACKFILL_S = DEFAULT_FIT_WINDOW_S + 3600.0
+"""History offered to the tracker: the live scaler's fit window (three days,
+two full daily cycles for the forecaster's seasonal terms) plus an hour,
+more than its refit and stabilization margins; the tracker keeps what its
+ring holds."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,39 @@ from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, build_plan
 log = logging.getLogger(__name__)
 
 QUERY_THREADS = 3
+MAX_RANGE_POINTS = 10_000
+"""Points per series in one query_range page: under Prometheus's limit of
+11,000 (its API refuses more, "exceeded maximum resolution")."""
 _EPOCH = datetime.fromtimestamp(0, tz=UTC)  # placeholder; params carry the real range
+
+
+def range_pages(
+    start_s: float, end_s: float, step_s: float, max_points: int
+) -> list[tuple[float, float, float]]:
+    """``(start, end, step)`` of each query_range page covering the grid
+    ``start_s, start_s + step_s, .. <= end_s`` with at most ``max_points``
+    points each, oldest first (one page when it fits)."""
+    if max_points < 1:
+        raise ValueError(f"max_points must be >= 1, got {max_points}")
+    points = int(round((end_s - start_s) / step_s, 9)) + 1
+    pages = []
+    for first in range(0, points, max_points):
+        last = min(first + max_points, points) - 1
+        pages.append((start_s + first * step_s, start_s + last * step_s, step_s))
+    return pages
+
+
+def merge_pages(pages: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One query_range answer from its pages' answers: each series' values
+    concatenated in page order (a series missing from a page has no
+    samples there)."""
+    merged: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    for page in pages:
+        for series in page:
+            key = tuple(sorted(series.get("metric", {}).items()))
+            kept = merged.setdefault(key, {"metric": series.get("metric", {}), "values": []})
+            kept["values"].extend(series.get("values", []))
+    return list(merged.values())
 
 
 class PrometheusSource:
@@ -51,7 +83,7 @@ class PrometheusSource:
         timeout_s: float = 3.0,
         rate_window_s: float = DEFAULT_RATE_WINDOW_S,
         executor: concurrent.futures.Executor | None = None,
-        max_range_points: int = 10_000,
+        max_range_points: int = MAX_RANGE_POINTS,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -194,13 +226,20 @@ class PrometheusSource:
     ) -> dict[str, Any]:
         if step_s <= 0:
             raise ValueError(f"step_s must be > 0, got {step_s}")
-        points = int((end_s - start_s) / step_s) + 1
-        if points > self.max_range_points:
-            start_s = end_s - (self.max_range_points - 1) * step_s
+        # Prometheus refuses a range of more than 11,000 points per series
+        # (a three-day fit window at 15 s is 17,280), so a long range is read
+        # in pages of ``max_range_points`` on the same grid, oldest first.
+        pages = range_pages(start_s, end_s, step_s, self.max_range_points)
+        answers = [await self._run_all(self._range_calls(queries, *page)) for page in pages]
+        return {signal: merge_pages([a[signal] for a in answers]) for signal in queries}
+
+    def _range_calls(
+        self, queries: dict[str, str], start_s: float, end_s: float, step_s: float
+    ) -> dict[str, Any]:
         # start/end/step as exact decimal strings (the client would round a
         # datetime to whole seconds): the grid must equal the live one.
         params = {"start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
-        calls = {
+        return {
             signal: (
                 lambda q=query: self._client.custom_query_range(
                     q, start_time=_EPOCH, end_time=_EPOCH, step=params["step"], params=params
@@ -208,7 +247,6 @@ class PrometheusSource:
             )
             for signal, query in queries.items()
         }
-        return await self._run_all(calls)
 
     async def close(self) -> None:
         self._client.close()

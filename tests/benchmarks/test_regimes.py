@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
-from benchmarks.regimes import SweepConfig, markdown_table, targets_met
+from benchmarks.regimes import SweepConfig, markdown_table, split_days, targets_met
+from simulations.traffic import Workload
 
 
 def _variant(cost: float | None) -> dict[str, Any]:
@@ -73,3 +75,29 @@ def test_a_grid_without_a_preset_is_refused() -> None:
         SweepConfig(leads_min=(7.0,))
     with pytest.raises(ValueError, match="unknown regime"):
         SweepConfig(regimes=("weekly",))
+
+
+def test_the_days_split_into_history_tuning_and_held_back_in_order() -> None:
+    """Five days (three of history): each part on its own clock from 0, the
+    history ending where the tuning day starts, no request in two parts."""
+    day = 86400.0
+    arrivals = np.arange(0.0, 5 * day, 3600.0) + 60.0  # one request an hour
+    n = arrivals.size
+    workload = Workload(arrivals, np.full(n, 10), np.full(n, 5), "regime", 5 * day)
+    before, tuning, held = split_days(workload, SweepConfig(history_days=3))
+    assert before is not None
+    assert (before.duration_s, tuning.duration_s, held.duration_s) == (3 * day, day, day)
+    assert (len(before), len(tuning), len(held)) == (72, 24, 24)
+    assert tuning.arrival_s[0] == held.arrival_s[0] == before.arrival_s[0] == 60.0
+    none, tuning0, _ = split_days(
+        Workload(arrivals[:48], np.full(48, 10), np.full(48, 5), "regime", 2 * day),
+        SweepConfig(history_days=0),
+    )
+    assert none is None and tuning0.duration_s == day
+
+
+def test_a_focus_sweep_has_no_history_days() -> None:
+    with pytest.raises(ValueError, match="history_days"):
+        SweepConfig(focus=True, history_days=3)
+    assert SweepConfig(focus=True, history_days=0).trace_days == 2
+    assert SweepConfig().trace_days == 5

@@ -14,7 +14,9 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_KEDA`` (every KEDA side): comma-separated side names;
 - ``PRESCALER_REGIMES_FOCUS`` (0): 1 keeps only each regime's focus hours
   of each day (6 of 24), four times cheaper;
-- ``PRESCALER_REGIMES_JOBS`` (2): cells run at once.
+- ``PRESCALER_REGIMES_JOBS`` (2): cells run at once;
+- ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
+  tuning day, backfilled into prescaler's tracker.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
@@ -50,6 +52,7 @@ def _list(name: str, default: str) -> list[str]:
 
 
 def _config() -> SweepConfig:
+    focus = os.environ.get("PRESCALER_REGIMES_FOCUS", "0") == "1"
     return SweepConfig(
         regimes=tuple(_list("PRESCALER_REGIMES", ",".join(REGIMES))),
         leads_min=tuple(float(x) for x in _list("PRESCALER_REGIMES_LEADS", "2.5,5,10,15")),
@@ -57,7 +60,8 @@ def _config() -> SweepConfig:
         trials=int(os.environ.get("PRESCALER_REGIMES_TRIALS", "40")),
         jobs=int(os.environ.get("PRESCALER_REGIMES_JOBS", "2")),
         keda_sides=tuple(_list("PRESCALER_REGIMES_KEDA", ",".join(KEDA_SIDES))),
-        focus=os.environ.get("PRESCALER_REGIMES_FOCUS", "0") == "1",
+        focus=focus,
+        history_days=int(os.environ.get("PRESCALER_REGIMES_HISTORY_DAYS", "0" if focus else "3")),
     )
 
 

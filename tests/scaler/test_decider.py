@@ -99,3 +99,17 @@ def test_the_speed_reaches_the_deciders_trackers() -> None:
     settings = state.objects[("ns", "llama")].settings
     assert state.objects[("ns", "llama")].tracker.capacity(0.0) == capacity_for(settings, 4.0)
     assert DeciderConfig().state_kwargs()["speed"] == 1.0
+
+
+def test_the_fit_window_reaches_the_deciders_trackers() -> None:
+    """``serve --fit-window-seconds`` sizes every tracker's history; without
+    it the state's default (three days) stands."""
+    short = ScalerState(
+        telemetry=ScalerTelemetry(part="loop"),
+        **DeciderConfig(fit_window_s=7200.0).state_kwargs(),
+    )
+    default = ScalerState(telemetry=ScalerTelemetry(part="loop"), **DeciderConfig().state_kwargs())
+    assert short.tracker_config.fit_window_s == 7200.0
+    assert short.fit_bins == 7200 // 15
+    assert default.tracker_config.fit_window_s == 3 * 86400.0
+    assert default.fit_bins == 3 * 86400 // 15

@@ -424,6 +424,8 @@ def test_serve_flag_errors() -> None:
         ["serve", "--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"],
         ["serve", "--refresh-seconds", "nan"],
         ["serve", "--refit-seconds", "inf"],
+        ["serve", "--fit-window-seconds", "nan"],
+        ["serve", "--fit-window-seconds", "10"],
         ["serve", "--rate-window-seconds", "inf"],
         ["serve", "--grace-seconds", "nan"],
     ):

@@ -6,11 +6,13 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from decision.reading import Reading
 from decision.settings import LabelMatcher, parse_selector
 from scaler.sources.model import Selection
-from scaler.sources.prometheus import PrometheusSource
+from scaler.sources.prometheus import PrometheusSource, range_pages
 from scaler.sources.promql import SIGNALS
 from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
 from tests.support.emulator import running_emulators
@@ -168,6 +170,40 @@ async def test_range_read_equals_instant_reads_at_the_same_times(prom: Prometheu
             assert rate == by_time[t].arrival_rate_rps
     finally:
         await source.close()
+
+
+async def test_a_range_longer_than_a_page_reads_in_pages_as_one(prom: PrometheusServer) -> None:
+    """A backfill longer than Prometheus's points-per-query limit (three days
+    at 15 s) is read in pages on the same grid: the same readings as one query."""
+    paged = PrometheusSource(prom.url, rate_window_s=5, max_range_points=3)
+    whole = PrometheusSource(prom.url, rate_window_s=5)
+    try:
+        llama = sel('namespace="llm"', "llama")
+        end = now_grid()
+        got = (await paged.read_range([llama], end - 7, end, 1.0))[llama]
+        assert got == (await whole.read_range([llama], end - 7, end, 1.0))[llama]
+        assert [r.time_s for r in got] == [end - 7 + k for k in range(8)]
+        assert paged.queries_sent == 3 * len(SIGNALS)  # pages of 3, 3 and 2 points
+        arrays = (await paged.read_history([llama], end - 6, end, 2.0))[llama]
+        assert arrays.times.tolist() == [end - 6, end - 4, end - 2, end]
+    finally:
+        await paged.close()
+        await whole.close()
+
+
+@given(
+    start=st.integers(0, 10_000),
+    points=st.integers(1, 500),
+    step=st.sampled_from([1.0, 5.0, 15.0, 60.0]),
+    max_points=st.integers(1, 40),
+)
+def test_pages_cover_the_grid_once_within_the_limit(
+    start: int, points: int, step: float, max_points: int
+) -> None:
+    pages = range_pages(float(start), start + (points - 1) * step, step, max_points)
+    grid = [a + k * s for a, b, s in pages for k in range(round((b - a) / s) + 1)]
+    assert grid == [start + k * step for k in range(points)]
+    assert all(round((b - a) / s) + 1 <= max_points for a, b, s in pages)
 
 
 def test_failing_scrapes_read_as_missing_never_as_idle() -> None:
