@@ -26,6 +26,11 @@ written into) and the knobs searched. The family:
   ``minReplicaCount`` 0 and an ``activationThreshold`` searched. A trigger
   on vLLM's own metrics cannot wake a fleet at zero (no replica, no
   series), so the gateway's count is the only live wake-up signal.
+- ``prescaler-gateway`` (asked for by name): prescaler's trigger given the
+  same gateway series (``gatewayRateQuery``), ``minReplicaCount`` 0 and
+  ``minReplicas`` searched from 0: prescaler scaling to zero and waking on
+  the gateway's rate or its forecast. The ``prescaler`` side searches
+  ``minReplicas`` from 0 too when its ScaledObject has the key.
 
 Every side gets the same optimizer, trial budget, seed and out-of-sample
 protocol; ``maxReplicaCount`` stays the user's on every side (or the
@@ -63,10 +68,19 @@ __all__ = [
     "gateway_manifest",
     "make_sides",
     "paste_fields",
+    "prescaler_gateway_manifest",
     "queue_and_kv_manifest",
 ]
 
-SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user", "keda-queue-kv-cron", "keda-gateway")
+SIDES = (
+    "prescaler",
+    "keda-queue",
+    "keda-queue-kv",
+    "user",
+    "keda-queue-kv-cron",
+    "keda-gateway",
+    "prescaler-gateway",
+)
 """Side names, in report order."""
 DEFAULT_SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
 """The sides a tune runs unless it names others (``user`` only with a
@@ -122,9 +136,16 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     fixed = dict(request.prescaler_fixed)
     if request.forecaster:
         fixed["forecast"] = request.forecaster
+    g_doc = prescaler_gateway_manifest(p_doc)
+    g_base = parse_scaledobject(yaml.safe_dump(g_doc, sort_keys=False), "prescaler-gateway")
+    g_space = _from_zero(PREDICTIVE_SPACE)
     if fixed:
         p_base = apply_metadata(p_base, fixed)
         p_space = _without(p_space, fixed)
+        g_base = apply_metadata(g_base, fixed)
+        g_space = _without(g_space, fixed)
+    if p_base.trigger.settings is not None and p_base.trigger.settings.gateway_rate_query:
+        p_space = _from_zero(p_space)
     settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
@@ -176,6 +197,17 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             bound,
         )
     )
+    g_max = g_base.trigger.settings.max_replicas if g_base.trigger.settings else bound
+    sides.append(
+        Side(
+            "prescaler-gateway",
+            "prescaler's trigger scaling to zero, woken by the gateway's request rate",
+            g_base,
+            g_doc,
+            (*g_space, *BEHAVIOR_SPACE),
+            min(bound, g_max),
+        )
+    )
     wanted = request.sides or DEFAULT_SIDES
     unknown = sorted(set(wanted) - set(SIDES))
     if unknown:
@@ -197,6 +229,14 @@ def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param,
             p = dataclasses.replace(p, when=None)
         kept.append(p)
     return tuple(kept)
+
+
+def _from_zero(space: tuple[Param, ...]) -> tuple[Param, ...]:
+    """``space`` with ``minReplicas`` searched from 0: with the gateway's rate
+    a fleet at zero still sees demand, so zero is a floor worth trying."""
+    return tuple(
+        dataclasses.replace(p, low=0) if p.key == "minReplicas" and p.low > 0 else p for p in space
+    )
 
 
 def _keda_side(name: str, description: str, doc: Mapping[str, Any], bound: int) -> Side:
@@ -280,6 +320,21 @@ def gateway_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
             },
         }
     ]
+    return doc
+
+
+def prescaler_gateway_manifest(prescaler: Mapping[str, Any]) -> dict[str, Any]:
+    """prescaler's ScaledObject scaling to zero: ``minReplicaCount`` and
+    ``minReplicas`` 0, and the gateway's rate (:data:`GATEWAY_QUERY`, the
+    ``keda-gateway`` side's series) as its ``gatewayRateQuery``."""
+    doc = copy.deepcopy(dict(prescaler))
+    doc["metadata"]["name"] = f"{doc['metadata'].get('name', 'prescaler')}-gateway"
+    doc["spec"]["minReplicaCount"] = 0
+    for trig in doc["spec"]["triggers"]:
+        if trig.get("type") in ("external", "external-push"):
+            meta = trig.setdefault("metadata", {})
+            meta["minReplicas"] = "0"
+            meta["gatewayRateQuery"] = GATEWAY_QUERY
     return doc
 
 

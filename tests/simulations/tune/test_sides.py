@@ -47,7 +47,7 @@ def test_the_default_family_is_unchanged_and_the_new_sides_come_by_name() -> Non
         _sides(sides=("keda-http",))
 
 
-@pytest.mark.parametrize("name", ["keda-queue-kv-cron", "keda-gateway"])
+@pytest.mark.parametrize("name", ["keda-queue-kv-cron", "keda-gateway", "prescaler-gateway"])
 def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     side = _all()[name]
     assert parse_scaledobject(yaml.safe_dump(dict(side.manifest))) == side.base
@@ -117,6 +117,29 @@ def test_the_gateway_trigger_wakes_a_fleet_at_zero() -> None:
     """The first request after idle reaches the gateway, the gateway's
     count wakes the fleet: once a replica is up the requests are served."""
     side = _all()["keda-gateway"]
+    assert _wakes(side.base) > 0.3
+
+
+def test_the_prescaler_gateway_side_scales_to_zero_on_the_gateway_series() -> None:
+    """prescaler's trigger with the keda-gateway side's series as its
+    gatewayRateQuery, both floors at 0 and minReplicas searched from 0; the
+    plain prescaler side keeps its floor of 1."""
+    side = _all()["prescaler-gateway"]
+    gateway = _all()["keda-gateway"].base.trigger.metadata["query"]
+    settings = side.base.trigger.settings
+    assert settings is not None and settings.gateway_rate_query == gateway
+    assert (side.base.keda.min_replica_count, settings.min_replicas) == (0, 0)
+    assert next(p for p in side.space if p.key == "minReplicas").low == 0
+    assert next(p for p in _all()["prescaler"].space if p.key == "minReplicas").low == 1
+    held = _sides(sides=("prescaler-gateway",), forecaster="off")["prescaler-gateway"]
+    assert held.base.trigger.metadata["forecast"] == "off"
+    assert "forecast" not in {p.key for p in held.space}
+
+
+def test_the_prescaler_gateway_side_wakes_a_fleet_at_zero() -> None:
+    """As the gateway trigger does: the gateway's rate reaches prescaler's
+    tracker at zero replicas and wakes the fleet."""
+    side = _all()["prescaler-gateway"]
     assert _wakes(side.base) > 0.3
 
 
