@@ -220,16 +220,21 @@ def test_cron_and_queue_take_the_larger_proposal() -> None:
     assert state.hpa_usages(21 * 3600.0, spec=2, ready=2) == (6.0, 0.0)
 
 
-def test_a_fleet_at_zero_wakes_on_gateway_traffic_in_a_full_run() -> None:
-    """Requests for 4 minutes, 16 quiet minutes, requests again: with min 0 and
-    a 60 s cooldown the fleet goes to zero in the gap and the gateway rate
-    brings it back; no request is lost."""
+def _gap_workload() -> Workload:
+    """120 requests in the first 4 minutes, 16 quiet minutes, 120 more."""
     rng = np.random.default_rng(1)
     first = np.sort(rng.uniform(0.0, 240.0, 120))
     second = np.sort(rng.uniform(1200.0, 1440.0, 120))
     arrivals = np.concatenate([first, second])
     n = arrivals.size
-    workload = Workload(arrivals, np.full(n, 200), np.full(n, 50), "gap", duration_s=1500.0)
+    return Workload(arrivals, np.full(n, 200), np.full(n, 50), "gap", duration_s=1500.0)
+
+
+def test_a_fleet_at_zero_wakes_on_gateway_traffic_in_a_full_run() -> None:
+    """Requests for 4 minutes, 16 quiet minutes, requests again: with min 0 and
+    a 60 s cooldown the fleet goes to zero in the gap and the gateway rate
+    brings it back; no request is lost."""
+    workload = _gap_workload()
     so = _so(SCALE_TO_ZERO)
     result = run_policy(scaledobject_spec(so), workload, PROFILE, SimConfig(timeout_s=600.0))
     spec = result.timeline["spec"]
@@ -458,12 +463,7 @@ def test_prescaler_at_zero_wakes_on_the_gateway_in_a_full_run(gateway: bool) -> 
     on vLLM's metrics alone the fleet, once at zero, never learns of the second
     burst, and its requests time out; with gatewayRateQuery the same burst
     wakes it and every request is served."""
-    rng = np.random.default_rng(1)
-    first = np.sort(rng.uniform(0.0, 240.0, 120))
-    second = np.sort(rng.uniform(1200.0, 1440.0, 120))
-    arrivals = np.concatenate([first, second])
-    n = arrivals.size
-    workload = Workload(arrivals, np.full(n, 200), np.full(n, 50), "gap", duration_s=1500.0)
+    workload = _gap_workload()
     so = _so(PRESCALER_AT_ZERO + (GATEWAY_KEY if gateway else ""))
     result = run_policy(scaledobject_spec(so), workload, PROFILE, SimConfig(timeout_s=240.0))
     spec, t = result.timeline["spec"], result.timeline["t"]
