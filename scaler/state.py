@@ -71,8 +71,8 @@ class ScalerState:
     - ``refresh_interval_s``: how often every source is read (grid step).
     - ``refit_interval_s``: how often each forecaster is refitted (default
       10 min: between refits each closed bin conditions it through
-      ``update``; a refit is ~90 ms of CPU, so 1,000 objects refitting every
-      10 min cost ~0.15 core, every 5 min twice that).
+      ``update``; a refit's CPU grows with the fit window, 6 - 12x from 2 h
+      to 3 days: ``docs/decisions/fit-window.md``).
     - ``forecast_step_s``: forecast bin width, a multiple of the refresh
       (default max(15, refresh)): predicting per bin, not per refresh, keeps
       1,000 forecasters affordable.
