@@ -8,7 +8,8 @@ Prometheus
 scrapes every 15 / K s with a lookback of 300 / K s; the controller's KEDA
 poll, HPA sync and cluster start-up times are in trace seconds (wall x K);
 ``prescaler serve`` gets its intervals divided by K (``--refresh-seconds``,
-``--refit-seconds``, ``--forecast-step-seconds``, ``--rate-window-seconds``)
+``--refit-seconds``, ``--forecast-step-seconds``, ``--fit-window-seconds``,
+``--rate-window-seconds``)
 and so do the ScaledObject's time-valued trigger keys (``leadTimeSeconds``,
 ``scaleDownStabilizationSeconds``, ``staleAfterSeconds``,
 ``fallbackAfterSeconds``, ``nodeLeadTimeSeconds``; ``leadTimeSeconds: auto``
@@ -43,6 +44,7 @@ from typing import Any, TextIO
 import numpy as np
 import yaml
 
+from decision.tracker_data import DEFAULT_FIT_WINDOW_S
 from engine.profiles import Profile, get_profile
 from simulations.cluster.pods import ClusterConfig
 from simulations.fleet_ledger import timeline_arrays
@@ -151,6 +153,8 @@ def scaler_flags(speed: float) -> list[str]:
         repr(REFIT_S / speed),
         "--forecast-step-seconds",
         repr(step),
+        "--fit-window-seconds",
+        repr(DEFAULT_FIT_WINDOW_S / speed),
         "--rate-window-seconds",
         repr(max(1.0, RATE_WINDOW_S / speed)),
         "--grace-seconds",

@@ -60,12 +60,13 @@ def test_scaled_metadata_divides_time_keys_only() -> None:
 
 
 def test_scaler_flags_divide_intervals() -> None:
-    """prescaler serve's refresh, refit, forecast step and rate window are / K."""
+    """prescaler serve's refresh, refit, forecast step, fit window and rate window are / K."""
     flags = scaler_flags(5.0)
     values = dict(zip(flags[::2], flags[1::2], strict=True))
     assert float(values["--refresh-seconds"]) == 1.0
     assert float(values["--refit-seconds"]) == 120.0
     assert float(values["--forecast-step-seconds"]) == 3.0
+    assert float(values["--fit-window-seconds"]) == 3 * 86400.0 / 5.0
     assert float(values["--rate-window-seconds"]) == 24.0
     odd = dict(zip(*(iter(scaler_flags(5.8)),) * 2, strict=True))
     args = build_parser().parse_args(["serve", *(x for kv in odd.items() for x in kv)])
