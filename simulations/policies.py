@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 
 from decision.policy import NO_ANSWER_REASONS
+from decision.prediction import ForecasterFactory
 from decision.prewarm import plan_balloons
 from decision.tracker_data import TrackerConfig
 from engine.profiles import Profile
@@ -43,6 +44,7 @@ from forecasting.registry import BASELINES
 from simulations.backfill import DemandHistory
 from simulations.capacity_belief import BelievingTracker
 from simulations.events import PRIORITY_CONTROL
+from simulations.forecast_memo import PROCESS_MEMO, ForecastMemo
 from simulations.hpa import Hpa
 from simulations.keda import Keda
 from simulations.scaledobject import ScaledObjectSpec, prescaler_scaledobject, seeds_reactive
@@ -353,7 +355,10 @@ class ScaledObjectController:
     Each loop has its own phase (drawn from the run's seed). A prometheus
     trigger reads the emulated Prometheus (at most one scrape old); the
     prescaler trigger's value is the tracker's latest ``decision.replicas``
-    (target 1), refreshed every 5 s like ``prescaler serve``.
+    (target 1), refreshed every 5 s like ``prescaler serve``. Its tracker's
+    forecasts go through ``forecast_memo`` (None: computed every time), so
+    runs of one window share the fits they were given identical history for
+    (:mod:`simulations.forecast_memo`; results are the same either way).
     """
 
     def __init__(
@@ -362,6 +367,7 @@ class ScaledObjectController:
         so: ScaledObjectSpec,
         history: DemandHistory | None = None,
         forecaster: str | None = None,
+        forecast_memo: ForecastMemo | None = PROCESS_MEMO,
     ) -> None:
         self.name = name
         self.so = so
@@ -373,11 +379,16 @@ class ScaledObjectController:
         if trig is not None:
             assert trig.settings is not None
             method = forecaster
+            factory: ForecasterFactory | None = None
+            if forecast_memo is not None:
+                factory = forecast_memo.factory(method)
+            elif method is not None:
+                factory = lambda _name: make_forecaster(method)  # noqa: E731
             self.tracker = BelievingTracker(
                 (so.name, so.name),
                 trig.settings,
                 TrackerConfig(refresh_interval_s=REFRESH_S),
-                None if method is None else (lambda _name: make_forecaster(method)),
+                factory,
             )
         self._sim: Simulation | None = None
         self._upper = math.nan
@@ -509,9 +520,15 @@ class ScaledObjectController:
 
 
 def make_controller(
-    spec: PolicySpec, workload: Workload, profile: Profile
+    spec: PolicySpec,
+    workload: Workload,
+    profile: Profile,
+    *,
+    forecast_memo: ForecastMemo | None = PROCESS_MEMO,
 ) -> StaticController | OracleController | ScaledObjectController:
-    """The live controller for one run (fresh state every time)."""
+    """The live controller for one run (fresh state every time; a prescaler
+    trigger's forecasts through ``forecast_memo``, see
+    :class:`ScaledObjectController`)."""
     if spec.kind == "static":
         if spec.replicas is None:
             raise ValueError("static policy: the replica count must be resolved before a run")
@@ -519,7 +536,9 @@ def make_controller(
     if spec.kind == "oracle":
         return OracleController(spec.name, spec.max_replicas)
     assert spec.scaledobject is not None
-    return ScaledObjectController(spec.name, spec.scaledobject, spec.history, spec.forecaster)
+    return ScaledObjectController(
+        spec.name, spec.scaledobject, spec.history, spec.forecaster, forecast_memo
+    )
 
 
 def with_replicas(spec: PolicySpec, replicas: int) -> PolicySpec:

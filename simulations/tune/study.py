@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from engine.profiles import get_profile
 from simulations.backfill import DemandHistory
+from simulations.forecast_memo import PROCESS_MEMO
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
@@ -206,11 +207,14 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         rules = StopRules(
             ctx, lambda: best_so_far(trial.study), read_pace=lambda: study_pace(trial.study)
         )
+        memo_before = PROCESS_MEMO.stats
         s = score(
             so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
             stop=rules, rungs=rungs, history=ctx.history,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
+        # what the trial's forecasts took from earlier trials' (bench reading)
+        trial.set_user_attr("forecast_memo", PROCESS_MEMO.stats.minus(memo_before).as_dict())
         trial.set_user_attr("attainment", s.attainment)
         trial.set_user_attr("finished", s.finished)
         # (rung fraction, cost spent, attainment so far): later trials' pace bar

@@ -152,13 +152,14 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
     ``PRESCALER_TUNE_DAY_HOURS`` (24) hours of ``$PRESCALER_TUNE_DAY_TRACE``
     from ``PRESCALER_TUNE_DAY_START`` (0) s, score on the same span held
     back, at ``PRESCALER_TUNE_RATE_SCALE`` (0.1), ``PRESCALER_TUNE_BENCH_TRIALS``
-    (40) trials a side in 2 processes, every default side. Writes
+    (40) trials a side in 2 processes, every default side (or the
+    comma-separated ``PRESCALER_TUNE_DAY_SIDES``). Writes
     ``bench-results/tune_day_speed.json``: per side the study's wall time,
     trials per second, trials finished and stopped by rule, the share of the
-    tuning part simulated; the whole run's wall time (the studies plus the
-    held-back re-runs); whether the compiled modules of ``make native`` were
-    loaded; and the load average before and after (the machine may be
-    shared). The goal it records: each study within 5 minutes."""
+    tuning part simulated, the forecast memo's counts; the whole run's wall
+    time (the studies plus the held-back re-runs); whether the compiled
+    modules of ``make native`` were loaded; and the load average before and
+    after (the machine may be shared). The goal it records: each study within 5 minutes."""
     import io
 
     import simulations.router as router
@@ -169,10 +170,12 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
     trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "40"))
     scale = float(os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1"))
     start = float(os.environ.get("PRESCALER_TUNE_DAY_START", "0"))
+    picked = os.environ.get("PRESCALER_TUNE_DAY_SIDES", "")
     request = TuneRequest(
         trace=os.environ[DAY_TRACE_ENV], profile=PROFILE, target=SLO_TARGETS[0],
         trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
         duration_s=2 * hours * 3600.0, storage=f"sqlite:///{tmp_path / 'day.db'}",
+        sides=tuple(s for s in picked.split(",") if s),
     )  # fmt: skip
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -192,6 +195,7 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
             "simulated_share": round(sum(t.simulated for t in done) / max(1, len(done)), 4),
             "chosen_trial": None if s.study.best is None else s.study.best.number,
             "held_back_attainment": None if s.holdout is None else s.holdout["slo_attainment"],
+            "forecast_memo": _memo_totals(s.study.storage, s.study.study_name),
         }
     doc = {
         "trace": Path(request.trace or "").name,
@@ -212,6 +216,24 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "tune_day_speed.json").write_text(json.dumps(doc, indent=2) + "\n")
     assert all(v["trials"] == trials for v in sides.values())
+
+
+def _memo_totals(storage: str, name: str) -> dict[str, float]:
+    """The study's forecast memo counts (simulations.forecast_memo), summed
+    over its trials: each trial records what its forecasts took from earlier
+    trials in its process."""
+    import optuna
+
+    totals: Counter[str] = Counter()
+    for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
+        for k, v in t.user_attrs.get("forecast_memo", {}).items():
+            if k != "predict_hit_rate":
+                totals[k] += v
+    asked = totals["predicts_run"] + totals["predicts_reused"]
+    return {
+        **totals,
+        "predict_hit_rate": round(totals["predicts_reused"] / asked, 4) if asked else 0.0,
+    }
 
 
 def _cpu_s() -> float:
