@@ -25,8 +25,10 @@ def _pytest(*args: str, ci: str | None) -> subprocess.CompletedProcess[str]:
     env[ENV] = ""  # hide the reference folder
     if ci is not None:
         env["CI"] = ci
+    # addopts is replaced, so the suite's plugin blocks are repeated (pyproject.toml)
+    blocked = ["-p", "no:cacheprovider", "-p", "no:fugue_test", "-p", "no:fugue_test_fixtures"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=-q -rs", *args],
+        [sys.executable, "-m", "pytest", *blocked, "-o", "addopts=-q -rs", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
