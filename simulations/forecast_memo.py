@@ -56,10 +56,13 @@ MEMOIZABLE: frozenset[str] = frozenset({"prescaler"})
 quantile levels are functions of the fit). The anchors are left out: some
 refit inside ``update`` from the state an earlier call left."""
 
-DEFAULT_FITTED_BYTES = 96 * 2**20
-"""Bytes of pickled fitted models kept (a prescaler fit on the default two
-hours of 15 s bins pickles to tens of kB: a day's refits of one tracker,
-144, fit many times over)."""
+DEFAULT_FITTED_BYTES = 256 * 2**20
+"""Bytes of pickled fitted models kept per process. A tune trial asks for
+its refits in the same order as the trial before it, so a store too small
+for one trial's refits drops each before it comes back and saves nothing:
+keep the bound above a trial's ``fits_run`` times a model's pickled size
+(a trial's ``forecast_memo`` attribute shows both; the model grows with the
+fit window)."""
 
 DEFAULT_FORECAST_BYTES = 32 * 2**20
 """Bytes of forecasts kept (values plus :data:`FORECAST_OVERHEAD` each)."""

@@ -213,8 +213,10 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
             stop=rules, rungs=rungs, history=ctx.history,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
-        # what the trial's forecasts took from earlier trials' (bench reading)
-        trial.set_user_attr("forecast_memo", PROCESS_MEMO.stats.minus(memo_before).as_dict())
+        # what the trial's forecasts took from earlier trials', and what the
+        # process's memo holds after it (bench reading)
+        memo = {**PROCESS_MEMO.stats.minus(memo_before).as_dict(), **PROCESS_MEMO.sizes}
+        trial.set_user_attr("forecast_memo", memo)
         trial.set_user_attr("attainment", s.attainment)
         trial.set_user_attr("finished", s.finished)
         # (rung fraction, cost spent, attainment so far): later trials' pace bar

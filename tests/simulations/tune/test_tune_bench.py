@@ -218,16 +218,22 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
     assert all(v["trials"] == trials for v in sides.values())
 
 
+MEMO_SIZES = ("fitted", "fitted_bytes", "forecasts", "forecast_bytes")
+"""What a process's forecast memo held after a trial (the largest is kept)."""
+
+
 def _memo_totals(storage: str, name: str) -> dict[str, float]:
     """The study's forecast memo counts (simulations.forecast_memo), summed
-    over its trials: each trial records what its forecasts took from earlier
-    trials in its process."""
+    over its trials (each trial records what its forecasts took from earlier
+    trials in its process), and the most its stores held (``max_*``)."""
     import optuna
 
     totals: Counter[str] = Counter()
     for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
         for k, v in t.user_attrs.get("forecast_memo", {}).items():
-            if k != "predict_hit_rate":
+            if k in MEMO_SIZES:
+                totals[f"max_{k}"] = max(totals[f"max_{k}"], v)
+            elif k != "predict_hit_rate":
                 totals[k] += v
     asked = totals["predicts_run"] + totals["predicts_reused"]
     return {
