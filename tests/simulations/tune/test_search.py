@@ -209,14 +209,29 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
 def test_a_killed_or_repeated_run_resumes_the_study(trace: Path, tmp_path: Path) -> None:
     """The study lives in the RDB storage: running the same command again with
     more trials adds to the finished ones instead of starting over (optuna
-    RDBStorage commits each trial as it ends)."""
+    RDBStorage commits each trial as it ends): each side's first trial is the
+    very one the first run finished (same parameters, same finishing time)."""
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+
+    def finished() -> dict[str, list[tuple[int, dict[str, Any], object]]]:
+        return {
+            s.study_name: [
+                (t.number, t.params, t.datetime_complete)
+                for t in optuna.load_study(study_name=s.study_name, storage=storage).trials
+            ]
+            for s in optuna.get_all_study_summaries(storage)
+        }
+
+    code, out = _tune(trace, tmp_path, "--trials", "1", "--target", "0.3")
+    assert code == 0 and json.loads(out.read_text())["trials"] == 1
+    first = finished()
     code, out = _tune(trace, tmp_path, "--trials", "2", "--target", "0.3")
     assert code == 0 and json.loads(out.read_text())["trials"] == 2
-    code, out = _tune(trace, tmp_path, "--trials", "4", "--target", "0.3")
-    assert code == 0 and json.loads(out.read_text())["trials"] == 4
-    summaries = optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'study.db'}")
-    # one study per side (prescaler, keda-queue, keda-queue-kv), each resumed to 4 trials
-    assert len(summaries) == 3 and {s.n_trials for s in summaries} == {4}
+    resumed = finished()
+    # one study per side (prescaler, keda-queue, keda-queue-kv), each resumed to 2 trials
+    assert len(first) == 3 and set(resumed) == set(first)
+    for name, trials in resumed.items():
+        assert len(trials) == 2 and trials[:1] == first[name], name
 
 
 def test_a_study_for_another_trace_is_refused(
