@@ -24,6 +24,7 @@ from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
+from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
 if TYPE_CHECKING:
     from simulations.tune.run import FrontierPoint
@@ -86,6 +87,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "a SQLite file in ~/.cache/prescaler)")  # fmt: skip
     p.add_argument("--study", default=None,
                    help="study name prefix (default: from the trace and flags)")  # fmt: skip
+    p.add_argument("--trial-grace", type=count_flag("--trial-grace", MIN_GRACE_S),
+                   default=GRACE_S, metavar="SECONDS",
+                   help="a trial whose heartbeat is silent this long (its process was "
+                   "killed) is failed and run again (default %(default)s)")  # fmt: skip
     p.add_argument("--prometheus", default=None, metavar="URL",
                    help="build the trace from this Prometheus's vLLM metrics (and write it "
                    "as the trigger's prometheusAddress)")  # fmt: skip
@@ -154,6 +159,7 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         scaledobject=args.scaledobject,
         storage=args.storage or default_storage(),
         study=args.study,
+        trial_grace_s=args.trial_grace,
         prune=args.prune,
         prometheus=args.prometheus,
         selector=args.selector,

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
+from simulations.tune.storage import GRACE_S
+
 if TYPE_CHECKING:
     from engine.profile_types import Profile
     from simulations.backfill import DemandHistory
@@ -115,6 +117,9 @@ class TuneRequest:
     scaledobject: str | None = None
     storage: str | None = None
     study: str | None = None
+    trial_grace_s: int = GRACE_S
+    """Seconds a trial's heartbeat may be silent before its process counts as
+    dead and the trial is failed and run again."""
     prune: Literal["pace", "exact"] = "pace"
     prometheus: str | None = None
     selector: str = ""
@@ -492,6 +497,7 @@ def _run_side(
     return run_study(
         ctx, storage=storage, study_name=name, n_trials=request.trials, jobs=request.jobs,
         fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",
+        grace_s=request.trial_grace_s,
     )  # fmt: skip
 
 

@@ -19,9 +19,11 @@ from typing import Any
 __all__ = [
     "GRACE_S",
     "HEARTBEAT_S",
+    "MIN_GRACE_S",
     "SCHEMA_RACE_SIGNS",
     "SCHEMA_RACE_TRIES",
     "DeadTrials",
+    "heartbeat_for",
     "open_storage",
 ]
 
@@ -31,6 +33,8 @@ HEARTBEAT_S = 10
 """Each running trial's heartbeat in the storage; one silent for
 :data:`GRACE_S` (its process was killed) is marked failed and re-run."""
 GRACE_S = 60
+MIN_GRACE_S = 6
+"""The shortest grace period: a heartbeat of a second, silent for six."""
 SCHEMA_RACE_TRIES = 5
 """Attempts at opening a storage whose tables another process is creating."""
 SCHEMA_RACE_SIGNS = ("already exists", "alembic_version")
@@ -39,9 +43,21 @@ the schema's version row stamped meanwhile (SQLite: a UNIQUE constraint on
 ``alembic_version``)."""
 
 
-def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> Any:
+def heartbeat_for(grace_s: int) -> int:
+    """The heartbeat interval for a grace period: :data:`HEARTBEAT_S`, or a
+    sixth of a shorter grace, so a live trial misses five beats before it
+    is taken for dead."""
+    if grace_s < MIN_GRACE_S:
+        raise ValueError(f"the trial grace period must be >= {MIN_GRACE_S} s, got {grace_s}")
+    return max(1, min(HEARTBEAT_S, grace_s // 6))
+
+
+def open_storage(
+    url: str, *, grace_s: int = GRACE_S, sleep: Callable[[float], None] = time.sleep
+) -> Any:
     """An optuna RDB storage (SQLite, PostgreSQL, MySQL URL) with trial
-    heartbeats, so a killed process's unfinished trial does not count.
+    heartbeats, so a killed process's unfinished trial does not count once
+    silent for ``grace_s``.
 
     Several ``prescaler tune`` processes started at once on an empty
     database all create optuna's tables and stamp their version; the
@@ -51,6 +67,7 @@ def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> An
     import sqlalchemy.exc
     from sqlalchemy.engine import make_url
 
+    heartbeat_s = heartbeat_for(grace_s)
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
@@ -60,7 +77,7 @@ def open_storage(url: str, *, sleep: Callable[[float], None] = time.sleep) -> An
         with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(
-                url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s, grace_period=grace_s
             )
 
     lost = (

@@ -312,18 +312,18 @@ def _counted(study: Any) -> int:
 
 def _worker(
     ctx: TuneContext, url: str, name: str, n_trials: int, fingerprint: str, worker: str,
-    index: int = 0,
+    index: int = 0, grace_s: int = GRACE_S,
 ) -> int:  # fmt: skip
     """One process's share: trials until the study holds ``n_trials``
     (finished or running, in any process on any machine)."""
     import optuna
     from optuna.study import MaxTrialsCallback
 
-    store = open_storage(url)
+    store = open_storage(url, grace_s=grace_s)
     probe = _load_study(store, name, 0, fingerprint)
     # optuna's silent-heartbeat rule; a trial that never beat is failed by
     # run_study's watch, which sees it long enough
-    DeadTrials(store).fail(probe)
+    DeadTrials(store, grace_s=grace_s).fail(probe)
     before = _counted(probe)
     if before >= n_trials:
         return 0
@@ -333,7 +333,7 @@ def _worker(
     # alike, and a resumed study does not replay its first draws
     ran = probe.get_trials(deepcopy=False, states=_states("COMPLETE", "RUNNING", "PRUNED", "FAIL"))
     seed = worker_seed(ctx.seed, index, len(ran))
-    study = _load_study(open_storage(url), name, seed, fingerprint)
+    study = _load_study(open_storage(url, grace_s=grace_s), name, seed, fingerprint)
     objective = _objective(ctx)
 
     states = tuple(getattr(optuna.trial.TrialState, s) for s in _COUNTED)
@@ -400,10 +400,11 @@ def run_study(
     fingerprint: str = "",
     worker: str = "local",
     wait_s: float = 3600.0,
+    grace_s: int = GRACE_S,
 ) -> StudyResult:
     """Run (or resume) the study in ``jobs`` processes until it holds
     ``n_trials`` trials in all, wait for trials other processes still run
-    (up to ``wait_s``; a dead one's is failed after its grace period), then
+    (up to ``wait_s``; a dead one's is failed once silent for ``grace_s``), then
     read every finished trial back: every process reports the same best."""
 
     import optuna
@@ -412,9 +413,9 @@ def run_study(
         raise ValueError(f"trials must be >= 1, got {n_trials}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    store = open_storage(storage)
+    store = open_storage(storage, grace_s=grace_s)
     study = _load_study(store, study_name, 0, fingerprint)  # create it up front
-    dead = DeadTrials(store)
+    dead = DeadTrials(store, grace_s=grace_s)
     dead.fail(study)  # a trial that never beat is failed GRACE_S after this first sight
     doc = ctx.manifest if ctx.manifest is not None else manifest_of(ctx.base)
     knobs = {p.key: knob_value(doc, p.key) for p in ctx.space if "." in p.key}
@@ -429,7 +430,7 @@ def run_study(
     # failed (GRACE_S), then the next round runs its replacement
     for _ in range(4):
         if jobs == 1:
-            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0", 0)
+            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0", 0, grace_s)
         else:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = [
@@ -442,6 +443,7 @@ def run_study(
                         fingerprint,
                         f"{worker}:{k}",
                         k,
+                        grace_s,
                     )
                     for k in range(jobs)
                 ]

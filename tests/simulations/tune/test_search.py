@@ -279,6 +279,7 @@ def test_an_slo_no_setting_meets_gets_the_best_reached(
         ["--target", "nan"],
         ["--holdout", "0.95"],
         ["--trials", "0"],
+        ["--trial-grace", "5"],  # a heartbeat of a second needs six of grace
         ["--static-replicas", "3"],
     ],
 )

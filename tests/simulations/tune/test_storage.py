@@ -163,6 +163,11 @@ def test_two_tune_processes_share_one_sqlite_study(busy_trace: Path, tmp_path: P
     _check_shared(url, docs, 6)
 
 
+KILLED_GRACE_S = 15
+"""The killed-tune test's --trial-grace: the resumed run waits this long for
+the dead trials (the default 60 s would be most of the test's time)."""
+
+
 @pytest.mark.timeout(900)  # up to 300 s for two trials, 30 for the kill, 300 + 2 graces again
 def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> None:
     """SIGKILL mid-study (12 trials, most stopped early, so the kill lands
@@ -172,16 +177,15 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     silent for the grace period, and completes the study to --trials. A
     trial created just before the kill, before its first heartbeat (made
     here on purpose: a kill landing there once made the resumed run wait
-    for it until the test timed out), is failed and replaced too."""
+    for it until the test timed out), is failed and replaced too. Both wait
+    out the --trial-grace of silence (heartbeats every 2 s at 15 s)."""
     import signal
-
-    from simulations.tune.study import GRACE_S
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     argv = [
         sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "600",
         "--holdout", "0.5", "--trials", "12", "--target", "0.8", "--quiet", "--storage", url,
-        "--holdout-seeds", "1",
+        "--holdout-seeds", "1", "--trial-grace", str(KILLED_GRACE_S),
         "--study", "k",
         "--json", str(tmp_path / "k.json"),
     ]  # fmt: skip
@@ -203,7 +207,7 @@ def test_a_killed_tune_loses_no_finished_trial(trace: Path, tmp_path: Path) -> N
     }
     assert len(before) >= 2
     planted = optuna.load_study(study_name="k-prescaler", storage=url).ask().number  # never beats
-    again = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=300 + 2 * GRACE_S)
+    again = subprocess.run(argv, cwd=REPO, capture_output=True, timeout=300 + 2 * KILLED_GRACE_S)
     assert again.returncode == 0, again.stdout.decode() + again.stderr.decode()
     after = optuna.load_study(study_name="k-prescaler", storage=url).trials
     complete = {t.number: t.params for t in after if t.state == optuna.trial.TrialState.COMPLETE}
@@ -288,3 +292,14 @@ def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
     with pytest.raises(sqlalchemy.exc.IntegrityError):
         open_storage(url, sleep=waits.append)
     assert waits == []
+
+
+def test_the_heartbeat_is_a_sixth_of_a_short_grace() -> None:
+    """--trial-grace below a minute beats faster, so a live trial still has
+    five beats to miss before it is taken for dead; under six seconds is refused."""
+    from simulations.tune.storage import HEARTBEAT_S, heartbeat_for
+
+    assert heartbeat_for(60) == HEARTBEAT_S == heartbeat_for(600)
+    assert heartbeat_for(15) == 2 and heartbeat_for(6) == 1
+    with pytest.raises(ValueError, match="grace period must be >= 6 s"):
+        heartbeat_for(5)
