@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 from engine.profiles import get_profile
 from forecasting import Forecast, make_forecaster
 from simulations.forecast_memo import MEMOIZABLE, ForecastMemo, MemoizedForecaster
-from simulations.policies import make_controller, predictive_spec
+from simulations.policies import PolicySpec, make_controller, predictive_spec
 from simulations.simulation import SimConfig, SimResult, Simulation
 from simulations.traffic import Workload, synthetic_workload
+from simulations.tune.search import apply_metadata
+from simulations.tune.sides import GATEWAY_QUERY
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 STEP_S = 15.0
@@ -204,3 +206,32 @@ def test_a_simulated_run_is_the_same_with_and_without_the_memo() -> None:
     assert cold == plain and warm == plain
     assert memo.stats.predicts_run == computed
     assert memo.stats.predicts_reused == computed
+
+
+def test_a_gateway_fed_tracker_shares_its_forecasts_across_settings() -> None:
+    """With ``gatewayRateQuery`` the tracker's demand is the gateway's count,
+    which no scaling decision changes: a run with another target reuses every
+    forecast, and one that also asks another quantile computes its forecasts
+    on the first run's fits without refitting."""
+    w = _workload()
+    base = predictive_spec(PROFILE.name, max_replicas=6).scaledobject
+    assert base is not None
+    memo = ForecastMemo()
+
+    def run(meta: dict[str, str]) -> None:
+        so = apply_metadata(base, {"gatewayRateQuery": GATEWAY_QUERY, **meta})
+        spec = PolicySpec("gateway", "scaledobject", scaledobject=so)
+        controller = make_controller(spec, w, PROFILE, forecast_memo=memo)
+        Simulation(w, PROFILE, controller, SimConfig()).run()
+
+    run({"targetWaitingPerReplica": "3"})
+    first = memo.stats
+    assert first.fits_run > 0 and first.predicts_run > 0
+    run({"targetWaitingPerReplica": "6"})
+    second = memo.stats
+    assert (second.fits_run, second.predicts_run) == (first.fits_run, first.predicts_run)
+    assert second.predicts_reused == first.predicts_run
+    run({"targetWaitingPerReplica": "6", "forecastQuantile": "0.8"})
+    third = memo.stats
+    assert third.fits_run == first.fits_run and third.fits_restored > 0
+    assert third.predicts_run > second.predicts_run
