@@ -46,6 +46,12 @@ class PrescalerConfig:
     """Fewer residuals than this and the Gaussian band stands in."""
     residual_rows: int = 2880
     """Most recent residuals kept per horizon for the quantiles."""
+    law_grid_rows: int = 1000
+    """A combined horizon's ridge residual law with more residuals than this
+    is kept as its percent grid (101 values; the band reads it between grid
+    points by linear interpolation): a fitted forecaster per ScaledObject
+    held up to ``residual_rows`` per horizon, 1.2 MB at a 15-minute lead of
+    15 s bins. Shorter laws are kept whole."""
     calibrate_rows: float = 200.0
     """If > 0, the ridge band's tail probabilities are scaled by its
     out-of-sample coverage on the holdout, trusted ``n / (n + this)``; 0
@@ -75,6 +81,16 @@ class PrescalerConfig:
     holdout_days: float = 1.0
     """If > 0, the holdout is at most this many recent days: one full daily
     cycle of the regime the next forecasts live in."""
+    holdout_rows: int = 1440
+    """At most this many recent origins are held out for the weights (at 60 s
+    bins a day, at 15 s six hours): the holdout's cost (every member's
+    forecast, the simplex search) grows with its length, and neighbouring
+    origins' errors overlap, so a longer one adds little evidence."""
+    smoother_rows: int = 2880
+    """The smoothers' filters and their parameter choice read at most this
+    many recent rows (or twice the holdout, if more): they forget
+    geometrically (a memory of at most ~100 steps), so older rows only cost
+    time. The ridge trains on every row: its seasonal profile needs the days."""
     holdout_refits: int = 8
     """Blocks of the rolling-origin holdout (each refits the ridge and
     re-chooses the smoothers on the rows before it); 0: one split at the
@@ -97,6 +113,9 @@ class PrescalerConfig:
             self.shrink_rows < 0
             or self.min_holdout < 1
             or self.holdout_days < 0
+            or self.holdout_rows < 1
+            or self.smoother_rows < 1
+            or self.law_grid_rows < 1
             or self.min_independent_errors < 0
             or self.band_min_errors < 0
             or not self.band_half_life >= 0
@@ -104,8 +123,10 @@ class PrescalerConfig:
         ):
             raise ValueError(
                 "shrink_rows, holdout_days, min_independent_errors, band_min_errors, "
-                "band_half_life and cold_start_growth must be >= 0 and min_holdout >= 1, "
+                "band_half_life and cold_start_growth must be >= 0 and min_holdout, "
+                "holdout_rows, smoother_rows and law_grid_rows >= 1, "
                 f"got {self.shrink_rows}, {self.holdout_days}, {self.min_independent_errors}, "
                 f"{self.band_min_errors}, {self.band_half_life}, {self.cold_start_growth}, "
-                f"{self.min_holdout}"
+                f"{self.min_holdout}, {self.holdout_rows}, {self.smoother_rows}, "
+                f"{self.law_grid_rows}"
             )

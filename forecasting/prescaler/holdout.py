@@ -42,6 +42,7 @@ def rolling_forecasts(
     refits: int,
     c: float,
     min_independent_errors: float,
+    bank_start: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The members' ``h``-step forecasts (a row each, the ridge first, in
     demand units) at the held-out origins, and whether each target lay at or
@@ -52,7 +53,9 @@ def rolling_forecasts(
     targets and local scales of the origins ``start .. start + count - 1``,
     of which those from position ``first`` on are held out; ``solve`` fits
     the ridge on a prefix of the rows; ``refits`` is ``holdout_refits``
-    (0: one fit on the rows before the holdout).
+    (0: one fit on the rows before the holdout). ``bank`` holds the
+    history's rows from position ``bank_start`` on (the smoothers read only
+    the recent rows), which must include the holdout.
     """
     count = target.size
     n_test = count - first
@@ -79,6 +82,6 @@ def rolling_forecasts(
         covered[lo:hi] = (
             z[start + first + lo + h : start + first + hi + h] <= centre + upper * scale[rows]
         )
-        params = bank.select(h, b, min_independent_errors)
-        smooth[:, lo:hi] = bank.forecasts(params, test[lo:hi], h)
+        params = bank.select(h, b - bank_start, min_independent_errors)
+        smooth[:, lo:hi] = bank.forecasts(params, test[lo:hi] - bank_start, h)
     return np.vstack([np.maximum(ridge, 0.0), smooth]), covered

@@ -108,6 +108,7 @@ class PrescalerForecaster:
         self._ridge_resid: dict[int, np.ndarray] = {}
         self._tail: dict[int, float] = {}
         self._band: dict[int, np.ndarray] = {}
+        self._bank_rows = 0
         self._rows_cache: TrainRows | None = None
         self._penalties: dict[tuple[int, float, float], tuple[np.ndarray, np.ndarray]] = {}
         self._laws = LawLevels()
@@ -167,14 +168,19 @@ class PrescalerForecaster:
         self._tail, self._band = {}, {}
         self._train_y, self._bank, self._smooth = None, None, {}
         self._train_y = train
-        self._bank = SmoothingBank(train)
-        # The weights' holdout is the recent past (at most a few days:
-        # the regime the next forecasts live in); everything before it
-        # trains the candidates.
+        # The weights' holdout is the recent past (at most a day and
+        # ``holdout_rows``: the regime the next forecasts live in);
+        # everything before it trains the candidates.
         span = train.size if self.config.holdout_refits > 0 else train.size // 3
         if day and self.config.holdout_days > 0:
             span = min(span, int(self.config.holdout_days * day))
-        w_split = train.size - max(span, 1)
+        span = max(min(span, self.config.holdout_rows), 1)
+        # The smoothers see the holdout and as many rows before it (at
+        # least ``smoother_rows``): their memory is short, the ridge's
+        # seasonal profile is what needs the whole history.
+        self._bank_rows = min(train.size, max(self.config.smoother_rows, 2 * span))
+        self._bank = self._recent_bank()
+        w_split = train.size - span
         for h in range(1, self.config.fit_horizon + 1):
             weights = self._holdout_weights(h, w_split, self._bank)
             if (
@@ -190,11 +196,12 @@ class PrescalerForecaster:
             self._weights[h] = weights
         for h in range(1, self.config.fit_horizon + 1):
             self._fit_h(h)
-        # The smoothers' cached paths (tens of MB on long histories) and the
-        # training rows are only needed again for a lazily fitted horizon,
-        # which rebuilds them.
+        # The smoothers' cached paths (several MB), the training rows and the
+        # transformed history are only needed again for a lazily fitted
+        # horizon, which rebuilds them from the training history.
         self._bank = None
         self._rows_cache = None
+        self._train_z = None
 
     def _prepare(self, train: np.ndarray, frac: float) -> None:
         day = daily_period(self._step_s)
@@ -275,8 +282,7 @@ class PrescalerForecaster:
         """The training history's rows (:class:`TrainRows`), built once per
         history and transform."""
         if self._rows_cache is None:
-            z = self._train_z
-            assert z is not None
+            z = self._train_log()
             self._rows_cache = TrainRows.build(
                 z, self._periods, self.config.max_seasons, self._use_scale
             )
@@ -294,7 +300,7 @@ class PrescalerForecaster:
 
     def update(self, y: np.ndarray) -> None:
         """Condition on a longer history; the fitted parameters stay."""
-        if self._train_z is None:
+        if self._train_y is None:
             raise RuntimeError("prescaler: update() called before fit()")
         self._y = check_history(y, self._step_s)
 
@@ -302,8 +308,7 @@ class PrescalerForecaster:
         return np.log(np.maximum(y, 0.0) + self._c)
 
     def _fit_h(self, h: int, split: int | None = None) -> None:
-        z = self._train_z
-        assert z is not None
+        z = self._train_log()
         # Origins whose target phase has a past season (for the season terms).
         start, count, n_fit, first_test = origin_ranges(
             z.size, h, max(self._periods, default=0), split
@@ -327,17 +332,19 @@ class PrescalerForecaster:
             q50 = float(np.median(self._resid[h]))
             self._ridge_q50[h] = q50
             if self._bank is None:
-                self._bank = SmoothingBank(self._train_y)
+                self._bank = self._recent_bank()
             if h not in self._smooth:
                 self._smooth[h] = self._bank.select(
-                    h, self._train_y.size, self.config.min_independent_errors
+                    h, self._bank.y.size, self.config.min_independent_errors
                 )
             self._ridge_resid[h] = self._resid[h]
-            if h in self._band:
-                # The band is the holdout's; the ridge's law now only feeds
+            if h in self._band or self._resid[h].size > self.config.law_grid_rows:
+                # Where the band is the holdout's, the ridge's law only feeds
                 # the guard's 0.1 and 0.9 quantiles, which the percent grid
-                # holds exactly: keep 101 values, not every residual (a
-                # fitted forecaster per ScaledObject in the scaler).
+                # holds exactly; a long law (``law_grid_rows``) the band reads
+                # at its calibrated levels, between grid points by linear
+                # interpolation. Either way keep 101 values, not every
+                # residual (a fitted forecaster per ScaledObject).
                 self._resid[h] = self._ridge_resid[h] = np.quantile(self._resid[h], BAND_LEVELS)
         if first_test < count:
             self._scored += 1
@@ -351,6 +358,20 @@ class PrescalerForecaster:
                 pred = np.maximum(np.exp(centre + off) - self._c, 0.0)
                 diff = actual - pred
                 self._score += float(np.mean(np.maximum(q * diff, (q - 1) * diff)))
+
+    def _train_log(self) -> np.ndarray:
+        """The training history's ``log(y + c)``, recomputed (the same floats)
+        after a fit has dropped it: a fitted forecaster per ScaledObject
+        keeps one copy of its window, not two."""
+        if self._train_z is None:
+            assert self._train_y is not None
+            self._train_z = self._z(self._train_y)
+        return self._train_z
+
+    def _recent_bank(self) -> SmoothingBank:
+        """The smoothers over the training history's last ``_bank_rows`` rows."""
+        assert self._train_y is not None
+        return SmoothingBank(self._train_y[self._train_y.size - self._bank_rows :])
 
     def _solve(self, x: np.ndarray, target: np.ndarray) -> np.ndarray:
         """Ridge toward the prior "mean of the last three steps" (feature 1);
@@ -371,8 +392,7 @@ class PrescalerForecaster:
         ridge band's holdout coverage (``_tail``, see ``calibrate_rows``) and,
         given enough errors, the combined point's holdout error law
         (:func:`holdout_error_band`, see ``band_min_errors``)."""
-        z = self._train_z
-        assert z is not None
+        z = self._train_log()
         start, count, _, _ = origin_ranges(z.size, h, max(self._periods, default=0), None)
         refits = self.config.holdout_refits
         if refits > 0:
@@ -399,10 +419,12 @@ class PrescalerForecaster:
             refits=refits,
             c=self._c,
             min_independent_errors=self.config.min_independent_errors,
+            bank_start=z.size - bank.y.size,
         )
         if self.config.calibrate_rows > 0:
             self._tail[h] = tail_factor(float(np.mean(covered)), n_test, self.config.calibrate_rows)
-        actual = bank.y[start + first + h : start + count + h]
+        assert self._train_y is not None
+        actual = self._train_y[start + first + h : start + count + h]
         weights = member_weights(
             cands,
             actual,
@@ -473,7 +495,7 @@ class PrescalerForecaster:
     def predict(
         self, horizon_steps: int, quantiles: Sequence[float] = DEFAULT_QUANTILES
     ) -> Forecast:
-        if self._y is None or self._train_z is None:
+        if self._y is None or self._train_y is None:
             raise RuntimeError("prescaler: predict() called before fit()")
         qs = check_predict_args(horizon_steps, quantiles)
         horizon = int(horizon_steps)
@@ -494,7 +516,7 @@ class PrescalerForecaster:
         # Cold start: the rows since demand was first seen (idle rows before
         # it teach nothing about its dynamics) bound how far a band may reach.
         growth = self.config.cold_start_growth
-        history = self._y[-max(self._train_z.size, 1) :]
+        history = self._y[-max(self._train_y.size, 1) :]
         busy_rows = np.flatnonzero(history > 0)
         seen = history.size - int(busy_rows[0]) if busy_rows.size else 0
         cap = growth * float(np.max(history)) if growth > 0 and busy_rows.size else None
@@ -563,6 +585,7 @@ class PrescalerForecaster:
             # (several times the history's size); the next one rebuilds them.
             self._bank = None
             self._rows_cache = None
+            self._train_z = None
         return Forecast(self._step_s, horizon, qs, out)
 
     def _model_for(self, h: int) -> tuple[np.ndarray | None, np.ndarray, int]:
