@@ -355,9 +355,10 @@ class ScaledObjectController:
     Each loop has its own phase (drawn from the run's seed). A prometheus
     trigger reads the emulated Prometheus (at most one scrape old); the
     prescaler trigger's value is the tracker's latest ``decision.replicas``
-    (target 1), refreshed every 5 s like ``prescaler serve``. Its tracker's
-    forecasts go through ``forecast_memo`` (None: computed every time), so
-    runs of one window share the fits they were given identical history for
+    (target 1), refreshed every 5 s like ``prescaler serve``. When the
+    trigger reads a ``gatewayRateQuery``, its tracker's forecasts go through
+    ``forecast_memo`` (None: computed every time), so runs of one window
+    share the fits they were given identical history for
     (:mod:`simulations.forecast_memo`; results are the same either way).
     """
 
@@ -380,7 +381,11 @@ class ScaledObjectController:
             assert trig.settings is not None
             method = forecaster
             factory: ForecasterFactory | None = None
-            if forecast_memo is not None:
+            # Only a gateway-fed tracker's history is the same whatever the
+            # policy did (vLLM's counters exist only on the pods a run
+            # started), so only there can another run's fits be reused; a
+            # memo elsewhere costs pickling and memory for no hit.
+            if forecast_memo is not None and trig.settings.gateway_rate_query is not None:
                 factory = forecast_memo.factory(method)
             elif method is not None:
                 factory = lambda _name: make_forecaster(method)  # noqa: E731

@@ -177,9 +177,13 @@ def _workload() -> Workload:
     )
 
 
-def _run(memo: ForecastMemo | None) -> SimResult:
+def _run(memo: ForecastMemo | None, gateway: bool = True) -> SimResult:
     w = _workload()
     spec = predictive_spec(PROFILE.name, max_replicas=6)
+    if gateway:
+        assert spec.scaledobject is not None
+        so = apply_metadata(spec.scaledobject, {"gatewayRateQuery": GATEWAY_QUERY})
+        spec = PolicySpec("gateway", "scaledobject", scaledobject=so)
     controller = make_controller(spec, w, PROFILE, forecast_memo=memo)
     return Simulation(w, PROFILE, controller, SimConfig()).run()
 
@@ -206,6 +210,14 @@ def test_a_simulated_run_is_the_same_with_and_without_the_memo() -> None:
     assert cold == plain and warm == plain
     assert memo.stats.predicts_run == computed
     assert memo.stats.predicts_reused == computed
+
+
+def test_a_tracker_fed_by_vllm_counters_does_not_use_the_memo() -> None:
+    """Without a gateway series the tracker's history depends on which pods a
+    run started, so it cannot match another run's: the memo is left alone."""
+    memo = ForecastMemo()
+    _run(memo, gateway=False)
+    assert memo.stats.fits_run == 0 and memo.stats.predicts_run == 0
 
 
 def test_a_gateway_fed_tracker_shares_its_forecasts_across_settings() -> None:
