@@ -81,12 +81,12 @@ class PrescalerConfig:
     holdout_days: float = 1.0
     """If > 0, the holdout is at most this many recent days: one full daily
     cycle of the regime the next forecasts live in."""
-    holdout_rows: int = 1440
+    holdout_rows: int = 720
     """At most this many recent origins are held out for the weights (at 60 s
     bins a day, at 15 s six hours): the holdout's cost (every member's
     forecast, the simplex search) grows with its length, and neighbouring
     origins' errors overlap, so a longer one adds little evidence."""
-    smoother_rows: int = 2880
+    smoother_rows: int = 1440
     """The smoothers' filters and their parameter choice read at most this
     many recent rows (or twice the holdout, if more): they forget
     geometrically (a memory of at most ~100 steps), so older rows only cost
