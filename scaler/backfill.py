@@ -83,7 +83,9 @@ async def read_backfill(
     at the forecast step (arrays, for bins and learned capacity), and the last
     stabilization window at the refresh step (readings, to replay decisions
     exactly as a scaler running all along made them); then the current
-    reading, read like any refresh (also for sources without history). A
+    reading, read like any refresh (also for sources without history). An
+    object's ``gatewayRateQuery`` is read over the same two ranges, so its
+    history and replay carry the demand a live refresh fed its tracker. A
     failed history read leaves the objects without history, not unread.
     """
     fs = forecast_step_s

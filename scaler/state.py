@@ -18,7 +18,8 @@ in one background task:
   in between, each closed bin conditions it (``update``) and predicts again.
 - A newly registered object backfills its history with one range query per
   signal and page of 10,000 points (two pages for the 3-day fit window at
-  15 s; for all new objects of a Prometheus together) and replays the last
+  15 s; for all new objects of a Prometheus together; one more per distinct
+  ``gatewayRateQuery``, its demand signal) and replays the last
   stabilization window through the very same code. Everything is a function
   of Prometheus data at grid times, so two scaler replicas, or a restarted
   one, give the same answers: the scaler is stateless.

@@ -11,7 +11,10 @@ A selection's ``gatewayRateQuery`` is one more instant query per distinct
 text, sent as written. It is read apart from the vLLM signals: a gateway
 query that fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown
 (logged once per failure streak) and never fails the refresh nor reads as
-zero demand.
+zero demand. Range reads (backfill, catch-up) read the same text as a range
+query on the same grid and pages, and each evaluation time is read like an
+instant answer (``gateway_rates_by_time``), so a backfilled tracker is fed
+the demand a live one was (``with_gateway_demand``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
@@ -209,7 +213,21 @@ class PrometheusSource:
             return {}
         plan = build_plan(selections, self.rate_window_s)
         answers = await self._range(plan.queries, start_s, end_s, step_s)
-        return split_range(plan, answers, selections)
+        readings = split_range(plan, answers, selections)
+        rates = await self._gateway_ranges(selections, start_s, end_s, step_s)
+        if not rates:
+            return readings
+        return {
+            selection: [
+                dataclasses.replace(
+                    r, gateway_rate_rps=rates[selection.gateway_query].get(r.time_s)
+                )
+                for r in series
+            ]
+            if selection.gateway_query
+            else series
+            for selection, series in readings.items()
+        }
 
     async def read_history(
         self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
@@ -219,7 +237,41 @@ class PrometheusSource:
         plan = build_plan(selections, self.rate_window_s)
         queries = {signal: plan.queries[signal] for signal in HISTORY_SIGNALS}
         answers = await self._range(queries, start_s, end_s, step_s)
-        return split_history(plan, answers, selections)
+        histories = split_history(plan, answers, selections)
+        rates = await self._gateway_ranges(selections, start_s, end_s, step_s)
+        if not rates:
+            return histories
+        return {
+            selection: with_gateway_demand(history, rates[selection.gateway_query])
+            if selection.gateway_query
+            else history
+            for selection, history in histories.items()
+        }
+
+    async def _gateway_ranges(
+        self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
+    ) -> dict[str, dict[float, float]]:
+        """Each distinct gateway query's known rates by evaluation time over
+        the range, paged like the vLLM signals. A query that fails is unknown
+        over the whole range (logged), never zero: vLLM's arrivals stand in,
+        as in a live refresh."""
+        rates: dict[str, dict[float, float]] = {}
+        for query in sorted({s.gateway_query for s in selections if s.gateway_query}):
+            try:
+                answer = (await self._range({query: query}, start_s, end_s, step_s))[query]
+            except SourceError as exc:
+                log.warning(
+                    "gatewayRateQuery %r on %s from %.0f to %.0f: %s; the gateway's rate "
+                    "is unknown there (vLLM's arrivals stand in)",
+                    query,
+                    self.address,
+                    start_s,
+                    end_s,
+                    exc,
+                )
+                answer = []
+            rates[query] = gateway_rates_by_time(answer)
+        return rates
 
     async def _range(
         self, queries: dict[str, str], start_s: float, end_s: float, step_s: float
@@ -271,3 +323,38 @@ def gateway_rate(answer: object) -> tuple[float | None, str | None]:
     if not math.isfinite(total) or total < 0:
         return None, f"the rate is {total!r}"
     return total, None
+
+
+def gateway_rates_by_time(answer: Sequence[Mapping[str, Any]]) -> dict[float, float]:
+    """The known rates of one gateway query_range answer by evaluation time.
+
+    At each time the instant vector is the series with a sample there, read
+    by ``gateway_rate`` as a live refresh reads its instant answer: a time
+    with no series, a NaN or a negative sum is unknown and left out.
+    """
+    vectors: dict[float, list[dict[str, Any]]] = {}
+    try:
+        for series in answer:
+            for pair in series.get("values", ()):
+                vectors.setdefault(round(float(pair[0]), 3), []).append({"value": pair})
+    except (AttributeError, IndexError, TypeError, ValueError) as exc:
+        log.warning("a gatewayRateQuery range answer is malformed (%r): its rate is unknown", exc)
+        return {}
+    rates: dict[float, float] = {}
+    for t, vector in vectors.items():
+        rate, _problem = gateway_rate(vector)
+        if rate is not None:
+            rates[t] = rate
+    return rates
+
+
+def with_gateway_demand(history: History, rates: Mapping[float, float]) -> History:
+    """``history`` with the demand a live refresh feeds the tracker for an
+    object with ``gatewayRateQuery``: the gateway's rate where it is known
+    and vLLM gave a reading (its queue is known), else vLLM's arrivals (NaN
+    stays a gap, never zero)."""
+    gateway = np.array([rates.get(t, math.nan) for t in history.times.tolist()], dtype=float)
+    fed = np.isfinite(gateway) & np.isfinite(history.waiting)
+    return dataclasses.replace(
+        history, requests_per_s=np.where(fed, gateway, history.requests_per_s)
+    )

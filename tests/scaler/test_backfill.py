@@ -4,7 +4,14 @@ the loop's missed refreshes are read and filled, with an in-memory source."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decision.reading import Reading
+from decision.tracker import Tracker
 from decision.tracker_data import TrackerConfig
 from scaler.backfill import (
     MAX_CATCH_UP_S,
@@ -16,7 +23,8 @@ from scaler.backfill import (
 )
 from scaler.registry import Entry, ObjectRegistry
 from scaler.source_reader import SourceReader
-from scaler.sources import SourceSpec
+from scaler.sources import History, SourceSpec
+from scaler.sources.prometheus import gateway_rate, gateway_rates_by_time, with_gateway_demand
 from scaler.stepper import Stepper
 from tests.scaler.test_state import FakeSource, meta, queue_of
 from tests.scaler.test_stepper import Sink
@@ -145,3 +153,76 @@ async def test_fill_steps_every_missed_time_in_order_like_a_live_refresh() -> No
     ]
     for entry in objs:
         assert entry.decision.time_s == 104.0 and entry.tracker.last_time_s == 104.0
+
+
+# One grid time: vLLM's reading (None: no reading, a gap; else its arrival
+# rate, None when unknown) and each gateway series' sample there (None: the
+# series has none; NaN, Inf and negative are answers a live read calls unknown).
+_GATEWAY_SAMPLE = st.one_of(
+    st.none(), st.floats(0, 40), st.sampled_from([math.nan, math.inf, -1.0])
+)
+_POINT = st.tuples(
+    st.one_of(st.none(), st.just(math.nan), st.floats(0, 40)),
+    st.lists(_GATEWAY_SAMPLE, min_size=0, max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(points=st.lists(_POINT, min_size=1, max_size=40))
+def test_a_backfilled_tracker_holds_the_gateway_demand_live_readings_give(
+    points: list[tuple[float | None, list[float | None]]],
+) -> None:
+    """For an object with gatewayRateQuery, the history a backfill loads
+    (``with_gateway_demand`` of the gateway's range answer) puts the same
+    demand in the tracker's bins as live readings of the same data at the
+    same grid times: the gateway's rate where known, else vLLM's arrivals,
+    and a gap (never zero) where neither is known."""
+    # A live tracker closes the bins of a vLLM gap when its next reading
+    # comes (a backfill's loaded history is followed by its replay): end on one.
+    points = [*points, (1.0, [])]
+    step = CONFIG.step_s
+    times = [step * (k + 1) for k in range(len(points))]
+    series: list[dict[str, Any]] = [
+        {"metric": {"pod": str(j)}, "values": []} for j in range(max(len(g) for _, g in points))
+    ]
+    for t, (_, samples) in zip(times, points, strict=True):
+        for j, sample in enumerate(samples):
+            if sample is not None:
+                series[j]["values"].append([t, repr(sample)])
+    vllm = [arrival for arrival, _ in points]
+    gap = np.array([a is None for a in vllm])
+    history = History(
+        times=np.array(times),
+        requests_per_s=np.array([math.nan if a is None else a for a in vllm]),
+        tokens_per_s=np.full(len(times), math.nan),
+        ready=np.ones(len(times)),
+        waiting=np.where(gap, math.nan, 0.0),
+        completions_per_s=np.full(len(times), math.nan),
+    )
+    backfilled = Tracker(("ns", "so"), meta(), CONFIG)
+    loaded = with_gateway_demand(history, gateway_rates_by_time(series))
+    backfilled.load_history(
+        loaded.times,
+        loaded.requests_per_s,
+        loaded.tokens_per_s,
+        loaded.ready,
+        loaded.waiting,
+        loaded.completions_per_s,
+    )
+    live = Tracker(("ns", "so"), meta(), CONFIG)
+    for t, (arrival, _) in zip(times, points, strict=True):
+        # a live refresh's instant answer at t: the series with a sample there
+        vector = [{"value": v} for s in series for v in s["values"] if v[0] == t]
+        reading = None
+        if arrival is not None:
+            reading = Reading(
+                time_s=t,
+                ready_replicas=1,
+                waiting=0.0,
+                running=0.0,
+                arrival_rate_rps=None if math.isnan(arrival) else arrival,
+                gateway_rate_rps=gateway_rate(vector)[0],
+            )
+        live.ingest(t, reading, t, decide=False)
+    assert live.series.requests().tolist() == backfilled.series.requests().tolist()
+    assert np.all(np.isfinite(backfilled.series.requests()))
