@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 
 import aiohttp
 import pytest
 
+from decision.policy import Decision
 from scaler.server import start_server
 from scaler.sources.prometheus import PrometheusSource
 from scaler.state import ScalerState
-from scaler.telemetry import ScalerTelemetry
 from tests.scaler.keda_client import (
     HpaBehavior,
     HpaModel,
@@ -29,6 +30,7 @@ from tests.scaler.keda_client import (
     ScalingRules,
     ref,
 )
+from tests.scaler.test_state_backfill import RecordingTelemetry
 from tests.support.emulator import running_emulators
 from tests.support.prometheus import Target, running_prometheus
 
@@ -43,6 +45,31 @@ FAST_HPA = HpaBehavior(
 )
 
 
+def assert_held_for_stabilization(decisions: Mapping[float, Decision], fell_seen_s: float) -> None:
+    """The answer fell only once no recommendation in the last
+    ``scaleDownStabilizationSeconds`` of data asked for as many replicas.
+
+    Timed by the decisions' own grid times (the data's time), not by when the
+    test removed the load: the data lags the load by the scrape, the rate
+    window and the query delay, and how much it has already fallen when the
+    load is cancelled varies, so a bound from the cancel is not the rule.
+    ``fell_seen_s`` is when KEDA saw the lower answer (wall clock, like the
+    grid times)."""
+    times = sorted(decisions)
+    peak = max(decisions[t].replicas for t in times)
+    peak_at = min(t for t in times if decisions[t].replicas == peak)
+    fell_at = next(t for t in times if t > peak_at and decisions[t].replicas < peak)
+    asked_at = max(
+        t for t in times if t < fell_at and decisions[t].proposals.get("recommendation", 0) >= peak
+    )
+    assert fell_at - asked_at >= STABILIZATION_S, (asked_at, fell_at)
+    held = [decisions[t] for t in times if asked_at < t < fell_at]
+    assert held and all(d.replicas >= peak for d in held), held
+    assert any(d.reason == "scale_down_hold" for d in held), held
+    # KEDA got the lower answer only after the decision that made it
+    assert fell_seen_s >= fell_at, (fell_seen_s, fell_at)
+
+
 async def stream_one(session: aiohttp.ClientSession, url: str) -> None:
     body = {"model": "llama", "prompt": "tell me a long story", "max_tokens": 3000, "stream": True}
     async with session.post(f"{url}/v1/completions", json=body) as response:
@@ -51,7 +78,7 @@ async def stream_one(session: aiohttp.ClientSession, url: str) -> None:
 
 
 async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
-    telemetry = ScalerTelemetry()
+    telemetry = RecordingTelemetry()
     metrics = await telemetry.serve("127.0.0.1", 0)
     with running_emulators(2, max_num_seqs=1, served_model_name="llama") as urls:
         targets = [Target(u.removeprefix("http://"), {"namespace": "llm"}) for u in urls]
@@ -84,7 +111,8 @@ async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
                 },
             )
             keda = ScaledObjectLoop(client, so, hpa=HpaModel(behavior=FAST_HPA), hpa_sync_s=1.0)
-            polls: list[tuple[float, float, bool, int]] = []
+            # (monotonic, metric value, active, HPA replicas, wall clock)
+            polls: list[tuple[float, float, bool, int, float]] = []
 
             async def poll_forever() -> None:
                 while True:
@@ -92,7 +120,8 @@ async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
                     seen = len(keda.history)
                     replicas = await keda.step(now)
                     if len(keda.history) > seen:  # an UNAVAILABLE poll (warming up) adds none
-                        polls.append((now, keda.history[-1][1], keda.history[-1][2], replicas))
+                        value, active = keda.history[-1][1], keda.history[-1][2]
+                        polls.append((now, value, active, replicas, time.time()))
                     await asyncio.sleep(0.5)
 
             poller = asyncio.create_task(poll_forever())
@@ -108,7 +137,7 @@ async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
                     assert time.monotonic() < deadline, polls[-5:]
                     await asyncio.sleep(0.2)
                 await asyncio.sleep(3)
-                peak = max(v for _, v, _, _ in polls)
+                peak = max(p[1] for p in polls)
                 assert peak >= 4  # 12 waiting / 3 per replica
                 assert polls[-1][2] and polls[-1][3] >= 3  # KEDA active, HPA followed
                 for task in load:
@@ -121,8 +150,12 @@ async def test_answer_rises_under_load_and_falls_after_stabilization() -> None:
                         break
                     assert time.monotonic() < deadline, polls[-5:]
                     await asyncio.sleep(0.2)
-                fell_at = next(p[0] for p in polls if p[0] > cancelled_at and p[1] < peak)
-                assert fell_at - cancelled_at >= STABILIZATION_S - 0.5
+                fell_seen_s = next(p[4] for p in polls if p[0] > cancelled_at and p[1] < peak)
+                # the answer is published just before its decision is recorded
+                while not any(d.replicas < peak for d in telemetry.decisions.values()):
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                assert_held_for_stabilization(telemetry.decisions, fell_seen_s)
                 assert state.decision("llm", "so").reason in (
                     "scale_down_hold",
                     "idle",
