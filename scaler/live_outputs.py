@@ -81,6 +81,8 @@ class LiveOutputs:
                 ("kv_cache_usage", obs.kv_usage),
                 ("tokens_per_s", obs.prompt_tokens_per_s + obs.generation_tokens_per_s),
                 ("preemptions_per_s", obs.preemptions_per_s),
+                # gatewayRateQuery's answer: NaN (no series) without the key
+                ("gateway_requests_per_s", obs.gateway_rate_rps),
             ):
                 if math.isfinite(value):
                     demand.append((signal, value))

@@ -5,7 +5,8 @@ series carries ``namespace`` and ``scaledobject``:
 
 - ``prescaler_desired_replicas`` -- gauge, the last answer.
 - ``prescaler_ready_replicas`` -- gauge, ready replicas observed.
-- ``prescaler_demand{signal}`` -- gauge, live demand (``requests_per_s``, ...).
+- ``prescaler_demand{signal}`` -- gauge, live demand (``requests_per_s``, ...;
+  ``gateway_requests_per_s``, the ``gatewayRateQuery`` rate, only while known).
 - ``prescaler_forecast{signal,quantile,horizon_seconds}`` -- gauge, the forecast in use.
 - ``prescaler_forecast_abs_percentage_error{signal,horizon_seconds}`` -- gauge,
   rolling mean APE of matured forecasts (fraction: 0.1 = 10 %).

@@ -8,6 +8,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -78,6 +79,29 @@ def test_a_step_is_exported_to_the_metrics() -> None:
     assert demand['{namespace="ns",scaledobject="a",signal="waiting"}'] == 12.0
     assert demand['{namespace="ns",scaledobject="a",signal="tokens_per_s"}'] == 150.0
     outputs.close()
+
+
+def test_the_gateway_rate_is_exported_as_its_own_demand_signal() -> None:
+    """With gatewayRateQuery the gateway's rate is ``signal="gateway_requests_per_s"``
+    beside vLLM's ``requests_per_s`` (at zero replicas only the gateway sees
+    demand); without the key, or while it is unknown, there is no such series."""
+    gateway = "sum(rate(gateway_requests_total[1m]))"
+    obj = '{namespace="ns",scaledobject="a",signal='
+    for rate, expected in ((7.5, 7.5), (None, None)):
+        telemetry = ScalerTelemetry()
+        outputs = LiveOutputs(telemetry)
+        entry = entry_with(gatewayRateQuery=gateway)
+        idle = queue_of(waiting=0, ready=0, arrival=0.0)(Selection(), 10.0)
+        reading = replace(idle, gateway_rate_rps=rate)
+        outputs.stepped(entry, entry.tracker.step(10.0, reading, 10.0), 10.0)
+        demand = samples(telemetry, "prescaler_demand")
+        assert demand[obj + '"requests_per_s"}'] == 0.0
+        assert demand.get(obj + '"gateway_requests_per_s"}') == expected
+        outputs.close()
+    plain = ScalerTelemetry()
+    entry = entry_with()
+    LiveOutputs(plain).stepped(entry, stepped(entry, 10.0), 10.0)
+    assert not any("gateway" in labels for labels in samples(plain, "prescaler_demand"))
 
 
 def test_settled_forecasts_export_their_accuracy() -> None:
