@@ -43,6 +43,7 @@ def simulated(run: StackRun) -> SimResult:
     config = SimConfig(
         slo_ttft_s=run.opts.slo_ttft_s,
         timeout_s=run.opts.timeout_s,
+        rate_window_s=run.opts.rate_window_s,
         seed=run.opts.seed,
         initial_replicas=opening or None,
     )

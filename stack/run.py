@@ -113,6 +113,9 @@ class StackOptions:
     """The reactive ScaledObject's maxReplicaCount (a predictive run keeps its YAML's)."""
     initial_replicas: int | None = None
     """Fleet Ready at t=0; None: what the traffic before ``start_s`` needs (1 at the start)."""
+    rate_window_s: float = RATE_WINDOW_S
+    """The scaler's ``rate()`` window, which the warm-up waits out once (tests shorten it:
+    the simulator it is compared with is given the same window)."""
 
 
 def scaled_metadata(
@@ -141,7 +144,7 @@ def scaled_metadata(
     return meta
 
 
-def scaler_flags(speed: float) -> list[str]:
+def scaler_flags(speed: float, rate_window_s: float = RATE_WINDOW_S) -> list[str]:
     """``prescaler serve``'s interval flags at ``speed`` (defaults at 1). Written at
     full precision, the forecast step an exact multiple of the refresh, as serve checks."""
     refresh = REFRESH_S / speed
@@ -156,7 +159,7 @@ def scaler_flags(speed: float) -> list[str]:
         "--fit-window-seconds",
         repr(DEFAULT_FIT_WINDOW_S / speed),
         "--rate-window-seconds",
-        repr(max(1.0, RATE_WINDOW_S / speed)),
+        repr(max(1.0, rate_window_s / speed)),
         "--grace-seconds",
         "1",
     ]
@@ -178,8 +181,10 @@ class StackRun:
         """``workload`` replaces the trace file (tests replay synthetic bursts)."""
         if not (opts.speed > 0 and math.isfinite(opts.speed)):
             raise ValueError(f"--speed must be a finite number > 0, got {opts.speed}")
-        if RATE_WINDOW_S / opts.speed < 1.0:
-            raise ValueError(f"--speed must be <= {RATE_WINDOW_S:g} (rate windows of >= 1 s)")
+        if not opts.rate_window_s >= 2 * SCRAPE_S:
+            raise ValueError(f"rate_window_s must be >= {2 * SCRAPE_S:g}, got {opts.rate_window_s}")
+        if opts.rate_window_s / opts.speed < 1.0:
+            raise ValueError(f"--speed must be <= {opts.rate_window_s:g} (rate windows of >= 1 s)")
         if opts.policy not in ("predictive", "reactive"):
             raise ValueError(f"--policy must be predictive or reactive, got {opts.policy!r}")
         self.opts = opts
@@ -262,7 +267,9 @@ class StackRun:
             shutil.rmtree(self.workdir / name, ignore_errors=True)
         if opts.policy == "predictive":
             self.scalers = [
-                ScalerProcess(self.workdir, scaler_flags(k), name=f"scaler-{i}", speed=k)
+                ScalerProcess(
+                    self.workdir, scaler_flags(k, opts.rate_window_s), name=f"scaler-{i}", speed=k
+                )
                 for i in range(opts.scaler_replicas)
             ]
         labels = {"namespace": self.namespace}
@@ -335,7 +342,7 @@ class StackRun:
         refreshes when those are longer) for every scaler replica to answer twice."""
         k = self.opts.speed
         return WarmupDeadline(
-            settle_s=(RATE_WINDOW_S + 2 * SCRAPE_S) / k,
+            settle_s=(self.opts.rate_window_s + 2 * SCRAPE_S) / k,
             answer_s=max(ANSWER_WALL_S, 10 * REFRESH_S / k),
             answers_needed=2 * max(1, len(self.scalers)),
             clock=clock,
