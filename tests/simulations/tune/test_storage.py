@@ -44,14 +44,19 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+BUSY_MINUTES = 30
+"""The shared-study tests' trace length (an hour made each test about twice as long,
+with the same sharing to check)."""
+
+
 @pytest.fixture(scope="module")
 def busy_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An hour of busier traffic: trials long enough (about a second each
-    here) that two processes started half a second apart both run some,
+    """Half an hour of busier traffic: trials long enough (about a second
+    each here) that two processes started half a second apart both run some,
     however unevenly the machine schedules their start-up."""
     path = tmp_path_factory.mktemp("busy") / "counts.csv"
     rng = np.random.default_rng(3)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(200, 500, 60))]
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(200, 500, BUSY_MINUTES))]
     path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
     return path
 
@@ -116,7 +121,8 @@ def _two_tunes(trace: Path, storage: str, tmp_path: Path, trials: int) -> list[d
     procs = []
     for k in range(2):
         argv = [
-            sys.executable, "-m", "simulations.tune.cli", str(trace), "--duration", "3600",
+            sys.executable, "-m", "simulations.tune.cli", str(trace),
+            "--duration", str(60 * BUSY_MINUTES),
             "--trials", str(trials), "--target", "0.8", "--quiet", "--storage", storage,
             "--holdout-seeds", "1",
             "--study", "shared", "--json", str(tmp_path / f"tune{k}.json"),
