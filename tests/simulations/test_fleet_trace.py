@@ -173,7 +173,8 @@ def test_tune_reads_a_real_prometheus(tmp_path: Path, capsys: pytest.CaptureFixt
         out = tmp_path / "tune.json"
         code = main([
             "--prometheus", prom.url, "--selector", "namespace=llm", "--since", "1h",
-            "--duration", "1200", "--trials", "2", "--target", "0.5", "--quiet",
+            "--duration", "1200", "--holdout-seeds", "1", "--trials", "2", "--target", "0.5",
+            "--quiet",
             "--storage", f"sqlite:///{tmp_path / 's.db'}", "--json", str(out),
         ])  # fmt: skip
     assert code == 0, capsys.readouterr()
