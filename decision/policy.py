@@ -174,12 +174,19 @@ def _positive(x: float | None) -> bool:
 def is_fresh(obs: Observation | None, settings: ScalerSettings) -> bool:
     """Whether ``obs`` is usable: present, of known age within
     ``stale_after_seconds``, and carrying waiting or KV usage (or, at zero
-    replicas, the gateway's rate: the only signal a fleet at zero has)."""
+    replicas, the gateway's rate: the only signal a fleet at zero has).
+
+    With ``gatewayRateQuery`` set, a fleet at zero whose gateway rate is
+    unknown is not fresh: an empty fleet's zero queue says nothing about
+    requests waiting at the gateway, so a failing gateway query must hold
+    (then fall back), never read as "idle"."""
     if obs is None or obs.ready_replicas < 0:
         return False
     if not _finite(obs.data_age_s) or obs.data_age_s > settings.stale_after_seconds:
         return False
     at_zero_with_gateway = obs.ready_replicas == 0 and _finite(obs.gateway_rate_rps)
+    if settings.gateway_rate_query is not None and obs.ready_replicas == 0:
+        return at_zero_with_gateway
     return _finite(obs.waiting) or _finite(obs.kv_usage) or at_zero_with_gateway
 
 

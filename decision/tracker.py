@@ -322,6 +322,14 @@ class Tracker:
             # zero (or one still starting) never sees, so the forecast learns it.
             gateway = known_rate(reading.gateway_rate_rps)
             arrival = _nan(reading.arrival_rate_rps if gateway is None else gateway)
+            if (
+                gateway is None
+                and reading.ready_replicas == 0
+                and self._settings.gateway_rate_query
+            ):
+                # An empty fleet's zero says nothing of the gateway: a gap, not
+                # a zero for the forecast to learn.
+                arrival = math.nan
             if abs(self.series.bin_end(t) - t) < 1e-6:
                 # the same samples a backfill sees (history at the bin step)
                 self.capacity_learner.add(

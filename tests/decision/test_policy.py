@@ -483,6 +483,21 @@ def test_unknown_gateway_at_zero_is_no_data_not_zero_demand() -> None:
     assert is_active(unknown, None, ZERO, previous=True)
 
 
+def test_unknown_gateway_over_an_empty_fleets_zeros_holds() -> None:
+    """The sources read a fleet at zero as zeros (no pod: nothing waiting,
+    nothing arriving), so a failed gateway query would leave an observation
+    that looks idle: with the key set it is stale instead, IsActive holds
+    and the decision never scales in on it."""
+    empty = at_zero(waiting=0.0, running=0.0, arrival_rate_rps=0.0, gateway_rate_rps=NAN)
+    d = decide(empty, None, ZERO, [], UNKNOWN)
+    assert d.data_stale and d.reason != "idle"
+    assert is_active(empty, None, ZERO, previous=True)
+    assert not is_active(empty, None, ZERO, previous=False)
+    # without the key an empty fleet's zeros are all there is: idle
+    plain = ScalerSettings(prometheus_address="http://p:9090")
+    assert decide(empty, None, plain, [], UNKNOWN).reason == "idle"
+
+
 def test_gateway_rate_is_the_demand_while_replicas_serve() -> None:
     """Requests held at the gateway count: the gateway's rate, not vLLM's
     arrivals, is sized for."""
