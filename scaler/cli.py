@@ -75,8 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--allow-cross-namespace",
         action="store_true",
         help="let a ScaledObject read series of other namespaces (a namespace matcher "
-        "in selector other than its own, or namespace beside podSelector); off by "
-        "default so one tenant cannot scale on another's load",
+        "in selector other than its own, namespace beside podSelector, or any "
+        "gatewayRateQuery); off by default so one tenant cannot scale on another's load",
     )
     p.add_argument(
         "--forecast-worker",

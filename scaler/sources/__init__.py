@@ -88,8 +88,13 @@ def foreign_namespace_key(settings: ScalerSettings, namespace: str) -> str | Non
     in its namespace; without this check, that tenant could read (and scale
     on) every other tenant's series behind a shared Prometheus or cluster.
     Only ``namespace="<its own>"`` is allowed in ``selector``: a regex or a
-    negation can match other namespaces.
+    negation can match other namespaces. ``gatewayRateQuery`` is free PromQL
+    whose answer comes back through ``prescaler_demand`` and the logs, and a
+    gateway's series usually live in the ingress controller's namespace, so
+    it always needs the operator's consent.
     """
+    if settings.gateway_rate_query is not None:
+        return "gatewayRateQuery"
     if settings.pod_selector and settings.namespace not in (None, namespace):
         return "namespace"
     if settings.prometheus_address is not None:

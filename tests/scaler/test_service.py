@@ -515,6 +515,10 @@ FOREIGN = [
         {"prometheusAddress": "", "podSelector": "app=vllm", "namespace": "other"},
         "scalerMetadata.namespace",
     ),
+    (
+        {"gatewayRateQuery": "sum(rate(gateway_requests_total[1m]))"},
+        "scalerMetadata.gatewayRateQuery",
+    ),
 ]
 
 
