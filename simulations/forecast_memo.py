@@ -284,6 +284,9 @@ class MemoizedForecaster:
         self._fit_y = arr
         self._fit_key = _digest(self._method_key, np.float64(step_s).tobytes(), _history_bytes(arr))
         self._y, self._y_key = None, b""
+        # The inner model may hold a later update of an identical earlier fit:
+        # it no longer stands for this fit until restored or refitted.
+        self._inner_fit = None
         self._memo._count("fits_requested")
 
     def update(self, y: np.ndarray) -> None:

@@ -247,3 +247,21 @@ def test_a_gateway_fed_tracker_shares_its_forecasts_across_settings() -> None:
     third = memo.stats
     assert third.fits_run == first.fits_run and third.fits_restored > 0
     assert third.predicts_run > second.predicts_run
+
+
+def test_a_refit_on_the_same_history_forgets_the_update_between() -> None:
+    """fit(y), update(y2), predict, then fit(y) again with no update: the
+    second forecast is the plain forecaster's for y alone, not y2's."""
+    rng = np.random.default_rng(5)
+    y = rng.poisson(20.0, 300).astype(float)
+    y2 = np.concatenate([y, rng.poisson(60.0, 40).astype(float)])
+    memo = ForecastMemo()
+    model = MemoizedForecaster("prescaler", memo)
+    model.fit(y, STEP_S)
+    model.update(y2)
+    model.predict(8, QS)
+    model.fit(y, STEP_S)
+    again = model.predict(8, QS)
+    plain = make_forecaster("prescaler")
+    plain.fit(y, STEP_S)
+    assert again.values.tobytes() == plain.predict(8, QS).values.tobytes()
