@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from decision.reading import Reading
 from scaler.registry import Entry, ObjectKey
 from scaler.source_reader import SourceReader, by_source
-from scaler.sources import History
+from scaler.sources import History, Selection
 from scaler.stepper import Stepper, StepWork
 
 __all__ = [
+    "BACKFILL_BATCH",
     "BACKFILL_CHUNK",
     "MAX_CATCH_UP_S",
     "BackfillItem",
@@ -36,6 +37,13 @@ log = logging.getLogger(__name__)
 
 BACKFILL_CHUNK = 100
 """New objects backfilled together; refreshes of the others run between chunks."""
+
+BACKFILL_BATCH = 16
+"""Distinct selections read from a source in one history read. A three-day
+history is tens of megabytes of raw answer per object while it is parsed, so
+reading a whole chunk (or a restart's every object) in one call could pass the
+scaler's memory limit; batches bound the peak whatever the number of objects,
+and each batch's answer is folded into arrays before the next is read."""
 
 MAX_CATCH_UP_S = 600.0
 """The longest stretch of missed refreshes that is replayed tick by tick."""
@@ -79,7 +87,7 @@ async def read_backfill(
 ) -> list[BackfillItem]:
     """Read what ``entries`` (new objects) need to answer at ``tick``.
 
-    Two reads per source for all its new objects together: the long history
+    Two reads per batch of :data:`BACKFILL_BATCH` selections of a source: the long history
     at the forecast step (arrays, for bins and learned capacity), and the last
     stabilization window at the refresh step (readings, to replay decisions
     exactly as a scaler running all along made them); then the current
@@ -97,17 +105,25 @@ async def read_backfill(
         history_start = history_end - (max(e.tracker.series.capacity for e in group) - 1) * fs
         selections = list(dict.fromkeys(e.selection for e in group))
         source = reader.source(spec)
-        try:
-            history = await source.read_history(selections, history_start, history_end, fs)
-            ranges = await source.read_range(
-                selections,
-                history_end + refresh_interval_s,
-                tick - refresh_interval_s,
-                refresh_interval_s,
-            )
-        except Exception as exc:
-            log.warning("backfill from %s failed: %s", reader.label(spec), exc)
-            history, ranges = {}, {}
+        history: dict[Selection, History] = {}
+        ranges: dict[Selection, list[Reading]] = {}
+        for first in range(0, len(selections), BACKFILL_BATCH):
+            batch = selections[first : first + BACKFILL_BATCH]
+            try:
+                batch_history = await source.read_history(batch, history_start, history_end, fs)
+                batch_ranges = await source.read_range(
+                    batch,
+                    history_end + refresh_interval_s,
+                    tick - refresh_interval_s,
+                    refresh_interval_s,
+                )
+            except Exception as exc:
+                # One failure per source: the rest go on from live data rather
+                # than each batch waiting out the same outage.
+                log.warning("backfill from %s failed: %s", reader.label(spec), exc)
+                break
+            history.update(batch_history)
+            ranges.update(batch_ranges)
         for entry in group:
             histories[entry.key] = history.get(entry.selection)
             replays[entry.key] = ranges.get(entry.selection, [])

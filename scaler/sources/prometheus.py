@@ -26,7 +26,7 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,17 +64,68 @@ def range_pages(
     return pages
 
 
+class PackedValues:
+    """One series' ``[time, value]`` samples as a float64 array (8 bytes a
+    number), iterated as the ``[t, v]`` pairs of an answer's ``values``.
+
+    Why: a parsed page holds each sample as a list, a float and a string
+    (well over 100 bytes); a long history read in pages kept every page that
+    way until the last arrived. The values equal ``float`` of the strings, as
+    every reader of an answer parses them.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __iter__(self) -> Iterator[list[float]]:
+        return iter(self.array.tolist())
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+
+def pack_values(values: Iterable[Sequence[Any]], signal: str) -> PackedValues:
+    """A series' ``values`` of one page packed (``PackedValues``); a sample
+    that is not ``[time, number]`` is a ``SourceError`` naming the signal."""
+    try:
+        pairs = [(float(t), float(v)) for t, v in values]
+    except (TypeError, ValueError) as exc:
+        raise SourceError(f"{signal}: malformed range samples ({exc})"[:300]) from exc
+    return PackedValues(np.array(pairs, dtype=float).reshape(-1, 2))
+
+
+def pack_page(answer: Sequence[Mapping[str, Any]], signal: str) -> list[dict[str, Any]]:
+    """One page's answer for ``signal`` with each series' values packed."""
+    packed = []
+    for series in answer:
+        if not isinstance(series, Mapping):
+            raise SourceError(f"{signal}: malformed series {series!r}"[:300])
+        packed.append(
+            {
+                "metric": series.get("metric", {}),
+                "values": pack_values(series.get("values", ()), signal),
+            }
+        )
+    return packed
+
+
 def merge_pages(pages: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One query_range answer from its pages' answers: each series' values
-    concatenated in page order (a series missing from a page has no
-    samples there)."""
-    merged: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+    """One query_range answer from its pages' packed answers (``pack_page``):
+    each series' values concatenated in page order (a series missing from a
+    page has no samples there)."""
+    metrics: dict[tuple[tuple[str, str], ...], Any] = {}
+    parts: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
     for page in pages:
         for series in page:
             key = tuple(sorted(series.get("metric", {}).items()))
-            kept = merged.setdefault(key, {"metric": series.get("metric", {}), "values": []})
-            kept["values"].extend(series.get("values", []))
-    return list(merged.values())
+            metrics.setdefault(key, series.get("metric", {}))
+            parts.setdefault(key, []).append(series["values"].array)
+    return [
+        {"metric": metrics[key], "values": PackedValues(np.concatenate(arrays))}
+        for key, arrays in parts.items()
+    ]
 
 
 class PrometheusSource:
@@ -282,7 +333,13 @@ class PrometheusSource:
         # (a three-day fit window at 15 s is 17,280), so a long range is read
         # in pages of ``max_range_points`` on the same grid, oldest first.
         pages = range_pages(start_s, end_s, step_s, self.max_range_points)
-        answers = [await self._run_all(self._range_calls(queries, *page)) for page in pages]
+        # Each page is packed before the next is read, so what stays is
+        # 8 bytes a number, not the parsed JSON of every page.
+        answers = []
+        for page in pages:
+            raw = await self._run_all(self._range_calls(queries, *page))
+            answers.append({signal: pack_page(raw[signal], signal) for signal in queries})
+            del raw
         return {signal: merge_pages([a[signal] for a in answers]) for signal in queries}
 
     def _range_calls(

@@ -14,6 +14,7 @@ from decision.reading import Reading
 from decision.tracker import Tracker
 from decision.tracker_data import TrackerConfig
 from scaler.backfill import (
+    BACKFILL_BATCH,
     MAX_CATCH_UP_S,
     fill,
     read_backfill,
@@ -67,6 +68,21 @@ async def test_new_objects_of_one_source_are_read_together() -> None:
         assert [r.time_s for r in item.replay] == [history_end + k for k in range(1, 12)]
         assert item.current is not None and item.current.time_s == 1000.0
         assert item.generation == item.entry.generation
+
+
+async def test_more_selections_than_a_batch_are_all_read_in_bounded_batches() -> None:
+    source = FakeSource(SPEC, queue_of(waiting=6))
+    objects = ObjectRegistry(CONFIG, clock=lambda: 0.0)
+    n = 2 * BACKFILL_BATCH + 3
+    for i in range(n):
+        objects.register("ns", f"so-{i}", meta(model=f"m-{i}"))
+    objs = list(objects)
+    assert len({e.selection for e in objs}) == n
+    reader = SourceReader(lambda spec: source)
+    items = await read_backfill(reader, objs, 1000.0, refresh_interval_s=1.0, forecast_step_s=2.0)
+    assert [size for size, _, _ in source.ranges] == [BACKFILL_BATCH, BACKFILL_BATCH, 3]
+    assert all(i.history is not None and len(i.history) for i in items)
+    assert all(len(i.replay) == len(items[0].replay) > 0 for i in items)
 
 
 async def test_a_source_without_history_leaves_only_the_current_reading() -> None:

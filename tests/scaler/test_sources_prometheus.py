@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,8 +13,8 @@ from hypothesis import strategies as st
 
 from decision.reading import Reading
 from decision.settings import LabelMatcher, parse_selector
-from scaler.sources.model import Selection
-from scaler.sources.prometheus import PrometheusSource, range_pages
+from scaler.sources.model import Selection, SourceError
+from scaler.sources.prometheus import PrometheusSource, merge_pages, pack_page, range_pages
 from scaler.sources.promql import SIGNALS
 from tests.scaler.conftest import Engine, FakeVllm, PrometheusProxy
 from tests.support.emulator import running_emulators
@@ -204,6 +206,27 @@ def test_pages_cover_the_grid_once_within_the_limit(
     grid = [a + k * s for a, b, s in pages for k in range(round((b - a) / s) + 1)]
     assert grid == [start + k * step for k in range(points)]
     assert all(round((b - a) / s) + 1 <= max_points for a, b, s in pages)
+
+
+def test_pages_are_packed_to_floats_and_merged_in_order() -> None:
+    a, b = {"pod": "a"}, {"pod": "b"}
+    first: list[dict[str, Any]] = [
+        {"metric": a, "values": [[1.0, "2"], [2.0, "NaN"]]},
+        {"metric": b, "values": []},
+    ]
+    second: list[dict[str, Any]] = [
+        {"metric": a, "values": [[3.0, "+Inf"]]},
+        {"metric": b, "values": [[3.0, "5.5"]]},
+    ]
+    merged = merge_pages([pack_page(first, "waiting"), pack_page(second, "waiting")])
+    assert [m["metric"] for m in merged] == [a, b]
+    times, values = zip(*merged[0]["values"], strict=True)
+    assert times == (1.0, 2.0, 3.0)
+    assert values[0] == 2.0 and math.isnan(values[1]) and values[2] == math.inf
+    assert list(merged[1]["values"]) == [[3.0, 5.5]]
+    with pytest.raises(SourceError, match="waiting"):
+        bad: list[dict[str, Any]] = [{"metric": a, "values": [[1.0, "many"]]}]
+        pack_page(bad, "waiting")
 
 
 def test_failing_scrapes_read_as_missing_never_as_idle() -> None:
