@@ -206,12 +206,21 @@ class PrometheusSource:
             signal: (lambda q=query: self._client.custom_query(q, params=params))
             for signal, query in plan.queries.items()
         }
-        answers = await self._run_all(calls)
-        readings = split_instant(plan, answers, selections, at_s)
         queries = sorted({s.gateway_query for s in selections if s.gateway_query})
-        if not queries:
+        # The gateway queries run beside the vLLM ones, not after them, so a
+        # refresh waits one timeout at most, not two.
+        gateway = asyncio.ensure_future(self._gateway_rates(queries, params)) if queries else None
+        try:
+            answers = await self._run_all(calls)
+        except BaseException:
+            if gateway is not None:
+                gateway.cancel()
+                await asyncio.gather(gateway, return_exceptions=True)
+            raise
+        readings = split_instant(plan, answers, selections, at_s)
+        if gateway is None:
             return readings
-        rates = await self._gateway_rates(queries, params)
+        rates = await gateway
         return {
             selection: dataclasses.replace(
                 reading, gateway_rate_rps=rates.get(selection.gateway_query)
@@ -233,13 +242,18 @@ class PrometheusSource:
             )
             for q in queries
         ]
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                answers = await asyncio.gather(*futures, return_exceptions=True)
-        except TimeoutError:
-            answers = [TimeoutError(f"slower than {self.timeout_s}s")] * len(queries)
-            for future in futures:
+        await asyncio.wait(futures, timeout=self.timeout_s)
+        # A query that missed the timeout is unknown; those that answered in
+        # time keep their answers.
+        answers: list[object] = []
+        for future in futures:
+            if not future.done() or future.cancelled():
                 future.cancel()
+                answers.append(TimeoutError(f"slower than {self.timeout_s}s"))
+            elif future.exception() is not None:
+                answers.append(future.exception())
+            else:
+                answers.append(future.result())
         rates: dict[str, float | None] = {}
         for query, answer in zip(queries, answers, strict=True):
             rate, problem = gateway_rate(answer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -152,6 +153,35 @@ async def test_gateway_query_is_read_with_the_vllm_signals_and_a_failure_is_unkn
         assert any("empty" in w for w in warned)
     finally:
         await source.close()
+
+
+async def test_a_slow_gateway_query_leaves_the_others_answers(prom: PrometheusServer) -> None:
+    """Gateway queries run beside the vLLM ones; one that misses the timeout
+    is unknown while the gateway query that answered in time keeps its rate
+    and the vLLM signals are read. The slowness is injected in front of the
+    real Prometheus client for one query text."""
+    slow_text = 'sum(rate(vllm:request_success_total{namespace="llm"}[6s]))'
+    fast_text = 'sum(rate(vllm:request_success_total{namespace="llm"}[5s]))'
+    fast = Selection(sel('namespace="llm"', "llama").matchers, gateway_query=fast_text)
+    slow = Selection(sel('namespace="other"').matchers, gateway_query=slow_text)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(SIGNALS) + 2)
+    source = PrometheusSource(prom.url, rate_window_s=5, timeout_s=2.0, executor=pool)
+    real_query = source._client.custom_query
+
+    def custom_query(query: str, params: dict[str, str] | None = None) -> Any:
+        if query == slow_text:
+            time.sleep(2.5)
+        return real_query(query, params=params)
+
+    source._client.custom_query = custom_query  # type: ignore[method-assign]
+    try:
+        readings = await source.read([fast, slow], now_grid())
+        assert readings[fast].gateway_rate_rps == pytest.approx(3.0, rel=0.25)
+        assert readings[slow].gateway_rate_rps is None
+        assert (readings[fast].waiting, readings[slow].waiting) == (7.0, 9.0)
+    finally:
+        await source.close()
+        pool.shutdown(wait=True)
 
 
 async def test_range_read_equals_instant_reads_at_the_same_times(prom: PrometheusServer) -> None:
