@@ -14,6 +14,7 @@ import pytest
 
 from decision.reading import Reading
 from decision.settings import ScalerSettings, parse_settings
+from scaler.backfill import BACKFILL_BATCH
 from scaler.sources import History, Selection, SourceError, SourceSpec
 from scaler.state import ScalerState
 from scaler.telemetry import ScalerTelemetry
@@ -171,7 +172,8 @@ async def test_first_answer_is_warming_up_then_the_queue_decides() -> None:
 
 
 async def test_one_read_per_source_per_refresh_for_all_objects() -> None:
-    """100 ScaledObjects on one Prometheus: one read call with 100 selections."""
+    """100 ScaledObjects on one Prometheus: one read call with 100 selections
+    per refresh."""
     source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), queue_of(waiting=3))
     state = make_state(source)
     for i in range(100):
@@ -181,10 +183,12 @@ async def test_one_read_per_source_per_refresh_for_all_objects() -> None:
         await wait_until(lambda: len(source.reads) >= 4)
     finally:
         await state.stop()
-    # one range query (backfill) for all of them; a later one only if a tick was missed
-    assert source.ranges[0][0] == 100
+    # the backfill's range reads, in batches of BACKFILL_BATCH (bounded memory
+    # after a restart); a later one, for all of them, only if a tick was missed
+    batches = [min(BACKFILL_BATCH, 100 - i) for i in range(0, 100, BACKFILL_BATCH)]
+    assert [n for n, _, _ in source.ranges[: len(batches)]] == batches
     assert all(n == 100 for n, _ in source.reads)
-    assert all(n == 100 for n, _, _ in source.ranges)
+    assert all(n == 100 for n, _, _ in source.ranges[len(batches) :])
 
 
 async def test_register_is_idempotent_and_new_settings_replace_old() -> None:
