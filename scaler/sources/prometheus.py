@@ -422,10 +422,12 @@ def gateway_rates_by_time(answer: Sequence[Mapping[str, Any]]) -> dict[float, fl
 def with_gateway_demand(history: History, rates: Mapping[float, float]) -> History:
     """``history`` with the demand a live refresh feeds the tracker for an
     object with ``gatewayRateQuery``: the gateway's rate where it is known
-    and vLLM gave a reading (its queue is known), else vLLM's arrivals (NaN
-    stays a gap, never zero)."""
+    and vLLM gave a reading (its queue is known); a gap where the fleet was
+    at zero and the gateway's rate is unknown (an empty fleet's zero says
+    nothing of the gateway, as ``decision.tracker`` bins it live); else
+    vLLM's arrivals (NaN stays a gap, never zero)."""
     gateway = np.array([rates.get(t, math.nan) for t in history.times.tolist()], dtype=float)
     fed = np.isfinite(gateway) & np.isfinite(history.waiting)
-    return dataclasses.replace(
-        history, requests_per_s=np.where(fed, gateway, history.requests_per_s)
-    )
+    unknown_at_zero = ~np.isfinite(gateway) & (history.ready == 0)
+    demand = np.where(fed, gateway, history.requests_per_s)
+    return dataclasses.replace(history, requests_per_s=np.where(unknown_at_zero, math.nan, demand))

@@ -242,3 +242,21 @@ def test_a_backfilled_tracker_holds_the_gateway_demand_live_readings_give(
         live.ingest(t, reading, t, decide=False)
     assert live.series.requests().tolist() == backfilled.series.requests().tolist()
     assert np.all(np.isfinite(backfilled.series.requests()))
+
+
+def test_a_fleet_at_zero_with_no_gateway_answer_backfills_a_gap() -> None:
+    """At zero replicas vLLM's zero arrivals say nothing of the gateway: where
+    the gateway's rate is unknown the backfilled demand is a gap (as a live
+    tracker with gatewayRateQuery bins it), where known it is the rate, and
+    a serving fleet without an answer keeps vLLM's arrivals."""
+    history = History(
+        times=np.array([15.0, 30.0, 45.0]),
+        requests_per_s=np.array([0.0, 0.0, 2.0]),
+        tokens_per_s=np.full(3, math.nan),
+        ready=np.array([0.0, 0.0, 1.0]),
+        waiting=np.zeros(3),
+        completions_per_s=np.full(3, math.nan),
+    )
+    loaded = with_gateway_demand(history, {30.0: 0.5})
+    demand = loaded.requests_per_s
+    assert math.isnan(demand[0]) and demand[1:].tolist() == [0.5, 2.0]
