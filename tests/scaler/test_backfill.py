@@ -171,51 +171,56 @@ async def test_fill_steps_every_missed_time_in_order_like_a_live_refresh() -> No
         assert entry.decision.time_s == 104.0 and entry.tracker.last_time_s == 104.0
 
 
-# One grid time: vLLM's reading (None: no reading, a gap; else its arrival
+# One grid time: the fleet's ready replicas (0: scaled to zero, or every
+# replica asleep), vLLM's reading (None: no reading, a gap; else its arrival
 # rate, None when unknown) and each gateway series' sample there (None: the
 # series has none; NaN, Inf and negative are answers a live read calls unknown).
 _GATEWAY_SAMPLE = st.one_of(
     st.none(), st.floats(0, 40), st.sampled_from([math.nan, math.inf, -1.0])
 )
 _POINT = st.tuples(
+    st.integers(0, 2),
     st.one_of(st.none(), st.just(math.nan), st.floats(0, 40)),
     st.lists(_GATEWAY_SAMPLE, min_size=0, max_size=3),
 )
+_GATEWAY_QUERY = 'sum(rate(gateway_requests_total{model="m"}[1m]))'
 
 
 @settings(max_examples=60, deadline=None)
 @given(points=st.lists(_POINT, min_size=1, max_size=40))
 def test_a_backfilled_tracker_holds_the_gateway_demand_live_readings_give(
-    points: list[tuple[float | None, list[float | None]]],
+    points: list[tuple[int, float | None, list[float | None]]],
 ) -> None:
     """For an object with gatewayRateQuery, the history a backfill loads
     (``with_gateway_demand`` of the gateway's range answer) puts the same
     demand in the tracker's bins as live readings of the same data at the
     same grid times: the gateway's rate where known, else vLLM's arrivals,
-    and a gap (never zero) where neither is known."""
+    and a gap (never zero) where neither is known or where the fleet is at
+    zero and the gateway's rate is unknown (an empty fleet's zero says
+    nothing of the gateway)."""
     # A live tracker closes the bins of a vLLM gap when its next reading
     # comes (a backfill's loaded history is followed by its replay): end on one.
-    points = [*points, (1.0, [])]
+    points = [*points, (1, 1.0, [])]
     step = CONFIG.step_s
     times = [step * (k + 1) for k in range(len(points))]
     series: list[dict[str, Any]] = [
-        {"metric": {"pod": str(j)}, "values": []} for j in range(max(len(g) for _, g in points))
+        {"metric": {"pod": str(j)}, "values": []} for j in range(max(len(g) for _, _, g in points))
     ]
-    for t, (_, samples) in zip(times, points, strict=True):
+    for t, (_, _, samples) in zip(times, points, strict=True):
         for j, sample in enumerate(samples):
             if sample is not None:
                 series[j]["values"].append([t, repr(sample)])
-    vllm = [arrival for arrival, _ in points]
+    vllm = [arrival for _, arrival, _ in points]
     gap = np.array([a is None for a in vllm])
     history = History(
         times=np.array(times),
         requests_per_s=np.array([math.nan if a is None else a for a in vllm]),
         tokens_per_s=np.full(len(times), math.nan),
-        ready=np.ones(len(times)),
+        ready=np.array([float(ready) for ready, _, _ in points]),
         waiting=np.where(gap, math.nan, 0.0),
         completions_per_s=np.full(len(times), math.nan),
     )
-    backfilled = Tracker(("ns", "so"), meta(), CONFIG)
+    backfilled = Tracker(("ns", "so"), meta(gatewayRateQuery=_GATEWAY_QUERY), CONFIG)
     loaded = with_gateway_demand(history, gateway_rates_by_time(series))
     backfilled.load_history(
         loaded.times,
@@ -225,15 +230,15 @@ def test_a_backfilled_tracker_holds_the_gateway_demand_live_readings_give(
         loaded.waiting,
         loaded.completions_per_s,
     )
-    live = Tracker(("ns", "so"), meta(), CONFIG)
-    for t, (arrival, _) in zip(times, points, strict=True):
+    live = Tracker(("ns", "so"), meta(gatewayRateQuery=_GATEWAY_QUERY), CONFIG)
+    for t, (ready, arrival, _) in zip(times, points, strict=True):
         # a live refresh's instant answer at t: the series with a sample there
         vector = [{"value": v} for s in series for v in s["values"] if v[0] == t]
         reading = None
         if arrival is not None:
             reading = Reading(
                 time_s=t,
-                ready_replicas=1,
+                ready_replicas=ready,
                 waiting=0.0,
                 running=0.0,
                 arrival_rate_rps=None if math.isnan(arrival) else arrival,
