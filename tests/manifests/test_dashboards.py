@@ -73,6 +73,13 @@ def substitute(expr: str) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", repl, expr)
 
 
+def promtool_run(promtool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``promtool`` with ``args``, its output captured as text."""
+    return subprocess.run(
+        [promtool, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 def load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
@@ -242,6 +249,72 @@ def test_forecast_accuracy_panels() -> None:
     assert {"id": "custom.fillBelowTo", "value": "lower quantile"} in band["upper quantile"]
 
 
+def test_forecast_actual_is_the_gateway_rate_where_known_else_vllms(tmp_path: Path) -> None:
+    """For an object with gatewayRateQuery the forecast learns the gateway's
+    rate, so the panel's actual is that series where it exists and vLLM's
+    arrivals where it does not (a gap in the gateway's, an object without
+    the key), never both: evaluated by Prometheus' own engine (``promtool
+    test rules``) on series labelled as the scaler exports them."""
+    promtool = need_tool("promtool")
+    d = load(GRAFANA / "dashboards" / "forecast-accuracy.json")
+    (actual,) = [
+        t["expr"] for p in panels(d) for t in p.get("targets", []) if t["legendFormat"] == "actual"
+    ]
+    fed = substitute(actual)
+    plain = fed.replace('scaledobject="vllm-llama3-8b"', 'scaledobject="plain"')
+    assert plain != fed
+
+    def demand(scaledobject: str, signal: str) -> str:
+        return (
+            f'prescaler_demand{{job="prescaler",namespace="llm-serving",'
+            f'scaledobject="{scaledobject}",signal="{signal}"}}'
+        )
+
+    # One sample a minute; ``stale``: the gateway's rate unknown, no series.
+    series = [
+        (demand("vllm-llama3-8b", "gateway_requests_per_s"), "5 stale 7"),
+        (demand("vllm-llama3-8b", "requests_per_s"), "0 1 2"),
+        (demand("plain", "requests_per_s"), "3 4 6"),
+    ]
+    want = [
+        (fed, 0, "gateway_requests_per_s", 5),
+        (fed, 1, "requests_per_s", 1),
+        (fed, 2, "gateway_requests_per_s", 7),
+        *((plain, m, "requests_per_s", v) for m, v in ((0, 3), (1, 4), (2, 6))),
+    ]
+    tests = [
+        {
+            "expr": expr,
+            "eval_time": f"{minute}m",
+            "exp_samples": [
+                {
+                    "labels": demand("plain" if expr is plain else "vllm-llama3-8b", signal),
+                    "value": value,
+                }
+            ],
+        }
+        for expr, minute, signal, value in want
+    ]
+    unit = tmp_path / "actual.test.yml"
+    unit.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [{"series": s, "values": v} for s, v in series],
+                        "promql_expr_test": tests,
+                    }
+                ],
+            }
+        )
+    )
+    done = promtool_run(promtool, "test", "rules", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_fleet_panels() -> None:
     d = load(GRAFANA / "dashboards" / "fleet.json")
     titles = " | ".join(_titles("fleet.json"))
@@ -306,13 +379,7 @@ def test_every_expression_parses_with_promtool(tmp_path: Path) -> None:
     assert len(rules) > 20
     rules_file = tmp_path / "dashboards.rules.yml"
     rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
-    done = subprocess.run(
-        [promtool, "check", "rules", str(rules_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = promtool_run(promtool, "check", "rules", str(rules_file))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(rules)} rules found" in done.stdout
 
@@ -338,11 +405,5 @@ def test_promtool_rejects_a_broken_expression(tmp_path: Path) -> None:
             }
         )
     )
-    done = subprocess.run(
-        [promtool, "check", "rules", str(rules_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = promtool_run(promtool, "check", "rules", str(rules_file))
     assert done.returncode != 0

@@ -16,6 +16,10 @@ matured forecasts, so the scaler runs with 1 s forecast bins and a 5 s refit,
 and the trigger with a 4 s lead time: forecasts exist after ~8 s and mature
 4 s later. Variables are substituted as Grafana would (the signal and
 horizon from `prescaler_forecast`'s own labels).
+
+A second ScaledObject on the same fleet has a `gatewayRateQuery` (a
+constant): the forecast panel's "actual" must be its gateway series as the
+scaler exports it, and vLLM's arrivals for the first object.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ emu_support = pytest.importorskip("tests.support.emulator")
 DASHBOARDS = MANIFESTS / "grafana" / "dashboards"
 MODEL = "llama-3-8b-instruct"
 SO_NAMESPACE, SO_NAME = "llm-serving", "vllm-llama3-8b"
+# A second object on the same fleet whose gatewayRateQuery is a constant rate.
+GATEWAY_SO_NAME, GATEWAY_RPS = "vllm-llama3-8b-gateway", 3.0
 # Panels that must return data within the test's few seconds.
 PROMPT_PANELS = (
     "vllm:",
@@ -55,6 +61,18 @@ PROMPT_PANELS = (
     "prescaler_source_up",
     "prescaler_grpc_request_duration_seconds",
 )
+
+
+def _actual_expr() -> str:
+    """The query of the forecast panel's "actual" series."""
+    d = json.loads((DASHBOARDS / "forecast-accuracy.json").read_text(encoding="utf-8"))
+    (expr,) = [
+        t["expr"]
+        for p in d["panels"]
+        for t in p.get("targets", [])
+        if t["legendFormat"] == "actual"
+    ]
+    return str(expr)
 
 
 def _exprs(path: Path) -> list[tuple[str, str]]:
@@ -108,6 +126,8 @@ def scaler(scaler_ports: tuple[int, int], tmp_path: Path) -> Iterator[str]:
             "5",
             "--grace-seconds",
             "0",
+            # the operator's consent to the second object's gatewayRateQuery
+            "--allow-cross-namespace",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -179,6 +199,13 @@ def test_every_panel_query_returns_data(
                 leadTimeSeconds="4",
             )
             ref = pb.ScaledObjectRef(name=SO_NAME, namespace=SO_NAMESPACE, scalerMetadata=metadata)
+            # The same fleet seen by an object whose forecast learns a gateway's
+            # rate (a constant here): its "actual" must be the gateway's series.
+            gateway_ref = pb.ScaledObjectRef(
+                name=GATEWAY_SO_NAME,
+                namespace=SO_NAMESPACE,
+                scalerMetadata=dict(metadata, gatewayRateQuery=f"vector({GATEWAY_RPS})"),
+            )
             with (
                 grpc.insecure_channel(scaler) as channel,
                 concurrent.futures.ThreadPoolExecutor(8) as pool,
@@ -186,20 +213,21 @@ def test_every_panel_query_returns_data(
                 stub = pb_grpc.ExternalScalerStub(channel)
 
                 def poll() -> None:
-                    spec = stub.GetMetricSpec(ref, timeout=10)
-                    try:
-                        stub.GetMetrics(
-                            pb.GetMetricsRequest(
-                                scaledObjectRef=ref, metricName=spec.metricSpecs[0].metricName
-                            ),
-                            timeout=10,
-                        )
-                        stub.IsActive(ref, timeout=10)
-                    except grpc.RpcError as exc:
-                        # Before its first data the scaler answers UNAVAILABLE (KEDA
-                        # then keeps the current scale); anything else is a failure.
-                        if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                            raise
+                    for so in (ref, gateway_ref):
+                        spec = stub.GetMetricSpec(so, timeout=10)
+                        try:
+                            stub.GetMetrics(
+                                pb.GetMetricsRequest(
+                                    scaledObjectRef=so, metricName=spec.metricSpecs[0].metricName
+                                ),
+                                timeout=10,
+                            )
+                            stub.IsActive(so, timeout=10)
+                        except grpc.RpcError as exc:
+                            # Before its first data the scaler answers UNAVAILABLE (KEDA
+                            # then keeps the current scale); anything else is a failure.
+                            if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                                raise
 
                 poll()
                 body = {"model": MODEL, "prompt": "hello " * 200, "max_tokens": 64}
@@ -262,3 +290,16 @@ def test_every_panel_query_returns_data(
                 time.sleep(1)
             assert not must, f"panels without data: {must}\n(all empty: {empty})"
             assert len(pending) == 28 and not empty, empty
+            # The forecast's actual: vLLM's arrivals for the object without
+            # gatewayRateQuery, the gateway's rate (never both) for the one with it.
+            prom.wait_for(
+                f'prescaler_demand{{scaledobject="{GATEWAY_SO_NAME}",signal="gateway_requests_per_s"}}'
+            )
+            actual = _actual_expr()
+            for name, signal in (
+                (SO_NAME, "requests_per_s"),
+                (GATEWAY_SO_NAME, "gateway_requests_per_s"),
+            ):
+                result = prom.query(_substitute(actual, dict(values, scaledobject=name)))
+                assert [r["metric"]["signal"] for r in result] == [signal], (name, result)
+            assert float(result[0]["value"][1]) == GATEWAY_RPS

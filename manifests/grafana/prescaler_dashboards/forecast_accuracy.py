@@ -28,6 +28,16 @@ __all__ = ["forecast_accuracy"]
 SIGNAL = f'{SO},signal="$signal"'
 HORIZON = f'{SIGNAL},horizon_seconds="$horizon"'
 
+# What the forecast learned: for an object with gatewayRateQuery that is the
+# gateway's rate (exported as the signal's "gateway_" series while known), so
+# it is the actual wherever it exists, and vLLM's series where it does not
+# (no gateway key, or the gateway's rate unknown at that time). The two series
+# differ only in ``signal``, so ``or`` matches on the object's labels.
+ACTUAL = (
+    f'prescaler_demand{{{SO},signal="gateway_${{signal}}"}} '
+    f"or on(namespace, scaledobject) prescaler_demand{{{SIGNAL}}}"
+)
+
 
 def _forecast_vs_actual() -> timeseries.Panel:
     """One panel per horizon: the forecast shifted by its horizon over the actual demand."""
@@ -36,7 +46,7 @@ def _forecast_vs_actual() -> timeseries.Panel:
             "Forecast vs actual, horizon ${horizon} s",
             (24, 9),
             [
-                (f"prescaler_demand{{{SIGNAL}}}", "actual"),
+                (ACTUAL, "actual"),
                 (f"max(prescaler_forecast{{{HORIZON}}} offset ${{horizon}}s)", "upper quantile"),
                 (f"min(prescaler_forecast{{{HORIZON}}} offset ${{horizon}}s)", "lower quantile"),
                 (f"prescaler_forecast{{{HORIZON}}} offset ${{horizon}}s", "q{{quantile}}"),
@@ -44,7 +54,9 @@ def _forecast_vs_actual() -> timeseries.Panel:
             description=(
                 "Each forecast is shifted forward by its horizon (`offset`), so at time t "
                 "it shows what the scaler predicted for t at t - horizon, next to what "
-                "came (`prescaler_demand`). The band spans the lowest to the highest "
+                "came (`prescaler_demand`: the gateway's rate where the object has "
+                "`gatewayRateQuery` and it is known, as the forecast learns it; else "
+                "vLLM's arrivals). The band spans the lowest to the highest "
                 "exported quantile."
             ),
         )
