@@ -191,11 +191,18 @@ class SaturationCapacity:
 
     When requests wait, replicas run as fast as they can: tokens/s and
     requests/s per ready replica then measure capacity. The estimate is the
-    median of such samples within ``window_s`` (robust to one odd refresh).
+    median of the samples within ``window_s`` of the newest one (robust to
+    one odd refresh). Samples are kept for ``memory_s``: a replica's capacity
+    does not change while the fleet idles, and a fleet that saturates only
+    at a daily event must still know it at the next one, where the forecast
+    sizes the event's fleet ahead of its first request.
     """
 
-    def __init__(self, window_s: float = 3600.0, max_samples: int = 720) -> None:
+    def __init__(
+        self, window_s: float = 3600.0, max_samples: int = 720, memory_s: float | None = None
+    ) -> None:
         self.window_s = window_s
+        self.memory_s = window_s if memory_s is None else max(window_s, memory_s)
         self._samples: deque[tuple[float, float, float]] = deque(maxlen=max_samples)
         # The medians, kept until a sample is added or expires (estimate is
         # asked every refresh; samples change far less often).
@@ -230,8 +237,8 @@ class SaturationCapacity:
         target_waiting: float,
         until_s: float,
     ) -> None:
-        """``add`` for each history point within the window before ``until_s``."""
-        for i in np.nonzero(np.asarray(times) > until_s - self.window_s)[0]:
+        """``add`` for each history point within the memory before ``until_s``."""
+        for i in np.nonzero(np.asarray(times) > until_s - self.memory_s)[0]:
             self.add(
                 float(times[i]),
                 int(ready[i]),
@@ -242,8 +249,9 @@ class SaturationCapacity:
             )
 
     def estimate(self, now_s: float) -> tuple[float | None, float | None]:
-        """(requests/s, tokens/s) per replica, or Nones when never saturated lately."""
-        while self._samples and now_s - self._samples[0][0] > self.window_s:
+        """(requests/s, tokens/s) per replica, or Nones when not saturated
+        within the memory."""
+        while self._samples and now_s - self._samples[0][0] > self.memory_s:
             self._samples.popleft()
             self._estimate = None
         if self._estimate is not None:
@@ -251,8 +259,10 @@ class SaturationCapacity:
         if not self._samples:
             result: tuple[float | None, float | None] = (None, None)
         else:
-            reqs = float(np.median([s[1] for s in self._samples]))
-            toks = [s[2] for s in self._samples if math.isfinite(s[2])]
+            newest = self._samples[-1][0]
+            recent = [s for s in self._samples if newest - s[0] <= self.window_s]
+            reqs = float(np.median([s[1] for s in recent]))
+            toks = [s[2] for s in recent if math.isfinite(s[2])]
             result = (reqs, (float(np.median(toks)) if toks else None))
         self._estimate = result
         return result

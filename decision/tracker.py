@@ -192,7 +192,9 @@ class Tracker:
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
-        self.capacity_learner = SaturationCapacity(config.capacity_window_s)
+        self.capacity_learner = SaturationCapacity(
+            config.capacity_window_s, memory_s=config.fit_window_s
+        )
         offset = (zlib.crc32(f"{key[0]}/{key[1]}".encode()) % 10_000) / 10_000
         self.offset_s = math.floor(offset * refit / step) * step
         self.decision: Decision = (

@@ -36,8 +36,10 @@ class TrackerConfig:
     refresh: a bin then always ends on a refresh, and predicting per bin
     rather than per refresh keeps 1,000 forecasters affordable.
     ``fit_window_s`` is the history a fit sees (default
-    :data:`DEFAULT_FIT_WINDOW_S`, 3 days); ``capacity_window_s`` how
-    long learned capacity is kept. ``speed`` is model seconds per second of
+    :data:`DEFAULT_FIT_WINDOW_S`, 3 days); ``capacity_window_s`` the span of
+    saturated samples (ending at the newest) whose median is the learned
+    capacity, kept for the fit window so a fleet that idles between events
+    still knows it. ``speed`` is model seconds per second of
     the readings' clock (1 in production; the stack runs replicas ``speed``
     times faster, so a profile's capacity per clock second is ``speed`` x):
     see :func:`decision.capacity.capacity_for`.

@@ -87,7 +87,9 @@ class ScalerState:
     - ``query_delay_s``: how far behind the grid time reads happen, so every
       sample up to it has landed in Prometheus (identical answers for all
       replicas of the scaler).
-    - ``capacity_window_s``: how long learned per-replica capacity is kept.
+    - ``capacity_window_s``: the span of saturated samples (ending at the
+      newest) whose median is the learned per-replica capacity; samples are
+      kept for the fit window.
     - ``source_factory``: ``SourceSpec -> MetricSource`` (tests inject fakes;
       default: real Prometheus / scrape / Kubernetes sources).
     - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like

@@ -84,7 +84,21 @@ def test_capacity_is_learned_only_while_saturated() -> None:
         1.0, ready=2, waiting=9.0, requests_per_s=6.0, tokens_per_s=1200.0, target_waiting=3
     )
     assert learner.estimate(1.0) == (3.0, 600.0)
-    assert learner.estimate(500.0) == (None, None)  # forgotten after the window
+    assert learner.estimate(500.0) == (None, None)  # forgotten: memory defaults to the window
+
+
+def test_learned_capacity_outlives_an_idle_spell_within_its_memory() -> None:
+    """A fleet that saturates only at a daily event still knows its capacity
+    at the next one; the estimate is the median of the newest window."""
+    learner = SaturationCapacity(window_s=100.0, memory_s=86_400.0)
+    for t, rps in ((0.0, 10.0), (1000.0, 2.0), (1050.0, 4.0), (1060.0, 6.0)):
+        learner.add(
+            t, ready=1, waiting=9.0, requests_per_s=rps, tokens_per_s=rps * 100, target_waiting=3
+        )
+    # the sample at t=0 is outside the newest 100 s: the median of 2, 4, 6
+    assert learner.estimate(1060.0) == (4.0, 400.0)
+    assert learner.estimate(80_000.0) == (4.0, 400.0)  # an idle day later
+    assert learner.estimate(1060.0 + 86_401.0) == (None, None)  # past the memory
 
 
 def test_lead_time_is_a_high_quantile_of_measured_starts() -> None:
