@@ -21,10 +21,11 @@ The rules:
   ``wake``     = 1 when no replica is ready and requests arrive at the
                  gateway: a fleet at zero has no vLLM signal to size from.
 * Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
-  time) over per-replica capacity; zero when fewer than one request is
-  expected over the horizon even at the upper quantile, at least 1 when
-  more are (so a forecast wakes a fleet at zero even before capacity is
-  known).
+  time) over per-replica capacity; zero when the median expects fewer than
+  one request over the horizon, at least 1 when it expects more (so a
+  forecast wakes a fleet at zero even before capacity is known). The bar is
+  on the median, not the upper quantile: an upper band that never quite
+  reaches zero after a session would keep a replica up all night.
 * ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
   is a max, the forecast can only add capacity; scale-in happens only when
   the live signals and the forecast both allow it.
@@ -222,11 +223,12 @@ def has_traffic(obs: Observation | None) -> bool:
 def _forecast_expects_requests(forecast: DemandForecast | None, settings: ScalerSettings) -> bool:
     if forecast is None or settings.forecast == "off":
         return False
-    if not _finite(forecast.upper_requests_per_s) or not _finite(forecast.horizon_s):
+    if not _finite(forecast.median_requests_per_s) or not _finite(forecast.horizon_s):
         return False
-    # At least one request expected over the horizon, even at the upper
-    # quantile: below that, a Poisson tail is noise, not demand.
-    return forecast.upper_requests_per_s * max(forecast.horizon_s, 1.0) >= 1.0
+    # At least one request expected over the horizon at the median: below
+    # that, an upper band's tail is noise, not demand (each is the peak over
+    # the horizon, so this is already generous to a short session).
+    return forecast.median_requests_per_s * max(forecast.horizon_s, 1.0) >= 1.0
 
 
 def is_active(

@@ -518,6 +518,21 @@ def test_forecast_within_lead_time_wakes_a_fleet_at_zero() -> None:
     assert decide(quiet, burst, off, [], UNKNOWN).replicas == 0
 
 
+def test_an_upper_band_alone_does_not_keep_a_fleet_up() -> None:
+    """The wake bar is the median: after a session an upper band that never
+    quite reaches zero (here 9 requests over the horizon) must not hold a
+    replica while the median expects none; the median's one request does."""
+    quiet = at_zero(gateway_rate_rps=0.0)
+    tail = fc(0.01, median=0.0, horizon=900.0)
+    assert (decide(quiet, tail, ZERO, [], UNKNOWN).replicas, is_active(quiet, tail, ZERO)) == (
+        0,
+        False,
+    )
+    expected = fc(0.01, median=1.2 / 900.0, horizon=900.0)
+    assert decide(quiet, expected, ZERO, [], UNKNOWN).replicas == 1
+    assert is_active(quiet, expected, ZERO)
+
+
 @given(rate=st.floats(0.0, 1e4), capacity=st.floats(0.01, 100.0))
 @settings(max_examples=200, deadline=None)
 def test_gateway_demand_at_zero_always_wakes(rate: float, capacity: float) -> None:
