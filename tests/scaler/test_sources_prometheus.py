@@ -211,7 +211,18 @@ async def test_a_range_longer_than_a_page_reads_in_pages_as_one(prom: Prometheus
     whole = PrometheusSource(prom.url, rate_window_s=5)
     try:
         llama = sel('namespace="llm"', "llama")
-        end = now_grid()
+        # The module's Prometheus may be fresh (this test run alone): wait,
+        # bounded, until it has scraped at every point of the 8 s range.
+        deadline = time.monotonic() + 20
+        while True:
+            end = now_grid()
+            health = prom.api(
+                "query_range", query="count(up)", start=str(end - 7), end=str(end), step="1"
+            )["result"]
+            if health and len(health[0]["values"]) == 8:
+                break
+            assert time.monotonic() < deadline, f"no 8 s of scrapes before {end}: {health}"
+            time.sleep(0.5)
         got = (await paged.read_range([llama], end - 7, end, 1.0))[llama]
         assert got == (await whole.read_range([llama], end - 7, end, 1.0))[llama]
         assert [r.time_s for r in got] == [end - 7 + k for k in range(8)]
