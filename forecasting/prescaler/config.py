@@ -107,6 +107,13 @@ class PrescalerConfig:
     extrapolated from a few dozen rows (a fleet that has just woken up) says
     nothing about demand far beyond what was ever seen; the live queue signals
     catch a real surge. 0 disables it."""
+    max_growth: float = 4.0
+    """No quantile at any horizon exceeds this multiple of the fit history's
+    largest value, however many errors the band was built from. The band is
+    a residual law times the local scale of ``log(y + c)``; on sparse demand
+    (idle, then a session) that scale is huge right after the jump from
+    zero, and the band once reached 1e144 requests/s, which sized the fleet
+    at its maximum. 0 disables it."""
 
     def __post_init__(self) -> None:
         if (
@@ -120,13 +127,15 @@ class PrescalerConfig:
             or self.band_min_errors < 0
             or not self.band_half_life >= 0
             or not self.cold_start_growth >= 0
+            or not self.max_growth >= 0
         ):
             raise ValueError(
                 "shrink_rows, holdout_days, min_independent_errors, band_min_errors, "
-                "band_half_life and cold_start_growth must be >= 0 and min_holdout, "
+                "band_half_life, cold_start_growth and max_growth must be >= 0 and min_holdout, "
                 "holdout_rows, smoother_rows and law_grid_rows >= 1, "
                 f"got {self.shrink_rows}, {self.holdout_days}, {self.min_independent_errors}, "
                 f"{self.band_min_errors}, {self.band_half_life}, {self.cold_start_growth}, "
+                f"{self.max_growth}, "
                 f"{self.min_holdout}, {self.holdout_rows}, {self.smoother_rows}, "
                 f"{self.law_grid_rows}"
             )

@@ -21,7 +21,8 @@ with cheap smoothers, with a conformal band.
   the ridge's residual law, calibrated by its holdout coverage.
 - Cold start: while the rows since demand was first seen hold too few
   independent errors for a horizon, its forecasts stay within
-  ``cold_start_growth`` times the largest value seen.
+  ``cold_start_growth`` times the largest value seen; always, within
+  ``max_growth`` times it.
 
 This module runs them: it fits the ridge per horizon, chooses the offset,
 keeps what predictions read, and combines at predict time. Knobs:
@@ -519,7 +520,14 @@ class PrescalerForecaster:
         history = self._y[-max(self._train_y.size, 1) :]
         busy_rows = np.flatnonzero(history > 0)
         seen = history.size - int(busy_rows[0]) if busy_rows.size else 0
-        cap = growth * float(np.max(history)) if growth > 0 and busy_rows.size else None
+        peak = float(np.max(history)) if busy_rows.size else 0.0
+        cap = growth * peak if growth > 0 and busy_rows.size else None
+        # In log space, so a runaway band can neither overflow exp nor size a fleet.
+        top = (
+            math.log(self.config.max_growth * peak + self._c)
+            if self.config.max_growth > 0
+            else 700.0
+        )
         for h in range(1, horizon + 1):
             if h not in self._coef:
                 self._fit_h(h)
@@ -577,7 +585,7 @@ class PrescalerForecaster:
                         for q in qs
                     ]
             for i, s in enumerate(spread):
-                out[i, h - 1] = math.exp(center + s) - self._c
+                out[i, h - 1] = math.exp(min(center + s, top)) - self._c
             if cap is not None and seen < self.config.band_min_errors * h:
                 np.minimum(out[:, h - 1], cap, out=out[:, h - 1])
         if lazy:

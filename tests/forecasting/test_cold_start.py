@@ -88,6 +88,24 @@ def test_a_long_busy_history_is_not_capped() -> None:
     )
 
 
+def test_a_session_after_idle_hours_is_not_forecast_past_max_growth() -> None:
+    """Three days of sparse sessions, predicted as one begins: with the
+    growth bound off, the band's local scale (huge right after a jump from
+    zero in log space) sent the 0.9 quantile to about 1e26 requests/s,
+    which sized the fleet at its maximum; with it, no quantile exceeds
+    ``max_growth`` (4) times the history's peak and the median is untouched."""
+    y = np.load(Path(__file__).parent / "data" / "sparse_bursts_wakeup.npz")["y"]
+    got = {}
+    for growth in (0.0, 4.0):
+        f = PrescalerForecaster(PrescalerConfig(max_growth=growth))
+        f.fit(y, STEP_S)
+        got[growth] = f.predict(65, (0.5, 0.9)).values
+    assert got[0.0][1].max() > 1e6 * y.max()  # the runaway band this bound is for
+    assert np.all(np.isfinite(got[4.0]))
+    assert got[4.0].max() <= 4.0 * y.max() * (1 + 1e-9)
+    np.testing.assert_array_equal(got[4.0][0], np.minimum(got[0.0][0], 4.0 * y.max()))
+
+
 def test_an_all_idle_history_forecasts_idle() -> None:
     """Nothing ever seen: nothing forecast (the cap has no peak to scale)."""
     f = make_forecaster("prescaler")
