@@ -19,7 +19,10 @@ The KEDA sides get no history: they keep none in production either.
 
 - prescaler's trigger with the forecast on (``forecast: auto``) and with it
   off (``forecast: off``), each with ``prewarm`` held at ``true`` or
-  ``false``;
+  ``false``; by default as the ``prescaler-gateway`` side (the gateway's
+  request rate as demand, ``minReplicas`` searched from 0), so it has the
+  same information as the best-informed KEDA side (``prescaler_side``
+  ``prescaler`` reads vLLM's metrics alone, the trigger as shipped);
 - the KEDA set-ups a competent engineer would run: the queue trigger, queue
   plus KV cache, the same plus a daily ``cron`` window, and scale to zero
   on the gateway's request rate (pre-warming is prescaler's: the KEDA
@@ -30,8 +33,13 @@ meets the held-back target there, else "missed"; a cell's ratio is
 prescaler's over the cheapest KEDA side's. Unlike ``prescaler tune``, only
 the chosen setting is re-scored (not up to four points of the Pareto set:
 a sixth of the simulations). A sweep of only each regime's focus hours
-(``focus``) has no history (``history_days`` 0): one day's focus hours are
-not what precedes the next day's. The bench test
+(``focus``) tunes on the tuning day's focus hours and scores the held-back
+day's; with ``history_days`` each part starts as a ``prescaler simulate``
+window inside the whole-day trace starts (the fleet and the backfill from
+the trace before the part's first hour, :func:`simulations.sim_inputs.window_start`),
+about a quarter of a whole day's simulation per trial; without, the focus
+hours are cut from each day and joined, and nothing is backfilled (one
+day's focus hours are not what precedes the next day's). The bench test
 (``tests/benchmarks/test_regimes_bench.py``) runs the sweep and writes JSON,
 a table and a plot; this module holds the sweep and the verdicts
 (``python -m benchmarks.regimes FILE.json`` prints them again).
@@ -52,10 +60,10 @@ import numpy as np
 from engine.profiles import get_profile
 from simulations.backfill import DemandHistory
 from simulations.regimes import REGIMES, regime_counts
-from simulations.sim_inputs import SimInputs
+from simulations.sim_inputs import SimInputs, WindowStart, window_start
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
-from simulations.tune.inputs import part_starts
+from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score, slo_ceiling, split_workload
@@ -65,8 +73,10 @@ from simulations.tune.study import TuneContext, run_study
 __all__ = [
     "KEDA_SIDES",
     "LEAD_TIMES",
+    "PRESCALER_SIDES",
     "PROFILE",
     "SweepConfig",
+    "focus_parts",
     "run_sweep",
     "split_days",
     "targets_met",
@@ -82,6 +92,8 @@ LEAD_TIMES: dict[float, str] = {
 }
 """Minutes from a replica asked for to it Ready -> the lead-time preset of that length."""
 KEDA_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "keda-gateway")
+PRESCALER_SIDES = ("prescaler-gateway", "prescaler")
+"""The prescaler sides the sweep can tune as its forecast on/off variants."""
 VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))
 """(forecast label, the ``forecast`` value held)."""
 NEVER_WORSE = 1.0
@@ -110,7 +122,9 @@ class SweepConfig:
     """Only each regime's focus hours of each day (:mod:`simulations.regimes`)."""
     history_days: int = 3
     """Days of the regime before the tuning day, backfilled into prescaler's
-    tracker (0 with ``focus``)."""
+    tracker (at most :data:`simulations.backfill.BACKFILL_S` before a part)."""
+    prescaler_side: str = "prescaler-gateway"
+    """Which of :data:`PRESCALER_SIDES` the forecast on/off variants tune."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -124,11 +138,18 @@ class SweepConfig:
                 f"trials and jobs must be >= 1 and days >= 2 (one to tune, one held back), "
                 f"got trials={self.trials}, days={self.days}, jobs={self.jobs}"
             )
-        if self.history_days < 0 or (self.focus and self.history_days):
+        if self.prescaler_side not in PRESCALER_SIDES:
             raise ValueError(
-                f"history_days must be >= 0, and 0 with focus (focus hours are not "
-                f"contiguous days), got history_days={self.history_days}, focus={self.focus}"
+                f"prescaler_side {self.prescaler_side!r} is not one of {', '.join(PRESCALER_SIDES)}"
             )
+        if self.history_days < 0:
+            raise ValueError(f"history_days must be >= 0, got {self.history_days}")
+
+    @property
+    def joined_focus(self) -> bool:
+        """The trace holds only the focus hours, joined day after day (focus
+        without history); else whole days."""
+        return self.focus and not self.history_days
 
     @property
     def trace_days(self) -> int:
@@ -139,7 +160,7 @@ class SweepConfig:
 def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Path:
     """The regime's per-minute counts as a ``minute_start_s,requests`` file
     (what :func:`simulations.traffic.load_workload` replays)."""
-    counts = regime_counts(regime, config.trace_days, config.seed, focus=config.focus)
+    counts = regime_counts(regime, config.trace_days, config.seed, focus=config.joined_focus)
     path = directory / f"{regime}.csv"
     rows = "".join(f"{60 * i},{c:.3f}\n" for i, c in enumerate(counts))
     path.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
@@ -217,14 +238,15 @@ def run_cell(
     """One regime at one lead time: the KEDA sides once, prescaler's
     variants (forecast on/off x each pre-warming setting asked for)."""
     profile = get_profile(PROFILE)
-    before, tuning, held = split_days(
-        load_workload(trace, TrafficOptions(seed=config.seed)), config
-    )
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
-    starts = part_starts(
-        before, tuning, held, profile, inputs.apply(SimConfig(seed=config.seed), profile, None),
-        inputs,
-    )  # fmt: skip
+    bare = inputs.apply(SimConfig(seed=config.seed), profile, None)
+    if config.focus and config.history_days:
+        tuning, held, starts = focus_parts(regime, trace, config, inputs)
+    else:
+        before, tuning, held = split_days(
+            load_workload(trace, TrafficOptions(seed=config.seed)), config
+        )
+        starts = part_starts(before, tuning, held, profile, bare, inputs)
     sim, held_sim = starts.tuning_config, starts.held_config
     histories = (starts.tuning.history, None if starts.held is None else starts.held.history)
     targets = (
@@ -256,8 +278,9 @@ def run_cell(
         row: dict[str, Any] = {}
         for name, forecast in VARIANTS:
             fixed = (("prewarm", "true" if prewarm else "false"),)
-            side = _sides(config, sides=("prescaler",), forecaster=forecast,
-                          prescaler_fixed=fixed)["prescaler"]  # fmt: skip
+            name_ = config.prescaler_side
+            side = _sides(config, sides=(name_,), forecaster=forecast,
+                          prescaler_fixed=fixed)[name_]  # fmt: skip
             label = f"pw{int(prewarm)}-fc-{name}"
             row[f"forecast-{name}"] = _study(side, cell, f"{tag}-{label}")
         on = row["forecast-on"]["cost_at_target_usd"]
@@ -268,6 +291,34 @@ def run_cell(
         out["prescaler"]["prewarm-on" if prewarm else "prewarm-off"] = row
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def focus_parts(
+    regime: str, trace: Path, config: SweepConfig, inputs: SimInputs
+) -> tuple[Workload, Workload, PartStarts]:
+    """(tuning part, held-back part, their starts) for ``focus`` with history:
+    the focus hours of the tuning day and of the held-back day in the
+    whole-day ``trace``, each opening with the fleet and the backfill of the
+    trace before its first hour, as a ``prescaler simulate --start`` window
+    does (nothing from the part itself or after it)."""
+    profile = get_profile(PROFILE)
+    first, hours = REGIMES[regime].focus
+    traffic = TrafficOptions(seed=config.seed)
+    bare = inputs.apply(SimConfig(seed=config.seed), profile, None)
+    parts: list[Workload] = []
+    opened: list[WindowStart] = []
+    for day in (config.history_days, config.history_days + 1):
+        start_s = day * 86_400.0 + first * 3600.0
+        window = dataclasses.replace(traffic, start_s=start_s, duration_s=hours * 3600.0)
+        parts.append(load_workload(trace, window))
+        opened.append(window_start(trace, traffic, start_s, profile, bare))
+    starts = PartStarts(
+        opened[0],
+        opened[1],
+        inputs.apply(SimConfig(seed=config.seed), profile, opened[0].opening),
+        inputs.apply(SimConfig(seed=config.seed), profile, opened[1].opening),
+    )
+    return parts[0], parts[1], starts
 
 
 def split_days(
@@ -303,7 +354,7 @@ def run_sweep(config: SweepConfig, directory: Path) -> dict[str, Any]:
     jobs: list[tuple[str, Path, float, SweepConfig, Path]] = []
     for regime in config.regimes:
         trace = write_regime_trace(regime, config, directory)
-        counts = regime_counts(regime, config.trace_days, config.seed, focus=config.focus)
+        counts = regime_counts(regime, config.trace_days, config.seed, focus=config.joined_focus)
         doc["regimes"][regime] = {
             "realism": REGIMES[regime].realism,
             "focus_hours": list(REGIMES[regime].focus) if config.focus else None,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from benchmarks.regimes import SweepConfig, markdown_table, split_days, targets_met
+from benchmarks.regimes import SweepConfig, focus_parts, markdown_table, split_days, targets_met
+from simulations.backfill import BACKFILL_S
+from simulations.sim_inputs import SimInputs
 from simulations.traffic import Workload
 
 
@@ -96,8 +99,33 @@ def test_the_days_split_into_history_tuning_and_held_back_in_order() -> None:
     assert none is None and tuning0.duration_s == day
 
 
-def test_a_focus_sweep_has_no_history_days() -> None:
+def test_a_focus_sweep_joins_focus_hours_only_without_history() -> None:
     with pytest.raises(ValueError, match="history_days"):
-        SweepConfig(focus=True, history_days=3)
+        SweepConfig(history_days=-1)
+    assert SweepConfig(focus=True, history_days=0).joined_focus
+    assert not SweepConfig(focus=True, history_days=3).joined_focus
     assert SweepConfig(focus=True, history_days=0).trace_days == 2
     assert SweepConfig().trace_days == 5
+
+
+def test_focus_parts_open_with_what_came_before_each_first_hour(tmp_path: Path) -> None:
+    """Focus with history: the tuning and held-back days' focus hours
+    (business-hours: 06:00 - 12:00 of days 3 and 4), each opening with a
+    backfill that ends at its first hour and spans the fit window's reach."""
+    trace = tmp_path / "hourly.csv"
+    rows = "".join(f"{60 * m},{1.0 if m % 60 == 30 else 0.0:.3f}\n" for m in range(5 * 1440))
+    trace.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
+    config = SweepConfig(focus=True, history_days=3, regimes=("business-hours",))
+    tuning, held, starts = focus_parts("business-hours", trace, config, SimInputs())
+    assert tuning.duration_s == held.duration_s == 6 * 3600.0
+    # the trace's counts are expected values (Poisson draws): some requests
+    # in each part, all within it
+    for part in (tuning, held):
+        assert (
+            len(part) > 0 and 0.0 <= part.arrival_s.min() <= part.arrival_s.max() < part.duration_s
+        )
+    for opened in (starts.tuning, starts.held):
+        assert opened.history is not None
+        times = opened.history.times_s
+        assert times[-1] <= 0.0  # nothing from the part itself
+        assert times[-1] - times[0] >= BACKFILL_S - 3600.0

@@ -15,6 +15,8 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_FOCUS`` (0): 1 keeps only each regime's focus hours
   of each day (6 of 24), four times cheaper;
 - ``PRESCALER_REGIMES_JOBS`` (2): cells run at once;
+- ``PRESCALER_REGIMES_PRESCALER_SIDE`` (prescaler-gateway): the prescaler
+  side tuned with the forecast on and off (or ``prescaler``);
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
   tuning day, backfilled into prescaler's tracker.
 
@@ -62,6 +64,7 @@ def _config() -> SweepConfig:
         keda_sides=tuple(_list("PRESCALER_REGIMES_KEDA", ",".join(KEDA_SIDES))),
         focus=focus,
         history_days=int(os.environ.get("PRESCALER_REGIMES_HISTORY_DAYS", "0" if focus else "3")),
+        prescaler_side=os.environ.get("PRESCALER_REGIMES_PRESCALER_SIDE", "prescaler-gateway"),
     )
 
 
