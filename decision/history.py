@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +152,11 @@ class BinnedSeries:
         return self._count
 
     @property
+    def version(self) -> int:
+        """Bumped whenever the closed bins change (a key for caches)."""
+        return self._version
+
+    @property
     def last_end(self) -> float | None:
         return float(self._ends[(self._head - 1) % self.capacity]) if self._count else None
 
@@ -168,6 +174,29 @@ class BinnedSeries:
             stop = int(np.searchsorted(self._ordered(self._ends), until_s + 1e-9, side="right"))
         start = 0 if last is None else max(0, stop - last)
         return np.array(ordered[start:stop], dtype=float)
+
+    def window_peaks(self, starts: Sequence[float], width_s: float, smooth_bins: int) -> np.ndarray:
+        """For each start, the largest ``smooth_bins``-bin moving mean of the
+        request rate over the bins ending in ``(start, start + width_s]``
+        (NaN where the series holds none of them). The moving mean keeps one
+        noisy 15-s bin from passing for a session's level."""
+        out = np.full(len(starts), math.nan)
+        if not self._count:
+            return out
+        ends = self._ordered(self._ends)
+        rates = self._ordered(self._requests)
+        k = max(1, int(smooth_bins))
+        cs = np.concatenate(([0.0], np.cumsum(rates)))
+        for i, start in enumerate(starts):
+            lo = int(np.searchsorted(ends, start + 1e-6, side="left"))
+            hi = int(np.searchsorted(ends, start + width_s + 1e-6, side="left"))
+            if hi <= lo:
+                continue
+            # means of the k bins ending at each bin in the window (fewer at the ring's start)
+            stop = np.arange(lo, hi) + 1
+            first = np.maximum(stop - k, 0)
+            out[i] = float(np.max((cs[stop] - cs[first]) / (stop - first)))
+        return out
 
     def tokens_per_request(self, last: int) -> float | None:
         """Mean tokens per request over the last ``last`` bins (None when no requests).

@@ -21,7 +21,9 @@ The rules:
   ``wake``     = 1 when no replica is ready and requests arrive at the
                  gateway: a fleet at zero has no vLLM signal to size from.
 * Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
-  time) over per-replica capacity; zero when the median expects fewer than
+  time), or the recent days' peak over the same hours when higher
+  (``seasonalPeakDays``), over per-replica capacity; zero when the median
+  (or that peak) expects fewer than
   one request over the horizon, at least 1 when it expects more (so a
   forecast wakes a fleet at zero even before capacity is known). The bar is
   on the median, not the upper quantile: an upper band that never quite
@@ -117,13 +119,40 @@ class Observation:
 
 @dataclass(frozen=True)
 class DemandForecast:
-    """Demand expected at ``t + horizon_s``: median and upper ``quantile``."""
+    """Demand expected at ``t + horizon_s``: median and upper ``quantile``,
+    and the recent days' own peak over the same hours (``seasonal_*``, the
+    ``quantile`` across days; None when off or under two days are held)."""
 
     horizon_s: float
     quantile: float
     upper_requests_per_s: float
     median_requests_per_s: float
     upper_tokens_per_s: float | None = None
+    seasonal_requests_per_s: float | None = None
+    seasonal_tokens_per_s: float | None = None
+
+    @property
+    def planned_requests_per_s(self) -> float:
+        """What the forecast term sizes for: the upper quantile, or the
+        recent days' peak when higher."""
+        seasonal = self.seasonal_requests_per_s
+        if seasonal is not None and _finite(seasonal):
+            return max(self.upper_requests_per_s, seasonal)
+        return self.upper_requests_per_s
+
+    @property
+    def planned_tokens_per_s(self) -> float | None:
+        seasonal, upper = self.seasonal_tokens_per_s, self.upper_tokens_per_s
+        known = [v for v in (upper, seasonal) if v is not None and _finite(v)]
+        return max(known) if known else None
+
+    @property
+    def expected_requests_per_s(self) -> float:
+        """The wake bar's rate: the median, or the recent days' peak when higher."""
+        seasonal = self.seasonal_requests_per_s
+        if seasonal is not None and _finite(seasonal):
+            return max(self.median_requests_per_s, seasonal)
+        return self.median_requests_per_s
 
 
 @dataclass(frozen=True)
@@ -223,12 +252,14 @@ def has_traffic(obs: Observation | None) -> bool:
 def _forecast_expects_requests(forecast: DemandForecast | None, settings: ScalerSettings) -> bool:
     if forecast is None or settings.forecast == "off":
         return False
-    if not _finite(forecast.median_requests_per_s) or not _finite(forecast.horizon_s):
+    expected = forecast.expected_requests_per_s
+    if not _finite(expected) or not _finite(forecast.horizon_s):
         return False
-    # At least one request expected over the horizon at the median: below
-    # that, an upper band's tail is noise, not demand (each is the peak over
-    # the horizon, so this is already generous to a short session).
-    return forecast.median_requests_per_s * max(forecast.horizon_s, 1.0) >= 1.0
+    # At least one request expected over the horizon at the median (or on
+    # recent days at these hours): below that, an upper band's tail is
+    # noise, not demand (each is the peak over the horizon, so this is
+    # already generous to a short session).
+    return expected * max(forecast.horizon_s, 1.0) >= 1.0
 
 
 def is_active(
@@ -303,12 +334,13 @@ def _forecast_term(
         return 0.0 if _finite(forecast.upper_requests_per_s) else None
     terms: list[float] = []
     cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
-    upper_tokens = forecast.upper_tokens_per_s
+    upper_tokens = forecast.planned_tokens_per_s
     if cap_tokens is not None and _positive(cap_tokens) and _finite(upper_tokens):
         assert upper_tokens is not None
         terms.append(max(0.0, upper_tokens) / cap_tokens)
-    if cap_requests is not None and _positive(cap_requests):
-        terms.append(max(0.0, forecast.upper_requests_per_s) / cap_requests)
+    planned = forecast.planned_requests_per_s
+    if cap_requests is not None and _positive(cap_requests) and _finite(planned):
+        terms.append(max(0.0, planned) / cap_requests)
     # Requests are expected within the lead time: at least one replica must
     # be there for them, capacity known or not (this is what wakes a fleet at zero).
     return max([1.0, *terms])

@@ -101,6 +101,13 @@ class ScalerSettings:
     forecast_quantile: float = 0.9
     """Upper quantile sized for: 0.9 covers most bursts without paying for
     the worst 10 % of forecast errors all day."""
+    seasonal_peak_days: int = 3
+    """Past days whose peak demand over the coming lead time (the same hours
+    of the day) the forecast also sizes for, at ``forecast_quantile`` across
+    the days; 0 turns it off. A forecaster's median blurs an event that comes
+    at a slightly different minute each day (a 09:00 ramp, working
+    sessions, a nightly batch) into a low bump; the days' own peaks size the
+    event's whole fleet a lead time ahead. Three is the fit window's days."""
     min_replicas: int = 0
     max_replicas: int = 100
     """Bounds of the answer; defaults are KEDA's minReplicaCount/maxReplicaCount."""
@@ -342,6 +349,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         "forecast_quantile",
         lambda k, v: _num(k, v, lo=0, hi=1, lo_open=True, hi_open=True),
     ),
+    "seasonalPeakDays": ("seasonal_peak_days", lambda k, v: _int(k, v, lo=0, hi=14)),
     "minReplicas": ("min_replicas", lambda k, v: _int(k, v, lo=0)),
     "maxReplicas": ("max_replicas", lambda k, v: _int(k, v, lo=1)),
     "scaleDownStabilizationSeconds": (

@@ -86,6 +86,11 @@ SIGNAL = "requests_per_s"
 LEAD_SAMPLES = 256
 """Measured pod starts kept for ``leadTimeSeconds: auto``."""
 
+DAY_S = 86_400.0
+SEASONAL_SMOOTH_S = 60.0
+"""The recent days' peaks are of one-minute means: a single 15-s bin's
+Poisson noise would pass for a level half again as high."""
+
 
 def _in_process(method: str) -> ForecasterBackend:
     from forecasting import make_forecaster
@@ -217,6 +222,9 @@ class Tracker:
         # Caches of things that change only with the settings or new samples.
         self._configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
         self._measured_lead: tuple[tuple[float, ...], float | None] | None = None
+        self._seasonal_cache: tuple[tuple[float, float, float, int, int], float | None] | None = (
+            None
+        )
 
     # ------------------------------------------------------------ read-only
     @property
@@ -469,13 +477,38 @@ class Tracker:
         upper = float(np.max(p.upper[first : last + 1]))
         median = float(np.max(p.median[first : last + 1]))
         per_request = self.series.tokens_per_request(self._fit_bins)
+        seasonal = self._seasonal_peak(t, horizon_s, p.quantile)
         return DemandForecast(
             horizon_s=horizon_s,
             quantile=p.quantile,
             upper_requests_per_s=upper,
             median_requests_per_s=median,
             upper_tokens_per_s=upper * per_request if per_request else None,
+            seasonal_requests_per_s=seasonal,
+            seasonal_tokens_per_s=(
+                seasonal * per_request if seasonal is not None and per_request else None
+            ),
         )
+
+    def _seasonal_peak(self, t: float, horizon_s: float, quantile: float) -> float | None:
+        """The ``quantile`` across the last ``seasonalPeakDays`` days of each
+        day's peak request rate over ``(t, t + horizon_s]`` at the same time of
+        day; None when off or fewer than two days are held (one day is an
+        anecdote, not a daily pattern). Cached until a bin closes."""
+        days = self._settings.seasonal_peak_days
+        if days <= 0:
+            return None
+        key = (t, horizon_s, quantile, days, self.series.version)
+        cached = self._seasonal_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        starts = [t - d * DAY_S for d in range(1, days + 1)]
+        smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
+        peaks = self.series.window_peaks(starts, horizon_s, smooth)
+        held = peaks[np.isfinite(peaks)]
+        value = float(np.quantile(held, quantile)) if held.size >= 2 else None
+        self._seasonal_cache = (key, value)
+        return value
 
     def _unless_vanished(self, t: float, obs: Observation | None) -> Observation | None:
         """An empty fleet right after a serving one is an outage until proven otherwise.

@@ -234,6 +234,7 @@ def predictive_spec(
         "leadTimeSeconds": "auto",
         "forecast": "auto" if baseline else (forecaster or "auto"),
         "forecastQuantile": "0.9",
+        "seasonalPeakDays": "3",
         "minReplicas": "1",
         "maxReplicas": str(max_replicas),
         "scaleDownStabilizationSeconds": "300",

@@ -95,8 +95,15 @@ def test_metadata_keys_are_exactly_the_contract() -> None:
         "leadTimeSeconds", "forecast", "forecastQuantile", "minReplicas", "maxReplicas",
         "scaleDownStabilizationSeconds", "staleAfterSeconds", "fallbackAfterSeconds",
         "fallbackReplicas", "prewarm", "prewarmDeployment", "nodeLeadTimeSeconds",
-        "gatewayRateQuery",
+        "gatewayRateQuery", "seasonalPeakDays",
     } == METADATA_KEYS  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", ["-1", "15", "2.5", "three"])
+def test_seasonal_peak_days_is_a_small_whole_number(raw: str) -> None:
+    with pytest.raises(SettingsError, match="seasonalPeakDays"):
+        parse_settings({"prometheusAddress": "http://p:9090", "seasonalPeakDays": raw})
+    assert parse_settings({"prometheusAddress": "http://p:9090"}).seasonal_peak_days == 3
 
 
 def test_sources() -> None:
