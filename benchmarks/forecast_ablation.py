@@ -69,10 +69,13 @@ SCORED_DAY = 4
 """Days 0-3 are the past (3 days and an hour of it backfilled); day 4 is scored."""
 SIDES = (
     "prescaler-gateway-forecast-auto",
+    "prescaler-gateway-seasonal-off",
     "prescaler-gateway-forecast-off",
     "keda-gateway",
     "keda-queue-kv-cron",
 )
+"""``seasonal-off``: the forecast on with ``seasonalPeakDays: "0"``, the
+forecaster alone (what the recent days' peak adds is the difference)."""
 ONSET_RISE_RPS = 0.25
 """A session or ramp starts at a minute whose expected rate is this much above
 the minute before's (the regimes' events rise by 1 request/s or more at once,
@@ -151,10 +154,13 @@ def scaledobjects(epoch_s: float) -> dict[str, ScaledObjectSpec]:
     off = copy.deepcopy(gateway)
     off["spec"]["triggers"][0]["metadata"]["forecast"] = "off"
     gateway["spec"]["triggers"][0]["metadata"]["forecast"] = "auto"
+    model_only = copy.deepcopy(gateway)
+    model_only["spec"]["triggers"][0]["metadata"]["seasonalPeakDays"] = "0"
     queue = seeds_reactive(max_replicas=MAX_REPLICAS)
     docs = {
         "prescaler-gateway-forecast-auto": gateway,
         "prescaler-gateway-forecast-off": off,
+        "prescaler-gateway-seasonal-off": model_only,
         "keda-gateway": gateway_manifest(queue),
         "keda-queue-kv-cron": cron_manifest(queue_and_kv_manifest(queue)),
     }
@@ -282,8 +288,8 @@ def run_cell(
 
 
 def _cheap_first(side: str) -> int:
-    """The forecasting side last, so a broken cell fails before its slow run."""
-    return int(side == "prescaler-gateway-forecast-auto")
+    """The forecasting sides last, so a broken cell fails before their slow runs."""
+    return int(side in ("prescaler-gateway-forecast-auto", "prescaler-gateway-seasonal-off"))
 
 
 def _cell_job(args: tuple[str, float, AblationConfig, Path]) -> dict[str, Any]:
