@@ -1,18 +1,23 @@
 """Read vLLM signals for many ScaledObjects from one Prometheus.
 
-prometheus-api-client is synchronous (requests), so each query runs in a
+Queries are sent with requests, which is synchronous, so each runs in a
 thread executor under a timeout and the event loop never blocks. One
 refresh sends ``len(promql.SIGNALS)`` queries whatever the number of
 ScaledObjects (see ``scaler.sources.promql``). Queries are evaluated at an
 explicit ``time`` so that two scaler replicas, or a restarted one that
 backfills with ``query_range`` at the same step, see exactly the same numbers.
 
-A selection's ``gatewayRateQuery`` is one more instant query per distinct
-text, sent as written. It is read apart from the vLLM signals: a gateway
-query that fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown
-(logged once per failure streak) and never fails the refresh nor reads as
-zero demand. Range reads (backfill, catch-up) read the same text as a range
-query on the same grid and pages, and each evaluation time is read like an
+A selection's ``gatewayRateQuery`` texts are read beside the vLLM signals,
+up to ``BATCH_SIZE`` distinct texts per query (``scaler.sources.gateway_batch``:
+a refused batch is bisected and a text that fails alone is sent alone, at
+most ``ALONE_PER_REFRESH`` of those a refresh), so a refresh sends at most
+``len(promql.SIGNALS) + ceil(texts / BATCH_SIZE) + ALONE_PER_REFRESH``
+queries once bad texts are isolated (a batch that misses the timeout is
+split for the next refreshes, until the slow text stands alone). A text that
+fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown (logged
+once per failure streak) and never fails the refresh nor reads as zero
+demand. Range reads (backfill, catch-up) read the same batches as range
+queries on the same grid and pages, and each evaluation time is read like an
 instant answer (``gateway_rates_by_time``), so a backfilled tracker is fed
 the demand a live one was (``with_gateway_demand``).
 """
@@ -27,14 +32,21 @@ import logging
 import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from prometheus_api_client import PrometheusConnect
+import requests
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from decision.reading import Reading
+from scaler.sources.gateway_batch import (
+    GatewayBatches,
+    GatewayGroup,
+    is_scalar_answer,
+    read_gateways,
+)
 from scaler.sources.grouping import HISTORY_SIGNALS, split_history, split_instant, split_range
 from scaler.sources.model import History, Selection, SourceError, SourceSpec
 from scaler.sources.promql import DEFAULT_RATE_WINDOW_S, build_plan
@@ -45,7 +57,6 @@ QUERY_THREADS = 3
 MAX_RANGE_POINTS = 10_000
 """Points per series in one query_range page: under Prometheus's limit of
 11,000 (its API refuses more, "exceeded maximum resolution")."""
-_EPOCH = datetime.fromtimestamp(0, tz=UTC)  # placeholder; params carry the real range
 
 
 def range_pages(
@@ -157,19 +168,33 @@ class PrometheusSource:
         self._executor = executor or concurrent.futures.ThreadPoolExecutor(
             max_workers=QUERY_THREADS, thread_name_prefix="prometheus"
         )
-        # No retries: a failed refresh is retried by the next one, and the
-        # client's default backoff would blow the timeout.
-        self._client = PrometheusConnect(
-            url=self.address,
-            disable_ssl=True,
-            retry=Retry(total=0, raise_on_status=False),
-            timeout=timeout_s,  # type: ignore[arg-type]
-            method="POST",
-        )
+        # No retries: a failed refresh is retried by the next one, and a
+        # backoff would blow the timeout. Certificates are not checked, as
+        # prometheus-api-client's ``disable_ssl`` did before.
+        self._session = requests.Session()
+        self._session.verify = False
+        self._session.mount(self.address, HTTPAdapter(max_retries=Retry(total=0)))
         self._lock = threading.Lock()
         self._failing_gateways: set[str] = set()
+        self._gateways = GatewayBatches()
         self.queries_sent = 0
         """How many HTTP queries this source has sent (the bench checks it)."""
+
+    def _post(self, path: str, form: Mapping[str, str]) -> Any:
+        """The ``result`` of one API query (``query`` or ``query_range``)
+        sent with its parameters in a POST body.
+
+        Why not prometheus-api-client: it puts them in the URL even by POST,
+        and a batch of gateway texts (``gateway_batch``) is longer than the
+        8 KB a URL may be in common proxies. Errors read as that client's
+        did: ``PrometheusApiClientException("HTTP Status Code <n> (...)")``."""
+        url = f"{self.address}/api/v1/{path}"
+        response = self._session.post(url, data=form, timeout=self.timeout_s)
+        if response.status_code != 200:
+            raise PrometheusApiClientException(
+                f"HTTP Status Code {response.status_code} ({response.content!r})"
+            )
+        return response.json()["data"]["result"]
 
     def _count(self, n: int) -> None:
         with self._lock:
@@ -203,7 +228,7 @@ class PrometheusSource:
         plan = build_plan(selections, self.rate_window_s)
         params = {"time": f"{at_s:.3f}"}
         calls = {
-            signal: (lambda q=query: self._client.custom_query(q, params=params))
+            signal: functools.partial(self._post, "query", {"query": query, **params})
             for signal, query in plan.queries.items()
         }
         queries = sorted({s.gateway_query for s in selections if s.gateway_query})
@@ -220,7 +245,10 @@ class PrometheusSource:
         readings = split_instant(plan, answers, selections, at_s)
         if gateway is None:
             return readings
-        rates = await gateway
+        rates, timed_out = await gateway
+        # The vLLM queries answered, so a gateway batch that did not was slow
+        # itself: it is split from the next refresh on.
+        self._gateways.timed_out(timed_out)
         return {
             selection: dataclasses.replace(
                 reading, gateway_rate_rps=rates.get(selection.gateway_query)
@@ -232,31 +260,23 @@ class PrometheusSource:
 
     async def _gateway_rates(
         self, queries: Sequence[str], params: dict[str, str]
-    ) -> dict[str, float | None]:
-        """Each gateway query's requests per second; None where it failed."""
+    ) -> tuple[dict[str, float | None], list[GatewayGroup]]:
+        """Each gateway query's requests per second (None where it failed or
+        missed the timeout: those that answered in time keep their answers),
+        and the batches that missed the timeout."""
         loop = asyncio.get_running_loop()
-        self._count(len(queries))
-        futures = [
-            loop.run_in_executor(
-                self._executor, functools.partial(self._client.custom_query, q, params=params)
-            )
-            for q in queries
-        ]
-        await asyncio.wait(futures, timeout=self.timeout_s)
-        # A query that missed the timeout is unknown; those that answered in
-        # time keep their answers.
-        answers: list[object] = []
-        for future in futures:
-            if not future.done() or future.cancelled():
-                future.cancel()
-                answers.append(TimeoutError(f"slower than {self.timeout_s}s"))
-            elif future.exception() is not None:
-                answers.append(future.exception())
-            else:
-                answers.append(future.result())
+
+        def fetch(text: str) -> asyncio.Future[Any]:
+            self._count(1)
+            call = functools.partial(self._post, "query", {"query": text, **params})
+            return loop.run_in_executor(self._executor, call)
+
+        got = await read_gateways(
+            self._gateways, queries, fetch, deadline=loop.time() + self.timeout_s, live=True
+        )
         rates: dict[str, float | None] = {}
-        for query, answer in zip(queries, answers, strict=True):
-            rate, problem = gateway_rate(answer)
+        for query in queries:
+            rate, problem = gateway_rate(got.answers[query])
             rates[query] = rate
             if problem is None:
                 self._failing_gateways.discard(query)
@@ -269,7 +289,7 @@ class PrometheusSource:
                     self.address,
                     problem,
                 )
-        return rates
+        return rates, got.timed_out
 
     async def read_range(
         self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
@@ -317,14 +337,26 @@ class PrometheusSource:
         self, selections: Sequence[Selection], start_s: float, end_s: float, step_s: float
     ) -> dict[str, dict[float, float]]:
         """Each distinct gateway query's known rates by evaluation time over
-        the range, paged like the vLLM signals. A query that fails is unknown
+        the range, in the live refresh's batches, paged like the vLLM
+        signals, one batch at a time. A query that fails is unknown
         over the whole range (logged), never zero: vLLM's arrivals stand in,
         as in a live refresh."""
+        queries = sorted({s.gateway_query for s in selections if s.gateway_query})
+        if not queries:
+            return {}
+        one_at_a_time = asyncio.Lock()  # as the vLLM signals' pages: bounded memory
+
+        async def fetch(text: str) -> Any:
+            async with one_at_a_time:
+                name = "gatewayRateQuery"
+                return (await self._range({name: text}, start_s, end_s, step_s))[name]
+
+        got = await read_gateways(self._gateways, queries, fetch, deadline=None, live=False)
+        self._gateways.timed_out(got.timed_out)
         rates: dict[str, dict[float, float]] = {}
-        for query in sorted({s.gateway_query for s in selections if s.gateway_query}):
-            try:
-                answer = (await self._range({query: query}, start_s, end_s, step_s))[query]
-            except SourceError as exc:
+        for query in queries:
+            answer = got.answers[query]
+            if isinstance(answer, BaseException):
                 log.warning(
                     "gatewayRateQuery %r on %s from %.0f to %.0f: %s; the gateway's rate "
                     "is unknown there (vLLM's arrivals stand in)",
@@ -332,10 +364,10 @@ class PrometheusSource:
                     self.address,
                     start_s,
                     end_s,
-                    exc,
+                    answer,
                 )
                 answer = []
-            rates[query] = gateway_rates_by_time(answer)
+            rates[query] = gateway_rates_by_time(cast("Sequence[Mapping[str, Any]]", answer))
         return rates
 
     async def _range(
@@ -359,32 +391,31 @@ class PrometheusSource:
     def _range_calls(
         self, queries: dict[str, str], start_s: float, end_s: float, step_s: float
     ) -> dict[str, Any]:
-        # start/end/step as exact decimal strings (the client would round a
-        # datetime to whole seconds): the grid must equal the live one.
+        # start/end/step as exact decimal strings: the grid must equal the
+        # live one.
         params = {"start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
         return {
-            signal: (
-                lambda q=query: self._client.custom_query_range(
-                    q, start_time=_EPOCH, end_time=_EPOCH, step=params["step"], params=params
-                )
-            )
+            signal: functools.partial(self._post, "query_range", {"query": query, **params})
             for signal, query in queries.items()
         }
 
     async def close(self) -> None:
-        self._client.close()
+        self._session.close()
         if self._own_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def gateway_rate(answer: object) -> tuple[float | None, str | None]:
-    """(requests per second, None) from one instant query's answer, or
-    (None, what is wrong): an error, an empty vector (no gateway series is
-    not "no requests"), NaN, Inf or a negative sum are all unknown."""
+    """(requests per second, None) from one instant query's answer (a
+    vector's sum, or a scalar's ``[time, value]``), or (None, what is
+    wrong): an error, an empty vector (no gateway series is not "no
+    requests"), NaN, Inf or a negative sum are all unknown."""
     if isinstance(answer, BaseException):
         return None, f"the query failed ({answer!r})"[:300]
     if not isinstance(answer, list) or not answer:
         return None, "the answer is empty"
+    if is_scalar_answer(answer):
+        answer = [{"value": answer}]  # a scalar: one sample
     total = 0.0
     for item in answer:
         try:

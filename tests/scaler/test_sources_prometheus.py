@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from decision.reading import Reading
 from decision.settings import LabelMatcher, parse_selector
+from scaler.sources.gateway_batch import BATCH_SIZE
 from scaler.sources.model import Selection, SourceError
 from scaler.sources.prometheus import PrometheusSource, merge_pages, pack_page, range_pages
 from scaler.sources.promql import SIGNALS
@@ -129,10 +130,11 @@ async def test_query_count_is_independent_of_the_number_of_objects(prom: Prometh
 async def test_gateway_query_is_read_with_the_vllm_signals_and_a_failure_is_unknown(
     prom: PrometheusServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A selection's gatewayRateQuery is one more query per distinct text; its
+    """A selection's gatewayRateQuery is read beside the vLLM signals; its
     sum is ``gateway_rate_rps``. A query Prometheus refuses, or one with no
     series, leaves it unknown (None, never 0), logs once per failure streak,
-    and the vLLM signals are still read."""
+    and the vLLM signals are still read. The two texts that can be wrapped
+    share one query; the unbalanced one is sent alone."""
     rate = 'sum(rate(vllm:request_success_total{namespace="llm"}[5s]))'
     good = Selection(sel('namespace="llm"', "llama").matchers, gateway_query=rate)
     broken = Selection(sel('namespace="other"').matchers, gateway_query="sum(rate(")
@@ -141,7 +143,7 @@ async def test_gateway_query_is_read_with_the_vllm_signals_and_a_failure_is_unkn
     try:
         for _ in range(2):
             readings = await source.read([good, broken, absent, good], now_grid())
-        assert source.queries_sent == 2 * (len(SIGNALS) + 3)
+        assert source.queries_sent == 2 * (len(SIGNALS) + 2)
         assert readings[good].gateway_rate_rps == pytest.approx(3.0, rel=0.25)
         assert readings[good].waiting == 7.0
         assert readings[broken].gateway_rate_rps is None
@@ -156,25 +158,30 @@ async def test_gateway_query_is_read_with_the_vllm_signals_and_a_failure_is_unkn
 
 
 async def test_a_slow_gateway_query_leaves_the_others_answers(prom: PrometheusServer) -> None:
-    """Gateway queries run beside the vLLM ones; one that misses the timeout
-    is unknown while the gateway query that answered in time keeps its rate
-    and the vLLM signals are read. The slowness is injected in front of the
-    real Prometheus client for one query text."""
+    """Gateway queries run beside the vLLM ones. A slow text makes its batch
+    miss the timeout once (both texts unknown, the vLLM signals read); the
+    next refresh reads them apart, and the text that answers in time keeps
+    its rate. The slowness is injected in front of the real Prometheus
+    client for any query holding the slow text."""
     slow_text = 'sum(rate(vllm:request_success_total{namespace="llm"}[6s]))'
     fast_text = 'sum(rate(vllm:request_success_total{namespace="llm"}[5s]))'
     fast = Selection(sel('namespace="llm"', "llama").matchers, gateway_query=fast_text)
     slow = Selection(sel('namespace="other"').matchers, gateway_query=slow_text)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(SIGNALS) + 2)
     source = PrometheusSource(prom.url, rate_window_s=5, timeout_s=2.0, executor=pool)
-    real_query = source._client.custom_query
+    real_post = source._post
 
-    def custom_query(query: str, params: dict[str, str] | None = None) -> Any:
-        if query == slow_text:
+    def post(path: str, form: Mapping[str, str]) -> Any:
+        if slow_text in form["query"]:
             time.sleep(2.5)
-        return real_query(query, params=params)
+        return real_post(path, form)
 
-    source._client.custom_query = custom_query  # type: ignore[method-assign]
+    source._post = post  # type: ignore[method-assign]
     try:
+        together = await source.read([fast, slow], now_grid())
+        assert together[fast].gateway_rate_rps is None
+        assert together[slow].gateway_rate_rps is None
+        assert (together[fast].waiting, together[slow].waiting) == (7.0, 9.0)
         readings = await source.read([fast, slow], now_grid())
         assert readings[fast].gateway_rate_rps == pytest.approx(3.0, rel=0.25)
         assert readings[slow].gateway_rate_rps is None
@@ -182,6 +189,70 @@ async def test_a_slow_gateway_query_leaves_the_others_answers(prom: PrometheusSe
     finally:
         await source.close()
         pool.shutdown(wait=True)
+
+
+def _objects_with_gateway_texts(n: int) -> tuple[list[Selection], list[float | None]]:
+    """``n + 2`` objects, each with its own gateway text, and the rate each
+    should read: text ``i < n`` answers 7 + i (the fleet's seven waiting
+    requests in namespace llm, plus i), then a scalar text (9, namespace
+    other's waiting) and a text Prometheus refuses (unknown)."""
+    texts = [f'sum(vllm:num_requests_waiting{{namespace="llm"}}) + {i}' for i in range(n)]
+    texts += ['scalar(sum(vllm:num_requests_waiting{namespace="other"}))']
+    texts += ["sum(no_such_function(up))"]  # one closed piece, refused
+    objects = [
+        Selection(sel(f'namespace="ns-{i}"').matchers, gateway_query=text)
+        for i, text in enumerate(texts)
+    ]
+    return objects, [*(7.0 + i for i in range(n)), 9.0, None]
+
+
+async def test_many_gateway_texts_share_few_queries_and_a_bad_one_costs_only_itself(
+    prom: PrometheusServer,
+) -> None:
+    """120 distinct texts, a scalar one and one Prometheus refuses: each
+    object gets its own text's value in the first refresh (the refused batch
+    is bisected at once), the bad text's object alone is unknown, and from
+    the next refresh on the texts cost ceil(121 / BATCH_SIZE) queries plus
+    the bad one retried alone."""
+    objects, want = _objects_with_gateway_texts(120)
+    proxy = PrometheusProxy(prom.url)
+    source = PrometheusSource(proxy.url, rate_window_s=5)
+    try:
+        for refresh in ("first", "next"):
+            before = len(proxy.queries)
+            readings = await source.read(objects, now_grid())
+            sent = len(proxy.queries) - before
+            print(f"{refresh} refresh, {len(objects)} gateway texts: {sent} queries")
+            assert [readings[o].gateway_rate_rps for o in objects] == want
+            assert all(readings[o].ready_replicas == 0 for o in objects)
+        assert sent == len(SIGNALS) + math.ceil(121 / BATCH_SIZE) + 1
+        assert source.queries_sent == len(proxy.queries)
+    finally:
+        await source.close()
+        proxy.stop()
+
+
+async def test_range_reads_batch_the_gateway_texts_like_instant_reads(
+    prom: PrometheusServer,
+) -> None:
+    """A backfill's range read sends the texts in the same batches (one
+    query per batch and page) and each evaluation time gets its own text's
+    value; a refused text is unknown over the range, costing only itself."""
+    objects, want = _objects_with_gateway_texts(60)
+    proxy = PrometheusProxy(prom.url)
+    source = PrometheusSource(proxy.url, rate_window_s=5)
+    try:
+        end = now_grid()
+        await source.read_range(objects, end - 2, end, 1.0)  # isolates the bad text
+        before = len(proxy.queries)
+        ranges = await source.read_range(objects, end - 2, end, 1.0)
+        assert len(proxy.queries) - before == len(SIGNALS) + math.ceil(61 / BATCH_SIZE) + 1
+        for o, rate in zip(objects, want, strict=True):
+            assert [r.time_s for r in ranges[o]] == [end - 2, end - 1, end]
+            assert [r.gateway_rate_rps for r in ranges[o]] == [rate] * 3
+    finally:
+        await source.close()
+        proxy.stop()
 
 
 async def test_range_read_equals_instant_reads_at_the_same_times(prom: PrometheusServer) -> None:
