@@ -40,11 +40,13 @@ class BalloonPlan:
 def _needed(forecast: DemandForecast, capacity: ReplicaCapacity) -> float | None:
     terms: list[float] = []
     cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
-    upper_tokens = forecast.upper_tokens_per_s
+    # what the forecast term sizes for: the upper quantile or the recent days' peak
+    upper_tokens = forecast.planned_tokens_per_s
+    planned = forecast.planned_requests_per_s
     if cap_tokens and cap_tokens > 0 and upper_tokens is not None and math.isfinite(upper_tokens):
         terms.append(max(0.0, upper_tokens) / cap_tokens)
-    if cap_requests and cap_requests > 0 and math.isfinite(forecast.upper_requests_per_s):
-        terms.append(max(0.0, forecast.upper_requests_per_s) / cap_requests)
+    if cap_requests and cap_requests > 0 and math.isfinite(planned):
+        terms.append(max(0.0, planned) / cap_requests)
     return max(terms) if terms else None
 
 

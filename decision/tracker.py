@@ -67,6 +67,7 @@ from decision.tracker_data import (
 
 __all__ = [
     "DEFAULT_LEAD_TIME_S",
+    "SEASONAL_SIGNAL",
     "SIGNAL",
     "Tracker",
     "observation_from",
@@ -82,6 +83,9 @@ profile: the optimised cold start of an 8B model on a new GPU node
 
 SIGNAL = "requests_per_s"
 """The forecast signal (and the accuracy ledger's key for it)."""
+
+SEASONAL_SIGNAL = "seasonal_peak_requests_per_s"
+"""The recent days' peak over the lead time, exported beside the forecast."""
 
 LEAD_SAMPLES = 256
 """Measured pod starts kept for ``leadTimeSeconds: auto``."""

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from decision.prewarm import plan_balloons
-from decision.tracker import SIGNAL
+from decision.tracker import SEASONAL_SIGNAL, SIGNAL
 from decision.tracker_data import TrackerStep
 from scaler.registry import Entry
 from scaler.telemetry import ScalerTelemetry
@@ -90,6 +90,10 @@ class LiveOutputs:
         if forecast is not None:
             forecasts.append((SIGNAL, forecast.quantile, lead_s, forecast.upper_requests_per_s))
             forecasts.append((SIGNAL, 0.5, lead_s, forecast.median_requests_per_s))
+            seasonal = forecast.seasonal_requests_per_s
+            if seasonal is not None and math.isfinite(seasonal):
+                # the recent days' peak over the lead time (seasonalPeakDays)
+                forecasts.append((SEASONAL_SIGNAL, forecast.quantile, lead_s, seasonal))
         # One lock acquisition per object, not ten.
         self.telemetry.record_refresh(ns, name, step.decision, ready, lead_s, demand, forecasts)
 

@@ -58,6 +58,20 @@ def test_balloons_cover_the_forecast_excess() -> None:
     assert plan(2.5, ready=3, desired=3).reason == "covered"
 
 
+def test_balloons_cover_the_recent_days_peak_too() -> None:
+    """Nodes for the event's fleet a node lead time ahead: the days' peak
+    (6 req/s) sizes the balloons when the forecaster's band (1) is lower."""
+    p = plan_balloons(
+        settings=ON,
+        forecast=DemandForecast(180.0, 0.9, 1.0, 0.5, None, 6.0, None),
+        capacity=CAP,
+        ready_replicas=2,
+        desired_replicas=2,
+        current_balloons=0,
+    )
+    assert (p.replicas, p.needed_replicas) == (4, 6)
+
+
 def test_bounded_by_max_replicas() -> None:
     p = plan(100.0, ready=15, desired=16)
     assert p.replicas == 4  # max_replicas 20 - 16
