@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -50,6 +51,7 @@ cannot parse or type-check (400 bad_data), fails to evaluate (422
 execution), or a body too large for a proxy in front of it (413)."""
 
 
+@functools.lru_cache(maxsize=8192)  # asked of every text every refresh
 def self_contained(text: str) -> bool:
     """Whether ``text`` is lexically one closed piece: brackets balanced
     outside strings and comments, no string left open.
