@@ -49,6 +49,13 @@ _SES_ALPHAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 _HOLT_ALPHAS = (0.1, 0.2, 0.3, 0.5, 0.8)
 _HOLT_BETAS = (0.02, 0.05, 0.1, 0.2)
 HOLT_DAMPING = 0.9
+ERRORS_KEPT_BYTES = 8 << 20
+"""How much of the grid's absolute errors a :class:`SmoothingBank` keeps
+across horizons (the latest horizon's always). prescaler's fit asks each
+eager horizon twice, in its rolling holdout and again at the history's end,
+and recomputing a horizon's errors was a tenth of a 3-day refit; its banks
+read 1,440 rows, about 0.36 MB per horizon, so the 12 eager horizons stay,
+and the bank goes with the fit."""
 _TREND_LAMBDAS = (0.9, 0.95, 0.98, 0.99)
 """Discounts of the ``trend`` candidate: memories of ~10 to ~100 steps. Why
 no shorter: a slope's variance grows as the inverse cube of the memory, and
@@ -383,21 +390,23 @@ class SmoothingBank:
 
     def _grid_errors(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Absolute h-step errors of every grid point at every origin
-        ``0 .. n - h - 1`` (rows as in :meth:`_grid_paths`), kept for the
-        last horizon asked for: the holdout asks horizon by horizon, and one
-        matrix (grid size times the history) is as much as the paths."""
+        ``0 .. n - h - 1`` (rows as in :meth:`_grid_paths`), kept per horizon
+        up to :data:`ERRORS_KEPT_BYTES` (the oldest horizons go first): the
+        holdout asks horizon by horizon, and the fit asks each again."""
         if h not in self._errors:
             ses, level, trend, line, slope = self._grid_paths()
             m = self.y.size - h
             actual = self.y[h:]
             holt = np.maximum(level[:, :m] + damped_sum(h, HOLT_DAMPING) * trend[:, :m], 0.0)
             lin = np.maximum(line[:, :m] + damped_sum(h, TREND_DAMPING) * slope[:, :m], 0.0)
-            self._errors.clear()
-            self._errors[h] = (
-                np.abs(actual - ses[:, :m]),
-                np.abs(actual - holt),
-                np.abs(actual - lin),
-            )
+            errors = (np.abs(actual - ses[:, :m]), np.abs(actual - holt), np.abs(actual - lin))
+            size = sum(e.nbytes for e in errors)
+            kept = sum(e.nbytes for err in self._errors.values() for e in err)
+            for old in list(self._errors):
+                if kept + size <= ERRORS_KEPT_BYTES:
+                    break
+                kept -= sum(e.nbytes for e in self._errors.pop(old))
+            self._errors[h] = errors
         return self._errors[h]
 
     def forecasts(self, params: SmoothingParams, idx: np.ndarray, h: int) -> np.ndarray:

@@ -111,3 +111,23 @@ def compiled_first(path: list[str], init_file: str) -> list[str]:
 def is_native(module: object) -> bool:
     """Whether `module` was loaded from a compiled extension."""
     return str(getattr(module, "__file__", "")).endswith(ext_suffix())
+
+
+def compiled_warning(modules: Iterable[object]) -> str | None:
+    """A warning naming those of `modules` that run from their Python
+    sources; None when every one is compiled.
+
+    Why: the loader falls back to the sources without a word whenever the
+    build is missing or older than an edited source, and a prescaler tune
+    trial then takes about 1.8 times as long (``docs/decisions/tune-speed.md``);
+    a long run should say so.
+    """
+    slow = [str(getattr(m, "__name__", m)) for m in modules if not is_native(m)]
+    if not slow:
+        return None
+    return (
+        f"the compiled modules of `make native` are not loaded ({', '.join(slow)} run as "
+        "Python: the build is missing or older than an edited source, or "
+        f"{PURE_ENV}=1), and a prescaler trial takes about 1.8 times as long; run "
+        "`make native`"
+    )

@@ -142,14 +142,21 @@ class TrainRows:
     def features(self, h: int, lo: int, hi: int) -> np.ndarray:
         """:func:`features` for horizon ``h`` of the origins at positions
         ``lo .. hi - 1`` (origin ``start + lo`` first)."""
-        cols = [np.ones(hi - lo)]
-        cols.extend(m[lo:hi] for m in self.means)
+        # Written column by column into one C-ordered matrix: the same
+        # floats and layout as np.column_stack of the columns, without its
+        # temporaries (a fit builds ~100 of these, 11,000 rows each at 3 days).
+        x = np.empty((max(hi - lo, 0), 1 + len(self.means) + 2 * len(self.profiles)))
+        x[:, 0] = 1.0
+        for k, m in enumerate(self.means, start=1):
+            x[:, k] = m[lo:hi]
         last = self.last[lo:hi]
+        k = 1 + len(self.means)
         for prof in self.profiles:
             s_future = prof[lo + h : hi + h]
-            cols.append(s_future - prof[lo:hi])
-            cols.append(s_future - last)
-        return np.column_stack(cols)
+            np.subtract(s_future, prof[lo:hi], out=x[:, k])
+            np.subtract(s_future, last, out=x[:, k + 1])
+            k += 2
+        return x
 
     def scale(self, lo: int, hi: int, floor: float) -> np.ndarray:
         """:func:`local_scale` of the origins at positions ``lo .. hi - 1``

@@ -231,7 +231,10 @@ def check_history(
 # --------------------------------------------------------------------------
 def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     """Load, check, tune every side, re-score on the held-back part."""
+    import forecasting.filters
+    import simulations.router
     from engine.profiles import get_profile
+    from prescaler_native.loader import compiled_warning
     from simulations.sim_types import replay_config
     from simulations.tune.search import slo_ceiling, split_workload
     from simulations.tune.sides import make_sides
@@ -242,6 +245,8 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     tune_part, held = split_workload(workload, request.holdout)
     held_s = 0.0 if held is None else held.duration_s
     warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
+    if (note := compiled_warning((simulations.router, forecasting.filters))) is not None:
+        warnings.append(note)
     if len(tune_part) == 0:
         raise ValueError(f"{workload.name}: the tuning part holds no requests")
     config = replay_config(request)

@@ -22,7 +22,14 @@ from typing import Any
 import pytest
 
 from prescaler_native.build import PACKAGES, source_hashes
-from prescaler_native.loader import MANIFEST, PURE_ENV, compiled_first, ext_suffix, native_dir
+from prescaler_native.loader import (
+    MANIFEST,
+    PURE_ENV,
+    compiled_first,
+    compiled_warning,
+    ext_suffix,
+    native_dir,
+)
 from tests.support.ci import fail_in_ci_else_skip
 
 ROOT = Path(__file__).parents[2]
@@ -233,3 +240,17 @@ def test_compiled_first_puts_a_current_build_ahead_of_the_sources(
     assert compiled_first(source_path, init) == [str(build / "engine"), *source_path]
     monkeypatch.setenv("PRESCALER_NATIVE_DIR", str(tmp_path / "nowhere"))
     assert compiled_first(source_path, init) == source_path
+
+
+def test_the_warning_names_the_modules_that_run_as_python() -> None:
+    """``prescaler tune`` warns when a hot module runs from its source; an
+    extension module (numpy's core, loaded from a shared library with this
+    interpreter's suffix) is not named, and all compiled: no warning."""
+    import numpy._core._multiarray_umath as compiled
+
+    import forecasting.combination as source
+
+    assert compiled_warning([compiled]) is None
+    note = compiled_warning([compiled, source])
+    assert note is not None
+    assert "forecasting.combination" in note and "_multiarray_umath" not in note
