@@ -301,9 +301,10 @@ def _forecast(key: str, raw: str) -> str:
 
 
 def _gateway_query(key: str, raw: str) -> str:
-    # Sent to Prometheus as a query parameter, never pasted into other PromQL;
     # Prometheus itself says whether it parses (a failing query is a logged
-    # fallback at read time, see scaler.sources.prometheus).
+    # fallback at read time). A text that is one closed piece is read inside
+    # a batch of such texts (each wrapped in label_replace, joined by or);
+    # any other is sent alone, as written (scaler.sources.gateway_batch).
     # A YAML block scalar may break a long query over lines: whitespace to PromQL.
     return _nonempty(key, re.sub(r"[\t\r\n]+", " ", raw), limit=2048)
 
