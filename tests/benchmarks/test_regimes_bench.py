@@ -18,7 +18,9 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_PRESCALER_SIDE`` (prescaler-gateway): the prescaler
   side tuned with the forecast on and off (or ``prescaler``);
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
-  tuning day, backfilled into prescaler's tracker.
+  tuning day, backfilled into prescaler's tracker; with focus and history
+  each day's focus hours open with the fleet and backfill of the whole-day
+  trace before them.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
