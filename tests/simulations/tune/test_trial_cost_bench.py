@@ -14,6 +14,12 @@ it with ``OPENBLAS_NUM_THREADS=1``, as the ``prescaler`` command sets it (the
 JSON records the setting); the load average before and after is recorded:
 the machine may be shared.
 
+With ``PRESCALER_TUNE_TRIAL_PROFILE=1`` the trial runs under cProfile (which
+slows the Python parts, so its wall time is not the trial's) and writes
+``bench-results/tune_trial_cost_profile.json`` instead, with ``profile``:
+the cumulative seconds of the forecaster's and the tracker's main steps
+(:data:`PROFILED`) and the 20 functions with the most time of their own.
+
 Why a bench of its own: the day-study bench (``test_tune_bench.py``) times 40
 trials whose settings and early stops vary from run to run; one fixed trial
 run to the end is the unit a change to the forecaster's cost moves.
@@ -21,30 +27,75 @@ run to the end is the unit a change to the forecaster's cost moves.
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from engine.profiles import get_profile
 from forecasting.prescaler.model import PrescalerForecaster
+from simulations.backfill import DemandHistory
+from simulations.forecast_memo import PROCESS_MEMO
+from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import SimConfig
-from simulations.traffic import TrafficOptions, load_workload
+from simulations.traffic import TrafficOptions, Workload, load_workload
 from simulations.tune.inputs import part_starts, requests_before
-from simulations.tune.search import default_bases, score
+from simulations.tune.manifest import manifest_of
+from simulations.tune.search import apply_metadata, default_bases, score
+from simulations.tune.sides import prescaler_gateway_manifest
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench-results"
 PROFILE = "llama-3-8b@g5.xlarge"
 TRACE_ENV = "PRESCALER_TUNE_DAY_TRACE"
+
+
+PROFILED = (
+    ("forecasting/prescaler/model.py", "fit"),
+    ("forecasting/prescaler/model.py", "predict"),
+    ("forecasting/prescaler/model.py", "_fit_h"),
+    ("forecasting/prescaler/model.py", "_holdout_weights"),
+    ("forecasting/prescaler/model.py", "_solve"),
+    ("forecasting/prescaler/holdout.py", "rolling_forecasts"),
+    ("forecasting/prescaler/band.py", "median_and_quantile"),
+    ("forecasting/prescaler/members.py", "member_weights"),
+    ("forecasting/prescaler/features.py", "features"),
+    ("forecasting/prescaler/features.py", "build"),
+    ("forecasting/combination.py", "select"),
+    ("forecasting/combination.py", "last_values"),
+    ("decision/tracker.py", "step"),
+    ("decision/prediction.py", "run_prediction"),
+    ("decision/policy.py", "decide"),
+)
+"""(file, function) pairs whose cumulative time the profiled run records
+(both ``features`` functions of features.py are summed)."""
+
+
+def _profile_summary(stats: Any) -> dict[str, Any]:
+    """Cumulative seconds of :data:`PROFILED` and the top own-time functions."""
+    cumulative: dict[str, float] = {}
+    own: list[tuple[float, str]] = []
+    for (path, line, name), (_, _, tottime, cumtime, _) in stats.stats.items():
+        where = f"{'/'.join(Path(path).parts[-3:])}:{line}({name})"
+        own.append((tottime, where))
+        for file, func in PROFILED:
+            if name == func and path.endswith(file):
+                key = f"{file}:{func}"
+                cumulative[key] = round(cumulative.get(key, 0.0) + cumtime, 2)
+    top = sorted(own, reverse=True)[:20]
+    return {"cumulative_s": cumulative, "own_s": {w: round(t, 2) for t, w in top}}
 
 
 @contextmanager
@@ -74,9 +125,20 @@ def _timed(owner: type, names: tuple[str, ...], spent: dict[str, float]) -> Iter
             setattr(owner, n, m)
 
 
-@pytest.mark.skipif(not os.environ.get(TRACE_ENV), reason=f"{TRACE_ENV} is not set")
-def test_prescaler_trial_cost() -> None:
-    """One base trial of the prescaler side, run to the end, timed and split."""
+@dataclass(frozen=True)
+class TrialInputs:
+    """What a tune trial over the bench's window starts from."""
+
+    workload: Workload
+    config: SimConfig
+    history: DemandHistory | None
+    doc: dict[str, Any]
+    """The window's description for the JSON."""
+
+
+def _inputs() -> TrialInputs:
+    """The bench's window of ``$PRESCALER_TUNE_DAY_TRACE`` and what tune
+    gives a trial there (opening fleet, the tracker's backfill)."""
     hours = float(os.environ.get("PRESCALER_TUNE_TRIAL_HOURS", "24"))
     start = float(os.environ.get("PRESCALER_TUNE_TRIAL_START", str(3 * 86400)))
     scale = float(os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1"))
@@ -88,13 +150,6 @@ def test_prescaler_trial_cost() -> None:
     config = inputs.apply(SimConfig(), profile, None)
     starts = part_starts(requests_before(trace, traffic), workload, None, profile, config, inputs)
     history = starts.tuning.history
-    base, _ = default_bases(PROFILE, inputs.max_replicas)
-    spent: dict[str, float] = {}
-    load_before = os.getloadavg()
-    with _timed(PrescalerForecaster, ("fit", "predict"), spent):
-        t0 = time.perf_counter()
-        scored = score(base, workload, PROFILE, starts.tuning_config, history=history)
-        wall = time.perf_counter() - t0
     doc = {
         "trace": Path(trace).name,
         "start_s": start,
@@ -104,6 +159,25 @@ def test_prescaler_trial_cost() -> None:
         "requests": len(workload),
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         "history_bins": 0 if history is None else int(np.size(history.requests_per_s)),
+    }
+    return TrialInputs(workload, starts.tuning_config, history, doc)
+
+
+def _trial(so: ScaledObjectSpec, got: TrialInputs, profiler: Any = None) -> dict[str, Any]:
+    """One trial of ``so`` run to the end: its wall time split into the
+    forecaster's fits, its predictions and the rest, and its outcome."""
+    spent: dict[str, float] = {}
+    load_before = os.getloadavg()
+    with _timed(PrescalerForecaster, ("fit", "predict"), spent):
+        t0 = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        scored = score(so, got.workload, PROFILE, got.config, history=got.history)
+        if profiler is not None:
+            profiler.disable()
+        wall = time.perf_counter() - t0
+    assert scored.finished
+    return {
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(wall, 2),
@@ -115,7 +189,45 @@ def test_prescaler_trial_cost() -> None:
         "attainment": round(scored.attainment, 6),
         "cost_usd": round(scored.cost_usd, 4),
     }
+
+
+@pytest.mark.skipif(not os.environ.get(TRACE_ENV), reason=f"{TRACE_ENV} is not set")
+def test_prescaler_trial_cost() -> None:
+    """One base trial of the prescaler side, run to the end, timed and split."""
+    got = _inputs()
+    base, _ = default_bases(PROFILE, SimInputs().max_replicas)
+    profiler = cProfile.Profile() if os.environ.get("PRESCALER_TUNE_TRIAL_PROFILE") else None
+    doc = {**got.doc, **_trial(base, got, profiler), "profiled": profiler is not None}
+    if profiler is not None:
+        doc["profile"] = _profile_summary(pstats.Stats(profiler))
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "tune_trial_cost.json").write_text(json.dumps(doc, indent=2) + "\n")
-    assert scored.finished
-    assert spent["fit_calls"] > 0, "the prescaler trigger never refitted its forecaster"
+    name = "tune_trial_cost_profile.json" if profiler is not None else "tune_trial_cost.json"
+    (RESULTS / name).write_text(json.dumps(doc, indent=2) + "\n")
+    assert doc["fits"] > 0, "the prescaler trigger never refitted its forecaster"
+
+
+@pytest.mark.skipif(not os.environ.get(TRACE_ENV), reason=f"{TRACE_ENV} is not set")
+def test_gateway_fed_trial_on_a_warm_memo() -> None:
+    """The ``prescaler-gateway`` side's base trial on an empty forecast memo,
+    then a trial with another ``forecastQuantile`` (another setting, as the
+    study's next trial) on the memo the first left: a gateway-fed tracker's
+    history does not depend on the setting, so the second restores every
+    fit (``simulations.forecast_memo``) and computes its forecasts on them.
+    Writes ``bench-results/tune_trial_cost_gateway.json``."""
+    got = _inputs()
+    base, _ = default_bases(PROFILE, SimInputs().max_replicas)
+    doc = prescaler_gateway_manifest(manifest_of(base))
+    gateway = parse_scaledobject(yaml.safe_dump(doc, sort_keys=False), "prescaler-gateway")
+    PROCESS_MEMO.clear()
+    before = PROCESS_MEMO.stats
+    cold = _trial(gateway, got)
+    between = PROCESS_MEMO.stats
+    warm = _trial(apply_metadata(gateway, {"forecastQuantile": "0.8"}), got)
+    out = {
+        **got.doc,
+        "cold": {**cold, "memo": between.minus(before).as_dict()},
+        "warm": {**warm, "memo": PROCESS_MEMO.stats.minus(between).as_dict()},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "tune_trial_cost_gateway.json").write_text(json.dumps(out, indent=2) + "\n")
+    assert warm["fits"] < cold["fits"], "the warm trial refitted as often as the cold one"
