@@ -159,7 +159,10 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
     tuning part simulated, the forecast memo's counts; the whole run's wall
     time (the studies plus the held-back re-runs); whether the compiled
     modules of ``make native`` were loaded; and the load average before and
-    after (the machine may be shared). The goal it records: each study within 5 minutes."""
+    after (the machine may be shared); and the BLAS threads (``blas_threads``: run it
+    with ``OPENBLAS_NUM_THREADS=1``, as the ``prescaler`` command sets it, or
+    each process's fits take a second thread the other process needed). The
+    goal it records: each study within 5 minutes."""
     import io
 
     import simulations.router as router
@@ -207,6 +210,7 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
         "jobs": request.jobs,
         "cpu_count": os.cpu_count(),
         "native_loaded": is_native(router),
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": round(wall, 1),
