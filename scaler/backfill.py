@@ -38,12 +38,15 @@ log = logging.getLogger(__name__)
 BACKFILL_CHUNK = 100
 """New objects backfilled together; refreshes of the others run between chunks."""
 
-BACKFILL_BATCH = 16
+BACKFILL_BATCH = 4
 """Distinct selections read from a source in one history read. A three-day
 history is tens of megabytes of raw answer per object while it is parsed, so
 reading a whole chunk (or a restart's every object) in one call could pass the
 scaler's memory limit; batches bound the peak whatever the number of objects,
-and each batch's answer is folded into arrays before the next is read."""
+and each batch's answer is folded into arrays before the next is read. Few:
+one page of a batch (every history signal, 10,000 points a series) must be
+read and parsed within the source's 3 s timeout on a busy node
+(docs/decisions/front.md, "At the 3-day fit window")."""
 
 MAX_CATCH_UP_S = 600.0
 """The longest stretch of missed refreshes that is replayed tick by tick."""

@@ -77,6 +77,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from decision.selectors import LabelMatcher
 from scaler.sources.model import Selection
 
 SIGNALS: tuple[str, ...] = (
@@ -153,6 +154,36 @@ def _filter_for(selections: Sequence[Selection]) -> str:
     return "{" + ",".join(m.promql() for m in matchers) + "}"
 
 
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def _literal_pattern(value: str) -> str:
+    """An RE2 (and Python ``re``) pattern matching exactly ``value``."""
+    return _RE2_SPECIAL.sub(r"\\\1", value)
+
+
+def _union_filter(selections: Sequence[Selection]) -> str:
+    """Matchers every series of any of ``selections`` satisfies: on each label
+    that every selection matches positively (``=`` or ``=~``), one regex of
+    their alternatives; a label some selection leaves open or matches only
+    negatively is not filtered. The per-selection sums are unchanged (each
+    filtered label is a grouping label, so whole groups are kept or left out)."""
+    parts = []
+    for name in group_labels_for(selections):
+        alternatives: set[str] = set()
+        for selection in selections:
+            positive = [m for m in selection.matchers if m.name == name and m.op in ("=", "=~")]
+            if not positive:
+                break
+            first = positive[0]
+            alternatives.add(
+                _literal_pattern(first.value) if first.op == "=" else f"(?:{first.value})"
+            )
+        else:
+            parts.append(LabelMatcher(name, "=~", "|".join(sorted(alternatives))).promql())
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
 def _with_matcher(name: str, flt: str, matcher: str) -> str:
     """``name`` with the shared filter ``flt`` plus one fixed ``matcher``."""
     return f"{name}{flt[:-1]},{matcher}}}" if flt else f"{name}{{{matcher}}}"
@@ -167,12 +198,22 @@ def build_plan(
     selections: Sequence[Selection],
     rate_window_s: float = DEFAULT_RATE_WINDOW_S,
     lost_lookback_s: float = LOST_LOOKBACK_S,
+    *,
+    narrow: bool = False,
 ) -> QueryPlan:
-    """All queries for ``selections`` (non-empty), one per signal."""
+    """All queries for ``selections`` (non-empty), one per signal.
+
+    Selections with different matchers share an unfiltered query (every
+    group Prometheus holds answers); ``narrow`` filters it to the union of
+    their matchers instead (``_union_filter``). Range reads narrow: unfiltered,
+    each backfill batch's page of a three-day history would carry every
+    object's series, so a restart's memory would grow with the fleet and its
+    time with the fleet's square.
+    """
     if not selections:
         raise ValueError("build_plan needs at least one selection")
     labels = group_labels_for(selections)
-    flt = _filter_for(selections)
+    flt = _filter_for(selections) or (_union_filter(selections) if narrow else "")
     window = format_window(rate_window_s)
     lookback = format_window(lost_lookback_s)
     per_instance = list(labels) if "instance" in labels else [*labels, "instance"]

@@ -89,6 +89,56 @@ def test_injection_attempts_stay_inside_a_string_literal() -> None:
     assert 'namespace="x\\"}) or vector(1) #\\\\"' in plan.queries["waiting"]
 
 
+def test_a_narrowed_plan_filters_to_the_batch_with_literal_values_escaped() -> None:
+    """Range reads (``narrow``) ask only for the batch's groups; a value's
+    regex metacharacters stay literal, and the live read is unchanged."""
+    batch = [_sel('namespace="a.b"', model="m"), _sel('namespace=~"c|d"', model="m")]
+    narrowed = build_plan(batch, 60, narrow=True)
+    assert narrowed.queries["running"] == (
+        "sum by (model_name, namespace) "
+        '(vllm:num_requests_running{model_name=~"m",namespace=~"(?:c|d)|a\\\\.b"})'
+    )
+    assert build_plan(batch, 60).queries["running"] == (
+        "sum by (model_name, namespace) (vllm:num_requests_running)"
+    )
+    hostile = 'x"}) or vector(1) #\\'
+    one_hostile = [Selection((LabelMatcher("namespace", "=", hostile),)), _sel('namespace="y"')]
+    assert (
+        'namespace=~"x\\"\\\\}\\\\) or vector\\\\(1\\\\) #\\\\\\\\|y"'
+        in (build_plan(one_hostile, narrow=True).queries["waiting"])
+    )
+
+
+_VALUES = st.sampled_from(["a", "b", "a.b", "axb", "x-1", ""])
+_MATCHERS = st.one_of(
+    st.builds(lambda v: LabelMatcher("namespace", "=", v), _VALUES),
+    st.builds(lambda v: LabelMatcher("namespace", "=~", v), st.sampled_from(["a.*", "b|x-1"])),
+    st.builds(lambda v: LabelMatcher("namespace", "!=", v), _VALUES),
+    st.builds(lambda v: LabelMatcher("model_name", "=", v), _VALUES),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(_MATCHERS, max_size=2).map(lambda ms: Selection(tuple(ms))),
+        min_size=1,
+        max_size=4,
+    ),
+    st.fixed_dictionaries({"namespace": _VALUES, "model_name": _VALUES}),
+)
+def test_a_narrowed_plan_keeps_every_series_any_selection_matches(
+    batch: list[Selection], labels: dict[str, str]
+) -> None:
+    """The narrowing filter never drops a series of the batch, so each
+    selection's sums equal the unfiltered query's."""
+    query = build_plan(batch, 60, narrow=True).queries["running"]
+    inner = query[query.index("(") + 1 : -1]
+    matchers = parse_selector(inner[inner.index("{") + 1 : -1]) if "{" in inner else ()
+    if any(selection.matches(labels) for selection in batch):
+        assert all(m.matches(labels) for m in matchers)
+
+
 def test_no_selector_means_one_total() -> None:
     plan = build_plan([Selection()])
     assert plan.queries["waiting"] == (

@@ -160,7 +160,8 @@ class PrometheusServer:
                 f"--config.file={self.config_path}",
                 f"--storage.tsdb.path={self.data_path}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1d",
+                # Over the 3-day fit window, so a backfilled history is kept.
+                "--storage.tsdb.retention.time=5d",
                 "--log.level=warn",
             ],
             stdout=log,
