@@ -118,7 +118,7 @@ _MATCHERS = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.lists(
         st.lists(_MATCHERS, max_size=2).map(lambda ms: Selection(tuple(ms))),
