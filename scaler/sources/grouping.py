@@ -236,6 +236,41 @@ HISTORY_SIGNALS: tuple[str, ...] = (
 )
 
 
+def _add_samples(row: np.ndarray, index: Mapping[float, int], values: Any) -> None:
+    """Add one series' finite ``[time, value]`` samples into ``row`` at their
+    grid times (a row's first value replaces its NaN), sample by sample."""
+    for ts, raw in values:
+        i = index.get(round(float(ts), 3))
+        if i is None:
+            continue
+        value = float(raw)
+        if math.isfinite(value):
+            row[i] = value if math.isnan(row[i]) else row[i] + value
+
+
+def _add_packed(row: np.ndarray, times: np.ndarray, values: Any) -> bool:
+    """``_add_samples`` for a packed series (``PackedValues``) at once, when
+    every sample's time is a grid time exactly (a range answer's are: a
+    time with at most 3 decimals is its own ``round(t, 3)``) and none
+    repeats; False, and nothing added, otherwise. Why: a three-day history
+    is 17,000 samples a series, too many for a Python step each on the
+    event loop."""
+    array = getattr(values, "array", None)
+    if not isinstance(array, np.ndarray) or array.ndim != 2 or array.shape[1] != 2:
+        return False
+    stamps, numbers = array[:, 0], array[:, 1]
+    if times.size == 0:
+        return stamps.size == 0
+    at = np.minimum(np.searchsorted(times, stamps), times.size - 1)
+    if not np.array_equal(times[at], stamps) or np.unique(at).size != at.size:
+        return False
+    keep = np.isfinite(numbers)
+    at, numbers = at[keep], numbers[keep]
+    current = row[at]
+    row[at] = np.where(np.isnan(current), numbers, current + numbers)
+    return True
+
+
 def split_history(
     plan: QueryPlan,
     answers: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -264,13 +299,9 @@ def split_history(
             row = groups.get(key)
             if row is None:
                 row = groups[key] = np.full(n, np.nan)
-            for ts, raw in item.get("values", ()):
-                i = index.get(round(float(ts), 3))
-                if i is None:
-                    continue
-                value = float(raw)
-                if np.isfinite(value):
-                    row[i] = value if np.isnan(row[i]) else row[i] + value
+            values = item.get("values", ())
+            if not _add_packed(row, times, values):
+                _add_samples(row, index, values)
     keys: set[GroupKey] = set()
     for groups in per_signal.values():
         keys.update(groups)

@@ -363,6 +363,45 @@ def test_history_arrays_match_range_readings() -> None:
                 assert (math.isnan(got) and want is None) or got == pytest.approx(want)
 
 
+_SAMPLE = st.sampled_from(["0", "1.5", "2", "-1", "NaN", "+Inf", "1e-3"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=4),
+    st.lists(st.lists(_SAMPLE, min_size=6, max_size=6), min_size=4, max_size=4),
+    st.sampled_from([0.0, 0.5, 0.0004]),
+    st.integers(0, 2),
+)
+def test_history_of_packed_answers_equals_that_of_parsed_ones(
+    namespaces: list[str], rows: list[list[str]], offset: float, gap: int
+) -> None:
+    """A packed answer (what the Prometheus source hands over) is split into
+    the same floats as the parsed JSON it came from, also where a series has
+    times off the grid (``offset``: 0.0004 rounds onto it) or misses some."""
+    from scaler.sources.grouping import split_history
+    from scaler.sources.prometheus import pack_page
+
+    a, b = _sel('namespace="a"'), _sel('namespace="b"')
+    plan = build_plan([a, b], 10, narrow=True)
+    answers: dict[str, list[dict[str, Any]]] = {s: [] for s in SIGNALS}
+    answers["health"] = [{"metric": {}, "values": [[10.0 + 5 * i, "1"] for i in range(6)]}]
+    for k, (ns, signal) in enumerate(
+        zip(namespaces, ("replicas", "waiting", "completions", "prompt_tokens"), strict=False)
+    ):
+        samples = [[10.0 + 5 * i + offset, v] for i, v in enumerate(rows[k]) if i >= gap]
+        labels = {"namespace": ns, "model_name": "m"}
+        answers[signal] = [*answers[signal], {"metric": labels, "values": samples}]
+        answers["replicas"] = [*answers["replicas"], {"metric": labels, "values": samples}]
+    packed = {s: pack_page(series, s) for s, series in answers.items()}
+    parsed = split_history(plan, answers, [a, b])
+    fast = split_history(plan, packed, [a, b])
+    for sel in (a, b):
+        for field in ("times", "requests_per_s", "tokens_per_s", "ready", "waiting"):
+            want, got = getattr(parsed[sel], field), getattr(fast[sel], field)
+            assert np.array_equal(want, got, equal_nan=True), (sel, field)
+
+
 def test_history_treats_lost_replicas_as_unknown_like_live_readings() -> None:
     """A backfill must not learn a failing scrape as a quiet spell: points with
     lost replicas are unknown (NaN) in history, as they are in live readings."""
