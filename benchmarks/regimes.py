@@ -254,7 +254,10 @@ def run_cell(
         config.target * slo_ceiling(held, PROFILE, sim.slo_ttft_s),
     )
     cell = _Cell(tuning, held, sim, held_sim, histories, targets, config, storage)
-    tag = f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
+    tag = (
+        f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
+        f"-g{config.target:g}"
+    )
     t0 = time.perf_counter()
     keda = {
         name: _study(side, cell, tag)

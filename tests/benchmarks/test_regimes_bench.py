@@ -17,6 +17,9 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_JOBS`` (2): cells run at once;
 - ``PRESCALER_REGIMES_PRESCALER_SIDE`` (prescaler-gateway): the prescaler
   side tuned with the forecast on and off (or ``prescaler``);
+- ``PRESCALER_REGIMES_TARGET`` (0.95): the attainment every side must meet,
+  as a fraction of each part's idle-fleet ceiling (a lower one is another
+  point on the cost-against-attainment frontier);
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
   tuning day, backfilled into prescaler's tracker; with focus and history
   each day's focus hours open with the fleet and backfill of the whole-day
@@ -67,6 +70,7 @@ def _config() -> SweepConfig:
         focus=focus,
         history_days=int(os.environ.get("PRESCALER_REGIMES_HISTORY_DAYS", "0" if focus else "3")),
         prescaler_side=os.environ.get("PRESCALER_REGIMES_PRESCALER_SIDE", "prescaler-gateway"),
+        target=float(os.environ.get("PRESCALER_REGIMES_TARGET", "0.95")),
     )
 
 
