@@ -357,11 +357,13 @@ def _worker(
                 callbacks=[MaxTrialsCallback(n_trials, states=states)],
                 gc_after_trial=False,
             )
-        except ValueError as exc:
+        except (ValueError, RuntimeError) as exc:
             # two processes on SQLite can both take the queued first trial
             # (SQLite has no row lock); the one that ends second finds it
-            # COMPLETE and optuna's tell refuses ("Cannot tell a COMPLETE
-            # trial"). The trial is in the storage: carry on with the rest.
+            # finished: optuna's tell refuses ("Cannot tell a COMPLETE
+            # trial"), or, when the other finished it between tell's check
+            # and its write, the storage does (UpdateFinishedTrialError).
+            # The trial is in the storage: carry on with the rest.
             if not is_tell_race(exc):
                 raise
             continue
@@ -377,6 +379,10 @@ another process already finished."""
 def is_tell_race(exc: BaseException) -> bool:
     """Whether ``exc`` is optuna refusing to finish a trial another process
     already finished: that trial's result is stored, so nothing is lost."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    if isinstance(exc, UpdateFinishedTrialError):
+        return True
     return isinstance(exc, ValueError) and str(exc).startswith(TELL_RACE_SIGN)
 
 

@@ -144,6 +144,22 @@ def test_the_sqlite_tell_race_is_recognised(tmp_path: Path) -> None:
     assert not is_tell_race(ValueError("something else"))
 
 
+def test_the_sqlite_write_race_is_recognised(tmp_path: Path) -> None:
+    """The other form of the race: a second process finished the trial after
+    this one's tell checked its state, so the storage refuses the write."""
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    mine = optuna.create_study(storage=url, study_name="s")
+    theirs = optuna.load_study(storage=url, study_name="s")
+    trial = mine.ask()
+    complete = optuna.trial.TrialState.COMPLETE
+    theirs._storage.set_trial_state_values(trial._trial_id, complete, [1.0])
+    with pytest.raises(RuntimeError) as exc:
+        mine._storage.set_trial_state_values(trial._trial_id, complete, [2.0])
+    assert is_tell_race(exc.value)
+    assert not is_tell_race(RuntimeError("something else"))
+    assert theirs.trials[0].value == 1.0
+
+
 @pytest.mark.parametrize("name", ["prescaler", "keda-queue", "keda-queue-kv"])
 def test_pruned_trials_could_not_have_won(name: str, tmp_path: Path) -> None:
     """The early-stop rules, measured per side: a small study with the pace
