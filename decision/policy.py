@@ -120,8 +120,9 @@ class Observation:
 @dataclass(frozen=True)
 class DemandForecast:
     """Demand expected at ``t + horizon_s``: median and upper ``quantile``,
-    and the recent days' own peak over the same hours (``seasonal_*``, the
-    ``quantile`` across days; None when off or under two days are held)."""
+    and the recent days' own peak rate and request count over the same
+    hours (``seasonal_*``, each the ``quantile`` across days; None when off
+    or under two days are held)."""
 
     horizon_s: float
     quantile: float
@@ -130,29 +131,28 @@ class DemandForecast:
     upper_tokens_per_s: float | None = None
     seasonal_requests_per_s: float | None = None
     seasonal_tokens_per_s: float | None = None
+    seasonal_requests: float | None = None
+    """Requests the recent days saw over the horizon at these hours."""
 
     @property
     def planned_requests_per_s(self) -> float:
         """What the forecast term sizes for: the upper quantile, or the
-        recent days' peak when higher."""
-        seasonal = self.seasonal_requests_per_s
-        if seasonal is not None and _finite(seasonal):
-            return max(self.upper_requests_per_s, seasonal)
-        return self.upper_requests_per_s
+        recent days' peak when higher (NaN when neither is known)."""
+        return _largest_finite(self.upper_requests_per_s, self.seasonal_requests_per_s)
 
     @property
     def planned_tokens_per_s(self) -> float | None:
-        seasonal, upper = self.seasonal_tokens_per_s, self.upper_tokens_per_s
-        known = [v for v in (upper, seasonal) if v is not None and _finite(v)]
-        return max(known) if known else None
+        known = _largest_finite(self.upper_tokens_per_s, self.seasonal_tokens_per_s)
+        return known if _finite(known) else None
 
     @property
-    def expected_requests_per_s(self) -> float:
-        """The wake bar's rate: the median, or the recent days' peak when higher."""
-        seasonal = self.seasonal_requests_per_s
-        if seasonal is not None and _finite(seasonal):
-            return max(self.median_requests_per_s, seasonal)
-        return self.median_requests_per_s
+    def expected_requests(self) -> float:
+        """The wake bar's count over the horizon: the median's rate over it,
+        or the requests the recent days saw over it when more. Counts, not
+        the days' peak rate: a stray request on one day is one request, not
+        a one-minute rate held for the whole horizon."""
+        median = self.median_requests_per_s * max(self.horizon_s, 1.0)
+        return _largest_finite(median, self.seasonal_requests)
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,13 @@ class Decision:
 
 def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(x)
+
+
+def _largest_finite(*values: float | None) -> float:
+    """The largest finite value, NaN when none: ``max`` with a NaN first
+    would answer NaN and hide the others."""
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    return max(known) if known else NAN
 
 
 def _ceil(x: float) -> int:
@@ -252,14 +259,14 @@ def has_traffic(obs: Observation | None) -> bool:
 def _forecast_expects_requests(forecast: DemandForecast | None, settings: ScalerSettings) -> bool:
     if forecast is None or settings.forecast == "off":
         return False
-    expected = forecast.expected_requests_per_s
-    if not _finite(expected) or not _finite(forecast.horizon_s):
+    if not _finite(forecast.horizon_s):
         return False
-    # At least one request expected over the horizon at the median (or on
-    # recent days at these hours): below that, an upper band's tail is
-    # noise, not demand (each is the peak over the horizon, so this is
-    # already generous to a short session).
-    return expected * max(forecast.horizon_s, 1.0) >= 1.0
+    expected = forecast.expected_requests
+    # At least one request expected over the horizon at the median (or seen
+    # over it on recent days at these hours): below that, an upper band's
+    # tail is noise, not demand (the median is the peak over the horizon,
+    # so this is already generous to a short session).
+    return _finite(expected) and expected >= 1.0
 
 
 def is_active(

@@ -69,7 +69,11 @@ def plan_balloons(
     current = max(0, current_balloons)
     if forecast is None or not math.isfinite(forecast.upper_requests_per_s):
         return BalloonPlan(current, "no_forecast")
-    needed = _needed(forecast, capacity)
+    # below one request expected over the node lead time there is nothing
+    # to pre-warm for (the policy's wake bar): a band's tail or one stray
+    # request on a past day would otherwise round up to a node
+    expected = forecast.expected_requests
+    needed = _needed(forecast, capacity) if expected >= 1.0 else 0.0
     if needed is None:
         return BalloonPlan(current, "no_capacity")
     needed_replicas = min(settings.max_replicas, max(0, math.ceil(needed - 1e-9)))

@@ -201,6 +201,8 @@ class Tracker:
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
+        self._seasonal_days_held = math.floor(history_bins * step / DAY_S)
+        self._warn_seasonal_days(settings)
         self.capacity_learner = SaturationCapacity(
             config.capacity_window_s, memory_s=config.fit_window_s
         )
@@ -226,9 +228,9 @@ class Tracker:
         # Caches of things that change only with the settings or new samples.
         self._configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
         self._measured_lead: tuple[tuple[float, ...], float | None] | None = None
-        self._seasonal_cache: tuple[tuple[float, float, float, int, int], float | None] | None = (
-            None
-        )
+        self._seasonal_cache: dict[
+            tuple[float, float, float, int, int], tuple[float | None, float | None]
+        ] = {}
 
     # ------------------------------------------------------------ read-only
     @property
@@ -271,7 +273,23 @@ class Tracker:
             self._forecaster = None
             self._fit_boundary_s = None
             self._prediction = None
+        if settings.seasonal_peak_days != self._settings.seasonal_peak_days:
+            self._warn_seasonal_days(settings)
         self._settings = settings
+
+    def _warn_seasonal_days(self, settings: ScalerSettings) -> None:
+        """Say once, when set, that ``seasonalPeakDays`` asks for more days
+        than the fit window keeps: the peak uses the days held, and is off
+        under two."""
+        asked, held = settings.seasonal_peak_days, self._seasonal_days_held
+        if asked <= held:
+            return
+        uses = f"uses the {held} held" if held >= 2 else "is off (it needs two days)"
+        log.warning(
+            "%s/%s: seasonalPeakDays %d asks for more days than the tracker keeps "
+            "(%d, the fit window); the days' peak %s",
+            self.key[0], self.key[1], asked, held, uses,
+        )  # fmt: skip
 
     def load_history(
         self,
@@ -481,7 +499,7 @@ class Tracker:
         upper = float(np.max(p.upper[first : last + 1]))
         median = float(np.max(p.median[first : last + 1]))
         per_request = self.series.tokens_per_request(self._fit_bins)
-        seasonal = self._seasonal_peak(t, horizon_s, p.quantile)
+        seasonal, seasonal_requests = self._seasonal(t, horizon_s, p.quantile)
         return DemandForecast(
             horizon_s=horizon_s,
             quantile=p.quantile,
@@ -492,26 +510,39 @@ class Tracker:
             seasonal_tokens_per_s=(
                 seasonal * per_request if seasonal is not None and per_request else None
             ),
+            seasonal_requests=seasonal_requests,
         )
 
-    def _seasonal_peak(self, t: float, horizon_s: float, quantile: float) -> float | None:
-        """The ``quantile`` across the last ``seasonalPeakDays`` days of each
-        day's peak request rate over ``(t, t + horizon_s]`` at the same time of
-        day; None when off or fewer than two days are held (one day is an
-        anecdote, not a daily pattern). Cached until a bin closes."""
-        days = self._settings.seasonal_peak_days
-        if days <= 0:
-            return None
+    def _seasonal(
+        self, t: float, horizon_s: float, quantile: float
+    ) -> tuple[float | None, float | None]:
+        """The ``quantile`` across the last ``seasonalPeakDays`` days (at most
+        the days the series holds) of each day's peak request rate, and of its
+        request count, over ``(t, t + horizon_s]`` at the same time of day;
+        (None, None) when off or fewer than two days are held (one day is an
+        anecdote, not a daily pattern). Cached per horizon until a bin
+        closes: the policy asks at the lead time, pre-warming at the node's."""
+        days = min(self._settings.seasonal_peak_days, self._seasonal_days_held)
+        if days < 2:
+            return None, None
         key = (t, horizon_s, quantile, days, self.series.version)
-        cached = self._seasonal_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        cached = self._seasonal_cache.get(key)
+        if cached is not None:
+            return cached
         starts = [t - d * DAY_S for d in range(1, days + 1)]
         smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
         peaks = self.series.window_peaks(starts, horizon_s, smooth)
-        held = peaks[np.isfinite(peaks)]
-        value = float(np.quantile(held, quantile)) if held.size >= 2 else None
-        self._seasonal_cache = (key, value)
+        counts = self.series.window_requests(starts, horizon_s)
+        held = np.isfinite(peaks)
+        value: tuple[float | None, float | None] = (None, None)
+        if int(held.sum()) >= 2:
+            value = (
+                float(np.quantile(peaks[held], quantile)),
+                float(np.quantile(counts[held], quantile)),
+            )
+        if len(self._seasonal_cache) >= 4:
+            self._seasonal_cache.clear()
+        self._seasonal_cache[key] = value
         return value
 
     def _unless_vanished(self, t: float, obs: Observation | None) -> Observation | None:

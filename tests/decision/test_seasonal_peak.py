@@ -61,6 +61,26 @@ def test_window_peaks_are_one_minute_means_of_the_bins_in_each_window() -> None:
     assert np.isnan(peaks[3])  # beyond the series
 
 
+def test_a_single_bin_spike_is_smoothed_to_its_one_minute_mean() -> None:
+    """One 15-s bin at 8 req/s among idle ones reads 2 req/s over a minute:
+    a spike is not a session's level."""
+    values = [0.0] * 20
+    values[10] = 8.0
+    s = _series(values)
+    assert s.window_peaks([0.0], 300.0, smooth_bins=4)[0] == pytest.approx(2.0)
+    assert s.window_peaks([0.0], 300.0, smooth_bins=1)[0] == pytest.approx(8.0)
+
+
+def test_window_requests_count_the_bins_in_each_window() -> None:
+    values = [0.0] * 20
+    values[4:8] = [8.0] * 4  # bins ending 75 - 120 s
+    s = _series(values)
+    got = s.window_requests([0.0, 90.0, 200.0, 400.0], 120.0)
+    assert got[0] == pytest.approx(4 * 8.0 * STEP)
+    assert got[1] == pytest.approx(2 * 8.0 * STEP)  # (90, 210]: the bins ending 105 and 120
+    assert got[2] == 0.0 and np.isnan(got[3])
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     values=st.lists(st.floats(0.0, 50.0), min_size=1, max_size=60),
@@ -86,7 +106,7 @@ def test_a_window_peak_lies_between_the_window_bins_min_and_max(
     assert float(s.window_peaks([start], width, 1)[0]) == pytest.approx(inside.max())
 
 
-def _tracker(days_setting: str) -> Tracker:
+def _tracker(days_setting: str, config: TrackerConfig | None = None) -> Tracker:
     meta = {
         "prometheusAddress": "http://prom:9090",
         "minReplicas": "0",
@@ -94,17 +114,21 @@ def _tracker(days_setting: str) -> Tracker:
         "seasonalPeakDays": days_setting,
         "leadTimeSeconds": "900",
     }
-    return Tracker(("ns", "llm"), parse_settings(meta), TrackerConfig(), lambda _m: _Flat())
+    return Tracker(
+        ("ns", "llm"), parse_settings(meta), config or TrackerConfig(), lambda _m: _Flat()
+    )
 
 
-def _event_days(days: int) -> tuple[np.ndarray, np.ndarray]:
-    """``days`` days of 15-s bins, idle but for 3 req/s from 09:00 to 09:30
-    (09:05 on the middle day, an event's daily wander)."""
+def _event_days(
+    days: int, levels: Sequence[float] = (3.0,), shifts_s: Sequence[float] = (0.0,)
+) -> tuple[np.ndarray, np.ndarray]:
+    """``days`` days of 15-s bins, idle but for a 30-minute session from
+    09:00 plus day ``d``'s shift, at day ``d``'s level (both cycle)."""
     times = STEP * np.arange(1, int(days * DAY / STEP) + 1)
     rate = np.zeros(times.size)
     for d in range(days):
-        start = d * DAY + 9 * 3600.0 + (300.0 if d == 1 else 0.0)
-        rate[(times > start) & (times <= start + 1800.0)] = 3.0
+        start = d * DAY + 9 * 3600.0 + shifts_s[d % len(shifts_s)]
+        rate[(times > start) & (times <= start + 1800.0)] = levels[d % len(levels)]
     return times, rate
 
 
@@ -119,6 +143,13 @@ def _forecast_at(tracker: Tracker, times: np.ndarray, rate: np.ndarray, t: float
     return tracker.demand_forecast(t, 900.0)
 
 
+AT_ZERO = dict(
+    ready_replicas=0, waiting=0.0, running=0.0, kv_usage=float("nan"), arrival_rate_rps=0.0,
+    prompt_tokens_per_s=0.0, generation_tokens_per_s=0.0, preemptions_per_s=0.0,
+    data_age_s=0.0, gateway_rate_rps=0.0,
+)  # fmt: skip
+
+
 def test_the_days_peak_sizes_and_wakes_an_event_the_forecaster_misses() -> None:
     """Three idle days with a 09:00 session each; at 08:50 on day 4 the
     forecaster says nothing, the days' peak says 3 req/s: the fleet at zero
@@ -130,16 +161,55 @@ def test_the_days_peak_sizes_and_wakes_an_event_the_forecaster_misses() -> None:
     on = _forecast_at(_tracker("3"), times, rate, t)
     assert on.upper_requests_per_s == 0.0 and on.median_requests_per_s == 0.0
     assert on.seasonal_requests_per_s == pytest.approx(3.0)
+    # (09:00, 09:05] of each day: 20 bins of 3 req/s x 15 s
+    assert on.seasonal_requests == pytest.approx(3.0 * 300.0)
     off = _forecast_at(_tracker("0"), times, rate, t)
-    assert off.seasonal_requests_per_s is None
-    at_zero = Observation(
-        time_s=t, ready_replicas=0, waiting=0.0, running=0.0, kv_usage=float("nan"),
-        arrival_rate_rps=0.0, prompt_tokens_per_s=0.0, generation_tokens_per_s=0.0,
-        preemptions_per_s=0.0, data_age_s=0.0, gateway_rate_rps=0.0,
-    )  # fmt: skip
+    assert off.seasonal_requests_per_s is None and off.seasonal_requests is None
+    at_zero = Observation(time_s=t, **AT_ZERO)  # type: ignore[arg-type]
     woken = decide(at_zero, on, _tracker("3").settings, [], capacity)
     assert (woken.replicas, woken.reason) == (2, "forecast")
     assert decide(at_zero, off, _tracker("0").settings, [], capacity).replicas == 0
+
+
+def test_the_days_are_combined_at_the_forecast_quantile() -> None:
+    """Sessions at 2, 4 and 1 req/s, the last one 10 minutes late (outside
+    (08:50, 09:05], so that day counts 0): the peak is the 0.9 quantile of
+    (2, 4, 0), not their largest or their mean."""
+    times, rate = _event_days(3, levels=(2.0, 4.0, 1.0), shifts_s=(0.0, 0.0, 600.0))
+    t = 3 * DAY + 8 * 3600.0 + 50 * 60.0
+    tracker = _tracker("3")
+    got = _forecast_at(tracker, times, rate, t)
+    q = tracker.settings.forecast_quantile
+    assert got.seasonal_requests_per_s == pytest.approx(np.quantile([2.0, 4.0, 0.0], q))
+    assert got.seasonal_requests == pytest.approx(np.quantile([600.0, 1200.0, 0.0], q))
+
+
+def test_the_window_moves_off_an_event_once_it_has_passed() -> None:
+    """At 09:40 the days' sessions (09:00 - 09:30) are behind the window:
+    nothing is expected and a fleet at zero stays there."""
+    times, rate = _event_days(3)
+    t = 3 * DAY + 9 * 3600.0 + 40 * 60.0
+    got = _forecast_at(_tracker("3"), times, rate, t)
+    assert got.seasonal_requests_per_s == 0.0 and got.seasonal_requests == 0.0
+    capacity = ReplicaCapacity(requests_per_s=1.5)
+    at_zero = Observation(time_s=t, **AT_ZERO)  # type: ignore[arg-type]
+    assert decide(at_zero, got, _tracker("3").settings, [], capacity).replicas == 0
+
+
+def test_one_stray_request_on_a_past_day_does_not_wake_a_fleet_at_zero() -> None:
+    """One request two days ago at 09:05 (one 15-s bin at 1/15 req/s): its
+    one-minute peak rate held over a 900-s horizon would be several
+    requests, but it was one request, and the wake bar counts requests."""
+    times = STEP * np.arange(1, int(3 * DAY / STEP) + 1)
+    rate = np.zeros(times.size)
+    rate[int((DAY + 9 * 3600.0 + 300.0) / STEP)] = 1.0 / STEP
+    t = 3 * DAY + 9 * 3600.0
+    got = _forecast_at(_tracker("3"), times, rate, t)
+    assert got.seasonal_requests_per_s is not None and got.seasonal_requests_per_s > 0.0
+    assert got.seasonal_requests is not None and got.seasonal_requests < 1.0
+    capacity = ReplicaCapacity(requests_per_s=1.5)
+    at_zero = Observation(time_s=t, **AT_ZERO)  # type: ignore[arg-type]
+    assert decide(at_zero, got, _tracker("3").settings, [], capacity).replicas == 0
 
 
 def test_one_day_of_history_is_not_a_daily_pattern() -> None:
@@ -148,10 +218,29 @@ def test_one_day_of_history_is_not_a_daily_pattern() -> None:
     assert _forecast_at(_tracker("3"), times, rate, t).seasonal_requests_per_s is None
 
 
+def test_days_beyond_the_fit_window_are_said_and_not_used(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A one-day fit window keeps one day: seasonalPeakDays 3 is logged as
+    asking too much, and the days' peak is off rather than quietly partial."""
+    with caplog.at_level("WARNING", logger="decision.tracker"):
+        tracker = _tracker("3", TrackerConfig(fit_window_s=DAY))
+    assert "seasonalPeakDays 3 asks for more days" in caplog.text
+    assert "is off" in caplog.text
+    times, rate = _event_days(3)
+    t = 3 * DAY + 8 * 3600.0 + 50 * 60.0
+    assert _forecast_at(tracker, times, rate, t).seasonal_requests_per_s is None
+
+
 def test_the_days_peak_only_adds_to_the_forecast() -> None:
-    """The planned rate is the larger of the upper quantile and the peak."""
+    """The planned rate is the larger of the upper quantile and the peak; the
+    wake bar's count the larger of the median's over the horizon and the
+    days' count; a NaN hides neither."""
     low = DemandForecast(900.0, 0.9, 5.0, 4.0, None, 1.0, None)
-    high = DemandForecast(900.0, 0.9, 1.0, 0.0, None, 5.0, None)
+    high = DemandForecast(900.0, 0.9, 1.0, 0.0, None, 5.0, None, 30.0)
     assert low.planned_requests_per_s == 5.0 and high.planned_requests_per_s == 5.0
-    assert high.expected_requests_per_s == 5.0
+    assert low.expected_requests == 3600.0 and high.expected_requests == 30.0
     assert DemandForecast(900.0, 0.9, 1.0, 0.5).planned_requests_per_s == 1.0
+    nan = float("nan")
+    blind = DemandForecast(900.0, 0.9, nan, nan, None, 2.0, None, 3.0)
+    assert blind.planned_requests_per_s == 2.0 and blind.expected_requests == 3.0
