@@ -291,8 +291,27 @@ class SaturationCapacity:
         target_waiting: float,
         until_s: float,
     ) -> None:
-        """``add`` for each history point within the memory before ``until_s``."""
-        for i in np.nonzero(np.asarray(times) > until_s - self.memory_s)[0]:
+        """``add`` for each history point within the memory before ``until_s``.
+
+        The saturated points are picked with numpy first: a restart replays
+        the whole fit window (days of bins an object), of which few saturate,
+        and only the newest ``max_samples`` of those can be kept."""
+        ready_n = np.trunc(np.asarray(ready, dtype=float))
+        wait = np.asarray(waiting, dtype=float)
+        rate = np.asarray(requests_per_s, dtype=float)
+        with np.errstate(invalid="ignore"):
+            keep = (
+                (np.asarray(times, dtype=float) > until_s - self.memory_s)
+                & (ready_n > 0)
+                & np.isfinite(wait)
+                & (wait >= max(1.0, target_waiting))
+                & np.isfinite(rate)
+                & (rate > 0)
+            )
+        picked = np.nonzero(keep)[0]
+        if self._samples.maxlen is not None:
+            picked = picked[-self._samples.maxlen :]
+        for i in picked:
             self.add(
                 float(times[i]),
                 int(ready[i]),

@@ -104,3 +104,29 @@ def test_learned_capacity_outlives_an_idle_spell_within_its_memory() -> None:
 def test_lead_time_is_a_high_quantile_of_measured_starts() -> None:
     assert lead_time_from_samples([]) is None
     assert lead_time_from_samples([100.0] * 9 + [300.0]) == pytest.approx(120.0)
+
+
+_CAP_VALUES = st.one_of(st.floats(-2.0, 20.0), st.just(math.nan), st.just(math.inf))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 4), _CAP_VALUES, _CAP_VALUES, _CAP_VALUES), max_size=40),
+    max_samples=st.integers(1, 8),
+    target=st.floats(0.0, 6.0),
+)
+def test_loading_capacity_history_equals_adding_each_point(
+    rows: list[tuple[int, float, float, float]], max_samples: int, target: float
+) -> None:
+    """A restart's backfill learns what the live refreshes would have,
+    bad readings included (only the newest ``max_samples`` are kept)."""
+    times = 10.0 * np.arange(len(rows))
+    ready, waiting, rps, tps = (np.array([r[k] for r in rows], dtype=float) for k in range(4))
+    loaded = SaturationCapacity(window_s=100.0, max_samples=max_samples, memory_s=150.0)
+    loaded.load(times, ready, waiting, rps, tps, target, until_s=float(len(rows) * 10))
+    added = SaturationCapacity(window_s=100.0, max_samples=max_samples, memory_s=150.0)
+    for i, t in enumerate(times):
+        if t > len(rows) * 10 - 150.0:
+            added.add(float(t), int(ready[i]), waiting[i], rps[i], tps[i], target)
+    now = float(len(rows) * 10)
+    assert loaded.estimate(now) == added.estimate(now)
