@@ -252,8 +252,7 @@ class GatewayBatches:
             self._scalar.discard(text)
             self._alone.setdefault(text, -1)
             return [GatewayGroup(group.members, alone=True)]
-        half = (len(group.members) + 1) // 2
-        return [GatewayGroup(group.members[:half]), GatewayGroup(group.members[half:])]
+        return halves(group)
 
     def answered(self, group: GatewayGroup) -> None:
         """A batch answered: its texts may join batches twice as large."""
@@ -270,12 +269,16 @@ class GatewayBatches:
         anything else (an empty answer, a range vector, a string) stays
         alone, so a text that cannot be wrapped is not bisected again."""
         if self_contained(text) and _is_vector(answer):
-            del self._alone[text]
+            # pop: two overlapping refreshes may both have sent it alone
+            self._alone.pop(text, None)
 
     def timed_out(self, groups: Sequence[GatewayGroup]) -> None:
-        """Batches that missed the timeout while Prometheus answered the
-        others: their texts join batches half as large from the next refresh
-        on, so a slow text is split from the rest in a few refreshes."""
+        """Batches of a live refresh that missed the timeout while Prometheus
+        answered the others: their texts join batches half as large from the
+        next refresh on, so a slow text is split from the rest in a few
+        refreshes. Range reads split theirs at once (``read_gateways``) and
+        do not come here: a range query is far heavier than an instant one,
+        so its timeout says little of the live batches."""
         for group in groups:
             if group.alone:
                 continue
@@ -299,10 +302,17 @@ class GatewayBatches:
             self._limit.pop(text, None)
 
 
+def halves(group: GatewayGroup) -> list[GatewayGroup]:
+    """``group``'s texts in two batches, the first the larger by one at most."""
+    half = (len(group.members) + 1) // 2
+    return [GatewayGroup(group.members[:half]), GatewayGroup(group.members[half:])]
+
+
 @dataclasses.dataclass
 class GatewayAnswers:
     """Each text's own answer (its series, a scalar, or the exception that
-    left it unknown) and the batches that missed the deadline."""
+    left it unknown) and the batches that timed out (in a range read, only
+    single texts: a batch that times out there is split at once)."""
 
     answers: dict[str, object]
     timed_out: list[GatewayGroup]
@@ -318,7 +328,12 @@ async def read_gateways(
 ) -> GatewayAnswers:
     """Read every text through ``fetch`` (one Prometheus query, instant or
     range) in batches, bisecting a refused batch at once, until each text
-    has an answer or the loop's clock passes ``deadline``."""
+    has an answer or the loop's clock passes ``deadline``.
+
+    A range read (not ``live``) bisects a batch that times out at once too,
+    down to single texts: it has no next refresh to split the batch over,
+    and a lost range read is a text's whole backfill history, so only a
+    text that times out alone is lost."""
     loop = asyncio.get_running_loop()
     groups, skipped = batches.plan(texts, live=live)
     answers: dict[str, object] = {
@@ -370,6 +385,8 @@ def _settle(
         return []
     if not group.alone and is_query_error(exc):
         return batches.refused(group)
+    if not live and len(group.members) > 1 and is_timeout(exc):
+        return halves(group)
     if is_timeout(exc):
         timed_out.append(group)
     for text in group.members:

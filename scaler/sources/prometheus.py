@@ -17,7 +17,8 @@ split for the next refreshes, until the slow text stands alone). A text that
 fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown (logged
 once per failure streak) and never fails the refresh nor reads as zero
 demand. Range reads (backfill, catch-up) read the same batches as range
-queries on the same grid and pages, and each evaluation time is read like an
+queries on the same grid and pages (a batch that times out is split at once,
+so only the slow text loses its history), and each evaluation time is read like an
 instant answer (``gateway_rates_by_time``), so a backfilled tracker is fed
 the demand a live one was (``with_gateway_demand``).
 """
@@ -350,9 +351,10 @@ class PrometheusSource:
     ) -> dict[str, dict[float, float]]:
         """Each distinct gateway query's known rates by evaluation time over
         the range, in the live refresh's batches, paged like the vLLM
-        signals, one batch at a time. A query that fails is unknown
-        over the whole range (logged), never zero: vLLM's arrivals stand in,
-        as in a live refresh."""
+        signals, one batch at a time. A batch that times out is split at
+        once, down to single texts. A text that fails (refused, or timed out
+        alone) is unknown over the whole range (logged with its text), never
+        zero: vLLM's arrivals stand in, as in a live refresh."""
         queries = sorted({s.gateway_query for s in selections if s.gateway_query})
         if not queries:
             return {}
@@ -363,8 +365,10 @@ class PrometheusSource:
                 name = "gatewayRateQuery"
                 return (await self._range({name: text}, start_s, end_s, step_s))[name]
 
+        # A timed-out batch is split down to single texts inside the read;
+        # its timeouts are not fed to ``self._gateways.timed_out``, which
+        # sizes the live refreshes' batches by their instant queries.
         got = await read_gateways(self._gateways, queries, fetch, deadline=None, live=False)
-        self._gateways.timed_out(got.timed_out)
         rates: dict[str, dict[float, float]] = {}
         for query in queries:
             answer = got.answers[query]

@@ -176,13 +176,15 @@ class PrometheusProxy:
 
     ``mode``: ``pass``, ``slow`` (sleep ``delay_s`` then forward), ``error``
     (HTTP 500), ``nan`` (every sample value ``NaN``), ``empty`` (no series),
-    ``garbage`` (not JSON).
+    ``garbage`` (not JSON). A query holding ``slow_if`` (when set) is slow
+    whatever the mode.
     """
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.mode = "pass"
         self.delay_s = 10.0
+        self.slow_if: str | None = None
         self.queries: list[str] = []
         self._session: aiohttp.ClientSession | None = None
         self.server = ThreadedApp(self._app())
@@ -199,7 +201,7 @@ class PrometheusProxy:
             if request.path.startswith("/api/v1/query"):
                 self.queries.append(str(form.get("query", "")))
             mode = self.mode
-            if mode == "slow":
+            if mode == "slow" or (self.slow_if and self.slow_if in str(form.get("query", ""))):
                 await asyncio.sleep(self.delay_s)
             if mode == "error":
                 return web.Response(status=500, text="internal error")

@@ -142,6 +142,46 @@ def test_a_timed_out_batch_is_halved_until_the_slow_text_stands_alone() -> None:
     assert [g.members for g in groups] == [("t0",), ("t1", "t2"), ("t3", "t4", "t5", "t6", "t7")]
 
 
+def test_a_range_read_splits_a_timed_out_batch_at_once_so_only_the_slow_text_is_lost() -> None:
+    """In a range read a batch that times out is bisected at once, down to
+    the slow text, which alone is lost; the live batch limits are left as
+    they were (a backfill's timeout says little of a refresh's)."""
+    texts = [f"t{i}" for i in range(8)]
+    evaluator, batches = Evaluator(set()), GatewayBatches()
+
+    async def fetch(query: str) -> Any:
+        if any(text == "t5" for text, _ in _WRAPPED.findall(query)):
+            evaluator.queries.append(query)
+            raise TimeoutError("slower than the timeout")
+        return await evaluator.fetch(query)
+
+    got = asyncio.run(read_gateways(batches, texts, fetch, deadline=None, live=False))
+    for text in texts:
+        answer = got.answers[text]
+        if text == "t5":
+            assert isinstance(answer, TimeoutError)
+        else:
+            assert isinstance(answer, list)
+            assert [series["value"][1] for series in answer] == [text[1:]]
+    assert [g.members for g in got.timed_out] == [("t5",)]
+    assert len(evaluator.queries) == 1 + 2 * 3  # the batch, then both halves at each level
+    groups, _skipped = batches.plan(texts, live=True)
+    assert [g.members for g in groups] == [tuple(texts)]
+
+
+def test_answered_alone_twice_is_harmless() -> None:
+    """Two overlapping refreshes may both send a text alone and both see it
+    answer."""
+    batches = GatewayBatches()
+    for _ in range(3):
+        batches.refused(GatewayGroup(("c",)))
+    assert batches.alone == {"c"}
+    vector = [{"metric": {}, "value": [0.0, "1"]}]
+    batches.answered_alone("c", vector)
+    batches.answered_alone("c", vector)
+    assert batches.alone == set()
+
+
 @pytest.mark.parametrize(
     ("text", "closed"),
     [

@@ -255,6 +255,42 @@ async def test_range_reads_batch_the_gateway_texts_like_instant_reads(
         proxy.stop()
 
 
+async def test_a_backfills_timed_out_gateway_batch_is_split_so_only_the_slow_text_is_lost(
+    prom: PrometheusServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A range read whose gateway batch times out splits it at once: each
+    text that answers keeps its history, the slow text alone is unknown
+    over the range (logged by its text). The range read's timeouts do not
+    shrink the live batches: the next refresh sends all texts in one
+    query. The slowness is a proxy in front of the real Prometheus holding
+    any query with the slow text past the timeout."""
+    objects, want = _objects_with_gateway_texts(3)
+    objects, want = objects[:3], want[:3]  # three texts that answer 7, 8, 9
+    # The last in the batch's order, so the first split leaves it alone:
+    # two timeouts in all (the batch, then the text), half a second each.
+    slow_text = objects[2].gateway_query
+    assert slow_text is not None
+    proxy = PrometheusProxy(prom.url)
+    proxy.slow_if, proxy.delay_s = slow_text, 0.8
+    source = PrometheusSource(proxy.url, rate_window_s=5, timeout_s=0.5)
+    try:
+        end = now_grid()
+        ranges = await source.read_range(objects, end - 2, end, 1.0)
+        for o, rate in zip(objects, [*want[:2], None], strict=True):
+            assert [r.gateway_rate_rps for r in ranges[o]] == [rate] * 3
+        warned = [r.getMessage() for r in caplog.records if "gatewayRateQuery" in r.getMessage()]
+        assert len(warned) == 1
+        assert slow_text in warned[0]
+        proxy.slow_if = None
+        before = len(proxy.queries)
+        readings = await source.read(objects, now_grid())
+        assert len(proxy.queries) - before == len(SIGNALS) + 1
+        assert [readings[o].gateway_rate_rps for o in objects] == want
+    finally:
+        await source.close()
+        proxy.stop()
+
+
 async def test_range_read_equals_instant_reads_at_the_same_times(prom: PrometheusServer) -> None:
     """Backfill sees exactly what a scaler running all along saw (statelessness)."""
     source = PrometheusSource(prom.url, rate_window_s=5)
