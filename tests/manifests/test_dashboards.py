@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from decision.tracker import SEASONAL_SIGNAL, SIGNAL
 from tests.manifests.conftest import MANIFESTS, need_tool
 
 GRAFANA = MANIFESTS / "grafana"
@@ -247,6 +248,20 @@ def test_forecast_accuracy_panels() -> None:
     assert {"actual", "upper quantile", "lower quantile"} <= legends
     band = {o["matcher"]["options"]: o["properties"] for o in fva["fieldConfig"]["overrides"]}
     assert {"id": "custom.fillBelowTo", "value": "lower quantile"} in band["upper quantile"]
+
+
+def test_signal_variable_leaves_out_the_seasonal_peak() -> None:
+    """The forecast's seasonal peak (``seasonalPeakDays``) has no actual, error
+    or coverage series, so the ``signal`` variable leaves it out: opened on
+    it, every panel would be empty. Grafana keeps the values its ``/regex/``
+    matches; Python reads this pattern as JavaScript does."""
+    d = load(GRAFANA / "dashboards" / "forecast-accuracy.json")
+    (variable,) = [v for v in d["templating"]["list"] if v["name"] == "signal"]
+    m = re.fullmatch(r"/(.*)/", variable["regex"])
+    assert m, variable["regex"]
+    keeps = re.compile(m.group(1))
+    assert keeps.search(SIGNAL)
+    assert not keeps.search(SEASONAL_SIGNAL)
 
 
 def test_forecast_actual_is_the_gateway_rate_where_known_else_vllms(tmp_path: Path) -> None:

@@ -47,9 +47,16 @@ VLLM = 'namespace="$namespace",model_name=~"$model"'
 
 
 def query_variable(
-    name: str, label: str, query: str, *, multi: bool = False, include_all: bool = False
+    name: str,
+    label: str,
+    query: str,
+    *,
+    multi: bool = False,
+    include_all: bool = False,
+    regex: str | None = None,
 ) -> dashboard_builder.QueryVariable:
-    """A variable whose values come from a Prometheus ``label_values`` query."""
+    """A variable whose values come from a Prometheus ``label_values`` query,
+    kept only where they match ``regex`` (Grafana's ``/.../`` form) if given."""
     variable = (
         dashboard_builder.QueryVariable(name)
         .label(label)
@@ -60,6 +67,8 @@ def query_variable(
         .multi(multi)
         .include_all(include_all)
     )
+    if regex is not None:
+        variable = variable.regex(regex)
     return variable.all_value(".*") if include_all else variable
 
 

@@ -28,6 +28,12 @@ __all__ = ["forecast_accuracy"]
 SIGNAL = f'{SO},signal="$signal"'
 HORIZON = f'{SIGNAL},horizon_seconds="$horizon"'
 
+# Signals of prescaler_forecast that have no actual (prescaler_demand) and no
+# error or coverage series, so no panel here can show them: the recent days'
+# peak that seasonalPeakDays sizes for (docs/contracts.md). Left out of the
+# signal variable, whose first value is what the dashboard opens on.
+SIGNAL_REGEX = "/^(?!seasonal_peak_requests_per_s$).*$/"
+
 # What the forecast learned: for an object with gatewayRateQuery that is the
 # gateway's rate (exported as the signal's "gateway_" series while known), so
 # it is the actual wherever it exists, and vLLM's series where it does not
@@ -137,7 +143,12 @@ def forecast_accuracy() -> Json:
     ]
     variables = [
         *scaledobject_variables(),
-        query_variable("signal", "Signal", f"label_values(prescaler_forecast{{{SO}}}, signal)"),
+        query_variable(
+            "signal",
+            "Signal",
+            f"label_values(prescaler_forecast{{{SO}}}, signal)",
+            regex=SIGNAL_REGEX,
+        ),
         query_variable(
             "horizon",
             "Horizon (s)",
