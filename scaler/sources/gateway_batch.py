@@ -308,11 +308,51 @@ def halves(group: GatewayGroup) -> list[GatewayGroup]:
     return [GatewayGroup(group.members[:half]), GatewayGroup(group.members[half:])]
 
 
+class RangeSplits:
+    """Which batches of one range read to split after a timeout.
+
+    Why: a range read has no next refresh to split a slow batch over, and a
+    text it loses has no gateway history over the whole range. A batch that
+    times out is halved at once; a half that times out is halved again only
+    once its sibling has answered, which says the slow text is in this half.
+    Both halves timing out says Prometheus itself is slow (or each half holds
+    a slow text): splitting on would cost up to one more timeout per text,
+    run one after the other, so both are lost instead."""
+
+    def __init__(self) -> None:
+        self._sibling: dict[GatewayGroup, GatewayGroup] = {}
+        """Each half made here whose query has not finished -> its sibling."""
+        self._timed_out: dict[GatewayGroup, bool] = {}
+        """A finished half whose sibling has not -> whether it timed out."""
+
+    def settled(self, group: GatewayGroup, *, timed_out: bool) -> list[GatewayGroup]:
+        """The groups to send now that ``group``'s query finished."""
+        sibling = self._sibling.pop(group, None)
+        if sibling is None:  # a batch as planned: no sibling to go by
+            return self._halves(group) if timed_out else []
+        if sibling in self._sibling:  # decided when the sibling finishes
+            self._timed_out[group] = timed_out
+            return []
+        sibling_timed_out = self._timed_out.pop(sibling)
+        if timed_out and not sibling_timed_out:
+            return self._halves(group)
+        if sibling_timed_out and not timed_out:
+            return self._halves(sibling)
+        return []
+
+    def _halves(self, group: GatewayGroup) -> list[GatewayGroup]:
+        if len(group.members) < 2:
+            return []
+        first, second = halves(group)
+        self._sibling[first], self._sibling[second] = second, first
+        return [first, second]
+
+
 @dataclasses.dataclass
 class GatewayAnswers:
     """Each text's own answer (its series, a scalar, or the exception that
-    left it unknown) and the batches that timed out (in a range read, only
-    single texts: a batch that times out there is split at once)."""
+    left it unknown) and the batches that timed out (in a range read also
+    those split afterwards, whose texts were answered by the halves)."""
 
     answers: dict[str, object]
     timed_out: list[GatewayGroup]
@@ -330,11 +370,10 @@ async def read_gateways(
     range) in batches, bisecting a refused batch at once, until each text
     has an answer or the loop's clock passes ``deadline``.
 
-    A range read (not ``live``) bisects a batch that times out at once too,
-    down to single texts: it has no next refresh to split the batch over,
-    and a lost range read is a text's whole backfill history, so only a
-    text that times out alone is lost."""
+    A range read (not ``live``) bisects a batch that times out at once too
+    (``RangeSplits``), down to the slow text, so only that text is lost."""
     loop = asyncio.get_running_loop()
+    splits = None if live else RangeSplits()
     groups, skipped = batches.plan(texts, live=live)
     answers: dict[str, object] = {
         text: NotRetriedError("known to fail; retried alone in turn") for text in skipped
@@ -351,7 +390,12 @@ async def read_gateways(
                 break
             for task in done:
                 group = pending.pop(task)
-                for retry in _settle(batches, group, task, answers, timed_out, live=live):
+                retries = _settle(batches, group, task, answers, timed_out, live=live)
+                if splits is not None:
+                    exc = task.exception()
+                    slow = exc is not None and is_timeout(exc)
+                    retries += splits.settled(group, timed_out=slow)
+                for retry in retries:
                     pending[asyncio.ensure_future(fetch(batches.query(retry)))] = retry
     finally:
         for task, group in pending.items():
@@ -385,8 +429,6 @@ def _settle(
         return []
     if not group.alone and is_query_error(exc):
         return batches.refused(group)
-    if not live and len(group.members) > 1 and is_timeout(exc):
-        return halves(group)
     if is_timeout(exc):
         timed_out.append(group)
     for text in group.members:
