@@ -50,6 +50,7 @@ import yaml
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.manifest import (
     BEHAVIOR_SPACE,
+    apply_to_manifest,
     keda_space,
     load_manifest,
     manifest_of,
@@ -140,9 +141,11 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     g_base = parse_scaledobject(yaml.safe_dump(g_doc, sort_keys=False), "prescaler-gateway")
     g_space = _from_zero(PREDICTIVE_SPACE)
     if fixed:
-        p_base = apply_metadata(p_base, fixed)
+        # held in the manifests too: a trial's ScaledObject is its setting
+        # applied to the side's manifest, not to its parsed base
+        p_base, p_doc = apply_metadata(p_base, fixed), apply_to_manifest(p_doc, fixed)
         p_space = _without(p_space, fixed)
-        g_base = apply_metadata(g_base, fixed)
+        g_base, g_doc = apply_metadata(g_base, fixed), apply_to_manifest(g_doc, fixed)
         g_space = _without(g_space, fixed)
     if p_base.trigger.settings is not None and p_base.trigger.settings.gateway_rate_query:
         p_space = _from_zero(p_space)

@@ -143,6 +143,21 @@ def test_the_prescaler_gateway_side_wakes_a_fleet_at_zero() -> None:
     assert _wakes(side.base) > 0.3
 
 
+@pytest.mark.parametrize("name", ["prescaler", "prescaler-gateway"])
+def test_keys_held_fixed_reach_every_trial(name: str) -> None:
+    """What a trial runs is its setting applied to the side's manifest: a
+    held ``forecast: off`` or ``prewarm`` must be there, not only in the
+    parsed base (else a forecast-off study tunes the forecast on)."""
+    fixed = (("prewarm", "false"),)
+    side = _sides(sides=(name,), forecaster="off", prescaler_fixed=fixed)[name]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(5):
+        setting = sample_metadata(study.ask(), side.space, 10)
+        meta = apply_setting(side.base, setting, side.manifest).trigger.metadata
+        assert (meta["forecast"], meta["prewarm"]) == ("off", "false")
+        assert "nodeLeadTimeSeconds" not in meta
+
+
 def test_prescaler_keys_held_fixed_leave_the_space() -> None:
     side = _sides(forecaster="off", prescaler_fixed=(("prewarm", "false"),))["prescaler"]
     keys = {p.key for p in side.space}
