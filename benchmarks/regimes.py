@@ -75,7 +75,9 @@ __all__ = [
     "LEAD_TIMES",
     "PRESCALER_SIDES",
     "PROFILE",
+    "RegimeCell",
     "SweepConfig",
+    "build_cell",
     "focus_parts",
     "run_sweep",
     "split_days",
@@ -167,7 +169,7 @@ def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Pat
     return path
 
 
-def _study(side: Side, cell: _Cell, tag: str) -> dict[str, Any]:
+def _study(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
     """Tune ``side`` on the first part (the same TPE, trials, seed and stop
     rules as ``prescaler tune``), then score its chosen setting on the held
     back part: its cost there when it meets the held-back target, else None."""
@@ -201,7 +203,7 @@ def _study(side: Side, cell: _Cell, tag: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class _Cell:
+class RegimeCell:
     """One regime at one lead time: both parts, the run's config, the targets."""
 
     tuning: Workload
@@ -232,11 +234,12 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
-def run_cell(
-    regime: str, trace: Path, lead_min: float, config: SweepConfig, storage: str
-) -> dict[str, Any]:
-    """One regime at one lead time: the KEDA sides once, prescaler's
-    variants (forecast on/off x each pre-warming setting asked for)."""
+def build_cell(
+    regime: str, trace: Path, lead_min: float, config: SweepConfig, storage: str = ""
+) -> RegimeCell:
+    """One regime's parts at one lead time: what every side is tuned and
+    scored on, each part opening as ``prescaler simulate --start`` opens a
+    window (the fleet and backfill of the trace before it)."""
     profile = get_profile(PROFILE)
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
     bare = inputs.apply(SimConfig(seed=config.seed), profile, None)
@@ -253,7 +256,17 @@ def run_cell(
         config.target * slo_ceiling(tuning, PROFILE, sim.slo_ttft_s),
         config.target * slo_ceiling(held, PROFILE, sim.slo_ttft_s),
     )
-    cell = _Cell(tuning, held, sim, held_sim, histories, targets, config, storage)
+    return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage)
+
+
+def run_cell(
+    regime: str, trace: Path, lead_min: float, config: SweepConfig, storage: str
+) -> dict[str, Any]:
+    """One regime at one lead time: the KEDA sides once, prescaler's
+    variants (forecast on/off x each pre-warming setting asked for)."""
+    cell = build_cell(regime, trace, lead_min, config, storage)
+    tuning, held, targets = cell.tuning, cell.held, cell.targets
+    histories = cell.histories
     tag = (
         f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
         f"-g{config.target:g}"

@@ -1,0 +1,129 @@
+"""Each side's ScaledObject as written, scored on a regime sweep's parts.
+
+A tuned study's answer is only as good as its budget: the sweep's first
+trial of every side is its ScaledObject as written, but the stop rules may
+end it early and TPE may never come back near it. Scoring the written
+ScaledObjects to the end on the same parts, against the same targets, says
+whether a tuned side did better than not tuning at all, and whether a
+setting the study passed over was within reach.
+
+``python -m benchmarks.regime_bases sparse-bursts --leads 2.5,15 --target 0.85``
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.regimes import (
+    KEDA_SIDES,
+    LEAD_TIMES,
+    PROFILE,
+    SweepConfig,
+    build_cell,
+    write_regime_trace,
+)
+from simulations.regimes import REGIMES
+from simulations.sim_inputs import SimInputs
+from simulations.tune.run import TuneRequest
+from simulations.tune.search import score
+from simulations.tune.sides import make_sides
+
+__all__ = ["BaseScore", "main", "score_bases"]
+
+
+@dataclass(frozen=True)
+class BaseScore:
+    """One side's written ScaledObject on one cell's two parts."""
+
+    side: str
+    lead_min: float
+    tuning_attainment: float
+    tuning_target: float
+    tuning_cost_usd: float
+    held_attainment: float
+    held_target: float
+    held_cost_usd: float
+
+    @property
+    def would_be_chosen(self) -> bool:
+        """Meets the tuning part's target (what a study's winner must)."""
+        return self.tuning_attainment >= self.tuning_target
+
+    @property
+    def meets_held_back(self) -> bool:
+        return self.held_attainment >= self.held_target
+
+
+def score_bases(
+    regime: str, config: SweepConfig, sides: Sequence[str], directory: Path
+) -> list[BaseScore]:
+    """Every side in ``sides`` as written, at every lead of ``config``, on
+    the parts the sweep tunes and scores (prescaler's sides with their
+    backfill, as the sweep gives it)."""
+    trace = write_regime_trace(regime, config, directory)
+    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(sides))
+    bases = make_sides(request, PROFILE, SimInputs().max_replicas)
+    out: list[BaseScore] = []
+    for lead in config.leads_min:
+        cell = build_cell(regime, trace, lead, config)
+        for side in bases:
+            tuning = score(side.base, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
+            held = score(side.base, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
+            row = BaseScore(
+                side.name, lead,
+                tuning.attainment, cell.targets[0], tuning.cost_usd,
+                held.attainment, cell.targets[1], held.cost_usd,
+            )  # fmt: skip
+            out.append(row)
+    return out
+
+
+def markdown(rows: Sequence[BaseScore]) -> str:
+    head = (
+        "| side, as written | lead | tuning part: attainment (target), cost "
+        "| held back: attainment (target), cost | a study could choose it |\n"
+        "|---|---|---|---|---|\n"
+    )
+    body = "".join(
+        f"| {r.side} | {r.lead_min:g} min "
+        f"| {r.tuning_attainment:.4f} ({r.tuning_target:.4f}), ${r.tuning_cost_usd:.2f} "
+        f"| {r.held_attainment:.4f} ({r.held_target:.4f}), ${r.held_cost_usd:.2f} "
+        f"| {'yes' if r.would_be_chosen else 'no'} |\n"
+        for r in rows
+    )
+    return head + body
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.regime_bases")
+    parser.add_argument("regime")
+    parser.add_argument("--leads", default="2.5,15", help="minutes, comma-separated")
+    parser.add_argument("--target", type=float, default=0.95)
+    parser.add_argument("--sides", default=",".join(KEDA_SIDES))
+    parser.add_argument("--focus", action="store_true", help="each day's focus hours")
+    parser.add_argument("--history-days", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.regime not in REGIMES:
+        parser.error(f"regime {args.regime!r} is not one of {', '.join(REGIMES)}")
+    leads = tuple(float(x) for x in args.leads.split(","))
+    unknown = [x for x in leads if x not in LEAD_TIMES]
+    if unknown:
+        parser.error(f"--leads: no preset for {unknown} (known: {sorted(LEAD_TIMES)})")
+    config = SweepConfig(
+        regimes=(args.regime,), leads_min=leads, prewarm=(False,), target=args.target,
+        focus=args.focus, history_days=args.history_days, seed=args.seed,
+    )  # fmt: skip
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = score_bases(args.regime, config, sides, Path(tmp))
+    print(markdown(rows), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
