@@ -154,12 +154,14 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
     """The knobs of ``spec``'s KEDA set-up: ``minReplicaCount`` (0 only when
     the user scales to zero already), each prometheus trigger's
     ``threshold`` (a log-wide range around the user's, on a step a person
-    writes) and ``activationThreshold`` (only when ``minReplicaCount`` is
-    0: above one replica it decides nothing), each cron trigger's window and
+    writes) and ``activationThreshold`` and ``cooldownPeriod`` (only when
+    ``minReplicaCount`` is 0: above one replica they decide nothing), each cron trigger's window and
     replicas (:func:`cron_space`), then :data:`BEHAVIOR_SPACE`."""
     low = min(1, spec.keda.min_replica_count)
     high = max(low + 1, min(8, max_replicas))
     params: list[Param] = [Param(MIN_REPLICA_COUNT, "int", low, high)]
+    if low == 0:
+        params.append(cooldown_param((MIN_REPLICA_COUNT, "0")))
     for i, t in enumerate(triggers_of(spec)):
         if t.kind == "cron":
             params.extend(cron_space(i, max_replicas))
@@ -180,6 +182,17 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
                 )
             )
     return (*params, *BEHAVIOR_SPACE)
+
+
+COOLDOWN_PERIOD = "spec.cooldownPeriod"
+"""KEDA's wait after the last activity before it takes a fleet to zero."""
+
+
+def cooldown_param(when: tuple[str, str]) -> Param:
+    """``cooldownPeriod`` as a knob, searched only where the floor is 0 (``when``):
+    how long a fleet at zero's last replica outlives its last request is
+    what a scale-to-zero set-up trades cost for the next burst's wait on."""
+    return Param(COOLDOWN_PERIOD, "int", 30, 1800, step=30, when=when)
 
 
 CRON_START = "startMinuteOfDay"

@@ -50,7 +50,9 @@ import yaml
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.manifest import (
     BEHAVIOR_SPACE,
+    COOLDOWN_PERIOD,
     apply_to_manifest,
+    cooldown_param,
     keda_space,
     load_manifest,
     manifest_of,
@@ -236,10 +238,14 @@ def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param,
 
 def _from_zero(space: tuple[Param, ...]) -> tuple[Param, ...]:
     """``space`` with ``minReplicas`` searched from 0: with the gateway's rate
-    a fleet at zero still sees demand, so zero is a floor worth trying."""
-    return tuple(
+    a fleet at zero still sees demand, so zero is a floor worth trying; and
+    KEDA's ``cooldownPeriod`` with it, as a KEDA side scaling to zero has."""
+    widened = tuple(
         dataclasses.replace(p, low=0) if p.key == "minReplicas" and p.low > 0 else p for p in space
     )
+    if any(p.key == COOLDOWN_PERIOD for p in widened):
+        return widened
+    return (*widened, cooldown_param(("minReplicas", "0")))
 
 
 def _keda_side(name: str, description: str, doc: Mapping[str, Any], bound: int) -> Side:

@@ -170,3 +170,18 @@ def test_prescaler_keys_held_fixed_leave_the_space() -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     assert "nodeLeadTimeSeconds" in sample_metadata(study.ask(), on.space, 10)
     assert manifest_of(on.base)["spec"]["triggers"][0]["metadata"]["prewarm"] == "true"
+
+
+def test_cooldown_is_searched_only_where_the_floor_can_be_zero() -> None:
+    """KEDA's ``cooldownPeriod`` decides how long a scale-to-zero fleet's
+    last replica outlives its last request: a knob for both scale-to-zero
+    sides (at a floor of 0), for neither side that never reaches zero."""
+    zero = {"keda-gateway": "spec.minReplicaCount", "prescaler-gateway": "minReplicas"}
+    for name, floor in zero.items():
+        side = _all()[name]
+        cool = next(p for p in side.space if p.key == "spec.cooldownPeriod")
+        assert cool.when == (floor, "0") and (cool.low, cool.high) == (30, 1800)
+        so = apply_setting(side.base, {floor: "0", "spec.cooldownPeriod": "900"}, side.manifest)
+        assert so.keda.cooldown_period_s == 900.0
+    for name in ("keda-queue-kv", "prescaler"):
+        assert "spec.cooldownPeriod" not in {p.key for p in _all()[name].space}
