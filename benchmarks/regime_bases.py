@@ -7,7 +7,10 @@ ScaledObjects to the end on the same parts, against the same targets, says
 whether a tuned side did better than not tuning at all, and whether a
 setting the study passed over was within reach.
 
-``python -m benchmarks.regime_bases sparse-bursts --leads 2.5,15 --target 0.85``
+``python -m benchmarks.regime_bases sparse-bursts --leads 2.5,15 --target 0.85``;
+``--trials N`` also tunes each side with N trials, as the sweep does (a
+budget probe: what a larger budget finds for one side, without the sweep's
+other sides).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks.regimes import (
     KEDA_SIDES,
@@ -24,6 +28,7 @@ from benchmarks.regimes import (
     PROFILE,
     SweepConfig,
     build_cell,
+    study_side,
     write_regime_trace,
 )
 from simulations.regimes import REGIMES
@@ -82,6 +87,23 @@ def score_bases(
     return out
 
 
+def tune_sides(
+    regime: str, config: SweepConfig, sides: Sequence[str], directory: Path
+) -> list[tuple[str, float, dict[str, Any]]]:
+    """Each side tuned as the sweep tunes it (``config.trials``), at every
+    lead: (side, lead, the sweep's row for it)."""
+    trace = write_regime_trace(regime, config, directory)
+    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(sides))
+    out: list[tuple[str, float, dict[str, Any]]] = []
+    for lead in config.leads_min:
+        storage = f"sqlite:///{directory / f'{regime}-{lead:g}.db'}"
+        cell = build_cell(regime, trace, lead, config, storage)
+        tag = f"probe-{regime}-{lead:g}-t{config.trials}"
+        for side in make_sides(request, PROFILE, SimInputs().max_replicas):
+            out.append((side.name, lead, study_side(side, cell, tag)))
+    return out
+
+
 def markdown(rows: Sequence[BaseScore]) -> str:
     head = (
         "| side, as written | lead | tuning part: attainment (target), cost "
@@ -107,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--focus", action="store_true", help="each day's focus hours")
     parser.add_argument("--history-days", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trials", type=int, default=0, help="also tune each side (0: no)")
     args = parser.parse_args(argv)
     if args.regime not in REGIMES:
         parser.error(f"regime {args.regime!r} is not one of {', '.join(REGIMES)}")
@@ -117,12 +140,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SweepConfig(
         regimes=(args.regime,), leads_min=leads, prewarm=(False,), target=args.target,
         focus=args.focus, history_days=args.history_days, seed=args.seed,
+        trials=max(1, args.trials),
     )  # fmt: skip
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         rows = score_bases(args.regime, config, sides, Path(tmp))
-    print(markdown(rows), end="")
+        print(markdown(rows), end="")
+        if args.trials > 0:
+            for name, lead, row in tune_sides(args.regime, config, sides, Path(tmp)):
+                print(f"{name} at {lead:g} min, tuned with {args.trials} trials: {_tuned(row)}")
     return 0
+
+
+def _tuned(row: dict[str, Any]) -> str:
+    if row["holdout"] is None:
+        return f"no trial met the tuning part's target ({row['trials_finished']} ran to the end)"
+    held, tuned = row["holdout"], row["tuning"]
+    meets = "meets" if row["cost_at_target_usd"] is not None else "misses"
+    return (
+        f"held back {held['slo_attainment']:.4f} at ${held['cost_usd']:.2f} ({meets} its target; "
+        f"tuning part {tuned['slo_attainment']:.4f} at ${tuned['cost_usd']:.2f}; "
+        f"{row['trials_finished']} of {row['trials']} ran to the end); setting {row['setting']}"
+    )
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ __all__ = [
     "focus_parts",
     "run_sweep",
     "split_days",
+    "study_side",
     "targets_met",
     "write_regime_trace",
 ]
@@ -169,7 +170,7 @@ def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Pat
     return path
 
 
-def _study(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
+def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
     """Tune ``side`` on the first part (the same TPE, trials, seed and stop
     rules as ``prescaler tune``), then score its chosen setting on the held
     back part: its cost there when it meets the held-back target, else None."""
@@ -273,7 +274,7 @@ def run_cell(
     )
     t0 = time.perf_counter()
     keda = {
-        name: _study(side, cell, tag)
+        name: study_side(side, cell, tag)
         for name, side in _sides(config, sides=config.keda_sides).items()
     }
     met = {n: v["cost_at_target_usd"] for n, v in keda.items() if v["cost_at_target_usd"]}
@@ -298,7 +299,7 @@ def run_cell(
             side = _sides(config, sides=(name_,), forecaster=forecast,
                           prescaler_fixed=fixed)[name_]  # fmt: skip
             label = f"pw{int(prewarm)}-fc-{name}"
-            row[f"forecast-{name}"] = _study(side, cell, f"{tag}-{label}")
+            row[f"forecast-{name}"] = study_side(side, cell, f"{tag}-{label}")
         on = row["forecast-on"]["cost_at_target_usd"]
         off = row["forecast-off"]["cost_at_target_usd"]
         row["ratio_on_vs_best_keda"] = _ratio(on, best_keda)
