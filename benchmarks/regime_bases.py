@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from benchmarks.regimes import (
 )
 from simulations.regimes import REGIMES
 from simulations.sim_inputs import SimInputs
+from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
 from simulations.tune.sides import make_sides
@@ -64,10 +65,15 @@ class BaseScore:
 
 
 def score_bases(
-    regime: str, config: SweepConfig, sides: Sequence[str], directory: Path
+    regime: str,
+    config: SweepConfig,
+    sides: Sequence[str],
+    directory: Path,
+    setting: Mapping[str, str] | None = None,
 ) -> list[BaseScore]:
-    """Every side in ``sides`` as written, at every lead of ``config``, on
-    the parts the sweep tunes and scores (prescaler's sides with their
+    """Every side in ``sides`` as written (with ``setting`` applied, as a
+    tuned setting is: a hand-tuned neighbour), at every lead of ``config``,
+    on the parts the sweep tunes and scores (prescaler's sides with their
     backfill, as the sweep gives it)."""
     trace = write_regime_trace(regime, config, directory)
     request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(sides))
@@ -76,8 +82,9 @@ def score_bases(
     for lead in config.leads_min:
         cell = build_cell(regime, trace, lead, config)
         for side in bases:
-            tuning = score(side.base, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
-            held = score(side.base, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
+            so = apply_setting(side.base, setting, side.manifest) if setting else side.base
+            tuning = score(so, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
+            held = score(so, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
             row = BaseScore(
                 side.name, lead,
                 tuning.attainment, cell.targets[0], tuning.cost_usd,
@@ -130,6 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--history-days", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trials", type=int, default=0, help="also tune each side (0: no)")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting key (as tune writes them) applied to every side before scoring",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.regime not in REGIMES:
         parser.error(f"regime {args.regime!r} is not one of {', '.join(REGIMES)}")
@@ -143,8 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         trials=max(1, args.trials),
     )  # fmt: skip
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    bad = [x for x in args.set if "=" not in x]
+    if bad:
+        parser.error(f"--set wants KEY=VALUE, got {bad}")
+    setting = dict(x.split("=", 1) for x in args.set)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = score_bases(args.regime, config, sides, Path(tmp))
+        rows = score_bases(args.regime, config, sides, Path(tmp), setting)
         print(markdown(rows), end="")
         if args.trials > 0:
             for name, lead, row in tune_sides(args.regime, config, sides, Path(tmp)):

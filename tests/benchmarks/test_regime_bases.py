@@ -26,6 +26,11 @@ def test_written_scaledobjects_are_scored_on_both_parts_against_the_sweeps_targe
     ):
         assert 0.0 < attained <= 1.0 and 0.0 < target < 0.85 and cost > 0.0
     assert row.would_be_chosen == (row.tuning_attainment >= row.tuning_target)
+    lower = score_bases(
+        "sparse-bursts", config, ["keda-gateway"], tmp_path, {"triggers.0.threshold": "0.1"}
+    )[0]
+    # a fifth of the threshold asks for more replicas: never cheaper
+    assert lower.held_cost_usd >= row.held_cost_usd
     table = markdown(rows)
     assert "| keda-gateway | 2.5 min |" in table
     assert table.count("\n") == 3
@@ -36,6 +41,7 @@ def test_written_scaledobjects_are_scored_on_both_parts_against_the_sweeps_targe
     [
         (["no-such-regime"], "is not one of"),
         (["sparse-bursts", "--leads", "7"], "no preset for [7.0]"),
+        (["sparse-bursts", "--set", "threshold"], "--set wants KEY=VALUE"),
     ],
 )
 def test_bad_arguments_name_the_cause(
