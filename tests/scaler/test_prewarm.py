@@ -72,6 +72,23 @@ def test_balloons_cover_the_recent_days_peak_too() -> None:
     assert (p.replicas, p.needed_replicas) == (4, 6)
 
 
+def test_no_node_below_one_expected_request() -> None:
+    """A fleet at zero: a band's tail (0.004 req/s, median 0) or one stray
+    request on a past day (its one-minute peak 0.02 req/s, 0.8 requests
+    over the horizon) would round up to a node; below the wake bar there
+    is nothing to pre-warm for, as there is no replica to wake."""
+    tail = DemandForecast(180.0, 0.9, 0.004, 0.0)
+    stray = DemandForecast(180.0, 0.9, 0.0, 0.0, None, 0.02, None, 0.8)
+    session = DemandForecast(180.0, 0.9, 0.0, 0.0, None, 2.0, None, 300.0)
+    at_zero = {"ready_replicas": 0, "desired_replicas": 0, "current_balloons": 0}
+    got = {
+        name: plan_balloons(settings=ON, forecast=f, capacity=CAP, **at_zero)
+        for name, f in (("tail", tail), ("stray", stray), ("session", session))
+    }
+    assert got["tail"].replicas == got["stray"].replicas == 0
+    assert (got["session"].replicas, got["session"].reason) == (2, "forecast")
+
+
 def test_bounded_by_max_replicas() -> None:
     p = plan(100.0, ready=15, desired=16)
     assert p.replicas == 4  # max_replicas 20 - 16
