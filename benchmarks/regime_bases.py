@@ -26,6 +26,7 @@ from benchmarks.regimes import (
     KEDA_SIDES,
     LEAD_TIMES,
     PROFILE,
+    RegimeCell,
     SweepConfig,
     build_cell,
     study_side,
@@ -36,9 +37,9 @@ from simulations.sim_inputs import SimInputs
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
-from simulations.tune.sides import make_sides
+from simulations.tune.sides import Side, make_sides
 
-__all__ = ["BaseScore", "main", "score_bases"]
+__all__ = ["BaseScore", "main", "regime_cells", "score_bases", "tune_sides"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,17 @@ class BaseScore:
         """Meets the tuning part's target (what a study's winner must)."""
         return self.tuning_attainment >= self.tuning_target
 
-    @property
-    def meets_held_back(self) -> bool:
-        return self.held_attainment >= self.held_target
+
+def regime_cells(regime: str, config: SweepConfig, directory: Path) -> dict[float, RegimeCell]:
+    """The sweep's parts at each lead of ``config``, from one trace written
+    under ``directory`` (each lead's study storage beside it)."""
+    trace = write_regime_trace(regime, config, directory)
+    return {
+        lead: build_cell(
+            regime, trace, lead, config, f"sqlite:///{directory / f'{regime}-{lead:g}.db'}"
+        )
+        for lead in config.leads_min
+    }
 
 
 def score_bases(
@@ -70,18 +79,16 @@ def score_bases(
     sides: Sequence[str],
     directory: Path,
     setting: Mapping[str, str] | None = None,
+    cells: Mapping[float, RegimeCell] | None = None,
 ) -> list[BaseScore]:
     """Every side in ``sides`` as written (with ``setting`` applied, as a
     tuned setting is: a hand-tuned neighbour), at every lead of ``config``,
     on the parts the sweep tunes and scores (prescaler's sides with their
-    backfill, as the sweep gives it)."""
-    trace = write_regime_trace(regime, config, directory)
-    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(sides))
-    bases = make_sides(request, PROFILE, SimInputs().max_replicas)
+    backfill, as the sweep gives it); ``cells`` when already built."""
+    cells = cells if cells is not None else regime_cells(regime, config, directory)
     out: list[BaseScore] = []
-    for lead in config.leads_min:
-        cell = build_cell(regime, trace, lead, config)
-        for side in bases:
+    for lead, cell in cells.items():
+        for side in _sides(sides):
             so = apply_setting(side.base, setting, side.manifest) if setting else side.base
             tuning = score(so, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
             held = score(so, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
@@ -95,20 +102,21 @@ def score_bases(
 
 
 def tune_sides(
-    regime: str, config: SweepConfig, sides: Sequence[str], directory: Path
+    regime: str, cells: Mapping[float, RegimeCell], sides: Sequence[str], trials: int
 ) -> list[tuple[str, float, dict[str, Any]]]:
-    """Each side tuned as the sweep tunes it (``config.trials``), at every
-    lead: (side, lead, the sweep's row for it)."""
-    trace = write_regime_trace(regime, config, directory)
-    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(sides))
+    """Each side tuned as the sweep tunes it (the cells' ``config.trials``),
+    at every lead: (side, lead, the sweep's row for it)."""
     out: list[tuple[str, float, dict[str, Any]]] = []
-    for lead in config.leads_min:
-        storage = f"sqlite:///{directory / f'{regime}-{lead:g}.db'}"
-        cell = build_cell(regime, trace, lead, config, storage)
-        tag = f"probe-{regime}-{lead:g}-t{config.trials}"
-        for side in make_sides(request, PROFILE, SimInputs().max_replicas):
+    for lead, cell in cells.items():
+        for side in _sides(sides):
+            tag = f"probe-{regime}-{lead:g}-t{trials}"
             out.append((side.name, lead, study_side(side, cell, tag)))
     return out
+
+
+def _sides(names: Sequence[str]) -> tuple[Side, ...]:
+    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(names))
+    return make_sides(request, PROFILE, SimInputs().max_replicas)
 
 
 def markdown(rows: Sequence[BaseScore]) -> str:
@@ -159,10 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--set wants KEY=VALUE, got {bad}")
     setting = dict(x.split("=", 1) for x in args.set)
     with tempfile.TemporaryDirectory() as tmp:
-        rows = score_bases(args.regime, config, sides, Path(tmp), setting)
+        cells = regime_cells(args.regime, config, Path(tmp))
+        rows = score_bases(args.regime, config, sides, Path(tmp), setting, cells)
         print(markdown(rows), end="")
         if args.trials > 0:
-            for name, lead, row in tune_sides(args.regime, config, sides, Path(tmp)):
+            for name, lead, row in tune_sides(args.regime, cells, sides, args.trials):
                 print(f"{name} at {lead:g} min, tuned with {args.trials} trials: {_tuned(row)}")
     return 0
 

@@ -180,48 +180,38 @@ class BinnedSeries:
         request rate over the bins ending in ``(start, start + width_s]``
         (NaN where the series holds none of them). The moving mean keeps one
         noisy 15-s bin from passing for a session's level."""
-        out = np.full(len(starts), math.nan)
-        if not self._count:
-            return out
-        k = max(1, int(smooth_bins))
-        cs = self._request_cumsum()
-        for i, (lo, hi) in enumerate(self._window_slices(starts, width_s)):
-            if hi <= lo:
-                continue
-            # means of the k bins ending at each bin in the window (fewer at the ring's start)
-            stop = np.arange(lo, hi) + 1
-            first = np.maximum(stop - k, 0)
-            out[i] = float(np.max((cs[stop] - cs[first]) / (stop - first)))
-        return out
+        return self.window_stats(starts, width_s, smooth_bins)[0]
 
     def window_requests(self, starts: Sequence[float], width_s: float) -> np.ndarray:
         """For each start, the requests that arrived in the bins ending in
         ``(start, start + width_s]`` (each bin's rate times the step; NaN
         where the series holds none of them). A count, not a peak: one
         stray request is one request, whatever rate its bin shows."""
-        out = np.full(len(starts), math.nan)
+        return self.window_stats(starts, width_s, 1)[1]
+
+    def window_stats(
+        self, starts: Sequence[float], width_s: float, smooth_bins: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(:meth:`window_peaks`, :meth:`window_requests`) from one pass over
+        the ring: the tracker asks for both at each closed bin."""
+        peaks = np.full(len(starts), math.nan)
+        counts = np.full(len(starts), math.nan)
         if not self._count:
-            return out
-        cs = self._request_cumsum()
-        for i, (lo, hi) in enumerate(self._window_slices(starts, width_s)):
-            if hi > lo:
-                out[i] = float(cs[hi] - cs[lo]) * self.step_s
-        return out
-
-    def _request_cumsum(self) -> np.ndarray:
-        return np.concatenate(([0.0], np.cumsum(self._ordered(self._requests))))
-
-    def _window_slices(self, starts: Sequence[float], width_s: float) -> list[tuple[int, int]]:
-        """Index bounds ``[lo, hi)`` of the held bins ending in each
-        ``(start, start + width_s]``."""
+            return peaks, counts
         ends = self._ordered(self._ends)
-        return [
-            (
-                int(np.searchsorted(ends, start + 1e-6, side="left")),
-                int(np.searchsorted(ends, start + width_s + 1e-6, side="left")),
-            )
-            for start in starts
-        ]
+        cs = np.concatenate(([0.0], np.cumsum(self._ordered(self._requests))))
+        k = max(1, int(smooth_bins))
+        for i, start in enumerate(starts):
+            lo = int(np.searchsorted(ends, start + 1e-6, side="left"))
+            hi = int(np.searchsorted(ends, start + width_s + 1e-6, side="left"))
+            if hi <= lo:
+                continue
+            # means of the k bins ending at each bin in the window (fewer at the ring's start)
+            stop = np.arange(lo, hi) + 1
+            first = np.maximum(stop - k, 0)
+            peaks[i] = float(np.max((cs[stop] - cs[first]) / (stop - first)))
+            counts[i] = float(cs[hi] - cs[lo]) * self.step_s
+        return peaks, counts
 
     def tokens_per_request(self, last: int) -> float | None:
         """Mean tokens per request over the last ``last`` bins (None when no requests).

@@ -201,7 +201,6 @@ class Tracker:
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
-        self._seasonal_days_held = math.floor(history_bins * step / DAY_S)
         self._warn_seasonal_days(settings)
         self.capacity_learner = SaturationCapacity(
             config.capacity_window_s, memory_s=config.fit_window_s
@@ -277,11 +276,15 @@ class Tracker:
             self._warn_seasonal_days(settings)
         self._settings = settings
 
+    def _seasonal_days_held(self) -> int:
+        """Whole days the series' ring spans: the most ``seasonalPeakDays`` can use."""
+        return math.floor(self.series.capacity * self.series.step_s / DAY_S)
+
     def _warn_seasonal_days(self, settings: ScalerSettings) -> None:
         """Say once, when set, that ``seasonalPeakDays`` asks for more days
         than the fit window keeps: the peak uses the days held, and is off
         under two."""
-        asked, held = settings.seasonal_peak_days, self._seasonal_days_held
+        asked, held = settings.seasonal_peak_days, self._seasonal_days_held()
         if asked <= held:
             return
         uses = f"uses the {held} held" if held >= 2 else "is off (it needs two days)"
@@ -522,7 +525,7 @@ class Tracker:
         (None, None) when off or fewer than two days are held (one day is an
         anecdote, not a daily pattern). Cached per horizon until a bin
         closes: the policy asks at the lead time, pre-warming at the node's."""
-        days = min(self._settings.seasonal_peak_days, self._seasonal_days_held)
+        days = min(self._settings.seasonal_peak_days, self._seasonal_days_held())
         if days < 2:
             return None, None
         key = (t, horizon_s, quantile, days, self.series.version)
@@ -531,8 +534,7 @@ class Tracker:
             return cached
         starts = [t - d * DAY_S for d in range(1, days + 1)]
         smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
-        peaks = self.series.window_peaks(starts, horizon_s, smooth)
-        counts = self.series.window_requests(starts, horizon_s)
+        peaks, counts = self.series.window_stats(starts, horizon_s, smooth)
         held = np.isfinite(peaks)
         value: tuple[float | None, float | None] = (None, None)
         if int(held.sum()) >= 2:
