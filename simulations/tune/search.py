@@ -66,7 +66,6 @@ __all__ = [
     "rung_times",
     "score",
     "search_reactive",
-    "seed_params",
     "split_workload",
 ]
 
@@ -470,58 +469,3 @@ def default_bases(profile: str, max_replicas: int) -> tuple[ScaledObjectSpec, Sc
 def slo_ceiling(workload: Workload, profile: str, slo_ttft_s: float) -> float:
     """What an idle fleet attains: the most any setting can reach."""
     return idle_attainment(workload, get_profile(profile), slo_ttft_s)
-
-
-def seed_params(
-    base: ScaledObjectSpec,
-    space: Sequence[Param],
-    max_replicas: int,
-    knobs: Mapping[str, str | None] | None = None,
-) -> dict[str, Any] | None:
-    """The search parameters that reproduce ``base``'s own trigger settings
-    (the user's ScaledObject, or the shipped defaults), for the study's first
-    trial: the search starts from what is deployed rather than a random draw,
-    and the report can say whether tuning beat it. Keys off the search grid
-    are left out (the sampler picks them); None when nothing maps. ``knobs``
-    holds the base manifest's value of each dotted (manifest) key."""
-    meta = base.trigger.metadata
-    picked: dict[str, Any] = {}
-    for p in space:
-        # picked holds optuna's values (an int for an int knob), ``when`` a string
-        if p.when is not None and format_value(picked.get(p.when[0], "")) != p.when[1]:
-            continue
-        if "." in p.key:
-            raw: str | None = (knobs or {}).get(p.key)
-        elif p.key == LEAD_MODE:
-            raw = "auto" if meta.get(LEAD_MODE, "auto") == "auto" else "fixed"
-        elif p.key == f"{LEAD_MODE}:fixed":
-            raw = meta.get(LEAD_MODE)
-        else:
-            raw = meta.get(p.key)
-        if raw is None:
-            continue
-        value = _on_grid(p, raw, max_replicas)
-        if value is not None:
-            picked[p.key] = value
-    return picked or None
-
-
-def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
-    """``raw`` as the value optuna's distribution for ``p`` holds, or None."""
-    if p.kind == "choice":
-        return raw if raw in p.choices else None
-    try:
-        x = float(raw)
-    except ValueError:
-        return None
-    high = p.high
-    if p.key in ("minReplicas", "spec.minReplicaCount"):
-        high = max(p.low, min(high, max_replicas))
-    if not p.low <= x <= high:
-        return None
-    step = p.step or (1.0 if p.kind == "int" else None)
-    if step is not None:
-        k = (x - p.low) / step
-        if abs(k - round(k)) > 1e-9:
-            return None
-    return int(x) if p.kind == "int" else x

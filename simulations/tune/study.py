@@ -52,8 +52,8 @@ from simulations.tune.search import (
     rung_times,
     sample_metadata,
     score,
-    seed_params,
 )
+from simulations.tune.seeding import NEIGHBOUR_SHARE, neighbour_params, seed_params
 from simulations.tune.stop_rules import (
     COST_PACE_EARLY,
     COST_PACE_FROM,
@@ -427,9 +427,13 @@ def run_study(
     knobs = {p.key: knob_value(doc, p.key) for p in ctx.space if "." in p.key}
     seed = seed_params(ctx.base, ctx.space, ctx.max_replicas, knobs)
     if seed is not None and not study.get_trials(deepcopy=False):
-        # a fresh study starts from the deployed settings; skip_if_exists keeps
-        # two processes creating it at once from queueing it twice
+        # a fresh study starts from the deployed settings, then the settings a
+        # step from them; skip_if_exists keeps two processes creating it at
+        # once from queueing either twice
         study.enqueue_trial(seed, user_attrs={"seeded": "base"}, skip_if_exists=True)
+        limit = n_trials // NEIGHBOUR_SHARE
+        for label, params in neighbour_params(seed, ctx.space, ctx.max_replicas, limit):
+            study.enqueue_trial(params, user_attrs={"seeded": label}, skip_if_exists=True)
     deadline = time.monotonic() + wait_s
     running = (optuna.trial.TrialState.RUNNING,)
     # rounds: a trial left RUNNING by a killed process counts until it is

@@ -32,8 +32,8 @@ from simulations.tune.search import (
     default_bases,
     sample_metadata,
     score,
-    seed_params,
 )
+from simulations.tune.seeding import seed_params
 from simulations.tune.sides import queue_and_kv_manifest
 from simulations.tune.study import TuneContext, is_tell_race, run_study, worker_seed
 

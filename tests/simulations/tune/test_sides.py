@@ -23,7 +23,8 @@ from simulations.tune.manifest import (
     triggers_of,
 )
 from simulations.tune.run import TuneRequest
-from simulations.tune.search import sample_metadata, score, seed_params
+from simulations.tune.search import sample_metadata, score
+from simulations.tune.seeding import seed_params
 from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, make_sides
 
 PROFILE = "llama-3-8b@g5.xlarge"

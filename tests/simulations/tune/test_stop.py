@@ -32,8 +32,8 @@ from simulations.tune.search import (
     rung_times,
     score,
     search_reactive,
-    seed_params,
 )
+from simulations.tune.seeding import seed_params
 from simulations.tune.stop_rules import BestSoFar, PaceEvidence, StopRules
 from simulations.tune.study import TuneContext, read_study, run_study
 
@@ -226,7 +226,7 @@ def test_the_seed_is_the_deployed_setting() -> None:
 
 
 def test_a_study_starts_from_the_base_and_never_answers_a_stopped_trial(tmp_path: Path) -> None:
-    """run_study: trial 0 is the base's settings; every trial is COMPLETE
+    """run_study: trial 0 is the base's settings, then its neighbours; every trial is COMPLETE
     (stopped ones too, with their reason); the best is the cheapest finished
     feasible trial, and a stopped trial's recorded value is above it."""
     w = _workload(minutes=10)
@@ -237,7 +237,12 @@ def test_a_study_starts_from_the_base_and_never_answers_a_stopped_trial(tmp_path
     trials = study.get_trials()
     assert len(trials) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert trials[0].user_attrs["seeded"] == "base"
-    assert trials[0].params == seed_params(ctx.base, ctx.space, ctx.max_replicas)
+    seed = seed_params(ctx.base, ctx.space, ctx.max_replicas)
+    assert seed is not None and trials[0].params == seed
+    # a fifth of the budget: one neighbour, the floor one step up (it is at the space's low)
+    assert trials[1].user_attrs["seeded"] == "minReplicas+"
+    assert trials[1].params == {**seed, "minReplicas": seed["minReplicas"] + 1}
+    assert all("seeded" not in t.user_attrs for t in trials[2:])
     assert result.best is not None and result.best.finished and result.best.feasible
     finished = [r for r in result.trials if r.finished and r.feasible]
     assert result.best.cost_usd == min(r.cost_usd for r in finished)

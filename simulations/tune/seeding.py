@@ -1,0 +1,170 @@
+"""A study's first trials: the deployed settings, then their neighbours.
+
+TPE draws its first trials at random over the whole space, and a knob that
+decides feasibility in a narrow band (a scale-to-zero side's threshold, a
+floor of 0 among nine) is rarely drawn there: a study of 100 trials missed a
+setting one threshold step from the user's own that met the target. So a
+fresh study is seeded with the user's ScaledObject as written
+(:func:`seed_params`) and then with settings one step either way on each knob
+that sizes the fleet (:func:`neighbour_params`): the floor first, then each
+trigger's target, so the search always knows the ground next to what is
+deployed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from simulations.scaledobject import ScaledObjectSpec
+from simulations.tune.search import LEAD_MODE, Param, format_value
+
+__all__ = ["FLOOR_KEYS", "NEIGHBOUR_SHARE", "neighbour_params", "seed_params", "sizing_keys"]
+
+FLOOR_KEYS = ("minReplicas", "spec.minReplicaCount")
+"""The floor, as prescaler's trigger and as the ScaledObject spell it."""
+
+_TARGET_KEY = re.compile(r"^(targetWaitingPerReplica|targetKvCacheUsage|triggers\.\d+\.threshold)$")
+"""Per-replica targets: prescaler's queue and KV-cache terms, each KEDA
+trigger's ``threshold`` (a cron trigger has none)."""
+
+NEIGHBOUR_SHARE = 5
+"""At most one trial in this many of a study's budget is a seeded neighbour,
+so the sampler keeps most of the budget."""
+
+_RELATIVE_STEP = 0.1
+"""A neighbour's move on a continuous target: 10 % of its value (what a
+person tries next: 0.5 -> 0.45 or 0.55), at least one grid step."""
+
+
+def seed_params(
+    base: ScaledObjectSpec,
+    space: Sequence[Param],
+    max_replicas: int,
+    knobs: Mapping[str, str | None] | None = None,
+) -> dict[str, Any] | None:
+    """The search parameters that reproduce ``base``'s own trigger settings
+    (the user's ScaledObject, or the shipped defaults), for the study's first
+    trial: the search starts from what is deployed rather than a random draw,
+    and the report can say whether tuning beat it. Keys off the search grid
+    are left out (the sampler picks them); None when nothing maps. ``knobs``
+    holds the base manifest's value of each dotted (manifest) key."""
+    meta = base.trigger.metadata
+    picked: dict[str, Any] = {}
+    for p in space:
+        # picked holds optuna's values (an int for an int knob), ``when`` a string
+        if p.when is not None and format_value(picked.get(p.when[0], "")) != p.when[1]:
+            continue
+        if "." in p.key:
+            raw: str | None = (knobs or {}).get(p.key)
+        elif p.key == LEAD_MODE:
+            raw = "auto" if meta.get(LEAD_MODE, "auto") == "auto" else "fixed"
+        elif p.key == f"{LEAD_MODE}:fixed":
+            raw = meta.get(LEAD_MODE)
+        else:
+            raw = meta.get(p.key)
+        if raw is None:
+            continue
+        value = _on_grid(p, raw, max_replicas)
+        if value is not None:
+            picked[p.key] = value
+    return picked or None
+
+
+def sizing_keys(space: Sequence[Param]) -> list[str]:
+    """The searched keys that size the fleet, in seeding order: the floor,
+    then the per-replica targets in the space's order."""
+    floors = [p.key for p in space if p.key in FLOOR_KEYS]
+    targets = [p.key for p in space if _TARGET_KEY.match(p.key)]
+    return floors + targets
+
+
+def neighbour_params(
+    seed: Mapping[str, Any],
+    space: Sequence[Param],
+    max_replicas: int,
+    limit: int,
+) -> list[tuple[str, dict[str, Any]]]:
+    """Up to ``limit`` settings one step from ``seed``, each labelled
+    ``key-`` or ``key+``: for each sizing key (:func:`sizing_keys`) the seed
+    with that key moved down, then up (an integer by one, a float by
+    :data:`_RELATIVE_STEP` of its value on the grid), inside the key's range.
+    A key the seed leaves to the sampler has no neighbours. A move that
+    switches a conditional key off drops it; one that switches it on leaves
+    it to the sampler."""
+    by_key = {p.key: p for p in space}
+    out: list[tuple[str, dict[str, Any]]] = []
+    for key in sizing_keys(space):
+        if key not in seed:
+            continue
+        p = by_key[key]
+        for sign, label in ((-1, "-"), (1, "+")):
+            value = _moved(p, seed[key], sign, max_replicas)
+            if value is None:
+                continue
+            if len(out) >= limit:
+                return out
+            out.append((key + label, _consistent({**seed, key: value}, space)))
+    return out
+
+
+def _moved(p: Param, value: Any, sign: int, max_replicas: int) -> Any:
+    """``value`` one step along ``sign`` on ``p``'s grid, or None off its range."""
+    high = _high(p, max_replicas)
+    if p.kind == "int":
+        moved_int = int(value) + sign * int(p.step or 1)
+        return moved_int if p.low <= moved_int <= high else None
+    if p.kind != "float":
+        return None
+    x = float(value)
+    target = x * (1.0 + sign * _RELATIVE_STEP)
+    step = p.step
+    if step is None:
+        moved = target
+    else:
+        k = round((target - p.low) / step)
+        if abs(p.low + k * step - x) < step / 2:  # the 10 % fell inside one step
+            k = round((x - p.low) / step) + sign
+        moved = float(f"{p.low + k * step:.10g}")
+    if not p.low <= moved <= high or math.isclose(moved, x):
+        return None
+    return moved
+
+
+def _consistent(params: Mapping[str, Any], space: Sequence[Param]) -> dict[str, Any]:
+    """``params`` without the keys whose condition no longer holds."""
+    kept: dict[str, Any] = {}
+    for p in space:
+        if p.key not in params:
+            continue
+        if p.when is not None and format_value(kept.get(p.when[0], "")) != p.when[1]:
+            continue
+        kept[p.key] = params[p.key]
+    return kept
+
+
+def _high(p: Param, max_replicas: int) -> float:
+    """``p``'s top, a floor capped at ``maxReplicas``."""
+    if p.key in FLOOR_KEYS:
+        return max(p.low, min(p.high, max_replicas))
+    return p.high
+
+
+def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
+    """``raw`` as the value optuna's distribution for ``p`` holds, or None."""
+    if p.kind == "choice":
+        return raw if raw in p.choices else None
+    try:
+        x = float(raw)
+    except ValueError:
+        return None
+    if not p.low <= x <= _high(p, max_replicas):
+        return None
+    step = p.step or (1.0 if p.kind == "int" else None)
+    if step is not None:
+        k = (x - p.low) / step
+        if abs(k - round(k)) > 1e-9:
+            return None
+    return int(x) if p.kind == "int" else x
