@@ -108,6 +108,11 @@ class ScalerSettings:
     at a slightly different minute each day (a 09:00 ramp, working
     sessions, a nightly batch) into a low bump; the days' own peaks size the
     event's whole fleet a lead time ahead. Three is the fit window's days."""
+    seasonal_wander_seconds: float = 0.0
+    """How far a recurring event moves from day to day: the days' peak and
+    request count are read over the lead-time window widened by this much
+    on each side, so an event that came later yesterday than it comes today
+    still wakes the fleet a lead time ahead. 0 reads the window itself."""
     min_replicas: int = 0
     max_replicas: int = 100
     """Bounds of the answer; defaults are KEDA's minReplicaCount/maxReplicaCount."""
@@ -351,6 +356,10 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         lambda k, v: _num(k, v, lo=0, hi=1, lo_open=True, hi_open=True),
     ),
     "seasonalPeakDays": ("seasonal_peak_days", lambda k, v: _int(k, v, lo=0, hi=14)),
+    "seasonalWanderSeconds": (
+        "seasonal_wander_seconds",
+        lambda k, v: _num(k, v, lo=0, hi=21_600),
+    ),
     "minReplicas": ("min_replicas", lambda k, v: _int(k, v, lo=0)),
     "maxReplicas": ("max_replicas", lambda k, v: _int(k, v, lo=1)),
     "scaleDownStabilizationSeconds": (

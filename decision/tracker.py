@@ -228,7 +228,7 @@ class Tracker:
         self._configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
         self._measured_lead: tuple[tuple[float, ...], float | None] | None = None
         self._seasonal_cache: dict[
-            tuple[float, float, float, int, int], tuple[float | None, float | None]
+            tuple[float, float, float, int, float, int], tuple[float | None, float | None]
         ] = {}
 
     # ------------------------------------------------------------ read-only
@@ -521,20 +521,22 @@ class Tracker:
     ) -> tuple[float | None, float | None]:
         """The ``quantile`` across the last ``seasonalPeakDays`` days (at most
         the days the series holds) of each day's peak request rate, and of its
-        request count, over ``(t, t + horizon_s]`` at the same time of day;
+        request count, over ``(t, t + horizon_s]`` at the same time of day,
+        widened by ``seasonalWanderSeconds`` on each side;
         (None, None) when off or fewer than two days are held (one day is an
         anecdote, not a daily pattern). Cached per horizon until a bin
         closes: the policy asks at the lead time, pre-warming at the node's."""
         days = min(self._settings.seasonal_peak_days, self._seasonal_days_held())
         if days < 2:
             return None, None
-        key = (t, horizon_s, quantile, days, self.series.version)
+        wander = self._settings.seasonal_wander_seconds
+        key = (t, horizon_s, quantile, days, wander, self.series.version)
         cached = self._seasonal_cache.get(key)
         if cached is not None:
             return cached
-        starts = [t - d * DAY_S for d in range(1, days + 1)]
+        starts = [t - d * DAY_S - wander for d in range(1, days + 1)]
         smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
-        peaks, counts = self.series.window_stats(starts, horizon_s, smooth)
+        peaks, counts = self.series.window_stats(starts, horizon_s + 2 * wander, smooth)
         held = np.isfinite(peaks)
         value: tuple[float | None, float | None] = (None, None)
         if int(held.sum()) >= 2:

@@ -105,6 +105,7 @@ PREDICTIVE_SPACE: tuple[Param, ...] = (
     Param("targetKvCacheUsage", "float", 0.5, 0.95, step=0.05),
     Param("forecastQuantile", "float", 0.5, 0.99, step=0.01),
     Param("seasonalPeakDays", "int", 0, 3),
+    Param("seasonalWanderSeconds", "int", 0, 3600, step=300),
     Param("forecast", "choice", choices=("auto", "off")),
     Param(LEAD_MODE, "choice", choices=("auto", "fixed")),
     Param("leadTimeSeconds:fixed", "int", 60, 900, step=15, when=(LEAD_MODE, "fixed")),
@@ -114,7 +115,8 @@ PREDICTIVE_SPACE: tuple[Param, ...] = (
     Param("nodeLeadTimeSeconds", "int", 0, 600, step=15, when=("prewarm", "true")),
 )
 """What moves cost and attainment: the sizing targets, how far up the
-forecast band to size, how many recent days' peaks to size for, whether to
+forecast band to size, how many recent days' peaks to size for and how
+far either side of the lead-time window to read them, whether to
 forecast at all, the lead time, how slowly
 to scale in, the floor, and node pre-warming. ``minReplicas`` is capped at
 ``maxReplicas`` by :func:`sample_metadata`."""

@@ -106,8 +106,9 @@ def test_a_window_peak_lies_between_the_window_bins_min_and_max(
     assert float(s.window_peaks([start], width, 1)[0]) == pytest.approx(inside.max())
 
 
-def _tracker(days_setting: str, config: TrackerConfig | None = None) -> Tracker:
+def _tracker(days_setting: str, config: TrackerConfig | None = None, wander: str = "0") -> Tracker:
     meta = {
+        "seasonalWanderSeconds": wander,
         "prometheusAddress": "http://prom:9090",
         "minReplicas": "0",
         "maxReplicas": "16",
@@ -182,6 +183,30 @@ def test_the_days_are_combined_at_the_forecast_quantile() -> None:
     q = tracker.settings.forecast_quantile
     assert got.seasonal_requests_per_s == pytest.approx(np.quantile([2.0, 4.0, 0.0], q))
     assert got.seasonal_requests == pytest.approx(np.quantile([600.0, 1200.0, 0.0], q))
+
+
+def test_the_wander_widens_the_window_to_the_days_own_event_times() -> None:
+    """Sessions 25, 30 and 20 minutes late on the three days (09:25, 09:30,
+    09:20): at 08:50 the lead-time window (08:50, 09:05] holds none of them,
+    so the fleet at zero waits for live requests. With a 30-minute wander
+    the days are read over (08:20, 09:35], which holds 10, 5 and 15 minutes
+    of them: the fleet wakes, sized for the session's rate."""
+    times, rate = _event_days(3, shifts_s=(1500.0, 1800.0, 1200.0))
+    t = 3 * DAY + 8 * 3600.0 + 50 * 60.0
+    capacity = ReplicaCapacity(requests_per_s=1.5)
+    at_zero = Observation(time_s=t, **AT_ZERO)  # type: ignore[arg-type]
+    plain = _tracker("3")
+    narrow = _forecast_at(plain, times, rate, t)
+    assert narrow.seasonal_requests == 0.0
+    assert decide(at_zero, narrow, plain.settings, [], capacity).replicas == 0
+    widened = _tracker("3", wander="1800")
+    wide = _forecast_at(widened, times, rate, t)
+    q = widened.settings.forecast_quantile
+    assert wide.seasonal_requests_per_s == pytest.approx(3.0)
+    minutes = np.array([10.0, 5.0, 15.0])
+    assert wide.seasonal_requests == pytest.approx(np.quantile(3.0 * 60.0 * minutes, q))
+    woken = decide(at_zero, wide, widened.settings, [], capacity)
+    assert (woken.replicas, woken.reason) == (2, "forecast")
 
 
 def test_the_window_moves_off_an_event_once_it_has_passed() -> None:

@@ -95,7 +95,7 @@ def test_metadata_keys_are_exactly_the_contract() -> None:
         "leadTimeSeconds", "forecast", "forecastQuantile", "minReplicas", "maxReplicas",
         "scaleDownStabilizationSeconds", "staleAfterSeconds", "fallbackAfterSeconds",
         "fallbackReplicas", "prewarm", "prewarmDeployment", "nodeLeadTimeSeconds",
-        "gatewayRateQuery", "seasonalPeakDays",
+        "gatewayRateQuery", "seasonalPeakDays", "seasonalWanderSeconds",
     } == METADATA_KEYS  # fmt: skip
 
 
@@ -104,6 +104,15 @@ def test_seasonal_peak_days_is_a_small_whole_number(raw: str) -> None:
     with pytest.raises(SettingsError, match="seasonalPeakDays"):
         parse_settings({"prometheusAddress": "http://p:9090", "seasonalPeakDays": raw})
     assert parse_settings({"prometheusAddress": "http://p:9090"}).seasonal_peak_days == 3
+
+
+@pytest.mark.parametrize("raw", ["-1", "21601", "nan", "soon"])
+def test_seasonal_wander_is_seconds_up_to_six_hours(raw: str) -> None:
+    with pytest.raises(SettingsError, match="seasonalWanderSeconds"):
+        parse_settings({"prometheusAddress": "http://p:9090", "seasonalWanderSeconds": raw})
+    base = {"prometheusAddress": "http://p:9090"}
+    assert parse_settings(base).seasonal_wander_seconds == 0.0
+    assert parse_settings({**base, "seasonalWanderSeconds": "1200"}).seasonal_wander_seconds == 1200
 
 
 def test_sources() -> None:
