@@ -128,6 +128,11 @@ class SweepConfig:
     tracker (at most :data:`simulations.backfill.BACKFILL_S` before a part)."""
     prescaler_side: str = "prescaler-gateway"
     """Which of :data:`PRESCALER_SIDES` the forecast on/off variants tune."""
+    margin: float = 0.0
+    """Points of attainment above the tuning day's target a chosen setting
+    must reach there (``prescaler tune --margin``), for every side alike:
+    a setting that meets the target by a hair on one day can miss it on
+    the next."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -147,6 +152,8 @@ class SweepConfig:
             )
         if self.history_days < 0:
             raise ValueError(f"history_days must be >= 0, got {self.history_days}")
+        if not 0.0 <= self.margin < 100.0:
+            raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
 
     @property
     def joined_focus(self) -> bool:
@@ -174,8 +181,9 @@ def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
     """Tune ``side`` on the first part (the same TPE, trials, seed and stop
     rules as ``prescaler tune``), then score its chosen setting on the held
     back part: its cost there when it meets the held-back target, else None."""
+    bar = min(1.0, cell.targets[0] + cell.config.margin / 100.0)
     ctx = TuneContext(
-        cell.tuning, PROFILE, cell.sim, side.base, cell.targets[0], side.space,
+        cell.tuning, PROFILE, cell.sim, side.base, bar, side.space,
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
         history=cell.histories[0],
     )  # fmt: skip
@@ -270,7 +278,7 @@ def run_cell(
     histories = cell.histories
     tag = (
         f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
-        f"-g{config.target:g}"
+        f"-g{config.target:g}" + (f"-m{config.margin:g}" if config.margin else "")
     )
     t0 = time.perf_counter()
     keda = {

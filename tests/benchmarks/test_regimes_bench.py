@@ -20,6 +20,9 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_TARGET`` (0.95): the attainment every side must meet,
   as a fraction of each part's idle-fleet ceiling (a lower one is another
   point on the cost-against-attainment frontier);
+- ``PRESCALER_REGIMES_MARGIN`` (0): points of attainment above the tuning
+  day's target a chosen setting must reach there, for every side
+  (``prescaler tune --margin``);
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
   tuning day, backfilled into prescaler's tracker; with focus and history
   each day's focus hours open with the fleet and backfill of the whole-day
@@ -71,6 +74,7 @@ def _config() -> SweepConfig:
         history_days=int(os.environ.get("PRESCALER_REGIMES_HISTORY_DAYS", "0" if focus else "3")),
         prescaler_side=os.environ.get("PRESCALER_REGIMES_PRESCALER_SIDE", "prescaler-gateway"),
         target=float(os.environ.get("PRESCALER_REGIMES_TARGET", "0.95")),
+        margin=float(os.environ.get("PRESCALER_REGIMES_MARGIN", "0")),
     )
 
 
