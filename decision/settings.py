@@ -108,11 +108,12 @@ class ScalerSettings:
     at a slightly different minute each day (a 09:00 ramp, working
     sessions, a nightly batch) into a low bump; the days' own peaks size the
     event's whole fleet a lead time ahead. Three is the fit window's days."""
-    seasonal_wander_seconds: float = 0.0
+    seasonal_wander_seconds: float = 1800.0
     """How far a recurring event moves from day to day: the days' peak and
     request count are read over the lead-time window widened by this much
     on each side, so an event that came later yesterday than it comes today
-    still wakes the fleet a lead time ahead. 0 reads the window itself."""
+    still wakes the fleet a lead time ahead. Half an hour covers a session
+    people start at about the same time; 0 reads the window itself."""
     min_replicas: int = 0
     max_replicas: int = 100
     """Bounds of the answer; defaults are KEDA's minReplicaCount/maxReplicaCount."""

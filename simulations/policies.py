@@ -235,7 +235,7 @@ def predictive_spec(
         "forecast": "auto" if baseline else (forecaster or "auto"),
         "forecastQuantile": "0.9",
         "seasonalPeakDays": "3",
-        "seasonalWanderSeconds": "0",
+        "seasonalWanderSeconds": "1800",
         "minReplicas": "1",
         "maxReplicas": str(max_replicas),
         "scaleDownStabilizationSeconds": "300",

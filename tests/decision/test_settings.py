@@ -111,7 +111,7 @@ def test_seasonal_wander_is_seconds_up_to_six_hours(raw: str) -> None:
     with pytest.raises(SettingsError, match="seasonalWanderSeconds"):
         parse_settings({"prometheusAddress": "http://p:9090", "seasonalWanderSeconds": raw})
     base = {"prometheusAddress": "http://p:9090"}
-    assert parse_settings(base).seasonal_wander_seconds == 0.0
+    assert parse_settings(base).seasonal_wander_seconds == 1800.0
     assert parse_settings({**base, "seasonalWanderSeconds": "1200"}).seasonal_wander_seconds == 1200
 
 
