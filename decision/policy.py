@@ -22,7 +22,8 @@ The rules:
                  gateway: a fleet at zero has no vLLM signal to size from.
 * Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
   time), or the recent days' peak over the same hours when higher
-  (``seasonalPeakDays``), over per-replica capacity; zero when the median
+  (``seasonalPeakDays``, the hours widened by ``seasonalWanderSeconds``),
+  over per-replica capacity; zero when the median
   (or that peak) expects fewer than
   one request over the horizon, at least 1 when it expects more (so a
   forecast wakes a fleet at zero even before capacity is known). The bar is
@@ -132,7 +133,8 @@ class DemandForecast:
     seasonal_requests_per_s: float | None = None
     seasonal_tokens_per_s: float | None = None
     seasonal_requests: float | None = None
-    """Requests the recent days saw over the horizon at these hours."""
+    """Requests the recent days saw over the horizon at these hours (widened
+    by ``seasonalWanderSeconds`` on each side)."""
 
     @property
     def planned_requests_per_s(self) -> float:

@@ -195,9 +195,12 @@ class Tracker:
         step, refit = config.step_s, config.refit_interval_s
         self._step_s = step
         self._fit_bins = config.fit_bins
+        # the fit window, the scale-in window, and the oldest day's wander
+        # before it, which the days' peak reads
         history_bins = (
             self._fit_bins
             + math.ceil((refit + settings.scale_down_stabilization_seconds) / step)
+            + math.ceil(settings.seasonal_wander_seconds / step)
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
@@ -277,7 +280,8 @@ class Tracker:
         self._settings = settings
 
     def _seasonal_days_held(self) -> int:
-        """Whole days the series' ring spans: the most ``seasonalPeakDays`` can use."""
+        """Whole days the series' ring spans: the most ``seasonalPeakDays`` can
+        use (the ring also holds the oldest day's ``seasonalWanderSeconds``)."""
         return math.floor(self.series.capacity * self.series.step_s / DAY_S)
 
     def _warn_seasonal_days(self, settings: ScalerSettings) -> None:
@@ -529,7 +533,10 @@ class Tracker:
         days = min(self._settings.seasonal_peak_days, self._seasonal_days_held())
         if days < 2:
             return None, None
-        wander = self._settings.seasonal_wander_seconds
+        # a wander raised after the ring was sized reads only what it holds,
+        # rather than a partial oldest day that would bias the quantile down
+        held_s = self.series.capacity * self.series.step_s
+        wander = min(self._settings.seasonal_wander_seconds, max(0.0, held_s - days * DAY_S))
         key = (t, horizon_s, quantile, days, wander, self.series.version)
         cached = self._seasonal_cache.get(key)
         if cached is not None:

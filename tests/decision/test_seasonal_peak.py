@@ -221,6 +221,36 @@ def test_the_window_moves_off_an_event_once_it_has_passed() -> None:
     assert decide(at_zero, got, _tracker("3").settings, [], capacity).replicas == 0
 
 
+def test_at_the_default_wander_the_fleet_is_held_until_the_event_plus_the_wander() -> None:
+    """With the shipped 30-minute wander the days' session (09:00 - 09:30)
+    still counts at 09:40, as today's session may run that late; from
+    10:00 on (its end plus the wander) nothing is expected."""
+    times, rate = _event_days(3)
+    default = parse_settings({"prometheusAddress": "http://p:9090"}).seasonal_wander_seconds
+    assert default == 1800.0
+    during = _forecast_at(_tracker("3", wander="1800"), times, rate, 3 * DAY + 9 * 3600.0 + 2400)
+    assert during.seasonal_requests_per_s == pytest.approx(3.0)
+    after = _forecast_at(_tracker("3", wander="1800"), times, rate, 3 * DAY + 10 * 3600.0 + 60)
+    assert after.seasonal_requests == 0.0
+
+
+def test_the_oldest_days_wander_is_held_by_the_ring() -> None:
+    """The ring keeps the oldest day's wander before it. At 01:00 on day 3
+    the oldest day's window opens at 00:30 of day 0; a session there
+    (00:30 - 00:40) lies before a ring sized for the fit and scale-in
+    windows alone (about 15 minutes past 3 days), and still counts."""
+    tracker = _tracker("3", wander="1800")
+    assert tracker.series.capacity * STEP >= 3 * DAY + 1800.0
+    t = 3 * DAY + 3600.0
+    times = STEP * np.arange(1, int(t / STEP))
+    rate = np.zeros(times.size)
+    rate[(times > 1800.0) & (times <= 2400.0)] = 2.0
+    got = _forecast_at(tracker, times, rate, t)
+    q = tracker.settings.forecast_quantile
+    assert got.seasonal_requests_per_s == pytest.approx(np.quantile([0.0, 0.0, 2.0], q))
+    assert got.seasonal_requests == pytest.approx(np.quantile([0.0, 0.0, 2.0 * 600.0], q))
+
+
 def test_one_stray_request_on_a_past_day_does_not_wake_a_fleet_at_zero() -> None:
     """One request two days ago at 09:05 (one 15-s bin at 1/15 req/s): its
     one-minute peak rate held over a 900-s horizon would be several
