@@ -279,10 +279,14 @@ class Tracker:
             self._warn_seasonal_days(settings)
         self._settings = settings
 
+    def _held_s(self) -> float:
+        """Seconds of demand the series' ring spans."""
+        return self.series.capacity * self.series.step_s
+
     def _seasonal_days_held(self) -> int:
         """Whole days the series' ring spans: the most ``seasonalPeakDays`` can
         use (the ring also holds the oldest day's ``seasonalWanderSeconds``)."""
-        return math.floor(self.series.capacity * self.series.step_s / DAY_S)
+        return math.floor(self._held_s() / DAY_S)
 
     def _warn_seasonal_days(self, settings: ScalerSettings) -> None:
         """Say once, when set, that ``seasonalPeakDays`` asks for more days
@@ -535,8 +539,8 @@ class Tracker:
             return None, None
         # a wander raised after the ring was sized reads only what it holds,
         # rather than a partial oldest day that would bias the quantile down
-        held_s = self.series.capacity * self.series.step_s
-        wander = min(self._settings.seasonal_wander_seconds, max(0.0, held_s - days * DAY_S))
+        spare_s = max(0.0, self._held_s() - days * DAY_S)
+        wander = min(self._settings.seasonal_wander_seconds, spare_s)
         key = (t, horizon_s, quantile, days, wander, self.series.version)
         cached = self._seasonal_cache.get(key)
         if cached is not None:

@@ -51,6 +51,7 @@ from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetEx
 from simulations.traffic import Workload
 
 __all__ = [
+    "FLOOR_KEYS",
     "PREDICTIVE_SPACE",
     "REACTIVE_THRESHOLDS",
     "RUNGS",
@@ -61,6 +62,7 @@ __all__ = [
     "apply_metadata",
     "exact_miss_budget",
     "format_value",
+    "param_high",
     "pareto_front",
     "reactive_with_threshold",
     "rung_times",
@@ -128,6 +130,17 @@ REACTIVE_THRESHOLDS: tuple[float, ...] = (
 walks (the seeds use 3): a ladder, so the answer is a value people write."""
 
 
+FLOOR_KEYS = ("minReplicas", "spec.minReplicaCount")
+"""The floor, as prescaler's trigger and as the ScaledObject spell it."""
+
+
+def param_high(p: Param, max_replicas: int) -> float:
+    """``p``'s top: a floor is capped at ``maxReplicas``."""
+    if p.key in FLOOR_KEYS:
+        return max(p.low, min(p.high, max_replicas))
+    return p.high
+
+
 def format_value(value: float | int | str) -> str:
     """Metadata text for a sampled value: integers bare, floats without noise."""
     if isinstance(value, str):
@@ -146,9 +159,7 @@ def sample_metadata(trial: Any, space: Sequence[Param], max_replicas: int) -> di
         if p.kind == "choice":
             value: Any = trial.suggest_categorical(p.key, list(p.choices))
         elif p.kind == "int":
-            high = int(p.high)
-            if p.key in ("minReplicas", "spec.minReplicaCount"):
-                high = max(int(p.low), min(high, max_replicas))
+            high = int(param_high(p, max_replicas))
             value = trial.suggest_int(p.key, int(p.low), high, step=int(p.step or 1))
         else:
             value = trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)

@@ -19,12 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from simulations.scaledobject import ScaledObjectSpec
-from simulations.tune.search import LEAD_MODE, Param, format_value
+from simulations.tune.search import FLOOR_KEYS, LEAD_MODE, Param, format_value, param_high
 
-__all__ = ["FLOOR_KEYS", "NEIGHBOUR_SHARE", "neighbour_params", "seed_params", "sizing_keys"]
-
-FLOOR_KEYS = ("minReplicas", "spec.minReplicaCount")
-"""The floor, as prescaler's trigger and as the ScaledObject spell it."""
+__all__ = ["NEIGHBOUR_SHARE", "neighbour_params", "seed_params", "sizing_keys"]
 
 _TARGET_KEY = re.compile(r"^(targetWaitingPerReplica|targetKvCacheUsage|triggers\.\d+\.threshold)$")
 """Per-replica targets: prescaler's queue and KV-cache terms, each KEDA
@@ -112,7 +109,7 @@ def neighbour_params(
 
 def _moved(p: Param, value: Any, sign: int, max_replicas: int) -> Any:
     """``value`` one step along ``sign`` on ``p``'s grid, or None off its range."""
-    high = _high(p, max_replicas)
+    high = param_high(p, max_replicas)
     if p.kind == "int":
         moved_int = int(value) + sign * int(p.step or 1)
         return moved_int if p.low <= moved_int <= high else None
@@ -145,13 +142,6 @@ def _consistent(params: Mapping[str, Any], space: Sequence[Param]) -> dict[str, 
     return kept
 
 
-def _high(p: Param, max_replicas: int) -> float:
-    """``p``'s top, a floor capped at ``maxReplicas``."""
-    if p.key in FLOOR_KEYS:
-        return max(p.low, min(p.high, max_replicas))
-    return p.high
-
-
 def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
     """``raw`` as the value optuna's distribution for ``p`` holds, or None."""
     if p.kind == "choice":
@@ -160,7 +150,7 @@ def _on_grid(p: Param, raw: str, max_replicas: int) -> Any:
         x = float(raw)
     except ValueError:
         return None
-    if not p.low <= x <= _high(p, max_replicas):
+    if not p.low <= x <= param_high(p, max_replicas):
         return None
     step = p.step or (1.0 if p.kind == "int" else None)
     if step is not None:
