@@ -80,6 +80,7 @@ __all__ = [
     "build_cell",
     "focus_parts",
     "run_sweep",
+    "run_sweeps",
     "split_days",
     "study_side",
     "targets_met",
@@ -372,29 +373,50 @@ def _cell_job(args: tuple[str, Path, float, SweepConfig, Path]) -> dict[str, Any
 def run_sweep(config: SweepConfig, directory: Path) -> dict[str, Any]:
     """Every cell of the grid, ``config.jobs`` cells at a time (each in its
     own process, with its own study storage); traces under ``directory``."""
+    return run_sweeps([(config, directory)])[0]
+
+
+def run_sweeps(sweeps: Sequence[tuple[SweepConfig, Path]]) -> list[dict[str, Any]]:
+    """Several sweeps' cells in one pool (the first config's ``jobs`` at a
+    time), so a sweep over seeds keeps every core busy; each sweep's traces
+    and study storage under its own directory, one document per sweep."""
     from concurrent.futures import ProcessPoolExecutor
 
-    doc: dict[str, Any] = {"profile": PROFILE, "config": dataclasses.asdict(config), "regimes": {}}
+    if not sweeps:
+        return []
     t0 = time.perf_counter()
-    jobs: list[tuple[str, Path, float, SweepConfig, Path]] = []
-    for regime in config.regimes:
-        trace = write_regime_trace(regime, config, directory)
-        counts = regime_counts(regime, config.trace_days, config.seed, focus=config.joined_focus)
-        doc["regimes"][regime] = {
-            "realism": REGIMES[regime].realism,
-            "focus_hours": list(REGIMES[regime].focus) if config.focus else None,
-            "expected_requests_per_day": [
-                float(np.round(c.sum())) for c in np.split(counts, config.trace_days)
-            ],
-            "cells": [],
-        }
-        jobs.extend((regime, trace, lead, config, directory) for lead in config.leads_min)
-    with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
-        for job, cell in zip(jobs, pool.map(_cell_job, jobs), strict=True):
-            doc["regimes"][job[0]]["cells"].append(cell)
-    doc["wall_s"] = round(time.perf_counter() - t0, 1)
-    doc["targets"] = targets_met(doc)
-    return doc
+    docs: list[dict[str, Any]] = []
+    jobs: list[tuple[int, tuple[str, Path, float, SweepConfig, Path]]] = []
+    for k, (config, directory) in enumerate(sweeps):
+        directory.mkdir(parents=True, exist_ok=True)
+        doc: dict[str, Any] = {
+            "profile": PROFILE, "config": dataclasses.asdict(config), "regimes": {},
+        }  # fmt: skip
+        for regime in config.regimes:
+            trace = write_regime_trace(regime, config, directory)
+            counts = regime_counts(
+                regime, config.trace_days, config.seed, focus=config.joined_focus
+            )
+            doc["regimes"][regime] = {
+                "realism": REGIMES[regime].realism,
+                "focus_hours": list(REGIMES[regime].focus) if config.focus else None,
+                "expected_requests_per_day": [
+                    float(np.round(c.sum())) for c in np.split(counts, config.trace_days)
+                ],
+                "cells": [],
+            }
+            jobs.extend((k, (regime, trace, lead, config, directory)) for lead in config.leads_min)
+        docs.append(doc)
+    workers = min(sweeps[0][0].jobs, len(jobs))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        cells = pool.map(_cell_job, [job for _, job in jobs])
+        for (k, job), cell in zip(jobs, cells, strict=True):
+            docs[k]["regimes"][job[0]]["cells"].append(cell)
+    wall_s = round(time.perf_counter() - t0, 1)
+    for doc in docs:
+        doc["wall_s"] = wall_s
+        doc["targets"] = targets_met(doc)
+    return docs
 
 
 def _rows(doc: Mapping[str, Any]) -> list[tuple[str, float, str, Mapping[str, Any]]]:

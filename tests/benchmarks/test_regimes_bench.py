@@ -23,6 +23,12 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_MARGIN`` (0): points of attainment above the tuning
   day's target a chosen setting must reach there, for every side
   (``prescaler tune --margin``);
+- ``PRESCALER_REGIMES_SEEDS`` (0): comma-separated seeds (each draws the
+  regime's days, the arrivals and the sampler's seed); with more than one,
+  every seed's sweep runs in one pool and ``regimes-seeds.json`` and ``.md``
+  say per cell what each seed gave and how many seeds each side's chosen
+  setting held out under (:mod:`benchmarks.regime_seeds`); ``regimes.json``
+  is then the first seed's sweep;
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
   tuning day, backfilled into prescaler's tracker; with focus and history
   each day's focus hours open with the fleet and backfill of the whole-day
@@ -35,12 +41,14 @@ asserted: it is the finding.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from benchmarks.regime_seeds import markdown_seeds, run_seeds
 from benchmarks.regimes import (
     KEDA_SIDES,
     LEAD_TIMES,
@@ -78,20 +86,34 @@ def _config() -> SweepConfig:
     )
 
 
+def _seeds() -> list[int]:
+    return [int(x) for x in _list("PRESCALER_REGIMES_SEEDS", "0")]
+
+
 def test_regime_sweep(tmp_path: Path) -> None:
     config = _config()
-    doc = run_sweep(config, tmp_path)
+    seeds = _seeds()
     RESULTS.mkdir(exist_ok=True)
+    if len(seeds) > 1:
+        many = run_seeds(config, seeds, tmp_path)
+        (RESULTS / "regimes-seeds.json").write_text(json.dumps(many, indent=2) + "\n")
+        (RESULTS / "regimes-seeds.md").write_text(markdown_seeds(many))
+        docs = many["sweeps"]
+        assert [d["config"]["seed"] for d in docs] == seeds
+    else:
+        docs = [run_sweep(dataclasses.replace(config, seed=seeds[0]), tmp_path)]
+    doc = docs[0]
     (RESULTS / "regimes.json").write_text(json.dumps(doc, indent=2) + "\n")
     plot_sweep(doc, RESULTS / "regimes.png")
     (RESULTS / "regimes.md").write_text(markdown_table(doc))
-    for regime in config.regimes:
-        cells = doc["regimes"][regime]["cells"]
-        assert [c["lead_time_min"] for c in cells] == list(config.leads_min)
-        for cell in cells:
-            assert cell["lead_time_preset"] == LEAD_TIMES[cell["lead_time_min"]]
-            assert set(cell["keda"]) == set(config.keda_sides)
-            assert len(cell["prescaler"]) == len(config.prewarm)
-            for side in cell["keda"].values():
-                assert side["trials"] == config.trials
-    assert doc["targets"] == targets_met(doc)
+    for one in docs:
+        for regime in config.regimes:
+            cells = one["regimes"][regime]["cells"]
+            assert [c["lead_time_min"] for c in cells] == list(config.leads_min)
+            for cell in cells:
+                assert cell["lead_time_preset"] == LEAD_TIMES[cell["lead_time_min"]]
+                assert set(cell["keda"]) == set(config.keda_sides)
+                assert len(cell["prescaler"]) == len(config.prewarm)
+                for side in cell["keda"].values():
+                    assert side["trials"] == config.trials
+        assert one["targets"] == targets_met(one)

@@ -1,0 +1,133 @@
+"""The regime sweep under several seeds: does a verdict hold on other days?
+
+A seed draws a regime's whole trace (which hours the sessions fall in, how
+many requests each brings), the arrivals inside it and the sampler's seed,
+so one seed's sweep judges one tuning day and one held-back day. A chosen
+setting that meets the held-back target by luck of that day's sessions
+misses on the next pair, and a ratio from one seed says little. This runs
+the same sweep (:mod:`benchmarks.regimes`) for each seed, every cell of
+every seed in one process pool, and reports per cell the ratios under each
+seed and how many seeds each side's chosen setting held out under.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.regimes import SweepConfig, run_sweeps, targets_met
+
+__all__ = ["markdown_seeds", "run_seeds", "seeds_summary"]
+
+
+def run_seeds(config: SweepConfig, seeds: Sequence[int], directory: Path) -> dict[str, Any]:
+    """``config``'s sweep under each seed (``config.seed`` is replaced),
+    each seed's traces and studies under ``directory/seed-N``: every seed's
+    sweep document, and their summary (:func:`seeds_summary`)."""
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and at least one, got {list(seeds)}")
+    sweeps = [(dataclasses.replace(config, seed=s), directory / f"seed-{s}") for s in seeds]
+    docs = run_sweeps(sweeps)
+    return {"seeds": list(seeds), "sweeps": docs, "summary": seeds_summary(docs)}
+
+
+def _cells(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str, Mapping[str, Any]]]:
+    """(regime and lead, cell, pre-warming label, prescaler's row) of a sweep."""
+    return [
+        (f"{regime} @ {cell['lead_time_min']:g} min", cell, label, row)
+        for regime, body in doc["regimes"].items()
+        for cell in body["cells"]
+        for label, row in cell["prescaler"].items()
+    ]
+
+
+def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per cell (regime, lead, pre-warming), one row per seed: the cheapest
+    KEDA side that met the held-back target, prescaler's forecast on and off,
+    their ratios. Per side, the seeds under which its chosen setting met the
+    held-back target (a missed study counts as a miss). And each target of
+    :func:`benchmarks.regimes.targets_met` judged under every seed: never
+    worse only if it holds under each; somewhere much better only in a cell
+    where it holds under each."""
+    cells: dict[str, list[dict[str, Any]]] = {}
+    held: dict[str, list[int]] = {}
+    verdicts = []
+    for doc in docs:
+        seed = int(doc["config"]["seed"])
+        verdicts.append(targets_met(doc))
+        for where, cell, label, row in _cells(doc):
+            on, off = row["forecast-on"], row["forecast-off"]
+            cells.setdefault(f"{where}, {label}", []).append({
+                "seed": seed,
+                "best_keda_side": cell["best_keda_side"],
+                "best_keda_cost_usd": cell["best_keda_cost_usd"],
+                "forecast_on_cost_usd": on["cost_at_target_usd"],
+                "forecast_off_cost_usd": off["cost_at_target_usd"],
+                "ratio_on_vs_best_keda": row["ratio_on_vs_best_keda"],
+                "ratio_forecast_on_vs_off": row["ratio_forecast_on_vs_off"],
+            })  # fmt: skip
+            for v in ("on", "off"):
+                _count(
+                    held, f"{where}: prescaler {label}, forecast {v}", row[f"forecast-{v}"], seed
+                )
+            for side_name, side_row in cell["keda"].items():
+                _count(held, f"{where}: {side_name}", side_row, seed)
+    much_better = [v["somewhere_much_better"]["cells"] for v in verdicts]
+    common = [c for c in much_better[0] if all(c in cs for cs in much_better)] if docs else []
+    return {
+        "cells": cells,
+        "held_out_seeds": held,
+        "targets": {
+            "never_worse_every_seed": all(v["never_worse"]["met"] for v in verdicts),
+            "worse_cells": sorted({c for v in verdicts for c in v["never_worse"]["worse_cells"]}),
+            "somewhere_much_better_every_seed": common,
+        },
+    }
+
+
+def _count(held: dict[str, list[int]], key: str, row: Mapping[str, Any], seed: int) -> None:
+    seeds = held.setdefault(key, [])
+    if row["cost_at_target_usd"] is not None and seed not in seeds:
+        seeds.append(seed)
+
+
+def _money(x: float | None) -> str:
+    return "missed" if x is None else f"${x:,.2f}"
+
+
+def _times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def markdown_seeds(doc: Mapping[str, Any]) -> str:
+    """The summary as Markdown: one row per cell and seed, then how many
+    seeds each side's chosen setting held out under."""
+    summary, n = doc["summary"], len(doc["seeds"])
+    lines = [
+        "| cell | seed | best tuned KEDA | prescaler fc on | fc off | on / best KEDA | on / off |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in summary["cells"].items():
+        for r in rows:
+            keda = _money(r["best_keda_cost_usd"])
+            if r["best_keda_side"]:
+                keda += f" ({r['best_keda_side']})"
+            lines.append(
+                f"| {name} | {r['seed']} | {keda} | {_money(r['forecast_on_cost_usd'])} "
+                f"| {_money(r['forecast_off_cost_usd'])} | {_times(r['ratio_on_vs_best_keda'])} "
+                f"| {_times(r['ratio_forecast_on_vs_off'])} |"
+            )
+    lines += ["", "| side | seeds whose held-back target its chosen setting met |", "|---|---|"]
+    for side, seeds in summary["held_out_seeds"].items():
+        lines.append(f"| {side} | {len(seeds)} of {n} ({', '.join(map(str, seeds)) or 'none'}) |")
+    targets = summary["targets"]
+    lines += [
+        "",
+        f"Never worse under every seed: {'yes' if targets['never_worse_every_seed'] else 'no'}"
+        + (f" (worse: {'; '.join(targets['worse_cells'])})" if targets["worse_cells"] else ""),
+        "Much better under every seed: "
+        + ("; ".join(targets["somewhere_much_better_every_seed"]) or "nowhere"),
+    ]
+    return "\n".join(lines) + "\n"
