@@ -109,7 +109,9 @@ def tune_sides(
     out: list[tuple[str, float, dict[str, Any]]] = []
     for lead, cell in cells.items():
         for side in _sides(sides):
-            tag = f"probe-{regime}-{lead:g}-t{trials}-m{cell.config.margin:g}"
+            tag = (
+                f"probe-{regime}-{lead:g}-t{trials}-m{cell.config.margin:g}-b{cell.config.busier:g}"
+            )
             out.append((side.name, lead, study_side(side, cell, tag)))
     return out
 
@@ -149,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--margin", type=float, default=0.0, help="points above the tuning target (as tune's)"
     )
     parser.add_argument(
+        "--busier", type=float, default=0.0, help="percent more traffic on the tuning day"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a setting key (as tune writes them) applied to every side before scoring",
     )  # fmt: skip
@@ -162,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SweepConfig(
         regimes=(args.regime,), leads_min=leads, prewarm=(False,), target=args.target,
         focus=args.focus, history_days=args.history_days, seed=args.seed,
-        trials=max(1, args.trials), margin=args.margin,
+        trials=max(1, args.trials), margin=args.margin, busier=args.busier,
     )  # fmt: skip
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     bad = [x for x in args.set if "=" not in x]

@@ -78,6 +78,7 @@ __all__ = [
     "RegimeCell",
     "SweepConfig",
     "build_cell",
+    "busier_tuning_part",
     "focus_parts",
     "run_sweep",
     "run_sweeps",
@@ -134,6 +135,12 @@ class SweepConfig:
     must reach there (``prescaler tune --margin``), for every side alike:
     a setting that meets the target by a hair on one day can miss it on
     the next."""
+    busier: float = 0.0
+    """Percent more traffic on the tuning day than the trace holds (its
+    rate scaled by ``1 + busier / 100``), for every side alike: a setting
+    chosen for a busier day than the one at hand holds on a day that grows,
+    where one chosen for the day itself may fit only its sessions. The
+    held-back day and every backfill are the trace's own."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -155,6 +162,8 @@ class SweepConfig:
             raise ValueError(f"history_days must be >= 0, got {self.history_days}")
         if not 0.0 <= self.margin < 100.0:
             raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
+        if not 0.0 <= self.busier <= 100.0:
+            raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
 
     @property
     def joined_focus(self) -> bool:
@@ -260,6 +269,9 @@ def build_cell(
             load_workload(trace, TrafficOptions(seed=config.seed)), config
         )
         starts = part_starts(before, tuning, held, profile, bare, inputs)
+    if config.busier:
+        # what each side is tuned on; the parts' starts stay the trace's own
+        tuning = busier_tuning_part(regime, trace, config)
     sim, held_sim = starts.tuning_config, starts.held_config
     histories = (starts.tuning.history, None if starts.held is None else starts.held.history)
     targets = (
@@ -280,7 +292,8 @@ def run_cell(
     tag = (
         f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
         f"-g{config.target:g}" + (f"-m{config.margin:g}" if config.margin else "")
-    )
+        + (f"-b{config.busier:g}" if config.busier else "")
+    )  # fmt: skip
     t0 = time.perf_counter()
     keda = {
         name: study_side(side, cell, tag)
@@ -345,6 +358,19 @@ def focus_parts(
         inputs.apply(SimConfig(seed=config.seed), profile, opened[1].opening),
     )
     return parts[0], parts[1], starts
+
+
+def busier_tuning_part(regime: str, trace: Path, config: SweepConfig) -> Workload:
+    """The tuning part drawn from ``trace`` with its rate scaled by
+    ``1 + config.busier / 100`` (the same part, :func:`split_days` or the
+    focus hours, a busier day)."""
+    scaled = TrafficOptions(seed=config.seed, rate_scale=1.0 + config.busier / 100.0)
+    if config.focus and config.history_days:
+        first, hours = REGIMES[regime].focus
+        start_s = config.history_days * 86_400.0 + first * 3600.0
+        window = dataclasses.replace(scaled, start_s=start_s, duration_s=hours * 3600.0)
+        return load_workload(trace, window)
+    return split_days(load_workload(trace, scaled), config)[1]
 
 
 def split_days(

@@ -8,10 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.regimes import SweepConfig, focus_parts, markdown_table, split_days, targets_met
+from benchmarks.regimes import (
+    SweepConfig,
+    busier_tuning_part,
+    focus_parts,
+    markdown_table,
+    split_days,
+    targets_met,
+)
 from simulations.backfill import BACKFILL_S
 from simulations.sim_inputs import SimInputs
-from simulations.traffic import Workload
+from simulations.traffic import TrafficOptions, Workload, load_workload
 
 
 def _variant(cost: float | None) -> dict[str, Any]:
@@ -129,3 +136,25 @@ def test_focus_parts_open_with_what_came_before_each_first_hour(tmp_path: Path) 
         times = opened.history.times_s
         assert times[-1] <= 0.0  # nothing from the part itself
         assert times[-1] - times[0] >= BACKFILL_S - 3600.0
+
+
+@pytest.mark.parametrize("focus", [False, True], ids=["whole days", "focus hours"])
+def test_a_busier_tuning_day_has_more_requests_on_the_same_span(
+    focus: bool, tmp_path: Path
+) -> None:
+    """``busier`` scales the tuning day's rate; its span is the plain part's."""
+    trace = tmp_path / "flat.csv"
+    rows = "".join(f"{60 * m},10.000\n" for m in range(5 * 1440))
+    trace.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
+    plain_config = SweepConfig(focus=focus, history_days=3, regimes=("business-hours",))
+    busy_config = SweepConfig(focus=focus, history_days=3, regimes=("business-hours",), busier=25.0)
+    if focus:
+        plain, _, _ = focus_parts("business-hours", trace, plain_config, SimInputs())
+    else:
+        _, plain, _ = split_days(load_workload(trace, TrafficOptions()), plain_config)
+    busy = busier_tuning_part("business-hours", trace, busy_config)
+    assert busy.duration_s == plain.duration_s
+    # 10 requests a minute: Poisson counts, so within a few percent of 1.25x
+    assert len(busy) / len(plain) == pytest.approx(1.25, rel=0.03)
+    with pytest.raises(ValueError, match="busier must be in"):
+        SweepConfig(busier=-5.0)

@@ -23,6 +23,9 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_MARGIN`` (0): points of attainment above the tuning
   day's target a chosen setting must reach there, for every side
   (``prescaler tune --margin``);
+- ``PRESCALER_REGIMES_BUSIER`` (0): percent more traffic on the tuning
+  day than the trace holds, for every side (the choice holds on a day that
+  grows; the held-back day is the trace's own);
 - ``PRESCALER_REGIMES_SEEDS`` (0): comma-separated seeds (each draws the
   regime's days, the arrivals and the sampler's seed); with more than one,
   every seed's sweep runs in one pool and ``regimes-seeds.json`` and ``.md``
@@ -83,6 +86,7 @@ def _config() -> SweepConfig:
         prescaler_side=os.environ.get("PRESCALER_REGIMES_PRESCALER_SIDE", "prescaler-gateway"),
         target=float(os.environ.get("PRESCALER_REGIMES_TARGET", "0.95")),
         margin=float(os.environ.get("PRESCALER_REGIMES_MARGIN", "0")),
+        busier=float(os.environ.get("PRESCALER_REGIMES_BUSIER", "0")),
     )
 
 
