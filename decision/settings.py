@@ -39,6 +39,7 @@ __all__ = [
     "LabelMatcher",
     "ScalerSettings",
     "SettingsError",
+    "metadata_value",
     "parse_selector",
     "parse_settings",
     "re2_problem",
@@ -450,6 +451,25 @@ def parse_settings(metadata: Mapping[str, str]) -> ScalerSettings:
             f"[{settings.min_replicas}, {settings.max_replicas}]",
         )
     return settings
+
+
+def metadata_value(settings: ScalerSettings, key: str) -> str | None:
+    """The metadata text that gives ``settings``' value of ``key`` (what a
+    key left out of the metadata is in effect: its default), or None for a
+    key with no value (a lead time measured live is ``auto``; a list or an
+    unset optional has no one text)."""
+    if key not in _PARSERS:
+        raise KeyError(f"{key!r} is not a metadata key")
+    value = getattr(settings, _PARSERS[key][0])
+    if key == "leadTimeSeconds" and value is None:
+        return "auto"
+    if value is None or isinstance(value, tuple):
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _unknown_key(key: str) -> str:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from decision.settings import METADATA_KEYS, metadata_value
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.tune.search import FLOOR_KEYS, LEAD_MODE, Param, format_value, param_high
 
@@ -45,8 +46,10 @@ def seed_params(
     """The search parameters that reproduce ``base``'s own trigger settings
     (the user's ScaledObject, or the shipped defaults), for the study's first
     trial: the search starts from what is deployed rather than a random draw,
-    and the report can say whether tuning beat it. Keys off the search grid
-    are left out (the sampler picks them); None when nothing maps. ``knobs``
+    and the report can say whether tuning beat it. A prescaler key the
+    metadata leaves out is seeded with its default, which is what runs.
+    Keys off the search grid are left out (the sampler picks them); None
+    when nothing maps. ``knobs``
     holds the base manifest's value of each dotted (manifest) key."""
     meta = base.trigger.metadata
     picked: dict[str, Any] = {}
@@ -62,6 +65,10 @@ def seed_params(
             raw = meta.get(LEAD_MODE)
         else:
             raw = meta.get(p.key)
+            settings = base.trigger.settings
+            if raw is None and settings is not None and p.key in METADATA_KEYS:
+                # left out of the metadata: the trigger runs with its default
+                raw = metadata_value(settings, p.key)
         if raw is None:
             continue
         value = _on_grid(p, raw, max_replicas)

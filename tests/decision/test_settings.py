@@ -18,6 +18,7 @@ from decision.settings import (
     LabelMatcher,
     ScalerSettings,
     SettingsError,
+    metadata_value,
     parse_selector,
     parse_settings,
     validate_pod_selector,
@@ -491,3 +492,27 @@ def test_fallback_replicas_out_of_range_names_the_values(
     lo, hi = bounds.get("minReplicas", "0"), bounds["maxReplicas"]
     assert err.value.key == "fallbackReplicas"
     assert f"{fallback} must lie within [minReplicas, maxReplicas] = [{lo}, {hi}]" in str(err.value)
+
+
+def test_metadata_value_is_the_text_that_gives_the_setting() -> None:
+    """Each scalar key's value as metadata text parses back to the same
+    setting; an auto lead time is ``auto``; a list or an unset optional has
+    no one text."""
+    settings = parse_settings({"prometheusAddress": "http://p:9090", "minReplicas": "2"})
+    assert metadata_value(settings, "minReplicas") == "2"
+    assert metadata_value(settings, "targetKvCacheUsage") == "0.8"
+    assert metadata_value(settings, "seasonalWanderSeconds") == "1800"
+    assert metadata_value(settings, "leadTimeSeconds") == "auto"
+    assert metadata_value(settings, "prewarm") == "false"
+    assert metadata_value(settings, "fallbackReplicas") is None
+    assert metadata_value(settings, "metricsUrls") is None
+    with pytest.raises(KeyError, match="not a metadata key"):
+        metadata_value(settings, "threshold")
+    texts = {
+        k: v
+        for k in METADATA_KEYS
+        if k not in ("prometheusAddress", "gatewayRateQuery")
+        and (v := metadata_value(settings, k)) is not None
+    }
+    again = parse_settings({"prometheusAddress": "http://p:9090", **texts})
+    assert again == settings

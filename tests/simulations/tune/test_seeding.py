@@ -3,6 +3,7 @@ either way on each knob that sizes the fleet (the floor first)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import optuna
@@ -12,7 +13,12 @@ from hypothesis import strategies as st
 
 from simulations.tune.manifest import apply_setting, knob_value
 from simulations.tune.run import TuneRequest
-from simulations.tune.search import PREDICTIVE_SPACE, default_bases, sample_metadata
+from simulations.tune.search import (
+    PREDICTIVE_SPACE,
+    apply_metadata,
+    default_bases,
+    sample_metadata,
+)
 from simulations.tune.seeding import neighbour_params, seed_params, sizing_keys
 from simulations.tune.sides import SIDES, Side, make_sides
 
@@ -75,6 +81,23 @@ def test_prescaler_neighbours_move_its_floor_and_targets_on_their_grids() -> Non
         label for label, _ in got[:2]
     ]
     assert neighbour_params(seed, PREDICTIVE_SPACE, 8, limit=0) == []
+
+
+def test_a_key_the_metadata_leaves_out_is_seeded_with_its_default() -> None:
+    """A user's trigger without ``targetKvCacheUsage`` or
+    ``seasonalWanderSeconds`` runs with their defaults (0.8, 1800 s): the
+    first trial is what runs, so it holds them too."""
+    base, _ = default_bases(PROFILE, 8)
+    meta = {
+        k: v
+        for k, v in base.trigger.metadata.items()
+        if k not in ("targetKvCacheUsage", "seasonalWanderSeconds")
+    }
+    bare = apply_metadata(
+        dataclasses.replace(base, trigger=dataclasses.replace(base.trigger, metadata=meta)), {}
+    )
+    assert "targetKvCacheUsage" not in bare.trigger.metadata
+    assert seed_params(bare, PREDICTIVE_SPACE, 8) == seed_params(base, PREDICTIVE_SPACE, 8)
 
 
 def test_a_key_left_to_the_sampler_has_no_neighbours() -> None:
