@@ -405,11 +405,15 @@ def run_sweep(config: SweepConfig, directory: Path) -> dict[str, Any]:
 def run_sweeps(sweeps: Sequence[tuple[SweepConfig, Path]]) -> list[dict[str, Any]]:
     """Several sweeps' cells in one pool (the first config's ``jobs`` at a
     time), so a sweep over seeds keeps every core busy; each sweep's traces
-    and study storage under its own directory, one document per sweep."""
+    and study storage under its own directory, one document per sweep (its
+    ``wall_s`` the whole pool's)."""
     from concurrent.futures import ProcessPoolExecutor
 
     if not sweeps:
         return []
+    places = [d.resolve() for _, d in sweeps]
+    if len(set(places)) != len(places):
+        raise ValueError("each sweep needs its own directory (traces and studies are named alike)")
     t0 = time.perf_counter()
     docs: list[dict[str, Any]] = []
     jobs: list[tuple[int, tuple[str, Path, float, SweepConfig, Path]]] = []

@@ -270,6 +270,11 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     tune_history = starts.tuning.history
     held_history = None if starts.held is None else starts.held.history
     if busy is not None:
+        if held is None:
+            raise ValueError(
+                "--busier needs a held-back part (--holdout > 0): with none, the "
+                "settings would be scored on the busier draw they were tuned on"
+            )
         # what every side is tuned on; the parts' starts stay the trace's own
         tune_part = split_workload(busy, request.holdout)[0]
     ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)

@@ -66,7 +66,9 @@ def seed_params(
         else:
             raw = meta.get(p.key)
             settings = base.trigger.settings
-            if raw is None and settings is not None and p.key in METADATA_KEYS:
+            if raw is None and p.key in FLOOR_KEYS:
+                raw = str(base.keda.min_replica_count)  # the floor KEDA holds
+            elif raw is None and settings is not None and p.key in METADATA_KEYS:
                 # left out of the metadata: the trigger runs with its default
                 raw = metadata_value(settings, p.key)
         if raw is None:

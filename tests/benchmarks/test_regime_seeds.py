@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.regime_seeds import markdown_seeds, run_seeds, seeds_summary
-from benchmarks.regimes import SweepConfig
+from benchmarks.regimes import SweepConfig, run_sweeps
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -90,3 +91,9 @@ def test_the_table_has_a_row_per_seed_and_the_hold_out_counts() -> None:
 def test_seeds_must_be_distinct(seeds: list[int], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="seeds must be distinct"):
         run_seeds(SweepConfig(), seeds, tmp_path)
+
+
+def test_two_sweeps_in_one_directory_are_refused(tmp_path: Path) -> None:
+    config = SweepConfig(regimes=("sparse-bursts",), leads_min=(15.0,), prewarm=(False,))
+    with pytest.raises(ValueError, match="its own directory"):
+        run_sweeps([(config, tmp_path), (dataclasses.replace(config, seed=1), tmp_path)])

@@ -91,7 +91,10 @@ def _config() -> SweepConfig:
 
 
 def _seeds() -> list[int]:
-    return [int(x) for x in _list("PRESCALER_REGIMES_SEEDS", "0")]
+    seeds = [int(x) for x in _list("PRESCALER_REGIMES_SEEDS", "0")]
+    if not seeds:
+        pytest.fail("PRESCALER_REGIMES_SEEDS names no seed")
+    return seeds
 
 
 def test_regime_sweep(tmp_path: Path) -> None:

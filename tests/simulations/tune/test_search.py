@@ -449,6 +449,14 @@ def test_busier_tunes_on_more_requests_and_scores_the_trace_as_it_is(
     assert busy["holdout"]["requests_total"] == plain["holdout"]["requests_total"]
 
 
+def test_busier_without_a_held_back_part_is_refused(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _tune(trace, tmp_path, "--busier", "20", "--holdout", "0", "--short-history", "warn")
+    assert code != 0
+    assert "--busier needs a held-back part" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("value", ["-1", "101", "x"])
 def test_busier_is_a_percent_from_0_to_100(
     value: str, trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -100,6 +100,17 @@ def test_a_key_the_metadata_leaves_out_is_seeded_with_its_default() -> None:
     assert seed_params(bare, PREDICTIVE_SPACE, 8) == seed_params(base, PREDICTIVE_SPACE, 8)
 
 
+def test_a_floor_the_metadata_leaves_out_is_the_scaledobjects() -> None:
+    """Without ``minReplicas`` the floor that runs is the ScaledObject's
+    ``minReplicaCount``, not the trigger's default of 0."""
+    base, _ = default_bases(PROFILE, 8)
+    meta = {k: v for k, v in base.trigger.metadata.items() if k != "minReplicas"}
+    trigger = dataclasses.replace(base.trigger, metadata=meta)
+    keda = dataclasses.replace(base.keda, min_replica_count=2)
+    seed = seed_params(dataclasses.replace(base, trigger=trigger, keda=keda), PREDICTIVE_SPACE, 8)
+    assert seed is not None and seed["minReplicas"] == 2
+
+
 def test_a_key_left_to_the_sampler_has_no_neighbours() -> None:
     seed = {"minReplicas": 2}
     got = neighbour_params(seed, PREDICTIVE_SPACE, 8, limit=10)
