@@ -70,11 +70,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="points of attainment the chosen setting must clear the target by "
                    "on the tuning part, so it holds on traffic it did not see (default "
                    "%(default)s)")  # fmt: skip
-    p.add_argument("--busier", type=_busier, default=0.0, metavar="PERCENT",
-                   help="tune every side on the tuning part drawn this much busier than "
-                   "the trace (its rate scaled by 1 + PERCENT/100), so the choice holds "
-                   "on a day that grows; the held-back part is the trace's own "
-                   "(default %(default)s)")  # fmt: skip
     p.add_argument("--holdout-seeds", type=count_flag("--holdout-seeds", 1), default=3,
                    metavar="N",
                    help="arrival seeds (--seed, --seed + 1, ...) each side's chosen setting "
@@ -136,13 +131,6 @@ def _holdout(text: str) -> float:
     return float(value)
 
 
-def _busier(text: str) -> float:
-    value = number_flag("--busier", 0.0, strict=False)(text)
-    if value > 100.0:
-        raise argparse.ArgumentTypeError(f"--busier must be at most 100 percent, got {text}")
-    return value
-
-
 def request_from(args: argparse.Namespace) -> TuneRequest:
     """The typed request for the parsed flags."""
     return TuneRequest(
@@ -152,7 +140,6 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         timeout_s=args.timeout,
         target=args.target,
         margin=args.margin,
-        busier=args.busier,
         holdout_seeds=args.holdout_seeds,
         trials=args.trials,
         holdout=args.holdout,
@@ -234,7 +221,7 @@ def verdicts(result: TuneResult) -> list[str]:
 def report_document(result: TuneResult) -> dict[str, Any]:
     """The ``--json`` document (docs/contracts.md): the published keys first,
     then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
-    ``warnings``, ``selection_margin``, ``selection_busier``."""
+    ``warnings``, ``selection_margin``."""
     from simulations.tune.manifest import metadata_of
 
     p, q = result.side("prescaler"), result.side("keda-queue")
@@ -294,7 +281,6 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         },
         "warnings": [*result.warnings, *verdicts(result)],
         "selection_margin": result.margin,
-        "selection_busier": result.busier,
     }
 
 

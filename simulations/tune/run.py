@@ -96,11 +96,6 @@ class TuneRequest:
     margin: float = 0.0
     """Points of attainment the chosen setting must clear the target by on
     the tuning part: the study's bar is the target plus this."""
-    busier: float = 0.0
-    """Percent more traffic the tuning part is drawn with than the trace
-    holds (its rate scale times ``1 + busier / 100``): every side is tuned
-    on a busier day than the one at hand, so the choice holds on a day that
-    grows. The held-back part and every backfill are the trace's own."""
     holdout_seeds: int = 1
     """Arrival seeds (``seed``, ``seed + 1``, ...) each side's chosen setting
     is scored under on the held-back part (the command's default is 3)."""
@@ -201,8 +196,6 @@ class TuneResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
     margin: float = 0.0
     """Points above ``target_attainment[0]`` the chosen setting had to reach."""
-    busier: float = 0.0
-    """Percent more traffic the tuning part was drawn with (``--busier``)."""
 
     def side(self, name: str) -> SideResult | None:
         return next((s for s in self.sides if s.side.name == name), None)
@@ -248,7 +241,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
 
     wall0 = time.perf_counter()
     profile = get_profile(request.profile)
-    workload, before, others, busy = _load(request, out)
+    workload, before, others = _load(request, out)
     tune_part, held = split_workload(workload, request.holdout)
     held_s = 0.0 if held is None else held.duration_s
     warnings = check_history(tune_part.duration_s, held_s, request.holdout, request.short_history)
@@ -269,14 +262,6 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     config, held_config = starts.tuning_config, starts.held_config
     tune_history = starts.tuning.history
     held_history = None if starts.held is None else starts.held.history
-    if busy is not None:
-        if held is None:
-            raise ValueError(
-                "--busier needs a held-back part (--holdout > 0): with none, the "
-                "settings would be scored on the busier draw they were tuned on"
-            )
-        # what every side is tuned on; the parts' starts stay the trace's own
-        tune_part = split_workload(busy, request.holdout)[0]
     ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
     target = request.target * ceiling
     bar = min(1.0, target + request.margin / 100.0)
@@ -288,9 +273,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
           f"({tune_part.duration_s / 3600:.2f} h), holding back "
           f"{0 if held is None else len(held):,} ({request.holdout:.0%}); "
-          + (f"the tuning part drawn {request.busier:g} % busier than the trace (--busier); "
-             if busy is not None else "")
-          + f"studies in {storage}", file=out)  # fmt: skip
+          f"studies in {storage}", file=out)  # fmt: skip
     print(f"tracker history: {_history_note(tune_history)} before the tuning part, "
           f"{_history_note(held_history) if held is not None else '-'} before the held-back "
           f"part{' (--no-backfill)' if not request.backfill else ''}; replicas as each "
@@ -330,7 +313,6 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
         held_requests=0 if held is None else len(held),
         margin=request.margin,
-        busier=request.busier,
     )
 
 
@@ -388,11 +370,10 @@ def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
 
 def _load(
     request: TuneRequest, out: TextIO
-) -> tuple[Workload, Workload | None, list[tuple[Workload, Workload | None]], Workload | None]:
+) -> tuple[Workload, Workload | None, list[tuple[Workload, Workload | None]]]:
     """The workload and the requests before it (:func:`simulations.tune.inputs.requests_before`),
-    then the same for each further arrival seed of ``holdout_seeds``, and the
-    workload drawn ``busier`` (None at 0), from TRACE or Prometheus (read
-    before a temporary trace's files go)."""
+    then the same for each further arrival seed of ``holdout_seeds``, from
+    TRACE or Prometheus (read before a temporary trace's files go)."""
     from simulations.traffic import TrafficOptions, load_workload
     from simulations.tune.inputs import requests_before
 
@@ -442,16 +423,12 @@ def _load(
             if _same_requests(other, workload):
                 break  # a per-request trace replays its own arrivals under any seed
             others.append((other, requests_before(trace, draw)))
-        busy = None
-        if request.busier and len(workload):
-            scale = traffic.rate_scale * (1.0 + request.busier / 100.0)
-            busy = load_workload(trace, dataclasses.replace(traffic, rate_scale=scale))
     finally:
         if tmp is not None:
             tmp.cleanup()
     if len(workload) == 0:
         raise ValueError(f"{trace}: no requests in the selected window")
-    return workload, before, others, busy
+    return workload, before, others
 
 
 def _same_requests(a: Workload, b: Workload) -> bool:
@@ -519,8 +496,6 @@ def _run_side(
         # the bar each trial's constraint was scored against (absent at 0: a
         # study started before the margin existed is joined as it was)
         parts["margin"] = request.margin
-    if request.busier:
-        parts["busier"] = request.busier  # the tuning part's requests, as the margin
     fingerprint = study_fingerprint(parts)
     prefix = request.study or "prescaler-tune"
     name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"

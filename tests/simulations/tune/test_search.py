@@ -170,7 +170,6 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
         "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings", "selection_margin",
-        "selection_busier",
     ]  # fmt: skip
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
@@ -183,7 +182,7 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     sides = {"prescaler", "keda-queue", "keda-queue-kv"}
     assert set(doc["frontier"]) == set(doc["baselines"]) == set(doc["sides"]) == sides
     # chosen with a margin of 1 point on the tuning part, held back under 3 arrival seeds
-    assert doc["selection_margin"] == 1.0 and doc["selection_busier"] == 0.0
+    assert doc["selection_margin"] == 1.0
     for side, entry in doc["sides"].items():
         if entry["chosen_trial"] is None:
             continue
@@ -428,39 +427,3 @@ def test_every_trial_runs_with_the_contexts_history(tmp_path: Path) -> None:
         assert len(result.trials) == 1 and result.trials[0].finished
         costs.append(result.trials[0].cost_usd)
     assert costs[0] > costs[1]
-
-
-def test_busier_tunes_on_more_requests_and_scores_the_trace_as_it_is(
-    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--busier 50: every side's tuning-part runs hold about 1.5x the plain
-    run's requests; the held-back part is the trace's own either way."""
-    code, out = _tune(trace, tmp_path, "--target", "0.3")
-    assert code == 0
-    plain = json.loads(out.read_text())["sides"]["keda-queue"]
-    code, out = _tune(trace, tmp_path, "--target", "0.3", "--busier", "50")
-    assert code == 0
-    assert "drawn 50 % busier than the trace (--busier)" in capsys.readouterr().out
-    doc = json.loads(out.read_text())
-    busy = doc["sides"]["keda-queue"]
-    assert doc["selection_busier"] == 50.0
-    ratio = busy["tuned"]["requests_total"] / plain["tuned"]["requests_total"]
-    assert ratio == pytest.approx(1.5, rel=0.1)
-    assert busy["holdout"]["requests_total"] == plain["holdout"]["requests_total"]
-
-
-def test_busier_without_a_held_back_part_is_refused(
-    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, _ = _tune(trace, tmp_path, "--busier", "20", "--holdout", "0", "--short-history", "warn")
-    assert code != 0
-    assert "--busier needs a held-back part" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("value", ["-1", "101", "x"])
-def test_busier_is_a_percent_from_0_to_100(
-    value: str, trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit):
-        _tune(trace, tmp_path, "--busier", value)
-    assert "--busier must be" in capsys.readouterr().err
