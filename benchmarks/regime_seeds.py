@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.regimes import SweepConfig, run_sweeps, targets_met
+from benchmarks.regimes import SweepConfig, cost_text, ratio_text, run_sweeps, targets_met
 
 __all__ = ["markdown_seeds", "run_seeds", "seeds_summary"]
 
@@ -93,14 +93,6 @@ def _count(held: dict[str, list[int]], key: str, row: Mapping[str, Any], seed: i
         seeds.append(seed)
 
 
-def _money(x: float | None) -> str:
-    return "missed" if x is None else f"${x:,.2f}"
-
-
-def _times(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
-
-
 def markdown_seeds(doc: Mapping[str, Any]) -> str:
     """The summary as Markdown: one row per cell and seed, then how many
     seeds each side's chosen setting held out under."""
@@ -111,13 +103,14 @@ def markdown_seeds(doc: Mapping[str, Any]) -> str:
     ]
     for name, rows in summary["cells"].items():
         for r in rows:
-            keda = _money(r["best_keda_cost_usd"])
+            keda = cost_text(r["best_keda_cost_usd"])
             if r["best_keda_side"]:
                 keda += f" ({r['best_keda_side']})"
             lines.append(
-                f"| {name} | {r['seed']} | {keda} | {_money(r['forecast_on_cost_usd'])} "
-                f"| {_money(r['forecast_off_cost_usd'])} | {_times(r['ratio_on_vs_best_keda'])} "
-                f"| {_times(r['ratio_forecast_on_vs_off'])} |"
+                f"| {name} | {r['seed']} | {keda} | {cost_text(r['forecast_on_cost_usd'])} "
+                f"| {cost_text(r['forecast_off_cost_usd'])} "
+                f"| {ratio_text(r['ratio_on_vs_best_keda'])} "
+                f"| {ratio_text(r['ratio_forecast_on_vs_off'])} |"
             )
     lines += ["", "| side | seeds whose held-back target its chosen setting met |", "|---|---|"]
     for side, seeds in summary["held_out_seeds"].items():

@@ -79,7 +79,9 @@ __all__ = [
     "SweepConfig",
     "build_cell",
     "busier_tuning_part",
+    "cost_text",
     "focus_parts",
+    "ratio_text",
     "run_sweep",
     "run_sweeps",
     "split_days",
@@ -555,11 +557,13 @@ def plot_sweep(doc: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _money(x: float | None) -> str:
+def cost_text(x: float | None) -> str:
+    """A held-back cost for a table: "missed" where the setting missed the target."""
     return "missed" if x is None else f"${x:,.2f}"
 
 
-def _times(x: float | None) -> str:
+def ratio_text(x: float | None) -> str:
+    """A cost ratio for a table: "-" where either side missed."""
     return "-" if x is None else f"{x:.2f}x"
 
 
@@ -575,17 +579,17 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for regime, body in doc["regimes"].items():
         for cell in body["cells"]:
-            keda = [_money(cell["keda"][n]["cost_at_target_usd"]) for n in keda_names]
+            keda = [cost_text(cell["keda"][n]["cost_at_target_usd"]) for n in keda_names]
             for label, row in cell["prescaler"].items():
                 lines.append(
                     "| " + " | ".join([
                         regime, f"{cell['lead_time_min']:g} min", label.removeprefix("prewarm-"),
                         *keda,
-                        _money(row["forecast-on"]["cost_at_target_usd"]),
-                        _money(row["forecast-off"]["cost_at_target_usd"]),
-                        _times(row["ratio_on_vs_best_keda"]),
-                        _times(row["ratio_off_vs_best_keda"]),
-                        _times(row["ratio_forecast_on_vs_off"]),
+                        cost_text(row["forecast-on"]["cost_at_target_usd"]),
+                        cost_text(row["forecast-off"]["cost_at_target_usd"]),
+                        ratio_text(row["ratio_on_vs_best_keda"]),
+                        ratio_text(row["ratio_off_vs_best_keda"]),
+                        ratio_text(row["ratio_forecast_on_vs_off"]),
                     ]) + " |"
                 )  # fmt: skip
     return "\n".join(lines) + "\n"
