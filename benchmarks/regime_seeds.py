@@ -33,16 +33,6 @@ def run_seeds(config: SweepConfig, seeds: Sequence[int], directory: Path) -> dic
     return {"seeds": list(seeds), "sweeps": docs, "summary": seeds_summary(docs)}
 
 
-def _cells(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], str, Mapping[str, Any]]]:
-    """(regime and lead, cell, pre-warming label, prescaler's row) of a sweep."""
-    return [
-        (f"{regime} @ {cell['lead_time_min']:g} min", cell, label, row)
-        for regime, body in doc["regimes"].items()
-        for cell in body["cells"]
-        for label, row in cell["prescaler"].items()
-    ]
-
-
 def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Per cell (regime, lead, pre-warming), one row per seed: the cheapest
     KEDA side that met the held-back target, prescaler's forecast on and off,
@@ -57,23 +47,24 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for doc in docs:
         seed = int(doc["config"]["seed"])
         verdicts.append(targets_met(doc))
-        for where, cell, label, row in _cells(doc):
-            on, off = row["forecast-on"], row["forecast-off"]
-            cells.setdefault(f"{where}, {label}", []).append({
-                "seed": seed,
-                "best_keda_side": cell["best_keda_side"],
-                "best_keda_cost_usd": cell["best_keda_cost_usd"],
-                "forecast_on_cost_usd": on["cost_at_target_usd"],
-                "forecast_off_cost_usd": off["cost_at_target_usd"],
-                "ratio_on_vs_best_keda": row["ratio_on_vs_best_keda"],
-                "ratio_forecast_on_vs_off": row["ratio_forecast_on_vs_off"],
-            })  # fmt: skip
-            for v in ("on", "off"):
-                _count(
-                    held, f"{where}: prescaler {label}, forecast {v}", row[f"forecast-{v}"], seed
-                )
-            for side_name, side_row in cell["keda"].items():
-                _count(held, f"{where}: {side_name}", side_row, seed)
+        for regime, body in doc["regimes"].items():
+            for cell in body["cells"]:
+                where = f"{regime} @ {cell['lead_time_min']:g} min"
+                for side_name, side_row in cell["keda"].items():
+                    _count(held, f"{where}: {side_name}", side_row, seed)
+                for label, row in cell["prescaler"].items():
+                    cells.setdefault(f"{where}, {label}", []).append({
+                        "seed": seed,
+                        "best_keda_side": cell["best_keda_side"],
+                        "best_keda_cost_usd": cell["best_keda_cost_usd"],
+                        "forecast_on_cost_usd": row["forecast-on"]["cost_at_target_usd"],
+                        "forecast_off_cost_usd": row["forecast-off"]["cost_at_target_usd"],
+                        "ratio_on_vs_best_keda": row["ratio_on_vs_best_keda"],
+                        "ratio_forecast_on_vs_off": row["ratio_forecast_on_vs_off"],
+                    })  # fmt: skip
+                    for v in ("on", "off"):
+                        key = f"{where}: prescaler {label}, forecast {v}"
+                        _count(held, key, row[f"forecast-{v}"], seed)
     much_better = [v["somewhere_much_better"]["cells"] for v in verdicts]
     common = [c for c in much_better[0] if all(c in cs for cs in much_better)] if docs else []
     return {
@@ -89,7 +80,7 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _count(held: dict[str, list[int]], key: str, row: Mapping[str, Any], seed: int) -> None:
     seeds = held.setdefault(key, [])
-    if row["cost_at_target_usd"] is not None and seed not in seeds:
+    if row["cost_at_target_usd"] is not None:
         seeds.append(seed)
 
 

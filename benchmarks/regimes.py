@@ -81,6 +81,7 @@ __all__ = [
     "busier_tuning_part",
     "cost_text",
     "focus_parts",
+    "focus_window",
     "ratio_text",
     "run_sweep",
     "run_sweeps",
@@ -343,16 +344,14 @@ def focus_parts(
     trace before its first hour, as a ``prescaler simulate --start`` window
     does (nothing from the part itself or after it)."""
     profile = get_profile(PROFILE)
-    first, hours = REGIMES[regime].focus
     traffic = TrafficOptions(seed=config.seed)
     bare = inputs.apply(SimConfig(seed=config.seed), profile, None)
     parts: list[Workload] = []
     opened: list[WindowStart] = []
     for day in (config.history_days, config.history_days + 1):
-        start_s = day * 86_400.0 + first * 3600.0
-        window = dataclasses.replace(traffic, start_s=start_s, duration_s=hours * 3600.0)
+        window = focus_window(regime, traffic, day)
         parts.append(load_workload(trace, window))
-        opened.append(window_start(trace, traffic, start_s, profile, bare))
+        opened.append(window_start(trace, traffic, window.start_s, profile, bare))
     starts = PartStarts(
         opened[0],
         opened[1],
@@ -368,11 +367,15 @@ def busier_tuning_part(regime: str, trace: Path, config: SweepConfig) -> Workloa
     focus hours, a busier day)."""
     scaled = TrafficOptions(seed=config.seed, rate_scale=1.0 + config.busier / 100.0)
     if config.focus and config.history_days:
-        first, hours = REGIMES[regime].focus
-        start_s = config.history_days * 86_400.0 + first * 3600.0
-        window = dataclasses.replace(scaled, start_s=start_s, duration_s=hours * 3600.0)
-        return load_workload(trace, window)
+        return load_workload(trace, focus_window(regime, scaled, config.history_days))
     return split_days(load_workload(trace, scaled), config)[1]
+
+
+def focus_window(regime: str, traffic: TrafficOptions, day: int) -> TrafficOptions:
+    """``traffic`` narrowed to ``regime``'s focus hours of whole-day trace day ``day``."""
+    first, hours = REGIMES[regime].focus
+    start_s = day * 86_400.0 + first * 3600.0
+    return dataclasses.replace(traffic, start_s=start_s, duration_s=hours * 3600.0)
 
 
 def split_days(

@@ -49,9 +49,9 @@ def seed_params(
     and the report can say whether tuning beat it. A prescaler key the
     metadata leaves out is seeded with its default, which is what runs.
     Keys off the search grid are left out (the sampler picks them); None
-    when nothing maps. ``knobs``
-    holds the base manifest's value of each dotted (manifest) key."""
-    meta = base.trigger.metadata
+    when nothing maps. ``knobs`` holds the base manifest's value of each
+    dotted (manifest) key."""
+    meta, settings = base.trigger.metadata, base.trigger.settings
     picked: dict[str, Any] = {}
     for p in space:
         # picked holds optuna's values (an int for an int knob), ``when`` a string
@@ -65,7 +65,6 @@ def seed_params(
             raw = meta.get(LEAD_MODE)
         else:
             raw = meta.get(p.key)
-            settings = base.trigger.settings
             if raw is None and p.key in FLOOR_KEYS:
                 raw = str(base.keda.min_replica_count)  # the floor KEDA holds
             elif raw is None and settings is not None and p.key in METADATA_KEYS:
