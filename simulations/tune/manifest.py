@@ -29,11 +29,13 @@ from typing import Any
 
 import yaml
 
+from simulations.keda import KedaConfig
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.search import LEAD_MODE, Param, format_value
 
 __all__ = [
     "BEHAVIOR_SPACE",
+    "KEDA_DEFAULTS",
     "KNOB_PREFIXES",
     "apply_setting",
     "apply_to_manifest",
@@ -260,21 +262,33 @@ def _threshold_range(base: float) -> tuple[float, float, float]:
     return float(f"{lo:.6g}"), float(f"{hi:.6g}"), float(f"{step:.6g}")
 
 
+KEDA_DEFAULTS: dict[str, str] = {
+    POLLING_INTERVAL: format_value(KedaConfig().polling_interval_s),
+    "spec.cooldownPeriod": format_value(KedaConfig().cooldown_period_s),
+    "spec.minReplicaCount": format_value(KedaConfig().min_replica_count),
+    "activationThreshold": "0",
+}
+"""What KEDA runs for a knob the ScaledObject leaves out (its CRD's
+defaults, as :class:`simulations.keda.KedaConfig` holds them; a trigger's
+``activationThreshold`` is 0): the first trial is the ScaledObject as it
+runs, as prescaler's trigger keys left out are seeded with theirs."""
+
+
 def knob_value(doc: Mapping[str, Any], key: str) -> str | None:
-    """What the manifest ``doc`` has for knob ``key`` (None when it does not
-    say, or says it another way, e.g. no Pods policy): the study's first
-    trial starts from these."""
+    """What the manifest ``doc`` has for knob ``key``, KEDA's default when it
+    leaves the key out (None when it says it another way, e.g. no Pods
+    policy): the study's first trial starts from these."""
     spec = doc.get("spec", {})
     if key.startswith("spec."):
         value = spec.get(key[5:])
-        return None if value is None else format_value(value)
+        return KEDA_DEFAULTS.get(key) if value is None else format_value(value)
     if key.startswith("triggers."):
         _, index, field = key.split(".", 2)
         triggers = spec.get("triggers", [])
         meta = triggers[int(index)].get("metadata", {}) if int(index) < len(triggers) else {}
         if field in (CRON_START, CRON_LENGTH):
             return _cron_knob(meta, field)
-        return meta.get(field)
+        return meta.get(field, KEDA_DEFAULTS.get(field))
     direction, field = key.split(".", 1)
     rules = _behavior(doc).get(direction)
     if rules is None:

@@ -74,6 +74,42 @@ def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     assert apply_setting(base, sample_metadata(trial, space, 10)) == base
 
 
+def test_keys_a_keda_scaledobject_leaves_out_start_at_kedas_defaults() -> None:
+    """A scale-to-zero ScaledObject written without ``pollingInterval``,
+    ``cooldownPeriod``, ``minReplicaCount`` or ``activationThreshold`` runs
+    with KEDA's 30 s, 300 s, 0 and 0; its first trial holds them, as a
+    prescaler trigger's left-out keys get their defaults."""
+    doc = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "bare"},
+        "spec": {
+            "scaleTargetRef": {"name": "vllm"},
+            "maxReplicaCount": 10,
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {
+                        "serverAddress": "http://prometheus:9090",
+                        "query": "sum(rate(gateway_requests_total[1m]))",
+                        "threshold": "0.5",
+                    },
+                }
+            ],
+        },
+    }
+    base = parse_scaledobject(yaml.safe_dump(doc))
+    space = keda_space(base, 10)
+    knobs = {p.key: knob_value(doc, p.key) for p in space if "." in p.key}
+    seed = seed_params(base, space, 10, knobs)
+    assert seed is not None
+    assert seed["spec.minReplicaCount"] == 0
+    assert seed["spec.pollingInterval"] == "30"  # a choice among the values people write
+    assert seed["spec.cooldownPeriod"] == 300
+    assert seed["triggers.0.activationThreshold"] == 0.0
+    assert seed["triggers.0.threshold"] == 0.5
+
+
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_every_sampled_keda_setting_is_a_valid_scaledobject(seed: int) -> None:
