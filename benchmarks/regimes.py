@@ -63,6 +63,7 @@ from simulations.regimes import REGIMES, regime_counts
 from simulations.sim_inputs import SimInputs, WindowStart, window_start
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
+from simulations.tune.each_day import day_starts, day_targets
 from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
@@ -122,6 +123,9 @@ class SweepConfig:
     prewarm: tuple[bool, ...] = (True, False)
     trials: int = 40
     days: int = 2
+    """Days after the history: the tuning part, then one held back. With more
+    than one tuning day a chosen setting must meet the target on each of them
+    (:mod:`simulations.tune.each_day`), for every side alike."""
     seed: int = 0
     jobs: int = 2
     keda_sides: tuple[str, ...] = KEDA_SIDES
@@ -163,6 +167,8 @@ class SweepConfig:
             )
         if self.history_days < 0:
             raise ValueError(f"history_days must be >= 0, got {self.history_days}")
+        if self.focus and self.history_days and self.days > 2:
+            raise ValueError("focus hours with history tune on one day: days must be 2")
         if not 0.0 <= self.margin < 100.0:
             raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
         if not 0.0 <= self.busier <= 100.0:
@@ -198,7 +204,7 @@ def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
     ctx = TuneContext(
         cell.tuning, PROFILE, cell.sim, side.base, bar, side.space,
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
-        history=cell.histories[0],
+        history=cell.histories[0], day_targets=cell.day_targets,
     )  # fmt: skip
     study = run_study(
         ctx, storage=cell.storage, study_name=f"{tag}-{side.name}",
@@ -243,6 +249,9 @@ class RegimeCell:
     """Attainment to meet on (tuning, held back): the target x each part's idle ceiling."""
     config: SweepConfig
     storage: str
+    day_targets: tuple[tuple[float, float], ...] = ()
+    """(start, attainment to meet with the margin) of each tuning day when
+    the tuning part spans several; empty: one day, judged whole."""
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -281,7 +290,13 @@ def build_cell(
         config.target * slo_ceiling(tuning, PROFILE, sim.slo_ttft_s),
         config.target * slo_ceiling(held, PROFILE, sim.slo_ttft_s),
     )
-    return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage)
+    days: tuple[tuple[float, float], ...] = ()
+    if config.days > 2:
+        days = day_targets(
+            tuning, day_starts(tuning.duration_s), config.target, PROFILE, sim.slo_ttft_s,
+            config.margin,
+        )  # fmt: skip
+    return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage, days)
 
 
 def run_cell(
@@ -296,6 +311,7 @@ def run_cell(
         f"{regime}-{lead_min:g}min-t{config.trials}-s{config.seed}-h{config.history_days}"
         f"-g{config.target:g}" + (f"-m{config.margin:g}" if config.margin else "")
         + (f"-b{config.busier:g}" if config.busier else "")
+        + (f"-d{config.days}" if config.days != 2 else "")
     )  # fmt: skip
     t0 = time.perf_counter()
     keda = {
@@ -311,6 +327,7 @@ def run_cell(
         "requests": [len(tuning), len(held)],
         "backfill_bins": [0 if h is None else len(h) for h in histories],
         "target_attainment": list(targets),
+        "tuning_day_targets": [t for _, t in cell.day_targets],
         "keda": keda,
         "best_keda_side": best_name,
         "best_keda_cost_usd": best_keda,
@@ -390,7 +407,7 @@ def split_days(
         before, tail = split_workload(workload, config.days / config.trace_days)
         assert tail is not None
         rest = tail
-    tuning, held = split_workload(rest, 1.0 - 1.0 / config.days)
+    tuning, held = split_workload(rest, 1.0 / config.days)
     assert held is not None
     return before, tuning, held
 

@@ -29,6 +29,7 @@ trial is the base ScaledObject's own settings.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import time
@@ -43,6 +44,7 @@ from simulations.forecast_memo import PROCESS_MEMO
 from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
+from simulations.tune.each_day import part_attainments
 from simulations.tune.manifest import apply_setting, knob_value, manifest_of
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
@@ -112,12 +114,19 @@ class TuneContext:
     """The trace's demand before the tuning part (``--start`` inside a trace),
     loaded into every trial's tracker like the live scaler's backfill; None
     at the trace's start or with ``--no-backfill``."""
+    day_targets: tuple[tuple[float, float], ...] = ()
+    """(start in the tuning part, attainment to meet) for each day a finished
+    trial must meet on its own (:mod:`simulations.tune.each_day`), besides
+    ``target`` over the whole part; empty: the whole part alone."""
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.slack < 1.0 and self.cost_slack >= 0.0):
             raise ValueError(
                 f"need 0 <= slack < 1 and cost_slack >= 0, got {self.slack}, {self.cost_slack}"
             )
+        starts = [s for s, _ in self.day_targets]
+        if starts and (starts[0] != 0.0 or any(b <= a for a, b in itertools.pairwise(starts))):
+            raise ValueError(f"day_targets must start at 0 and rise, got starts {starts}")
         if self.prune not in ("pace", "exact"):
             raise ValueError(f"prune is 'pace' or 'exact', got {self.prune!r}")
 
@@ -224,6 +233,13 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         # the constraint: <= 0 is feasible; TPE ranks infeasible trials by it.
         # A stopped trial's is its attainment so far: what it was on course for
         violation = ctx.target - s.attainment
+        if s.finished and ctx.day_targets:
+            assert s.result is not None
+            starts = [start for start, _ in ctx.day_targets]
+            days = part_attainments(s.result, ctx.workload.arrival_s, starts)
+            trial.set_user_attr("day_attainment", list(days))
+            short = max(t - a for (_, t), a in zip(ctx.day_targets, days, strict=True))
+            violation = max(violation, short)
         trial.set_user_attr("constraint", violation)
         trial.set_constraint("slo_attainment", violation)
         if s.finished:

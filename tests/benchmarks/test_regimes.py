@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,11 +11,13 @@ import pytest
 
 from benchmarks.regimes import (
     SweepConfig,
+    build_cell,
     busier_tuning_part,
     focus_parts,
     markdown_table,
     split_days,
     targets_met,
+    write_regime_trace,
 )
 from simulations.backfill import BACKFILL_S
 from simulations.sim_inputs import SimInputs
@@ -104,6 +107,39 @@ def test_the_days_split_into_history_tuning_and_held_back_in_order() -> None:
         SweepConfig(history_days=0),
     )
     assert none is None and tuning0.duration_s == day
+
+
+def test_two_tuning_days_end_on_the_same_held_back_day_judged_each_alone(
+    tmp_path: Path,
+) -> None:
+    """Two days of history and two tuning days hold back the same last day
+    as three and one: only the tuning part grows, by the day before it, and
+    each of its days gets its own target (the margin on each)."""
+    day = 86400.0
+    arrivals = np.arange(0.0, 5 * day, 3600.0) + 60.0
+    n = arrivals.size
+    workload = Workload(arrivals, np.full(n, 10), np.full(n, 5), "regime", 5 * day)
+    one = split_days(workload, SweepConfig(history_days=3))
+    two = split_days(workload, SweepConfig(history_days=2, days=3))
+    assert two[0] is not None and two[0].duration_s == 2 * day
+    assert two[1].duration_s == pytest.approx(2 * day) and len(two[1]) == 48
+    np.testing.assert_allclose(two[2].arrival_s, one[2].arrival_s)
+    np.testing.assert_allclose(two[1].arrival_s[24:] - day, one[1].arrival_s)
+    config = SweepConfig(
+        regimes=("sparse-bursts",), leads_min=(2.5,), history_days=2, days=3, margin=0.5
+    )
+    cell = build_cell("sparse-bursts", write_regime_trace("sparse-bursts", config, tmp_path),
+                      2.5, config)  # fmt: skip
+    assert [s for s, _ in cell.day_targets] == [0.0, day]
+    assert all(0.0 < t <= 1.0 for _, t in cell.day_targets)
+    assert not build_cell(
+        "sparse-bursts",
+        write_regime_trace("sparse-bursts", config, tmp_path),
+        2.5,
+        dataclasses.replace(config, history_days=3, days=2),
+    ).day_targets
+    with pytest.raises(ValueError, match="focus"):
+        SweepConfig(focus=True, history_days=3, days=3)
 
 
 def test_a_focus_sweep_joins_focus_hours_only_without_history() -> None:

@@ -35,7 +35,12 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_HISTORY_DAYS`` (3; 0 with focus): days before the
   tuning day, backfilled into prescaler's tracker; with focus and history
   each day's focus hours open with the fleet and backfill of the whole-day
-  trace before them.
+  trace before them;
+- ``PRESCALER_REGIMES_TUNING_DAYS`` (1): days every side is tuned on, the
+  last history days before the held-back day (the same held-back day as
+  with one); with more than one a chosen setting must meet the target on
+  each of them, not only on their sum (:mod:`simulations.tune.each_day`).
+  ``PRESCALER_REGIMES_HISTORY_DAYS`` counts the days before the first.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
@@ -87,6 +92,7 @@ def _config() -> SweepConfig:
         target=float(os.environ.get("PRESCALER_REGIMES_TARGET", "0.95")),
         margin=float(os.environ.get("PRESCALER_REGIMES_MARGIN", "0")),
         busier=float(os.environ.get("PRESCALER_REGIMES_BUSIER", "0")),
+        days=int(os.environ.get("PRESCALER_REGIMES_TUNING_DAYS", "1")) + 1,
     )
 
 

@@ -1,0 +1,92 @@
+"""Judging a tuning part day by day: a setting must meet the target on each.
+
+Why: a setting chosen on the sum of its days can fit one day's bursts and
+miss the next day's. Where traffic comes in a few sessions a day, a day's
+attainment is set by those sessions, and a setting that meets the target on
+the sum of two days may have met it on one by a wide margin and missed it on
+the other. Asking for the target on each day of the tuning part, each at
+the target times that day's own idle ceiling, rejects such a setting before
+the held-back part ever sees it. The whole part's target is the days'
+targets weighted by their requests (an idle fleet's attainment adds up over
+requests), so a setting that meets every day's meets the whole part's, and
+the study's early stops, which judge the whole part, stop no setting this
+keeps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulations.simulation import COMPLETED, SimResult
+from simulations.traffic import Workload
+from simulations.tune.search import slo_ceiling
+
+__all__ = ["DAY_S", "day_starts", "day_targets", "part_attainments", "slice_workload"]
+
+DAY_S = 86_400.0
+
+
+def day_starts(duration_s: float, day_s: float = DAY_S) -> tuple[float, ...]:
+    """Where each day of a part spanning ``duration_s`` starts (0 first); a
+    last piece shorter than half a day joins the day before, so no day is
+    judged on a few hours' requests."""
+    if not duration_s > 0 or not day_s > 0:
+        raise ValueError(f"need a positive span and day, got {duration_s!r}, {day_s!r}")
+    starts = [0.0]
+    while starts[-1] + day_s < duration_s:
+        starts.append(starts[-1] + day_s)
+    if len(starts) > 1 and duration_s - starts[-1] < day_s / 2:
+        starts.pop()
+    return tuple(starts)
+
+
+def slice_workload(workload: Workload, lo_s: float, hi_s: float) -> Workload:
+    """The requests arriving in [lo_s, hi_s), on their own clock from 0."""
+    if not 0.0 <= lo_s < hi_s:
+        raise ValueError(f"need 0 <= lo_s < hi_s, got {lo_s!r}, {hi_s!r}")
+    lo, hi = np.searchsorted(workload.arrival_s, (lo_s, hi_s), side="left")
+    return Workload(
+        workload.arrival_s[lo:hi] - lo_s,
+        workload.prompt_tokens[lo:hi],
+        workload.output_tokens[lo:hi],
+        workload.name,
+        min(hi_s, workload.duration_s) - lo_s,
+    )
+
+
+def day_targets(
+    workload: Workload,
+    starts: Sequence[float],
+    target: float,
+    profile: str,
+    slo_ttft_s: float,
+    margin: float = 0.0,
+) -> tuple[tuple[float, float], ...]:
+    """(start, attainment to meet) per day: ``target`` times the day's own idle
+    ceiling, plus ``margin`` points, at most 1."""
+    ends = [*starts[1:], workload.duration_s]
+    out: list[tuple[float, float]] = []
+    for lo, hi in zip(starts, ends, strict=True):
+        day = slice_workload(workload, lo, hi)
+        ceiling = slo_ceiling(day, profile, slo_ttft_s)
+        out.append((float(lo), min(1.0, target * ceiling + margin / 100.0)))
+    return tuple(out)
+
+
+def part_attainments(
+    result: SimResult, arrival_s: np.ndarray, starts: Sequence[float]
+) -> tuple[float, ...]:
+    """Attainment of the requests arriving in each stretch from ``starts[k]``
+    to the next start (the last to the end); a stretch with no request
+    attains 1, as a run with none does."""
+    bounds = np.searchsorted(arrival_s, np.asarray(starts, dtype=float), side="left")
+    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+    edges = [*bounds.tolist(), len(arrival_s)]
+    out: list[float] = []
+    for lo, hi in itertools.pairwise(edges):
+        n = hi - lo
+        out.append(1.0 if n == 0 else float(np.count_nonzero(ok[lo:hi])) / n)
+    return tuple(out)

@@ -1,0 +1,132 @@
+"""Judging a tuning part day by day (simulations.tune.each_day, and the study
+that uses it): a setting must meet each day's target, not only the sum's."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulations.runner import attainment
+from simulations.simulation import SimConfig
+from simulations.traffic import Workload
+from simulations.tune.each_day import (
+    DAY_S,
+    day_starts,
+    day_targets,
+    part_attainments,
+    slice_workload,
+)
+from simulations.tune.search import default_bases, score, slo_ceiling
+from simulations.tune.study import TuneContext, run_study
+
+PROFILE = "llama-3-8b@g5.xlarge"
+
+
+def _workload(minutes: int = 10, seed: int = 3) -> Workload:
+    rng = np.random.default_rng(seed)
+    duration = 60.0 * minutes
+    n = 90 * minutes
+    arrival = np.sort(rng.uniform(0.0, duration, n))
+    prompt = rng.integers(100, 4000, n)
+    output = rng.integers(20, 300, n)
+    return Workload(arrival, prompt, output, "w", duration)
+
+
+def test_day_starts_give_whole_days_and_fold_a_short_tail() -> None:
+    assert day_starts(DAY_S) == (0.0,)
+    assert day_starts(2 * DAY_S) == (0.0, DAY_S)
+    assert day_starts(2.6 * DAY_S) == (0.0, DAY_S, 2 * DAY_S)
+    # 0.4 of a day after the second: judged with the second day
+    assert day_starts(2.4 * DAY_S) == (0.0, DAY_S)
+    assert day_starts(0.3 * DAY_S) == (0.0,)
+    with pytest.raises(ValueError, match="positive"):
+        day_starts(0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(span=st.floats(1.0, 30.0), day=st.floats(0.5, 5.0))
+def test_every_judged_day_spans_at_least_half_a_day(span: float, day: float) -> None:
+    starts = day_starts(span, day)
+    assert starts[0] == 0.0
+    assert all(b - a == pytest.approx(day) for a, b in itertools.pairwise(starts))
+    if len(starts) > 1:
+        assert span - starts[-1] >= day / 2 - 1e-9
+    assert span - starts[-1] < 1.5 * day + 1e-9 or len(starts) == 1
+
+
+def test_slices_keep_every_request_once_on_their_own_clock() -> None:
+    w = _workload()
+    a, b = slice_workload(w, 0.0, 240.0), slice_workload(w, 240.0, w.duration_s)
+    assert len(a) + len(b) == len(w)
+    assert a.duration_s == 240.0 and b.duration_s == w.duration_s - 240.0
+    assert b.arrival_s.min() >= 0.0 and b.arrival_s.max() < b.duration_s
+    np.testing.assert_array_equal(np.concatenate([a.arrival_s, b.arrival_s + 240.0]), w.arrival_s)
+
+
+def test_the_days_attainments_average_to_the_whole_runs() -> None:
+    """Each day's attainment is over its own requests, so weighted by them
+    they give the whole run's, and a run that struggles late shows it late."""
+    w = _workload()
+    base, _ = default_bases(PROFILE, 8)
+    run = score(base, w, PROFILE, SimConfig())
+    assert run.result is not None
+    starts = (0.0, 200.0, 400.0)
+    days = part_attainments(run.result, w.arrival_s, starts)
+    sizes = np.diff([*np.searchsorted(w.arrival_s, starts), len(w)])
+    assert float(np.dot(days, sizes)) / len(w) == pytest.approx(attainment(run.result))
+
+
+def test_the_whole_parts_target_is_the_days_targets_weighted_by_requests() -> None:
+    """An idle fleet's attainment adds up over requests: meeting every day's
+    target meets the whole part's, so the whole part's early stops are safe."""
+    w = _workload()
+    starts = (0.0, 300.0)
+    days = day_targets(w, starts, 0.9, PROFILE, 1.0)
+    sizes = np.diff([*np.searchsorted(w.arrival_s, starts), len(w)])
+    whole = 0.9 * slo_ceiling(w, PROFILE, 1.0)
+    assert float(np.dot([t for _, t in days], sizes)) / len(w) == pytest.approx(whole)
+    with_margin = day_targets(w, starts, 0.9, PROFILE, 1.0, margin=0.5)
+    assert [t for _, t in with_margin] == pytest.approx([t + 0.005 for _, t in days])
+
+
+def test_a_setting_that_misses_one_day_is_not_chosen(tmp_path: Path) -> None:
+    """The same study, judged whole then day by day with the second day's bar
+    out of reach: the whole part's best is feasible, the day-by-day study
+    has none, and every finished trial records each day's attainment."""
+    w = _workload()
+    base, _ = default_bases(PROFILE, 8)
+
+    def ctx(days: tuple[tuple[float, float], ...]) -> TuneContext:
+        return TuneContext(w, PROFILE, SimConfig(), base, 0.3, max_replicas=8, day_targets=days)
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    whole = run_study(ctx(()), storage=url, study_name="whole", n_trials=4)
+    assert whole.best is not None
+    split = run_study(ctx(((0.0, 0.3), (300.0, 1.01))), storage=url, study_name="days", n_trials=4)
+    assert split.best is None
+    finished = [
+        t for t in optuna.load_study(study_name="days", storage=url).get_trials()
+        if t.user_attrs["finished"]
+    ]  # fmt: skip
+    assert finished
+    for t in finished:
+        first, second = t.user_attrs["day_attainment"]
+        assert 0.0 <= first <= 1.0 and second < 1.01
+        assert t.user_attrs["constraint"] == pytest.approx(
+            max(0.3 - t.user_attrs["attainment"], 0.3 - first, 1.01 - second)
+        )
+
+
+def test_day_targets_must_start_at_zero_and_rise() -> None:
+    w = _workload()
+    base, _ = default_bases(PROFILE, 8)
+    with pytest.raises(ValueError, match="day_targets"):
+        TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((10.0, 0.3),))
+    with pytest.raises(ValueError, match="day_targets"):
+        TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((0.0, 0.3), (0.0, 0.3)))
