@@ -16,11 +16,14 @@ other sides).
 from __future__ import annotations
 
 import argparse
+import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from benchmarks.regimes import (
     KEDA_SIDES,
@@ -34,12 +37,21 @@ from benchmarks.regimes import (
 )
 from simulations.regimes import REGIMES
 from simulations.sim_inputs import SimInputs
+from simulations.simulation import COMPLETED, SimResult
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
 from simulations.tune.sides import Side, make_sides
 
-__all__ = ["BaseScore", "main", "regime_cells", "score_bases", "tune_sides"]
+__all__ = [
+    "BaseScore",
+    "main",
+    "markdown_hours",
+    "misses_by_hour",
+    "regime_cells",
+    "score_bases",
+    "tune_sides",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,9 @@ class BaseScore:
     held_attainment: float
     held_target: float
     held_cost_usd: float
+    held_misses_by_hour: tuple[int, ...] = ()
+    """Requests that missed the SLO on the held-back part, per hour of it
+    (by arrival): where in the day a setting loses what it loses."""
 
     @property
     def would_be_chosen(self) -> bool:
@@ -92,10 +107,12 @@ def score_bases(
             so = apply_setting(side.base, setting, side.manifest) if setting else side.base
             tuning = score(so, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
             held = score(so, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
+            assert held.result is not None
             row = BaseScore(
                 side.name, lead,
                 tuning.attainment, cell.targets[0], tuning.cost_usd,
                 held.attainment, cell.targets[1], held.cost_usd,
+                misses_by_hour(held.result, cell.held.arrival_s, cell.held.duration_s),
             )  # fmt: skip
             out.append(row)
     return out
@@ -114,6 +131,35 @@ def tune_sides(
             )
             out.append((side.name, lead, study_side(side, cell, tag)))
     return out
+
+
+def misses_by_hour(result: SimResult, arrival_s: np.ndarray, duration_s: float) -> tuple[int, ...]:
+    """Requests of a finished run that missed the SLO (late, timed out or
+    rejected), counted by the hour they arrived in."""
+    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+    hours = max(1, math.ceil(duration_s / 3600.0 - 1e-9))
+    counts = np.bincount((arrival_s[~ok] // 3600.0).astype(int), minlength=hours)
+    return tuple(int(c) for c in counts[:hours])
+
+
+def markdown_hours(rows: Sequence[BaseScore]) -> str:
+    """Each row's held-back misses in the hours where any row has some."""
+    width = max((len(r.held_misses_by_hour) for r in rows), default=0)
+    keep = [h for h in range(width) if any(_at(r.held_misses_by_hour, h) for r in rows)]
+    if not keep:
+        return "no request missed the SLO on the held-back part\n"
+    head = "| side, as written | lead | " + " | ".join(f"{h:02d}h" for h in keep) + " |\n"
+    rule = "|---|---|" + "---|" * len(keep) + "\n"
+    body = "".join(
+        f"| {r.side} | {r.lead_min:g} min | "
+        + " | ".join(str(_at(r.held_misses_by_hour, h)) for h in keep) + " |\n"
+        for r in rows
+    )  # fmt: skip
+    return "held-back misses by hour of arrival:\n\n" + head + rule + body
+
+
+def _at(counts: Sequence[int], hour: int) -> int:
+    return counts[hour] if hour < len(counts) else 0
 
 
 def _sides(names: Sequence[str]) -> tuple[Side, ...]:
@@ -154,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--busier", type=float, default=0.0, help="percent more traffic on the tuning day"
     )
     parser.add_argument(
+        "--by-hour", action="store_true", help="also the held-back misses by hour of arrival"
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="a setting key (as tune writes them) applied to every side before scoring",
     )  # fmt: skip
@@ -178,6 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = regime_cells(args.regime, config, Path(tmp))
         rows = score_bases(args.regime, config, sides, Path(tmp), setting, cells)
         print(markdown(rows), end="")
+        if args.by_hour:
+            print("\n" + markdown_hours(rows), end="")
         if args.trials > 0:
             for name, lead, row in tune_sides(args.regime, cells, sides, args.trials):
                 print(f"{name} at {lead:g} min, tuned with {args.trials} trials: {_tuned(row)}")

@@ -63,7 +63,7 @@ from simulations.regimes import REGIMES, regime_counts
 from simulations.sim_inputs import SimInputs, WindowStart, window_start
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
-from simulations.tune.each_day import day_starts, day_targets
+from simulations.tune.each_day import judged_days
 from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
@@ -167,8 +167,8 @@ class SweepConfig:
             )
         if self.history_days < 0:
             raise ValueError(f"history_days must be >= 0, got {self.history_days}")
-        if self.focus and self.history_days and self.days > 2:
-            raise ValueError("focus hours with history tune on one day: days must be 2")
+        if self.focus and self.days > 2:
+            raise ValueError("a focus sweep tunes on one day's focus hours: days must be 2")
         if not 0.0 <= self.margin < 100.0:
             raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
         if not 0.0 <= self.busier <= 100.0:
@@ -292,10 +292,7 @@ def build_cell(
     )
     days: tuple[tuple[float, float], ...] = ()
     if config.days > 2:
-        days = day_targets(
-            tuning, day_starts(tuning.duration_s), config.target, PROFILE, sim.slo_ttft_s,
-            config.margin,
-        )  # fmt: skip
+        days, _ = judged_days(tuning, config.target, PROFILE, sim.slo_ttft_s, config.margin)
     return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage, days)
 
 

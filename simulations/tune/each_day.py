@@ -8,9 +8,8 @@ the other. Asking for the target on each day of the tuning part, each at
 the target times that day's own idle ceiling, rejects such a setting before
 the held-back part ever sees it. The whole part's target is the days'
 targets weighted by their requests (an idle fleet's attainment adds up over
-requests), so a setting that meets every day's meets the whole part's, and
-the study's early stops, which judge the whole part, stop no setting this
-keeps.
+requests; the 100 % cap aside), and the study still asks for it too, so the
+early stops, which judge the whole part, are as safe here as without it.
 """
 
 from __future__ import annotations
@@ -24,7 +23,14 @@ from simulations.simulation import COMPLETED, SimResult
 from simulations.traffic import Workload
 from simulations.tune.search import slo_ceiling
 
-__all__ = ["DAY_S", "day_starts", "day_targets", "part_attainments", "slice_workload"]
+__all__ = [
+    "DAY_S",
+    "day_starts",
+    "day_targets",
+    "judged_days",
+    "part_attainments",
+    "slice_workload",
+]
 
 DAY_S = 86_400.0
 
@@ -74,6 +80,21 @@ def day_targets(
         ceiling = slo_ceiling(day, profile, slo_ttft_s)
         out.append((float(lo), min(1.0, target * ceiling + margin / 100.0)))
     return tuple(out)
+
+
+def judged_days(
+    workload: Workload, target: float, profile: str, slo_ttft_s: float, margin: float = 0.0
+) -> tuple[tuple[tuple[float, float], ...], str | None]:
+    """(each day's (start, bar), None), or ((), why) when ``workload`` holds
+    fewer than two days to judge apart (:func:`day_starts`): it is then
+    judged whole, and the caller says so."""
+    starts = day_starts(workload.duration_s)
+    if len(starts) < 2:
+        return (), (
+            f"the tuning part spans {workload.duration_s / 3600:.1f} h, less than a day and a "
+            "half, so it is judged whole, not day by day"
+        )
+    return day_targets(workload, starts, target, profile, slo_ttft_s, margin), None
 
 
 def part_attainments(

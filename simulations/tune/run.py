@@ -20,17 +20,16 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 import numpy as np
 
+from simulations.tune.held_back import FRONTIER_SIZE, FrontierPoint, SideResult
 from simulations.tune.storage import GRACE_S
 
 if TYPE_CHECKING:
-    from engine.profile_types import Profile
     from simulations.backfill import DemandHistory
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
@@ -68,10 +67,6 @@ WARN_TUNING_S = 86400.0
 """A tuning part shorter than a day cannot show the daily cycle the forecast
 learns and the floor must cover: tune warns below it."""
 
-FRONTIER_SIZE = 4
-"""At most this many of the tuning part's Pareto set are re-scored on the
-held-back part (spread along it): the frontier reported."""
-
 
 def default_storage() -> str:
     """The study storage without ``--storage``: a SQLite file in the user's
@@ -96,6 +91,10 @@ class TuneRequest:
     margin: float = 0.0
     """Points of attainment the chosen setting must clear the target by on
     the tuning part: the study's bar is the target plus this."""
+    each_day: bool = False
+    """The chosen setting must meet the target on each day of the tuning
+    part (each at the target times that day's own idle ceiling, plus the
+    margin), not only on the part as a whole (:mod:`simulations.tune.each_day`)."""
     holdout_seeds: int = 1
     """Arrival seeds (``seed``, ``seed + 1``, ...) each side's chosen setting
     is scored under on the held-back part (the command's default is 3)."""
@@ -141,43 +140,6 @@ class TuneRequest:
 
 
 @dataclass(frozen=True)
-class FrontierPoint:
-    """One setting scored on the held-back part."""
-
-    trial: int | None
-    """The study's trial (None for the ScaledObject as written)."""
-    setting: Mapping[str, str]
-    attainment: float
-    cost_usd: float
-    summary: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class SideResult:
-    """One side's tune: its study, the chosen setting (None when none met the
-    target on the tuning part), and its held-back frontier and baseline."""
-
-    side: Side
-    study: StudyResult
-    chosen: Any
-    """The chosen ScaledObjectSpec (None when no trial met the target)."""
-    manifest: Mapping[str, Any] | None
-    """The chosen setting's ScaledObject manifest, to paste."""
-    tuned: Mapping[str, Any] | None
-    """The chosen setting's summary on the tuning part."""
-    holdout: Mapping[str, Any] | None
-    """The chosen setting's summary on the held-back part."""
-    frontier: tuple[FrontierPoint, ...]
-    baseline: FrontierPoint
-    """The base ScaledObject as written, on the held-back part."""
-    study_wall_s: float = math.nan
-    """Wall time of the side's study (its trials, in ``--jobs`` processes)."""
-    holdout_seeds: tuple[tuple[int, float, float], ...] = ()
-    """(arrival seed, attainment, cost) of the chosen setting on the
-    held-back part under each of ``holdout_seeds`` seeds, the first the run's own."""
-
-
-@dataclass(frozen=True)
 class TuneResult:
     """What :func:`tune` found; the command reports it."""
 
@@ -196,6 +158,9 @@ class TuneResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
     margin: float = 0.0
     """Points above ``target_attainment[0]`` the chosen setting had to reach."""
+    day_targets: tuple[float, ...] = ()
+    """With ``each_day``: the attainment each day of the tuning part had to
+    reach (the margin included); empty when the part was judged whole."""
 
     def side(self, name: str) -> SideResult | None:
         return next((s for s in self.sides if s.side.name == name), None)
@@ -236,6 +201,8 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     from engine.profiles import get_profile
     from prescaler_native.loader import compiled_warning
     from simulations.sim_types import replay_config
+    from simulations.tune.each_day import judged_days
+    from simulations.tune.held_back import rescore, seed_runs
     from simulations.tune.search import slo_ceiling, split_workload
     from simulations.tune.sides import make_sides
 
@@ -268,6 +235,13 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     held_target = target
     if held is not None and len(held):
         held_target = request.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
+    days: tuple[tuple[float, float], ...] = ()
+    if request.each_day:
+        days, why = judged_days(
+            tune_part, request.target, profile.name, config.slo_ttft_s, request.margin
+        )
+        if why:
+            warnings.append(f"--each-day: {why}; give a longer trace (or --since)")
     sides = make_sides(request, profile.name, inputs.max_replicas)
     storage = request.storage or default_storage()
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
@@ -284,22 +258,27 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
           f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)"
           + (f"; chosen only at {100 * bar:.2f} % or more on the tuning part (--margin "
              f"{request.margin:g})" if request.margin else ""), file=out)  # fmt: skip
+    if days:
+        print(f"each of the tuning part's {len(days)} days must meet its own target (--each-day): "
+              + ", ".join(f"{100 * t:.2f} %" for _, t in days), file=out)  # fmt: skip
     for note in warnings:
         print(f"warning: {note}", file=out)
     results: list[SideResult] = []
     n_trials = 0
     for side in sides:
         side0 = time.perf_counter()
-        study = _run_side(side, request, workload, tune_part, config, bar, tune_history, storage)
+        study = _run_side(
+            side, request, workload, tune_part, config, bar, tune_history, storage, days
+        )
         study_s = time.perf_counter() - side0
         n_trials += len(study.trials)
         chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
         print(f"{side.name}: {len(study.trials)} trials in {study_s:.0f} s "
               f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
-        scored = _rescore(side, study, request, profile.name, profile.tp, (config, held_config),
+        scored = rescore(side, study, request, profile.name, profile.tp, (config, held_config),
                           tune_part, held, tune_history, held_history)  # fmt: skip
         results.append(replace(scored, study_wall_s=study_s))
-    results = _seed_runs(results, others, request, profile, open_config, inputs)
+    results = seed_runs(results, others, request, profile, open_config, inputs)
     months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
     return TuneResult(
         trace=workload.name,
@@ -313,59 +292,8 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
         held_requests=0 if held is None else len(held),
         margin=request.margin,
+        day_targets=tuple(t for _, t in days),
     )
-
-
-def _seed_runs(
-    results: list[SideResult],
-    others: list[tuple[Workload, Workload | None]],
-    request: TuneRequest,
-    profile: Profile,
-    config: SimConfig,
-    inputs: SimInputs,
-) -> list[SideResult]:
-    """Each side's chosen setting on the held-back part as drawn under the
-    other arrival seeds (``others``: the window and the requests before it
-    per seed), each part opening with what came before it in that draw: a
-    setting chosen by a hair on one draw of arrivals shows here whether it
-    holds on another."""
-    from simulations.tune.inputs import part_starts
-    from simulations.tune.search import split_workload
-
-    parts: list[tuple[Workload, SimConfig, DemandHistory | None]] = []
-    for window, before in others:
-        tune_k, held_k = split_workload(window, request.holdout)
-        st = part_starts(before, tune_k, held_k, profile, config, inputs, backfill=request.backfill)
-        if held_k is not None and st.held is not None:
-            parts.append((held_k, st.held_config, st.held.history))
-        else:
-            parts.append((tune_k, st.tuning_config, st.tuning.history))
-    jobs: list[tuple[Any, ...]] = []
-    owners: list[tuple[int, int]] = []
-    for i, r in enumerate(results):
-        if r.chosen is None:
-            continue
-        prescaler = r.chosen.trigger.kind == "prescaler"
-        for k, (part, cfg, history) in enumerate(parts):
-            jobs.append((r.chosen, part, profile.name, cfg, history if prescaler else None))
-            owners.append((i, request.seed + 1 + k))
-    runs: dict[int, list[tuple[int, float, float]]] = {}
-    for (i, seed), s in zip(owners, _score_all(jobs, request.jobs), strict=True):
-        runs.setdefault(i, []).append((seed, s.attainment, s.cost_usd))
-    out = list(results)
-    for i, r in enumerate(results):
-        if r.holdout is not None:
-            own = (request.seed, float(r.holdout["slo_attainment"]), float(r.holdout["cost_usd"]))
-            out[i] = replace(r, holdout_seeds=(own, *runs.get(i, [])))
-    return out
-
-
-def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
-    """Every job's Score (:func:`_score_job`), in ``processes`` processes."""
-    if processes > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(processes, len(jobs))) as pool:
-            return list(pool.map(_score_job, jobs))
-    return [_score_job(j) for j in jobs]
 
 
 def _load(
@@ -472,6 +400,7 @@ def _run_side(
     target: float,
     history: DemandHistory | None,
     storage: str,
+    days: tuple[tuple[float, float], ...] = (),
 ) -> StudyResult:
     from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
@@ -479,7 +408,7 @@ def _run_side(
         tune_part, request.profile, config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
         manifest=side.manifest,
-        history=history if side.base.trigger.kind == "prescaler" else None,
+        history=history if side.base.trigger.kind == "prescaler" else None, day_targets=days,
     )  # fmt: skip
     parts: dict[str, Any] = {
         # the requests themselves, not the path: the same trace at another
@@ -496,6 +425,10 @@ def _run_side(
         # the bar each trial's constraint was scored against (absent at 0: a
         # study started before the margin existed is joined as it was)
         parts["margin"] = request.margin
+    if days:
+        # each day's bar (absent when judged whole: a study started before
+        # --each-day existed is joined as it was)
+        parts["day_targets"] = [list(d) for d in days]
     fingerprint = study_fingerprint(parts)
     prefix = request.study or "prescaler-tune"
     name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"
@@ -504,92 +437,3 @@ def _run_side(
         fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",
         grace_s=request.trial_grace_s,
     )  # fmt: skip
-
-
-def _score_job(args: tuple[Any, ...]) -> Any:
-    """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
-    from simulations.tune.search import score
-
-    so, workload, profile, config, history = args
-    return score(so, workload, profile, config, history=history)
-
-
-def _spread(indices: list[int], k: int) -> list[int]:
-    """At most ``k`` of ``indices``, evenly spread, the ends kept."""
-    if len(indices) <= k:
-        return indices
-    picks = {round(i * (len(indices) - 1) / (k - 1)) for i in range(k)}
-    return [indices[i] for i in sorted(picks)]
-
-
-def _rescore(
-    side: Side,
-    study: StudyResult,
-    request: TuneRequest,
-    profile: str,
-    tp: int,
-    configs: tuple[SimConfig, SimConfig],
-    tune_part: Workload,
-    held: Workload | None,
-    tune_history: DemandHistory | None,
-    held_history: DemandHistory | None,
-) -> SideResult:
-    """Re-run the chosen setting on both parts, and the tuning part's Pareto
-    set and the base as written on the held-back part. A run asked for twice
-    (the chosen setting is usually on the Pareto set; the study's first trial
-    is the base) is simulated once, and the chosen setting's tuning-part run
-    is its trial's own when the study kept it (a run is deterministic, and the
-    stop checks do not change it)."""
-    from simulations.report import policy_summary
-    from simulations.tune.manifest import apply_setting, apply_to_manifest
-    from simulations.tune.search import outcome, pareto_front
-
-    def hist(so: Any, h: DemandHistory | None) -> DemandHistory | None:
-        return h if so.trigger.kind == "prescaler" else None
-
-    part = held if held is not None and len(held) else tune_part
-    part_history = held_history if part is held else tune_history
-    part_config = configs[1] if part is held else configs[0]
-    done = [t for t in study.trials if t.finished and math.isfinite(t.cost_usd)]
-    front = [done[i] for i in pareto_front([(t.cost_usd, t.attainment) for t in done])]
-    front = [front[i] for i in _spread(list(range(len(front))), FRONTIER_SIZE)]
-    chosen = apply_setting(side.base, study.best.metadata, side.manifest) if study.best else None
-    specs: list[Any] = []  # the distinct settings run on ``part``, in order
-
-    def on_part(so: Any) -> int:
-        for k, have in enumerate(specs):
-            if have == so:
-                return k
-        specs.append(so)
-        return len(specs) - 1
-
-    held_of_chosen = on_part(chosen) if chosen is not None else -1
-    held_of_base = on_part(side.base)
-    held_of_front = [on_part(apply_setting(side.base, t.metadata, side.manifest)) for t in front]
-    jobs = [(so, part, profile, part_config, hist(so, part_history)) for so in specs]
-    kept_summary = study.best.summary if study.best is not None else None
-    if chosen is not None and kept_summary is None:
-        jobs.append((chosen, tune_part, profile, configs[0], hist(chosen, tune_history)))
-    scores = _score_all(jobs, request.jobs)
-
-    def summary(s: Any) -> dict[str, Any]:
-        return policy_summary(outcome(s), None, tp)
-
-    tuned = holdout = None
-    if chosen is not None:
-        tuned = dict(kept_summary) if kept_summary is not None else summary(scores[-1])
-        holdout = summary(scores[held_of_chosen])
-    base_s = scores[held_of_base]
-    baseline = FrontierPoint(None, {}, base_s.attainment, base_s.cost_usd, summary(base_s))
-    front_scores = [scores[k] for k in held_of_front]
-    points = [
-        FrontierPoint(t.number, dict(t.metadata), s.attainment, s.cost_usd, summary(s))
-        for t, s in zip(front, front_scores, strict=True)
-    ]
-    kept = pareto_front([(p.cost_usd, p.attainment) for p in points])
-    manifest = (
-        apply_to_manifest(side.manifest, study.best.metadata) if study.best is not None else None
-    )
-    return SideResult(
-        side, study, chosen, manifest, tuned, holdout, tuple(points[i] for i in kept), baseline
-    )

@@ -179,6 +179,9 @@ class TrialRecord:
     """A finished trial's run as ``simulations.report.policy_summary`` gives
     it (None when stopped, or kept by an older study): the chosen setting's
     tuning-part figures without simulating it again."""
+    day_attainment: tuple[float, ...] = ()
+    """Each day's attainment of a finished trial judged day by day
+    (``TuneContext.day_targets``); empty otherwise."""
 
 
 @dataclass(frozen=True)
@@ -505,6 +508,7 @@ def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:
                 stopped=str(attrs.get("stopped", "")),
                 simulated=1.0 if finished else float(attrs.get("stopped_after", 1.0)),
                 summary=attrs.get("summary") if finished else None,
+                day_attainment=tuple(float(x) for x in attrs.get("day_attainment", ())),
             )
         )
     feasible = [r for r in records if r.feasible]

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.regime_bases import main, markdown, score_bases
+from benchmarks.regime_bases import (
+    BaseScore,
+    main,
+    markdown,
+    markdown_hours,
+    regime_cells,
+    score_bases,
+)
 from benchmarks.regimes import SweepConfig
 
 
@@ -17,7 +24,8 @@ def test_written_scaledobjects_are_scored_on_both_parts_against_the_sweeps_targe
         regimes=("sparse-bursts",), leads_min=(2.5,), prewarm=(False,), target=0.85,
         focus=True, history_days=0,
     )  # fmt: skip
-    rows = score_bases("sparse-bursts", config, ["keda-gateway"], tmp_path)
+    cells = regime_cells("sparse-bursts", config, tmp_path)
+    rows = score_bases("sparse-bursts", config, ["keda-gateway"], tmp_path, cells=cells)
     assert [(r.side, r.lead_min) for r in rows] == [("keda-gateway", 2.5)]
     row = rows[0]
     for attained, target, cost in (
@@ -34,6 +42,21 @@ def test_written_scaledobjects_are_scored_on_both_parts_against_the_sweeps_targe
     table = markdown(rows)
     assert "| keda-gateway | 2.5 min |" in table
     assert table.count("\n") == 3
+    # every miss on the held-back part is in exactly one hour's count
+    missed = round((1.0 - row.held_attainment) * len(cells[2.5].held))
+    assert sum(row.held_misses_by_hour) == missed
+    assert len(row.held_misses_by_hour) == 6  # sparse-bursts' focus hours
+    hours = markdown_hours(rows)
+    if missed:
+        assert "| keda-gateway | 2.5 min |" in hours
+
+
+def test_hours_without_a_miss_say_so() -> None:
+    row = BaseScore("s", 2.5, 0.9, 0.8, 1.0, 0.9, 0.8, 1.0, (0, 0, 0))
+    assert markdown_hours([row]).startswith("no request missed")
+    hit = BaseScore("s", 2.5, 0.9, 0.8, 1.0, 0.9, 0.8, 1.0, (0, 4, 0))
+    table = markdown_hours([hit, row])
+    assert "| 01h |" in table and "| s | 2.5 min | 4 |" in table and "00h" not in table
 
 
 @pytest.mark.parametrize(

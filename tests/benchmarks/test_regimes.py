@@ -138,8 +138,9 @@ def test_two_tuning_days_end_on_the_same_held_back_day_judged_each_alone(
         2.5,
         dataclasses.replace(config, history_days=3, days=2),
     ).day_targets
-    with pytest.raises(ValueError, match="focus"):
-        SweepConfig(focus=True, history_days=3, days=3)
+    for history in (0, 3):
+        with pytest.raises(ValueError, match="focus"):
+            SweepConfig(focus=True, history_days=history, days=3)
 
 
 def test_a_focus_sweep_joins_focus_hours_only_without_history() -> None:

@@ -36,11 +36,13 @@ reduced sweep on a shared machine and the full one elsewhere:
   tuning day, backfilled into prescaler's tracker; with focus and history
   each day's focus hours open with the fleet and backfill of the whole-day
   trace before them;
-- ``PRESCALER_REGIMES_TUNING_DAYS`` (1): days every side is tuned on, the
-  last history days before the held-back day (the same held-back day as
-  with one); with more than one a chosen setting must meet the target on
-  each of them, not only on their sum (:mod:`simulations.tune.each_day`).
-  ``PRESCALER_REGIMES_HISTORY_DAYS`` counts the days before the first.
+- ``PRESCALER_REGIMES_TUNING_DAYS`` (1; whole days only): days every side
+  is tuned on, each of which a chosen setting must meet the target on, not
+  only their sum (:mod:`simulations.tune.each_day`). They follow the
+  history days (``PRESCALER_REGIMES_HISTORY_DAYS`` counts the days before
+  the first), so to hold back the same day as with one tuning day, lower
+  the history by one per extra tuning day (``TUNING_DAYS=2
+  HISTORY_DAYS=2``: the same five days, the tuning part the days 2 and 3).
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not

@@ -3,11 +3,12 @@ that uses it): a setting must meet each day's target, not only the sum's."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import itertools
 from pathlib import Path
 
 import numpy as np
-import optuna
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from simulations.tune.each_day import (
     DAY_S,
     day_starts,
     day_targets,
+    judged_days,
     part_attainments,
     slice_workload,
 )
@@ -93,34 +95,49 @@ def test_the_whole_parts_target_is_the_days_targets_weighted_by_requests() -> No
     assert float(np.dot([t for _, t in days], sizes)) / len(w) == pytest.approx(whole)
     with_margin = day_targets(w, starts, 0.9, PROFILE, 1.0, margin=0.5)
     assert [t for _, t in with_margin] == pytest.approx([t + 0.005 for _, t in days])
+    # the bar is an attainment: never above 1, whatever the margin
+    assert all(t == 1.0 for _, t in day_targets(w, starts, 1.0, PROFILE, 1.0, margin=100.0))
 
 
-def test_a_setting_that_misses_one_day_is_not_chosen(tmp_path: Path) -> None:
-    """The same study, judged whole then day by day with the second day's bar
-    out of reach: the whole part's best is feasible, the day-by-day study
-    has none, and every finished trial records each day's attainment."""
+def test_a_setting_that_misses_one_reachable_day_bar_is_not_chosen(tmp_path: Path) -> None:
+    """The same study judged whole, then day by day with the second half's
+    bar just above what the written setting attains there: the written
+    setting (trial 0) meets the whole part but is infeasible day by day,
+    and every finished trial is feasible exactly when it meets the whole
+    part's bar and each day's."""
     w = _workload()
     base, _ = default_bases(PROFILE, 8)
+    run = score(base, w, PROFILE, SimConfig())
+    assert run.result is not None
+    first, second = part_attainments(run.result, w.arrival_s, (0.0, 300.0))
+    whole = 0.3
+    assert attainment(run.result) >= whole and second < 1.0
+    days = ((0.0, whole), (300.0, second + 1e-9))
 
-    def ctx(days: tuple[tuple[float, float], ...]) -> TuneContext:
-        return TuneContext(w, PROFILE, SimConfig(), base, 0.3, max_replicas=8, day_targets=days)
+    def ctx(d: tuple[tuple[float, float], ...]) -> TuneContext:
+        return TuneContext(w, PROFILE, SimConfig(), base, whole, max_replicas=8, day_targets=d)
 
     url = f"sqlite:///{tmp_path / 's.db'}"
-    whole = run_study(ctx(()), storage=url, study_name="whole", n_trials=4)
-    assert whole.best is not None
-    split = run_study(ctx(((0.0, 0.3), (300.0, 1.01))), storage=url, study_name="days", n_trials=4)
-    assert split.best is None
-    finished = [
-        t for t in optuna.load_study(study_name="days", storage=url).get_trials()
-        if t.user_attrs["finished"]
-    ]  # fmt: skip
-    assert finished
-    for t in finished:
-        first, second = t.user_attrs["day_attainment"]
-        assert 0.0 <= first <= 1.0 and second < 1.01
-        assert t.user_attrs["constraint"] == pytest.approx(
-            max(0.3 - t.user_attrs["attainment"], 0.3 - first, 1.01 - second)
+    plain = run_study(ctx(()), storage=url, study_name="whole", n_trials=4)
+    split = run_study(ctx(days), storage=url, study_name="days", n_trials=4)
+    assert next(t for t in plain.trials if t.number == 0).feasible
+    written = next(t for t in split.trials if t.number == 0)
+    assert written.finished and not written.feasible
+    assert written.day_attainment == pytest.approx((first, second))
+    for t in split.trials:
+        if not t.finished:
+            continue
+        meets = t.attainment >= whole and all(
+            a >= bar for a, (_, bar) in zip(t.day_attainment, days, strict=True)
         )
+        assert t.feasible == meets
+    assert split.best is None or split.best.day_attainment[1] >= days[1][1]
+
+
+def test_a_part_under_a_day_and_a_half_is_judged_whole() -> None:
+    w = _workload()
+    days, why = judged_days(w, 0.9, PROFILE, 1.0)
+    assert days == () and why is not None and "judged whole" in why
 
 
 def test_day_targets_must_start_at_zero_and_rise() -> None:
@@ -130,3 +147,60 @@ def test_day_targets_must_start_at_zero_and_rise() -> None:
         TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((10.0, 0.3),))
     with pytest.raises(ValueError, match="day_targets"):
         TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((0.0, 0.3), (0.0, 0.3)))
+
+
+def test_tune_judges_each_day_of_a_multi_day_tuning_part(tmp_path: Path) -> None:
+    """tune with each_day on a three-day trace (two tuning days, one held
+    back): each day's bar is the target x that day's ceiling plus the
+    margin, every finished trial is judged against both, and the chosen
+    one met both days."""
+    from simulations.tune.run import TuneRequest, tune
+
+    trace = tmp_path / "days.csv"
+    rng = np.random.default_rng(4)
+    counts = rng.integers(1, 4, 3 * 1440)
+    trace.write_text("minute_start_s,requests\n"
+                     + "".join(f"{60 * i},{c}\n" for i, c in enumerate(counts)))  # fmt: skip
+    request = TuneRequest(
+        trace=str(trace), profile=PROFILE, target=0.5, margin=1.0, each_day=True,
+        trials=2, holdout=1 / 3, sides=("keda-queue",),
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+    )  # fmt: skip
+    out = io.StringIO()
+    result = tune(request, out)
+    assert len(result.day_targets) == 2
+    assert "each of the tuning part's 2 days must meet its own target" in out.getvalue()
+    side = result.sides[0]
+    finished = [t for t in side.study.trials if t.finished]
+    assert finished and all(len(t.day_attainment) == 2 for t in finished)
+    for t in finished:
+        meets = all(a >= b for a, b in zip(t.day_attainment, result.day_targets, strict=True))
+        assert t.feasible == (meets and t.attainment >= result.target_attainment[0] + 0.01)
+    assert all(0.5 * 0.9 < t < 0.52 for t in result.day_targets)
+    # judged whole, the same request is another study: trials never mix
+    whole = tune(dataclasses.replace(request, each_day=False), io.StringIO())
+    assert whole.day_targets == () and not whole.sides[0].study.trials[0].day_attainment
+    assert whole.sides[0].study.study_name != side.study.study_name
+
+
+def test_the_each_day_flag_reaches_the_request() -> None:
+    from prescaler.cli import build_parser
+    from simulations.tune.cli import request_from
+
+    args = build_parser().parse_args(["tune", "t.csv", "--each-day"])
+    assert request_from(args).each_day
+    assert not request_from(build_parser().parse_args(["tune", "t.csv"])).each_day
+
+
+def test_a_tuning_part_under_two_days_is_judged_whole_with_a_warning(tmp_path: Path) -> None:
+    from simulations.tune.run import TuneRequest, tune
+
+    trace = tmp_path / "short.csv"
+    trace.write_text("minute_start_s,requests\n" + "".join(f"{60 * i},2\n" for i in range(40)))
+    request = TuneRequest(
+        trace=str(trace), profile=PROFILE, target=0.5, each_day=True, trials=1,
+        sides=("keda-queue",), storage=f"sqlite:///{tmp_path / 's.db'}",
+    )  # fmt: skip
+    result = tune(request, io.StringIO())
+    assert result.day_targets == ()
+    assert any(w.startswith("--each-day: the tuning part spans") for w in result.warnings)
