@@ -70,9 +70,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="points of attainment the chosen setting must clear the target by "
                    "on the tuning part, so it holds on traffic it did not see (default "
                    "%(default)s)")  # fmt: skip
-    p.add_argument("--each-day", action="store_true",
-                   help="the chosen setting must meet the target (plus --margin) on each "
-                   "day of the tuning part, not only on the part as a whole")  # fmt: skip
     p.add_argument("--holdout-seeds", type=count_flag("--holdout-seeds", 1), default=3,
                    metavar="N",
                    help="arrival seeds (--seed, --seed + 1, ...) each side's chosen setting "
@@ -143,7 +140,6 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         timeout_s=args.timeout,
         target=args.target,
         margin=args.margin,
-        each_day=args.each_day,
         holdout_seeds=args.holdout_seeds,
         trials=args.trials,
         holdout=args.holdout,
@@ -225,7 +221,7 @@ def verdicts(result: TuneResult) -> list[str]:
 def report_document(result: TuneResult) -> dict[str, Any]:
     """The ``--json`` document (docs/contracts.md): the published keys first,
     then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
-    ``warnings``, ``selection_margin``, ``selection_day_targets``."""
+    ``warnings``, ``selection_margin``."""
     from simulations.tune.manifest import metadata_of
 
     p, q = result.side("prescaler"), result.side("keda-queue")
@@ -280,15 +276,11 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                     }
                     for seed, att, cost in s.holdout_seeds
                 ],
-                "tuning_day_attainment": (
-                    [] if s.study.best is None else list(s.study.best.day_attainment)
-                ),
             }
             for s in result.sides
         },
         "warnings": [*result.warnings, *verdicts(result)],
         "selection_margin": result.margin,
-        "selection_day_targets": list(result.day_targets),
     }
 
 
@@ -322,12 +314,8 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                 if c.finished
                 else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
             )
-            each = ""
-            if result.day_targets:
-                days = ", ".join(_pct(a) for a in c.day_attainment) or "-"
-                each = f" on each tuning day (the closest trial's days: {days})"
             print(f"\n{s.side.name}: no setting met the SLO target "
-                  f"{_pct(bar)}{each}: the best attainment reached {reached} "
+                  f"{_pct(bar)}: the best attainment reached {reached} "
                   f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}). "
                   "Lower --target, raise --slo-ttft or maxReplicaCount", file=out)  # fmt: skip
             continue
@@ -336,10 +324,6 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
               f"{_month(s.tuned['cost_usd'], result.months[0])}, held back "
               f"{_pct(s.holdout['slo_attainment'])} at "
               f"{_month(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
-        if s.study.best is not None and s.study.best.day_attainment:
-            print(f"  tuning part by day: {', '.join(_pct(a) for a in s.study.best.day_attainment)}"
-                  f" (targets {', '.join(_pct(t) for t in result.day_targets)})",
-                  file=out)  # fmt: skip
         if len(s.holdout_seeds) > 1:
             met = sum(1 for _, a, _ in s.holdout_seeds if a >= held_target)
             seeds = ", ".join(str(k) for k, _, _ in s.holdout_seeds)

@@ -91,10 +91,6 @@ class TuneRequest:
     margin: float = 0.0
     """Points of attainment the chosen setting must clear the target by on
     the tuning part: the study's bar is the target plus this."""
-    each_day: bool = False
-    """The chosen setting must meet the target on each day of the tuning
-    part (each at the target times that day's own idle ceiling, plus the
-    margin), not only on the part as a whole (:mod:`simulations.tune.each_day`)."""
     holdout_seeds: int = 1
     """Arrival seeds (``seed``, ``seed + 1``, ...) each side's chosen setting
     is scored under on the held-back part (the command's default is 3)."""
@@ -158,9 +154,6 @@ class TuneResult:
     extra: Mapping[str, Any] = field(default_factory=dict)
     margin: float = 0.0
     """Points above ``target_attainment[0]`` the chosen setting had to reach."""
-    day_targets: tuple[float, ...] = ()
-    """With ``each_day``: the attainment each day of the tuning part had to
-    reach (the margin included); empty when the part was judged whole."""
 
     def side(self, name: str) -> SideResult | None:
         return next((s for s in self.sides if s.side.name == name), None)
@@ -201,7 +194,6 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     from engine.profiles import get_profile
     from prescaler_native.loader import compiled_warning
     from simulations.sim_types import replay_config
-    from simulations.tune.each_day import judged_days
     from simulations.tune.held_back import rescore, seed_runs
     from simulations.tune.search import slo_ceiling, split_workload
     from simulations.tune.sides import make_sides
@@ -235,13 +227,6 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     held_target = target
     if held is not None and len(held):
         held_target = request.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
-    days: tuple[tuple[float, float], ...] = ()
-    if request.each_day:
-        days, why = judged_days(
-            tune_part, request.target, profile.name, config.slo_ttft_s, request.margin
-        )
-        if why:
-            warnings.append(f"--each-day: {why}; give a longer trace (or --since)")
     sides = make_sides(request, profile.name, inputs.max_replicas)
     storage = request.storage or default_storage()
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
@@ -258,18 +243,13 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
           f"({request.target:g} x the {100 * ceiling:.2f} % an idle fleet attains)"
           + (f"; chosen only at {100 * bar:.2f} % or more on the tuning part (--margin "
              f"{request.margin:g})" if request.margin else ""), file=out)  # fmt: skip
-    if days:
-        print(f"each of the tuning part's {len(days)} days must meet its own target (--each-day): "
-              + ", ".join(f"{100 * t:.2f} %" for _, t in days), file=out)  # fmt: skip
     for note in warnings:
         print(f"warning: {note}", file=out)
     results: list[SideResult] = []
     n_trials = 0
     for side in sides:
         side0 = time.perf_counter()
-        study = _run_side(
-            side, request, workload, tune_part, config, bar, tune_history, storage, days
-        )
+        study = _run_side(side, request, workload, tune_part, config, bar, tune_history, storage)
         study_s = time.perf_counter() - side0
         n_trials += len(study.trials)
         chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
@@ -292,7 +272,6 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
         held_requests=0 if held is None else len(held),
         margin=request.margin,
-        day_targets=tuple(t for _, t in days),
     )
 
 
@@ -400,7 +379,6 @@ def _run_side(
     target: float,
     history: DemandHistory | None,
     storage: str,
-    days: tuple[tuple[float, float], ...] = (),
 ) -> StudyResult:
     from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
@@ -408,7 +386,7 @@ def _run_side(
         tune_part, request.profile, config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
         manifest=side.manifest,
-        history=history if side.base.trigger.kind == "prescaler" else None, day_targets=days,
+        history=history if side.base.trigger.kind == "prescaler" else None
     )  # fmt: skip
     parts: dict[str, Any] = {
         # the requests themselves, not the path: the same trace at another
@@ -425,10 +403,6 @@ def _run_side(
         # the bar each trial's constraint was scored against (absent at 0: a
         # study started before the margin existed is joined as it was)
         parts["margin"] = request.margin
-    if days:
-        # each day's bar (absent when judged whole: a study started before
-        # --each-day existed is joined as it was)
-        parts["day_targets"] = [list(d) for d in days]
     fingerprint = study_fingerprint(parts)
     prefix = request.study or "prescaler-tune"
     name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"

@@ -3,8 +3,6 @@ that uses it): a setting must meet each day's target, not only the sum's."""
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import itertools
 from pathlib import Path
 
@@ -147,60 +145,3 @@ def test_day_targets_must_start_at_zero_and_rise() -> None:
         TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((10.0, 0.3),))
     with pytest.raises(ValueError, match="day_targets"):
         TuneContext(w, PROFILE, SimConfig(), base, 0.3, day_targets=((0.0, 0.3), (0.0, 0.3)))
-
-
-def test_tune_judges_each_day_of_a_multi_day_tuning_part(tmp_path: Path) -> None:
-    """tune with each_day on a three-day trace (two tuning days, one held
-    back): each day's bar is the target x that day's ceiling plus the
-    margin, every finished trial is judged against both, and the chosen
-    one met both days."""
-    from simulations.tune.run import TuneRequest, tune
-
-    trace = tmp_path / "days.csv"
-    rng = np.random.default_rng(4)
-    counts = rng.integers(1, 4, 3 * 1440)
-    trace.write_text("minute_start_s,requests\n"
-                     + "".join(f"{60 * i},{c}\n" for i, c in enumerate(counts)))  # fmt: skip
-    request = TuneRequest(
-        trace=str(trace), profile=PROFILE, target=0.5, margin=1.0, each_day=True,
-        trials=2, holdout=1 / 3, sides=("keda-queue",),
-        storage=f"sqlite:///{tmp_path / 's.db'}",
-    )  # fmt: skip
-    out = io.StringIO()
-    result = tune(request, out)
-    assert len(result.day_targets) == 2
-    assert "each of the tuning part's 2 days must meet its own target" in out.getvalue()
-    side = result.sides[0]
-    finished = [t for t in side.study.trials if t.finished]
-    assert finished and all(len(t.day_attainment) == 2 for t in finished)
-    for t in finished:
-        meets = all(a >= b for a, b in zip(t.day_attainment, result.day_targets, strict=True))
-        assert t.feasible == (meets and t.attainment >= result.target_attainment[0] + 0.01)
-    assert all(0.5 * 0.9 < t < 0.52 for t in result.day_targets)
-    # judged whole, the same request is another study: trials never mix
-    whole = tune(dataclasses.replace(request, each_day=False), io.StringIO())
-    assert whole.day_targets == () and not whole.sides[0].study.trials[0].day_attainment
-    assert whole.sides[0].study.study_name != side.study.study_name
-
-
-def test_the_each_day_flag_reaches_the_request() -> None:
-    from prescaler.cli import build_parser
-    from simulations.tune.cli import request_from
-
-    args = build_parser().parse_args(["tune", "t.csv", "--each-day"])
-    assert request_from(args).each_day
-    assert not request_from(build_parser().parse_args(["tune", "t.csv"])).each_day
-
-
-def test_a_tuning_part_under_two_days_is_judged_whole_with_a_warning(tmp_path: Path) -> None:
-    from simulations.tune.run import TuneRequest, tune
-
-    trace = tmp_path / "short.csv"
-    trace.write_text("minute_start_s,requests\n" + "".join(f"{60 * i},2\n" for i in range(40)))
-    request = TuneRequest(
-        trace=str(trace), profile=PROFILE, target=0.5, each_day=True, trials=1,
-        sides=("keda-queue",), storage=f"sqlite:///{tmp_path / 's.db'}",
-    )  # fmt: skip
-    result = tune(request, io.StringIO())
-    assert result.day_targets == ()
-    assert any(w.startswith("--each-day: the tuning part spans") for w in result.warnings)

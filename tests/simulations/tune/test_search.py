@@ -170,7 +170,6 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
         "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings", "selection_margin",
-        "selection_day_targets",
     ]  # fmt: skip
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
@@ -184,7 +183,6 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert set(doc["frontier"]) == set(doc["baselines"]) == set(doc["sides"]) == sides
     # chosen with a margin of 1 point on the tuning part, held back under 3 arrival seeds
     assert doc["selection_margin"] == 1.0
-    assert doc["selection_day_targets"] == []  # judged whole without --each-day
     for side, entry in doc["sides"].items():
         if entry["chosen_trial"] is None:
             continue
