@@ -200,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--busier", type=float, default=0.0, help="percent more traffic on the tuning day"
     )
     parser.add_argument(
+        "--capacity-error", type=float, default=0.0,
+        help="prescaler believes (1 + E) x each replica's capacity (E < 0: headroom)",
+    )  # fmt: skip
+    parser.add_argument(
         "--by-hour", action="store_true", help="also the held-back misses by hour of arrival"
     )
     parser.add_argument(
@@ -217,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         regimes=(args.regime,), leads_min=leads, prewarm=(False,), target=args.target,
         focus=args.focus, history_days=args.history_days, seed=args.seed,
         trials=max(1, args.trials), margin=args.margin, busier=args.busier,
+        capacity_error=args.capacity_error,
     )  # fmt: skip
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     bad = [x for x in args.set if "=" not in x]

@@ -148,6 +148,11 @@ class SweepConfig:
     chosen for a busier day than the one at hand holds on a day that grows,
     where one chosen for the day itself may fit only its sessions. The
     held-back day and every backfill are the trace's own."""
+    capacity_error: float = 0.0
+    """prescaler believes each replica carries (1 + e) x the profile's
+    capacity (``prescaler simulate --capacity-error``): below 0 the fleet it
+    sizes from the forecast is larger by 1 / (1 + e), headroom against an
+    event bigger than the days it has seen. KEDA's sides ignore it."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -171,6 +176,8 @@ class SweepConfig:
             raise ValueError("a focus sweep tunes on one day's focus hours: days must be 2")
         if not 0.0 <= self.margin < 100.0:
             raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
+        if not (math.isfinite(self.capacity_error) and self.capacity_error > -1.0):
+            raise ValueError(f"capacity_error must be > -1, got {self.capacity_error}")
         if not 0.0 <= self.busier <= 100.0:
             raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
 
@@ -272,7 +279,7 @@ def build_cell(
     scored on, each part opening as ``prescaler simulate --start`` opens a
     window (the fleet and backfill of the trace before it)."""
     profile = get_profile(PROFILE)
-    inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
+    inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min], capacity_error=config.capacity_error)
     bare = inputs.apply(SimConfig(seed=config.seed), profile, None)
     if config.focus and config.history_days:
         tuning, held, starts = focus_parts(regime, trace, config, inputs)
@@ -309,6 +316,7 @@ def run_cell(
         f"-g{config.target:g}" + (f"-m{config.margin:g}" if config.margin else "")
         + (f"-b{config.busier:g}" if config.busier else "")
         + (f"-d{config.days}" if config.days != 2 else "")
+        + (f"-e{config.capacity_error:g}" if config.capacity_error else "")
     )  # fmt: skip
     t0 = time.perf_counter()
     keda = {

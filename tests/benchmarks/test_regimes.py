@@ -143,6 +143,17 @@ def test_two_tuning_days_end_on_the_same_held_back_day_judged_each_alone(
             SweepConfig(focus=True, history_days=history, days=3)
 
 
+def test_a_capacity_belief_reaches_both_parts_runs(tmp_path: Path) -> None:
+    """capacity_error is prescaler's belief on both parts (the tuning day and
+    the held-back day run with it); one at or below -1 is refused."""
+    config = SweepConfig(regimes=("sparse-bursts",), leads_min=(2.5,), capacity_error=-0.3)
+    trace = write_regime_trace("sparse-bursts", config, tmp_path)
+    cell = build_cell("sparse-bursts", trace, 2.5, config)
+    assert cell.sim.capacity_error == cell.held_sim.capacity_error == -0.3
+    with pytest.raises(ValueError, match="capacity_error"):
+        SweepConfig(capacity_error=-1.0)
+
+
 def test_a_focus_sweep_joins_focus_hours_only_without_history() -> None:
     with pytest.raises(ValueError, match="history_days"):
         SweepConfig(history_days=-1)
