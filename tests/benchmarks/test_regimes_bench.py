@@ -42,7 +42,10 @@ reduced sweep on a shared machine and the full one elsewhere:
   history days (``PRESCALER_REGIMES_HISTORY_DAYS`` counts the days before
   the first), so to hold back the same day as with one tuning day, lower
   the history by one per extra tuning day (``TUNING_DAYS=2
-  HISTORY_DAYS=2``: the same five days, the tuning part the days 2 and 3).
+  HISTORY_DAYS=2``: the same five days, the tuning part the days 2 and 3);
+- ``PRESCALER_REGIMES_CAPACITY_ERROR`` (0): prescaler believes (1 + E) x
+  each replica's capacity on every part (E < 0: headroom on the fleet it
+  sizes from demand); KEDA's sides ignore it.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
@@ -95,6 +98,7 @@ def _config() -> SweepConfig:
         margin=float(os.environ.get("PRESCALER_REGIMES_MARGIN", "0")),
         busier=float(os.environ.get("PRESCALER_REGIMES_BUSIER", "0")),
         days=int(os.environ.get("PRESCALER_REGIMES_TUNING_DAYS", "1")) + 1,
+        capacity_error=float(os.environ.get("PRESCALER_REGIMES_CAPACITY_ERROR", "0")),
     )
 
 
