@@ -36,8 +36,9 @@ from benchmarks.regimes import (
     write_regime_trace,
 )
 from simulations.regimes import REGIMES
+from simulations.runner import met_slo
 from simulations.sim_inputs import SimInputs
-from simulations.simulation import COMPLETED, SimResult
+from simulations.simulation import SimResult
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
@@ -136,7 +137,7 @@ def tune_sides(
 def misses_by_hour(result: SimResult, arrival_s: np.ndarray, duration_s: float) -> tuple[int, ...]:
     """Requests of a finished run that missed the SLO (late, timed out or
     rejected), counted by the hour they arrived in."""
-    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+    ok = met_slo(result)
     hours = max(1, math.ceil(duration_s / 3600.0 - 1e-9))
     counts = np.bincount((arrival_s[~ok] // 3600.0).astype(int), minlength=hours)
     return tuple(int(c) for c in counts[:hours])

@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulations.regimes import REGIMES, regime_counts
+from simulations.regimes import DAY_MIN, REGIMES, regime_counts
 
 __all__ = ["Session", "day_sessions", "main", "markdown"]
-
-DAY_MIN = 1440
 
 
 @dataclass(frozen=True)

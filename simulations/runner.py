@@ -41,13 +41,18 @@ class Outcome:
     """static search: the attainment it had to meet."""
 
 
+def met_slo(result: SimResult) -> np.ndarray:
+    """Per request: completed with TTFT within the SLO (a timed-out or
+    rejected request misses it)."""
+    return (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+
+
 def attainment(result: SimResult) -> float:
     """Fraction of all requests that completed with TTFT within the SLO."""
     n = result.status.size
     if n == 0:
         return 1.0
-    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
-    return float(np.count_nonzero(ok)) / n
+    return float(np.count_nonzero(met_slo(result))) / n
 
 
 def idle_attainment(workload: Workload, profile: Profile, slo_ttft_s: float) -> float:

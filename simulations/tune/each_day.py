@@ -19,18 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulations.simulation import COMPLETED, SimResult
+from simulations.runner import met_slo
+from simulations.simulation import SimResult
 from simulations.traffic import Workload
-from simulations.tune.search import slo_ceiling
+from simulations.tune.search import slice_workload, slo_ceiling
 
-__all__ = [
-    "DAY_S",
-    "day_starts",
-    "day_targets",
-    "judged_days",
-    "part_attainments",
-    "slice_workload",
-]
+__all__ = ["DAY_S", "day_starts", "day_targets", "judged_days", "part_attainments"]
 
 DAY_S = 86_400.0
 
@@ -47,20 +41,6 @@ def day_starts(duration_s: float, day_s: float = DAY_S) -> tuple[float, ...]:
     if len(starts) > 1 and duration_s - starts[-1] < day_s / 2:
         starts.pop()
     return tuple(starts)
-
-
-def slice_workload(workload: Workload, lo_s: float, hi_s: float) -> Workload:
-    """The requests arriving in [lo_s, hi_s), on their own clock from 0."""
-    if not 0.0 <= lo_s < hi_s:
-        raise ValueError(f"need 0 <= lo_s < hi_s, got {lo_s!r}, {hi_s!r}")
-    lo, hi = np.searchsorted(workload.arrival_s, (lo_s, hi_s), side="left")
-    return Workload(
-        workload.arrival_s[lo:hi] - lo_s,
-        workload.prompt_tokens[lo:hi],
-        workload.output_tokens[lo:hi],
-        workload.name,
-        min(hi_s, workload.duration_s) - lo_s,
-    )
 
 
 def day_targets(
@@ -104,7 +84,7 @@ def part_attainments(
     to the next start (the last to the end); a stretch with no request
     attains 1, as a run with none does."""
     bounds = np.searchsorted(arrival_s, np.asarray(starts, dtype=float), side="left")
-    ok = (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
+    ok = met_slo(result)
     edges = [*bounds.tolist(), len(arrival_s)]
     out: list[float] = []
     for lo, hi in itertools.pairwise(edges):

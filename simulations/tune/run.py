@@ -386,7 +386,7 @@ def _run_side(
         tune_part, request.profile, config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
         manifest=side.manifest,
-        history=history if side.base.trigger.kind == "prescaler" else None
+        history=history if side.base.trigger.kind == "prescaler" else None,
     )  # fmt: skip
     parts: dict[str, Any] = {
         # the requests themselves, not the path: the same trace at another

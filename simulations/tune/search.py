@@ -68,6 +68,7 @@ __all__ = [
     "rung_times",
     "score",
     "search_reactive",
+    "slice_workload",
     "split_workload",
 ]
 
@@ -221,19 +222,21 @@ def split_workload(workload: Workload, holdout: float) -> tuple[Workload, Worklo
     if holdout == 0.0:
         return workload, None
     cut = workload.duration_s * (1.0 - holdout)
-    i = int(np.searchsorted(workload.arrival_s, cut, side="left"))
+    return slice_workload(workload, 0.0, cut), slice_workload(workload, cut, workload.duration_s)
 
-    def part(lo: int, hi: int, t0: float, dur: float, suffix: str) -> Workload:
-        return Workload(
-            workload.arrival_s[lo:hi] - t0,
-            workload.prompt_tokens[lo:hi],
-            workload.output_tokens[lo:hi],
-            f"{workload.name}{suffix}",
-            dur,
-        )
 
-    n = len(workload)
-    return part(0, i, 0.0, cut, ""), part(i, n, cut, workload.duration_s - cut, "")
+def slice_workload(workload: Workload, lo_s: float, hi_s: float) -> Workload:
+    """The requests arriving in [lo_s, hi_s), on their own clock from 0."""
+    if not 0.0 <= lo_s < hi_s:
+        raise ValueError(f"need 0 <= lo_s < hi_s, got {lo_s!r}, {hi_s!r}")
+    lo, hi = np.searchsorted(workload.arrival_s, (lo_s, hi_s), side="left")
+    return Workload(
+        workload.arrival_s[lo:hi] - lo_s,
+        workload.prompt_tokens[lo:hi],
+        workload.output_tokens[lo:hi],
+        workload.name,
+        min(hi_s, workload.duration_s) - lo_s,
+    )
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from simulations.tune.each_day import (
     day_targets,
     judged_days,
     part_attainments,
-    slice_workload,
 )
-from simulations.tune.search import default_bases, score, slo_ceiling
+from simulations.tune.search import default_bases, score, slice_workload, slo_ceiling
 from simulations.tune.study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
