@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from decision.settings import SettingsError, parse_settings
 from engine.profiles import get_profile
 from simulations.backfill import DemandHistory
 from simulations.regimes import REGIMES, regime_counts
@@ -153,6 +154,10 @@ class SweepConfig:
     capacity (``prescaler simulate --capacity-error``): below 0 the fleet it
     sizes from the forecast is larger by 1 / (1 + e), headroom against an
     event bigger than the days it has seen. KEDA's sides ignore it."""
+    prescaler_set: tuple[tuple[str, str], ...] = ()
+    """Trigger keys held at a value on every prescaler trial (forecast on
+    and off alike), beside ``prewarm``: a default under test, which the
+    tuner does not search. KEDA's sides ignore it."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -180,6 +185,13 @@ class SweepConfig:
             raise ValueError(f"capacity_error must be > -1, got {self.capacity_error}")
         if not 0.0 <= self.busier <= 100.0:
             raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
+        held = dict(self.prescaler_set)
+        if "prewarm" in held:
+            raise ValueError("prescaler_set cannot hold prewarm: the sweep's prewarm sets it")
+        try:
+            parse_settings({"prometheusAddress": "http://prometheus:9090", **held})
+        except SettingsError as exc:
+            raise ValueError(f"prescaler_set: {exc}") from exc
 
     @property
     def joined_focus(self) -> bool:
@@ -272,6 +284,14 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
+def prescaler_variant(config: SweepConfig, prewarm: bool, forecast: str) -> Side:
+    """The prescaler side one cell column tunes: ``forecast`` and
+    ``prewarm`` held, with the sweep's held keys (``prescaler_set``)."""
+    fixed = (("prewarm", "true" if prewarm else "false"), *config.prescaler_set)
+    name = config.prescaler_side
+    return _sides(config, sides=(name,), forecaster=forecast, prescaler_fixed=fixed)[name]
+
+
 def build_cell(
     regime: str, trace: Path, lead_min: float, config: SweepConfig, storage: str = ""
 ) -> RegimeCell:
@@ -317,6 +337,7 @@ def run_cell(
         + (f"-b{config.busier:g}" if config.busier else "")
         + (f"-d{config.days}" if config.days != 2 else "")
         + (f"-e{config.capacity_error:g}" if config.capacity_error else "")
+        + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
     )  # fmt: skip
     t0 = time.perf_counter()
     keda = {
@@ -341,10 +362,7 @@ def run_cell(
     for prewarm in config.prewarm:
         row: dict[str, Any] = {}
         for name, forecast in VARIANTS:
-            fixed = (("prewarm", "true" if prewarm else "false"),)
-            name_ = config.prescaler_side
-            side = _sides(config, sides=(name_,), forecaster=forecast,
-                          prescaler_fixed=fixed)[name_]  # fmt: skip
+            side = prescaler_variant(config, prewarm, forecast)
             label = f"pw{int(prewarm)}-fc-{name}"
             row[f"forecast-{name}"] = study_side(side, cell, f"{tag}-{label}")
         on = row["forecast-on"]["cost_at_target_usd"]

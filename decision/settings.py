@@ -115,6 +115,11 @@ class ScalerSettings:
     on each side, so an event that came later yesterday than it comes today
     still wakes the fleet a lead time ahead. Half an hour covers a session
     people start at about the same time; 0 reads the window itself."""
+    seasonal_size_wander_seconds: float = 0.0
+    """When above ``seasonal_wander_seconds``: an event the days' hours say
+    is due is sized for at least the days' peaks over the window widened by
+    this much on each side, not only that hour's (``decision.seasonal``).
+    Headroom for sessions whose size is drawn afresh each day; 0 is off."""
     min_replicas: int = 0
     max_replicas: int = 100
     """Bounds of the answer; defaults are KEDA's minReplicaCount/maxReplicaCount."""
@@ -361,6 +366,10 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "seasonalWanderSeconds": (
         "seasonal_wander_seconds",
         lambda k, v: _num(k, v, lo=0, hi=21_600),
+    ),
+    "seasonalSizeWanderSeconds": (
+        "seasonal_size_wander_seconds",
+        lambda k, v: _num(k, v, lo=0, hi=43_200),
     ),
     "minReplicas": ("min_replicas", lambda k, v: _int(k, v, lo=0)),
     "maxReplicas": ("max_replicas", lambda k, v: _int(k, v, lo=1)),

@@ -57,6 +57,7 @@ from decision.prediction import (
     run_prediction,
 )
 from decision.reading import Reading, known_rate
+from decision.seasonal import DAY_S, SeasonalWindows, seasonal_peak
 from decision.settings import ScalerSettings
 from decision.tracker_data import (
     MIN_FIT_BINS,
@@ -90,7 +91,6 @@ SEASONAL_SIGNAL = "seasonal_peak_requests_per_s"
 LEAD_SAMPLES = 256
 """Measured pod starts kept for ``leadTimeSeconds: auto``."""
 
-DAY_S = 86_400.0
 SEASONAL_SMOOTH_S = 60.0
 """The recent days' peaks are of one-minute means: a single 15-s bin's
 Poisson noise would pass for a level half again as high."""
@@ -100,6 +100,11 @@ def _in_process(method: str) -> ForecasterBackend:
     from forecasting import make_forecaster
 
     return make_forecaster(method)
+
+
+def _seasonal_reach_s(settings: ScalerSettings) -> float:
+    """How far before the oldest day's hour the days' peak reads."""
+    return max(settings.seasonal_wander_seconds, settings.seasonal_size_wander_seconds)
 
 
 def _nan(value: float | None) -> float:
@@ -200,7 +205,7 @@ class Tracker:
         history_bins = (
             self._fit_bins
             + math.ceil((refit + settings.scale_down_stabilization_seconds) / step)
-            + math.ceil(settings.seasonal_wander_seconds / step)
+            + math.ceil(_seasonal_reach_s(settings) / step)
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
@@ -231,7 +236,7 @@ class Tracker:
         self._configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
         self._measured_lead: tuple[tuple[float, ...], float | None] | None = None
         self._seasonal_cache: dict[
-            tuple[float, float, float, int, float, int], tuple[float | None, float | None]
+            tuple[float, float, float, int, float, float, int], tuple[float | None, float | None]
         ] = {}
 
     # ------------------------------------------------------------ read-only
@@ -527,34 +532,26 @@ class Tracker:
     def _seasonal(
         self, t: float, horizon_s: float, quantile: float
     ) -> tuple[float | None, float | None]:
-        """The ``quantile`` across the last ``seasonalPeakDays`` days (at most
-        the days the series holds) of each day's peak request rate, and of its
-        request count, over ``(t, t + horizon_s]`` at the same time of day,
-        widened by ``seasonalWanderSeconds`` on each side;
-        (None, None) when off or fewer than two days are held (one day is an
-        anecdote, not a daily pattern). Cached per horizon until a bin
-        closes: the policy asks at the lead time, pre-warming at the node's."""
-        days = min(self._settings.seasonal_peak_days, self._seasonal_days_held())
+        """:func:`decision.seasonal.seasonal_peak` over the last
+        ``seasonalPeakDays`` days (at most the days the series holds);
+        (None, None) when off or under two days. Cached per horizon until a
+        bin closes: the policy asks at the lead time, pre-warming at the node's."""
+        settings = self._settings
+        days = min(settings.seasonal_peak_days, self._seasonal_days_held())
         if days < 2:
             return None, None
         # a wander raised after the ring was sized reads only what it holds,
         # rather than a partial oldest day that would bias the quantile down
         spare_s = max(0.0, self._held_s() - days * DAY_S)
-        wander = min(self._settings.seasonal_wander_seconds, spare_s)
-        key = (t, horizon_s, quantile, days, wander, self.series.version)
+        wander = min(settings.seasonal_wander_seconds, spare_s)
+        size_wander = min(settings.seasonal_size_wander_seconds, spare_s)
+        key = (t, horizon_s, quantile, days, wander, size_wander, self.series.version)
         cached = self._seasonal_cache.get(key)
         if cached is not None:
             return cached
-        starts = [t - d * DAY_S - wander for d in range(1, days + 1)]
         smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
-        peaks, counts = self.series.window_stats(starts, horizon_s + 2 * wander, smooth)
-        held = np.isfinite(peaks)
-        value: tuple[float | None, float | None] = (None, None)
-        if int(held.sum()) >= 2:
-            value = (
-                float(np.quantile(peaks[held], quantile)),
-                float(np.quantile(counts[held], quantile)),
-            )
+        windows = SeasonalWindows(days, wander, size_wander, smooth)
+        value = seasonal_peak(self.series, t, horizon_s, quantile, windows)
         if len(self._seasonal_cache) >= 4:
             self._seasonal_cache.clear()
         self._seasonal_cache[key] = value

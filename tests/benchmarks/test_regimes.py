@@ -15,6 +15,7 @@ from benchmarks.regimes import (
     busier_tuning_part,
     focus_parts,
     markdown_table,
+    prescaler_variant,
     split_days,
     targets_met,
     write_regime_trace,
@@ -206,3 +207,31 @@ def test_a_busier_tuning_day_has_more_requests_on_the_same_span(
     assert len(busy) / len(plain) == pytest.approx(1.25, rel=0.03)
     with pytest.raises(ValueError, match="busier must be in"):
         SweepConfig(busier=-5.0)
+
+
+def test_held_keys_reach_every_prescaler_trial_and_are_not_searched() -> None:
+    config = SweepConfig(
+        regimes=("sparse-bursts",), leads_min=(15.0,),
+        prescaler_set=(("seasonalSizeWanderSeconds", "21600"),),
+    )  # fmt: skip
+    for forecast in ("auto", "off"):
+        side = prescaler_variant(config, False, forecast)
+        held = side.base.trigger.metadata
+        assert held["seasonalSizeWanderSeconds"] == "21600"
+        assert held["prewarm"] == "false"
+        assert "seasonalSizeWanderSeconds" not in {p.key for p in side.space}
+
+
+@pytest.mark.parametrize(
+    ("held", "match"),
+    [
+        ((("seasonalSizeWanderSeconds", "99999"),), "seasonalSizeWanderSeconds"),
+        ((("noSuchKey", "1"),), "noSuchKey"),
+        ((("prewarm", "true"),), "prewarm"),
+    ],
+)
+def test_a_held_key_the_trigger_refuses_is_refused_at_once(
+    held: tuple[tuple[str, str], ...], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        SweepConfig(prescaler_set=held)

@@ -45,7 +45,11 @@ reduced sweep on a shared machine and the full one elsewhere:
   HISTORY_DAYS=2``: the same five days, the tuning part the days 2 and 3);
 - ``PRESCALER_REGIMES_CAPACITY_ERROR`` (0): prescaler believes (1 + E) x
   each replica's capacity on every part (E < 0: headroom on the fleet it
-  sizes from demand); KEDA's sides ignore it.
+  sizes from demand); KEDA's sides ignore it;
+- ``PRESCALER_REGIMES_PRESCALER_SET`` (none): comma-separated ``KEY=VALUE``
+  trigger keys held on every prescaler trial, forecast on and off (a
+  default under test, e.g. ``seasonalSizeWanderSeconds=21600``); KEDA's
+  sides ignore them.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
@@ -99,7 +103,15 @@ def _config() -> SweepConfig:
         busier=float(os.environ.get("PRESCALER_REGIMES_BUSIER", "0")),
         days=int(os.environ.get("PRESCALER_REGIMES_TUNING_DAYS", "1")) + 1,
         capacity_error=float(os.environ.get("PRESCALER_REGIMES_CAPACITY_ERROR", "0")),
+        prescaler_set=tuple(_pair(x) for x in _list("PRESCALER_REGIMES_PRESCALER_SET", "")),
     )
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        pytest.fail(f"PRESCALER_REGIMES_PRESCALER_SET: {text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 def _seeds() -> list[int]:
