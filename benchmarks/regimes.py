@@ -186,8 +186,9 @@ class SweepConfig:
         if not 0.0 <= self.busier <= 100.0:
             raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
         held = dict(self.prescaler_set)
-        if "prewarm" in held:
-            raise ValueError("prescaler_set cannot hold prewarm: the sweep's prewarm sets it")
+        for key, knob in (("prewarm", "prewarm"), ("forecast", "forecast on/off variants")):
+            if key in held:
+                raise ValueError(f"prescaler_set cannot hold {key}: the sweep's {knob} set it")
         try:
             parse_settings({"prometheusAddress": "http://prometheus:9090", **held})
         except SettingsError as exc:

@@ -94,6 +94,11 @@ REASONS: tuple[str, ...] = (
 )
 
 
+WAKE_REQUESTS = 1.0
+"""Requests a forecast must expect over the horizon to wake a fleet at zero:
+below one, an upper band's tail is noise, not demand."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """Live fleet signals at ``time_s``; NaN means unknown.
@@ -268,7 +273,7 @@ def _forecast_expects_requests(forecast: DemandForecast | None, settings: Scaler
     # over it on recent days at these hours): below that, an upper band's
     # tail is noise, not demand (the median is the peak over the horizon,
     # so this is already generous to a short session).
-    return _finite(expected) and expected >= 1.0
+    return _finite(expected) and expected >= WAKE_REQUESTS
 
 
 def is_active(

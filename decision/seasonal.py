@@ -10,8 +10,9 @@ past day answer two questions:
   far the event moves from day to day). Its peaks, at ``quantile`` across
   the days, are the term.
 - *how big*: with ``size_wander_s`` above ``wander_s``, and when the
-  *when* window says an event is due (at least one request there, the
-  policy's wake bar, at the same quantile), the term is at least the ``quantile``
+  *when* window says an event is due (at least one request there at the
+  same quantile, the policy's wake bar: one stray request is not a
+  session), the term is at least the ``quantile``
   across the days of each day's peak over the window widened by
   ``size_wander_s`` instead. Working sessions whose size is drawn afresh
   each day are as likely to be big at 14:00 as at 11:00: three days of one
@@ -21,17 +22,19 @@ past day answer two questions:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from decision.history import BinnedSeries
+from decision.policy import WAKE_REQUESTS
+from decision.settings import ScalerSettings
+
+log = logging.getLogger(__name__)
 
 DAY_S = 86_400.0
-DUE_REQUESTS = 1.0
-"""Requests the *when* window must hold for an event to be due: one stray
-request on a past day does not make an hour a session's."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,10 @@ class SeasonalWindows:
     days: int
     """Past days read, at least two (one day is an anecdote, not a pattern)."""
     wander_s: float
+    """Half the widening of the *when* window."""
     size_wander_s: float
-    """0, or at most ``wander_s``: the *when* window also sizes."""
+    """Half the widening of the *how big* window; at most ``wander_s``
+    (0 included) turns it off."""
     smooth_bins: int
     """Bins each peak is a mean over (one bin's noise is not a level)."""
 
@@ -59,20 +64,114 @@ def seasonal_peak(
 ) -> tuple[float | None, float | None]:
     """(peak request rate, request count) the past days show over
     ``(t, t + horizon_s]`` at the same time of day, each the ``quantile``
-    across the days; (None, None) when fewer than two days hold any of it."""
+    across the days; the peak raised to the days' peaks over the size
+    window when an event is due (the module's docstring); (None, None) when
+    fewer than two days hold any of it."""
     offsets = [d * DAY_S for d in range(1, windows.days + 1)]
-    when: Sequence[float] = [t - o - windows.wander_s for o in offsets]
+    when = [t - o - windows.wander_s for o in offsets]
     peaks, counts = series.window_stats(when, horizon_s + 2 * windows.wander_s, windows.smooth_bins)
     peak = _quantile_held(peaks, quantile)
     count = _quantile_held(counts, quantile)
     if peak is None or count is None:
         return None, None
-    if windows.size_wander_s > windows.wander_s and count >= DUE_REQUESTS:
-        wide = [t - o - windows.size_wander_s for o in offsets]
-        sizes, _ = series.window_stats(
-            wide, horizon_s + 2 * windows.size_wander_s, windows.smooth_bins
-        )
+    # no wider than a day: adjacent days' windows must not share a session
+    reach = min(windows.size_wander_s, max(0.0, (DAY_S - horizon_s) / 2))
+    if reach > windows.wander_s and count >= WAKE_REQUESTS:
+        wide = [t - o - reach for o in offsets]
+        sizes, _ = series.window_stats(wide, horizon_s + 2 * reach, windows.smooth_bins)
         size = _quantile_held(sizes, quantile)
         if size is not None:
             peak = max(peak, size)
     return peak, count
+
+
+SMOOTH_S = 60.0
+"""The days' peaks are of one-minute means: a single 15-s bin's Poisson
+noise would pass for a level half again as high."""
+
+
+def reach_s(settings: ScalerSettings) -> float:
+    """How far before the oldest day's hour the days' peak reads."""
+    return max(settings.seasonal_wander_seconds, settings.seasonal_size_wander_seconds)
+
+
+def reach_bins(settings: ScalerSettings, step_s: float) -> tuple[int, int]:
+    """(bins of the wander, further bins of the size window) a tracker's ring
+    holds before its oldest day."""
+    wander = math.ceil(settings.seasonal_wander_seconds / step_s)
+    return wander, math.ceil(reach_s(settings) / step_s) - wander
+
+
+class SeasonalReader:
+    """The days' peak over one tracker's series: which days its ring holds,
+    what to say when the settings ask for more, and a small cache (the
+    policy asks at the lead time, pre-warming at the node's, every refresh;
+    the answer changes only when a bin closes)."""
+
+    def __init__(self, series: BinnedSeries, size_bins: int, name: str) -> None:
+        self._series = series
+        self._size_bins = size_bins
+        self._name = name
+        self._cache: dict[tuple[float, ...], tuple[float | None, float | None]] = {}
+
+    @property
+    def days_held(self) -> int:
+        """Whole days the ring spans besides the size window's reach: the
+        most ``seasonalPeakDays`` can use (the ring also holds the oldest
+        day's wander and size window)."""
+        series = self._series
+        return math.floor((series.capacity - self._size_bins) * series.step_s / DAY_S)
+
+    def _spare_s(self, days: int) -> float:
+        """Seconds the ring holds before the oldest of ``days`` days."""
+        return max(0.0, self._series.capacity * self._series.step_s - days * DAY_S)
+
+    def warn_days(self, settings: ScalerSettings) -> None:
+        """Say, when set, that ``seasonalPeakDays`` asks for more days than
+        the fit window keeps: the peak uses the days held, and is off under two."""
+        asked, held = settings.seasonal_peak_days, self.days_held
+        if asked <= held:
+            return
+        uses = f"uses the {held} held" if held >= 2 else "is off (it needs two days)"
+        log.warning(
+            "%s: seasonalPeakDays %d asks for more days than the tracker keeps "
+            "(%d, the fit window); the days' peak %s",
+            self._name, asked, held, uses,
+        )  # fmt: skip
+
+    def warn_changes(self, old: ScalerSettings, new: ScalerSettings) -> None:
+        """Say what a settings change cannot do on a ring already sized."""
+        if new.seasonal_peak_days != old.seasonal_peak_days:
+            self.warn_days(new)
+        if reach_s(new) > reach_s(old):
+            log.warning(
+                "%s: seasonalWanderSeconds/seasonalSizeWanderSeconds raised to %g s; "
+                "this tracker's history reaches %g s before its oldest day, so the "
+                "days' peak reads that much until the scaler restarts",
+                self._name, reach_s(new), self._spare_s(self.days_held),
+            )  # fmt: skip
+
+    def peak(
+        self, settings: ScalerSettings, t: float, horizon_s: float, quantile: float
+    ) -> tuple[float | None, float | None]:
+        """:func:`seasonal_peak` over the last ``seasonalPeakDays`` days (at
+        most the days held); (None, None) when off or under two days."""
+        days = min(settings.seasonal_peak_days, self.days_held)
+        if days < 2:
+            return None, None
+        # a wander raised after the ring was sized reads only what it holds,
+        # rather than a partial oldest day that would bias the quantile down
+        spare_s = self._spare_s(days)
+        wander = min(settings.seasonal_wander_seconds, spare_s)
+        size_wander = min(settings.seasonal_size_wander_seconds, spare_s)
+        key = (t, horizon_s, quantile, days, wander, size_wander, self._series.version)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        smooth = max(1, round(SMOOTH_S / self._series.step_s))
+        windows = SeasonalWindows(days, wander, size_wander, smooth)
+        value = seasonal_peak(self._series, t, horizon_s, quantile, windows)
+        if len(self._cache) >= 4:
+            self._cache.clear()
+        self._cache[key] = value
+        return value

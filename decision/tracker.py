@@ -57,7 +57,7 @@ from decision.prediction import (
     run_prediction,
 )
 from decision.reading import Reading, known_rate
-from decision.seasonal import DAY_S, SeasonalWindows, seasonal_peak
+from decision.seasonal import SeasonalReader, reach_bins
 from decision.settings import ScalerSettings
 from decision.tracker_data import (
     MIN_FIT_BINS,
@@ -91,20 +91,11 @@ SEASONAL_SIGNAL = "seasonal_peak_requests_per_s"
 LEAD_SAMPLES = 256
 """Measured pod starts kept for ``leadTimeSeconds: auto``."""
 
-SEASONAL_SMOOTH_S = 60.0
-"""The recent days' peaks are of one-minute means: a single 15-s bin's
-Poisson noise would pass for a level half again as high."""
-
 
 def _in_process(method: str) -> ForecasterBackend:
     from forecasting import make_forecaster
 
     return make_forecaster(method)
-
-
-def _seasonal_reach_s(settings: ScalerSettings) -> float:
-    """How far before the oldest day's hour the days' peak reads."""
-    return max(settings.seasonal_wander_seconds, settings.seasonal_size_wander_seconds)
 
 
 def _nan(value: float | None) -> float:
@@ -200,16 +191,19 @@ class Tracker:
         step, refit = config.step_s, config.refit_interval_s
         self._step_s = step
         self._fit_bins = config.fit_bins
-        # the fit window, the scale-in window, and the oldest day's wander
-        # before it, which the days' peak reads
+        # the fit window, the scale-in window, and how far before the oldest
+        # day the days' peak reads
+        wander_bins, size_bins = reach_bins(settings, step)
         history_bins = (
             self._fit_bins
             + math.ceil((refit + settings.scale_down_stabilization_seconds) / step)
-            + math.ceil(_seasonal_reach_s(settings) / step)
+            + wander_bins
+            + size_bins
             + 2
         )
         self.series = BinnedSeries(step, history_bins)
-        self._warn_seasonal_days(settings)
+        self._seasonal_reader = SeasonalReader(self.series, size_bins, f"{key[0]}/{key[1]}")
+        self._seasonal_reader.warn_days(settings)
         self.capacity_learner = SaturationCapacity(
             config.capacity_window_s, memory_s=config.fit_window_s
         )
@@ -235,9 +229,6 @@ class Tracker:
         # Caches of things that change only with the settings or new samples.
         self._configured_capacity: tuple[ScalerSettings, ReplicaCapacity] | None = None
         self._measured_lead: tuple[tuple[float, ...], float | None] | None = None
-        self._seasonal_cache: dict[
-            tuple[float, float, float, int, float, float, int], tuple[float | None, float | None]
-        ] = {}
 
     # ------------------------------------------------------------ read-only
     @property
@@ -280,32 +271,8 @@ class Tracker:
             self._forecaster = None
             self._fit_boundary_s = None
             self._prediction = None
-        if settings.seasonal_peak_days != self._settings.seasonal_peak_days:
-            self._warn_seasonal_days(settings)
+        self._seasonal_reader.warn_changes(self._settings, settings)
         self._settings = settings
-
-    def _held_s(self) -> float:
-        """Seconds of demand the series' ring spans."""
-        return self.series.capacity * self.series.step_s
-
-    def _seasonal_days_held(self) -> int:
-        """Whole days the series' ring spans: the most ``seasonalPeakDays`` can
-        use (the ring also holds the oldest day's ``seasonalWanderSeconds``)."""
-        return math.floor(self._held_s() / DAY_S)
-
-    def _warn_seasonal_days(self, settings: ScalerSettings) -> None:
-        """Say once, when set, that ``seasonalPeakDays`` asks for more days
-        than the fit window keeps: the peak uses the days held, and is off
-        under two."""
-        asked, held = settings.seasonal_peak_days, self._seasonal_days_held()
-        if asked <= held:
-            return
-        uses = f"uses the {held} held" if held >= 2 else "is off (it needs two days)"
-        log.warning(
-            "%s/%s: seasonalPeakDays %d asks for more days than the tracker keeps "
-            "(%d, the fit window); the days' peak %s",
-            self.key[0], self.key[1], asked, held, uses,
-        )  # fmt: skip
 
     def load_history(
         self,
@@ -515,7 +482,9 @@ class Tracker:
         upper = float(np.max(p.upper[first : last + 1]))
         median = float(np.max(p.median[first : last + 1]))
         per_request = self.series.tokens_per_request(self._fit_bins)
-        seasonal, seasonal_requests = self._seasonal(t, horizon_s, p.quantile)
+        seasonal, seasonal_requests = self._seasonal_reader.peak(
+            self._settings, t, horizon_s, p.quantile
+        )
         return DemandForecast(
             horizon_s=horizon_s,
             quantile=p.quantile,
@@ -528,34 +497,6 @@ class Tracker:
             ),
             seasonal_requests=seasonal_requests,
         )
-
-    def _seasonal(
-        self, t: float, horizon_s: float, quantile: float
-    ) -> tuple[float | None, float | None]:
-        """:func:`decision.seasonal.seasonal_peak` over the last
-        ``seasonalPeakDays`` days (at most the days the series holds);
-        (None, None) when off or under two days. Cached per horizon until a
-        bin closes: the policy asks at the lead time, pre-warming at the node's."""
-        settings = self._settings
-        days = min(settings.seasonal_peak_days, self._seasonal_days_held())
-        if days < 2:
-            return None, None
-        # a wander raised after the ring was sized reads only what it holds,
-        # rather than a partial oldest day that would bias the quantile down
-        spare_s = max(0.0, self._held_s() - days * DAY_S)
-        wander = min(settings.seasonal_wander_seconds, spare_s)
-        size_wander = min(settings.seasonal_size_wander_seconds, spare_s)
-        key = (t, horizon_s, quantile, days, wander, size_wander, self.series.version)
-        cached = self._seasonal_cache.get(key)
-        if cached is not None:
-            return cached
-        smooth = max(1, round(SEASONAL_SMOOTH_S / self._step_s))
-        windows = SeasonalWindows(days, wander, size_wander, smooth)
-        value = seasonal_peak(self.series, t, horizon_s, quantile, windows)
-        if len(self._seasonal_cache) >= 4:
-            self._seasonal_cache.clear()
-        self._seasonal_cache[key] = value
-        return value
 
     def _unless_vanished(self, t: float, obs: Observation | None) -> Observation | None:
         """An empty fleet right after a serving one is an outage until proven otherwise.

@@ -212,14 +212,19 @@ def test_a_busier_tuning_day_has_more_requests_on_the_same_span(
 def test_held_keys_reach_every_prescaler_trial_and_are_not_searched() -> None:
     config = SweepConfig(
         regimes=("sparse-bursts",), leads_min=(15.0,),
-        prescaler_set=(("seasonalSizeWanderSeconds", "21600"),),
+        prescaler_set=(("seasonalSizeWanderSeconds", "21600"), ("seasonalWanderSeconds", "2700")),
     )  # fmt: skip
+    searched = {p.key for p in prescaler_variant(SweepConfig(), False, "auto").space}
+    assert "seasonalWanderSeconds" in searched
     for forecast in ("auto", "off"):
         side = prescaler_variant(config, False, forecast)
         held = side.base.trigger.metadata
         assert held["seasonalSizeWanderSeconds"] == "21600"
-        assert held["prewarm"] == "false"
-        assert "seasonalSizeWanderSeconds" not in {p.key for p in side.space}
+        assert (held["seasonalWanderSeconds"], held["prewarm"]) == ("2700", "false")
+        assert held["forecast"] == forecast
+        assert not {"seasonalWanderSeconds", "seasonalSizeWanderSeconds"} & {
+            p.key for p in side.space
+        }
 
 
 @pytest.mark.parametrize(
@@ -228,6 +233,7 @@ def test_held_keys_reach_every_prescaler_trial_and_are_not_searched() -> None:
         ((("seasonalSizeWanderSeconds", "99999"),), "seasonalSizeWanderSeconds"),
         ((("noSuchKey", "1"),), "noSuchKey"),
         ((("prewarm", "true"),), "prewarm"),
+        ((("forecast", "off"),), "forecast"),
     ],
 )
 def test_a_held_key_the_trigger_refuses_is_refused_at_once(

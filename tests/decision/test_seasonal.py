@@ -106,6 +106,9 @@ def test_the_key_is_parsed_and_bounded() -> None:
     assert parse_settings(base).seasonal_size_wander_seconds == 0.0
     got = parse_settings({**base, "seasonalSizeWanderSeconds": "21600"})
     assert got.seasonal_size_wander_seconds == 21600.0
+    assert parse_settings(
+        {**base, "seasonalSizeWanderSeconds": "43200"}
+    ).seasonal_size_wander_seconds
     with pytest.raises(SettingsError, match="seasonalSizeWanderSeconds"):
         parse_settings({**base, "seasonalSizeWanderSeconds": "50000"})
 

@@ -106,9 +106,12 @@ def test_a_window_peak_lies_between_the_window_bins_min_and_max(
     assert float(s.window_peaks([start], width, 1)[0]) == pytest.approx(inside.max())
 
 
-def _tracker(days_setting: str, config: TrackerConfig | None = None, wander: str = "0") -> Tracker:
+def _tracker(
+    days_setting: str, config: TrackerConfig | None = None, wander: str = "0", size: str = "0"
+) -> Tracker:
     meta = {
         "seasonalWanderSeconds": wander,
+        "seasonalSizeWanderSeconds": size,
         "prometheusAddress": "http://prom:9090",
         "minReplicas": "0",
         "maxReplicas": "16",
@@ -278,7 +281,7 @@ def test_days_beyond_the_fit_window_are_said_and_not_used(
 ) -> None:
     """A one-day fit window keeps one day: seasonalPeakDays 3 is logged as
     asking too much, and the days' peak is off rather than quietly partial."""
-    with caplog.at_level("WARNING", logger="decision.tracker"):
+    with caplog.at_level("WARNING", logger="decision.seasonal"):
         tracker = _tracker("3", TrackerConfig(fit_window_s=DAY))
     assert "seasonalPeakDays 3 asks for more days" in caplog.text
     assert "is off" in caplog.text
@@ -299,3 +302,69 @@ def test_the_days_peak_only_adds_to_the_forecast() -> None:
     nan = float("nan")
     blind = DemandForecast(900.0, 0.9, nan, nan, None, 2.0, None, 3.0)
     assert blind.planned_requests_per_s == 2.0 and blind.expected_requests == 3.0
+
+
+def test_a_due_session_is_sized_from_the_wider_stretch_of_the_day() -> None:
+    """A 09:00 session at 3 req/s and a 14:00 one at 1 req/s on each of
+    three days: at 13:50 the 14:00 session is due, and with a six-hour size
+    window it is sized for the morning's 3 req/s (two replicas at 1.5 each,
+    not one); the request count, what wakes the fleet, stays the hour's."""
+    times, rate = _event_days(3)
+    afternoon = (times % DAY > 14 * 3600.0) & (times % DAY <= 14 * 3600.0 + 1800.0)
+    rate = np.where(afternoon, 1.0, rate)
+    t = 3 * DAY + 13 * 3600.0 + 50 * 60.0
+    hour = _forecast_at(_tracker("3", wander="1800"), times, rate, t)
+    wide_tracker = _tracker("3", wander="1800", size="21600")
+    wide = _forecast_at(wide_tracker, times, rate, t)
+    assert hour.seasonal_requests_per_s == pytest.approx(1.0)
+    assert wide.seasonal_requests_per_s == pytest.approx(3.0)
+    assert wide.seasonal_requests == pytest.approx(hour.seasonal_requests)
+    capacity = ReplicaCapacity(requests_per_s=1.5)
+    at_zero = Observation(time_s=t, **AT_ZERO)  # type: ignore[arg-type]
+    assert decide(at_zero, wide, wide_tracker.settings, [], capacity).replicas == 2
+    # at 11:30 nothing is due within the half-hour wander: the size window adds nothing
+    idle = _forecast_at(
+        _tracker("3", wander="1800", size="21600"), times, rate, 3 * DAY + 11.5 * 3600.0
+    )
+    assert idle.seasonal_requests_per_s == 0.0
+
+
+def test_the_size_windows_reach_does_not_count_as_a_day_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 2.5-day fit window keeps two days; the ring grown by twelve hours
+    for the size window still counts two (counted whole, it would pass for
+    three), so the shortfall of days is still said, and the two days are
+    read through their full wander."""
+    config = TrackerConfig(fit_window_s=2.5 * DAY)
+    with caplog.at_level("WARNING", logger="decision.seasonal"):
+        wide = _tracker("3", config, wander="1800", size="43200")
+    assert "seasonalPeakDays 3 asks for more days" in caplog.text
+    assert "uses the 2 held" in caplog.text
+    times, rate = _event_days(3, shifts_s=(1500.0,))
+    t = 3 * DAY + 8 * 3600.0 + 50 * 60.0
+    # sessions 25 minutes late: read only through the full half-hour wander
+    assert _forecast_at(wide, times, rate, t).seasonal_requests_per_s == pytest.approx(3.0)
+
+
+def test_raising_the_reach_on_a_running_tracker_is_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The ring is sized when the tracker is made: a size window raised later
+    reads what the ring holds, and the log says so."""
+    tracker = _tracker("3", wander="1800")
+    raised = parse_settings({**_meta_of(tracker), "seasonalSizeWanderSeconds": "21600"})
+    with caplog.at_level("WARNING", logger="decision.seasonal"):
+        tracker.update_settings(raised)
+    assert "until the scaler restarts" in caplog.text
+    assert tracker.settings.seasonal_size_wander_seconds == 21600.0
+
+
+def _meta_of(tracker: Tracker) -> dict[str, str]:
+    s = tracker.settings
+    return {
+        "prometheusAddress": "http://prom:9090",
+        "seasonalWanderSeconds": str(s.seasonal_wander_seconds),
+        "seasonalPeakDays": str(s.seasonal_peak_days),
+        "leadTimeSeconds": "900",
+    }
