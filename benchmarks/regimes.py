@@ -285,6 +285,12 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
+def keda_sides(config: SweepConfig) -> dict[str, Side]:
+    """The KEDA sides a cell tunes, by name: none when none is asked for
+    (``make_sides`` reads no names as its own defaults)."""
+    return _sides(config, sides=config.keda_sides) if config.keda_sides else {}
+
+
 def prescaler_variant(config: SweepConfig, prewarm: bool, forecast: str) -> Side:
     """The prescaler side one cell column tunes: ``forecast`` and
     ``prewarm`` held, with the sweep's held keys (``prescaler_set``)."""
@@ -341,10 +347,7 @@ def run_cell(
         + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
     )  # fmt: skip
     t0 = time.perf_counter()
-    keda = {
-        name: study_side(side, cell, tag)
-        for name, side in _sides(config, sides=config.keda_sides).items()
-    }
+    keda = {name: study_side(side, cell, tag) for name, side in keda_sides(config).items()}
     met = {n: v["cost_at_target_usd"] for n, v in keda.items() if v["cost_at_target_usd"]}
     best_name = min(met, key=lambda n: met[n]) if met else None
     best_keda = met[best_name] if best_name else None

@@ -14,6 +14,7 @@ from benchmarks.regimes import (
     build_cell,
     busier_tuning_part,
     focus_parts,
+    keda_sides,
     markdown_table,
     prescaler_variant,
     split_days,
@@ -241,3 +242,11 @@ def test_a_held_key_the_trigger_refuses_is_refused_at_once(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         SweepConfig(prescaler_set=held)
+
+
+def test_a_sweep_asked_for_no_keda_side_tunes_none() -> None:
+    """An empty ``PRESCALER_REGIMES_KEDA`` reruns prescaler's columns alone
+    (KEDA's read nothing prescaler's held keys change)."""
+    assert keda_sides(SweepConfig(keda_sides=())) == {}
+    named = keda_sides(SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway")))
+    assert sorted(named) == ["keda-gateway", "keda-queue-kv"]

@@ -11,7 +11,8 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES`` (all): comma-separated regime names;
 - ``PRESCALER_REGIMES_LEADS`` (2.5,5,10,15): lead times in minutes;
 - ``PRESCALER_REGIMES_PREWARM`` (on,off);
-- ``PRESCALER_REGIMES_KEDA`` (every KEDA side): comma-separated side names;
+- ``PRESCALER_REGIMES_KEDA`` (every KEDA side): comma-separated side names
+  (set but empty: none, to rerun prescaler's columns alone);
 - ``PRESCALER_REGIMES_FOCUS`` (0): 1 keeps only each regime's focus hours
   of each day (6 of 24), four times cheaper;
 - ``PRESCALER_REGIMES_JOBS`` (2): cells run at once;
