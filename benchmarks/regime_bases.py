@@ -104,7 +104,7 @@ def score_bases(
     cells = cells if cells is not None else regime_cells(regime, config, directory)
     out: list[BaseScore] = []
     for lead, cell in cells.items():
-        for side in _sides(sides):
+        for side in _sides(sides, lead):
             so = apply_setting(side.base, setting, side.manifest) if setting else side.base
             tuning = score(so, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
             held = score(so, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
@@ -126,7 +126,7 @@ def tune_sides(
     at every lead: (side, lead, the sweep's row for it)."""
     out: list[tuple[str, float, dict[str, Any]]] = []
     for lead, cell in cells.items():
-        for side in _sides(sides):
+        for side in _sides(sides, lead):
             tag = (
                 f"probe-{regime}-{lead:g}-t{trials}-m{cell.config.margin:g}-b{cell.config.busier:g}"
             )
@@ -163,9 +163,10 @@ def _at(counts: Sequence[int], hour: int) -> int:
     return counts[hour] if hour < len(counts) else 0
 
 
-def _sides(names: Sequence[str]) -> tuple[Side, ...]:
-    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(names))
-    return make_sides(request, PROFILE, SimInputs().max_replicas)
+def _sides(names: Sequence[str], lead_min: float = 2.5) -> tuple[Side, ...]:
+    inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
+    request = TuneRequest(trace=None, profile=PROFILE, sides=tuple(names), inputs=inputs)
+    return make_sides(request, PROFILE, inputs.max_replicas)
 
 
 def markdown(rows: Sequence[BaseScore]) -> str:

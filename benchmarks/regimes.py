@@ -291,12 +291,17 @@ def keda_sides(config: SweepConfig) -> dict[str, Side]:
     return _sides(config, sides=config.keda_sides) if config.keda_sides else {}
 
 
-def prescaler_variant(config: SweepConfig, prewarm: bool, forecast: str) -> Side:
+def prescaler_variant(
+    config: SweepConfig, prewarm: bool, forecast: str, lead_min: float = 2.5
+) -> Side:
     """The prescaler side one cell column tunes: ``forecast`` and
-    ``prewarm`` held, with the sweep's held keys (``prescaler_set``)."""
+    ``prewarm`` held, with the sweep's held keys (``prescaler_set``), told
+    the cell's cold start (the floor of a searched fixed lead time)."""
     fixed = (("prewarm", "true" if prewarm else "false"), *config.prescaler_set)
     name = config.prescaler_side
-    return _sides(config, sides=(name,), forecaster=forecast, prescaler_fixed=fixed)[name]
+    inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
+    sides = _sides(config, sides=(name,), forecaster=forecast, prescaler_fixed=fixed, inputs=inputs)
+    return sides[name]
 
 
 def build_cell(
@@ -366,7 +371,7 @@ def run_cell(
     for prewarm in config.prewarm:
         row: dict[str, Any] = {}
         for name, forecast in VARIANTS:
-            side = prescaler_variant(config, prewarm, forecast)
+            side = prescaler_variant(config, prewarm, forecast, lead_min)
             label = f"pw{int(prewarm)}-fc-{name}"
             row[f"forecast-{name}"] = study_side(side, cell, f"{tag}-{label}")
         on = row["forecast-on"]["cost_at_target_usd"]

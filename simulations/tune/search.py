@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from decision.settings import parse_settings
+from decision.settings import ScalerSettings, parse_settings
 from engine.profiles import get_profile
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
@@ -70,6 +70,7 @@ __all__ = [
     "search_reactive",
     "slice_workload",
     "split_workload",
+    "timing_floors",
 ]
 
 
@@ -123,6 +124,40 @@ far either side of the lead-time window to read them, whether to
 forecast at all, the lead time, how slowly
 to scale in, the floor, and node pre-warming. ``minReplicas`` is capped at
 ``maxReplicas`` by :func:`sample_metadata`."""
+
+WANDER_KEY = "seasonalWanderSeconds"
+FIXED_LEAD_KEY = f"{LEAD_MODE}:fixed"
+
+
+def timing_floors(
+    space: tuple[Param, ...], settings: ScalerSettings, start_s: float
+) -> tuple[Param, ...]:
+    """``space`` with the timing keys searched only wider than written: the
+    wander from the trigger's own (its default when unwritten), a fixed lead
+    time from the longer of the written one and the fleet's stated cold start
+    ``start_s``, up to the space's top or twice the floor, whichever is
+    higher. One tuning day shows what a narrower window saves on that day,
+    not how far the next day's sessions move nor how long its pods take, so
+    narrowing is left to whoever writes the trigger. A key whose floor leaves
+    no room is dropped (held as written)."""
+    floors = {
+        WANDER_KEY: settings.seasonal_wander_seconds,
+        FIXED_LEAD_KEY: max(settings.lead_time_seconds or 0.0, start_s),
+    }
+    out: list[Param] = []
+    for p in space:
+        floor = floors.get(p.key)
+        if floor is None or floor <= p.low:
+            out.append(p)
+            continue
+        step = p.step or 1.0
+        low = p.low + step * math.ceil((floor - p.low) / step)
+        top = max(p.high, 2 * low) if p.key == FIXED_LEAD_KEY else p.high
+        high = low + step * math.floor((top - low) / step)
+        if high > low:
+            out.append(replace(p, low=low, high=high))
+    return tuple(out)
+
 
 REACTIVE_THRESHOLDS: tuple[float, ...] = (
     0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0,

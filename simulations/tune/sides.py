@@ -58,7 +58,13 @@ from simulations.tune.manifest import (
     manifest_of,
     triggers_of,
 )
-from simulations.tune.search import PREDICTIVE_SPACE, Param, apply_metadata, default_bases
+from simulations.tune.search import (
+    PREDICTIVE_SPACE,
+    Param,
+    apply_metadata,
+    default_bases,
+    timing_floors,
+)
 
 if TYPE_CHECKING:
     from simulations.tune.run import TuneRequest
@@ -67,6 +73,7 @@ __all__ = [
     "DEFAULT_SIDES",
     "SIDES",
     "Side",
+    "cold_start_s",
     "cron_manifest",
     "gateway_manifest",
     "make_sides",
@@ -151,6 +158,11 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
         g_space = _without(g_space, fixed)
     if p_base.trigger.settings is not None and p_base.trigger.settings.gateway_rate_query:
         p_space = _from_zero(p_space)
+    start_s = cold_start_s(request, profile)
+    p_settings, g_settings = p_base.trigger.settings, g_base.trigger.settings
+    assert p_settings is not None and g_settings is not None, "prescaler's trigger is parsed"
+    p_space = timing_floors(p_space, p_settings, start_s)
+    g_space = timing_floors(g_space, g_settings, start_s)
     settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
@@ -218,6 +230,17 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     if unknown:
         raise ValueError(f"unknown side(s) {', '.join(unknown)} (known: {', '.join(SIDES)})")
     return tuple(s for s in sides if s.name in wanted)
+
+
+def cold_start_s(request: TuneRequest, profile: str) -> float:
+    """The replica cold start the run is told (``--lead-time-preset`` and the
+    phase flags, else the profile's): the floor of a searched fixed lead time."""
+    from engine.profiles import get_profile
+    from simulations.sim_inputs import SimInputs
+
+    prof = get_profile(profile)
+    startup = (request.inputs or SimInputs()).startup(prof) or prof.startup
+    return float(startup.total_s)
 
 
 def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param, ...]:

@@ -228,6 +228,15 @@ def test_held_keys_reach_every_prescaler_trial_and_are_not_searched() -> None:
         }
 
 
+def test_each_cell_searches_a_fixed_lead_time_from_its_own_cold_start() -> None:
+    """At 15 minutes a study cannot plan two minutes ahead of a 15-minute
+    start (a tuning day that rewards it says nothing of the next)."""
+    for lead, floor in ((2.5, 150), (15.0, 900)):
+        side = prescaler_variant(SweepConfig(), False, "auto", lead)
+        fixed = next(p for p in side.space if p.key == "leadTimeSeconds:fixed")
+        assert (fixed.low, fixed.high) == (floor, max(900, 2 * floor))
+
+
 @pytest.mark.parametrize(
     ("held", "match"),
     [

@@ -16,7 +16,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decision.settings import parse_settings
+from decision.settings import ScalerSettings, parse_settings
 from simulations.backfill import DemandHistory
 from simulations.scaledobject import seeds_reactive
 from simulations.simulation import SimConfig
@@ -24,6 +24,7 @@ from simulations.traffic import Workload, synthetic_workload
 from simulations.tune.cli import EXIT_SLO_UNMET, main
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
+    Param,
     apply_metadata,
     default_bases,
     format_value,
@@ -31,6 +32,7 @@ from simulations.tune.search import (
     reactive_with_threshold,
     sample_metadata,
     split_workload,
+    timing_floors,
 )
 from simulations.tune.study import TuneContext, run_study
 
@@ -65,6 +67,76 @@ def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
             assert "nodeLeadTimeSeconds" not in so.trigger.metadata
         else:
             assert "nodeLeadTimeSeconds" in meta
+        study.tell(trial, 1.0)
+
+
+def _by_key(space: tuple[Param, ...]) -> dict[str, Param]:
+    return {p.key: p for p in space}
+
+
+def _written(**keys: str) -> ScalerSettings:
+    """The shipped trigger's settings with ``keys`` written over it."""
+    base, _ = default_bases(PROFILE, 10)
+    return parse_settings({**base.trigger.metadata, **keys})
+
+
+def test_timing_is_searched_only_wider_than_written() -> None:
+    """The wander from the trigger's own (default 1800 s), a fixed lead time
+    from the fleet's stated cold start, up to twice it; the other keys as
+    they were."""
+    floored = _by_key(timing_floors(PREDICTIVE_SPACE, _written(), 900.0))
+    wander, lead = floored["seasonalWanderSeconds"], floored["leadTimeSeconds:fixed"]
+    assert (wander.low, wander.high) == (1800, 3600)
+    assert (lead.low, lead.high) == (900, 1800)
+    untouched = {k: p for k, p in _by_key(PREDICTIVE_SPACE).items() if k not in floored or
+                 k not in ("seasonalWanderSeconds", "leadTimeSeconds:fixed")}  # fmt: skip
+    assert all(floored[k] == p for k, p in untouched.items())
+    short = _by_key(timing_floors(PREDICTIVE_SPACE, _written(), 150.0))["leadTimeSeconds:fixed"]
+    assert (short.low, short.high) == (150, 900)  # the shipped top still reached
+
+
+@pytest.mark.parametrize(
+    ("written", "wander", "lead"),
+    [
+        ({"seasonalWanderSeconds": "600"}, (600, 3600), (150, 900)),
+        ({"seasonalWanderSeconds": "1000"}, (1200, 3600), (150, 900)),  # up to the grid
+        ({"seasonalWanderSeconds": "3600"}, None, (150, 900)),  # held as written
+        ({"leadTimeSeconds": "400"}, (1800, 3600), (405, 900)),
+        ({"leadTimeSeconds": "auto"}, (1800, 3600), (150, 900)),
+    ],
+)
+def test_the_floors_follow_what_the_trigger_says(
+    written: dict[str, str],
+    wander: tuple[float, float] | None,
+    lead: tuple[float, float],
+) -> None:
+    floored = _by_key(timing_floors(PREDICTIVE_SPACE, _written(**written), 150.0))
+    got = floored.get("seasonalWanderSeconds")
+    assert (None if got is None else (got.low, got.high)) == wander
+    fixed = floored["leadTimeSeconds:fixed"]
+    assert (fixed.low, fixed.high) == lead
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    wander=st.integers(0, 4000),
+    start=st.floats(30.0, 2000.0, allow_nan=False),
+    seed=st.integers(0, 2**16),
+)
+def test_no_sampled_setting_narrows_the_timing(wander: int, start: float, seed: int) -> None:
+    """Whatever the sampler picks from the floored space, the wander is at
+    least the written one and a fixed lead time at least the cold start."""
+    base, _ = default_bases(PROFILE, 10)
+    written = {**base.trigger.metadata, "seasonalWanderSeconds": str(wander)}
+    space = timing_floors(PREDICTIVE_SPACE, parse_settings(written), start)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    for _ in range(5):
+        trial = study.ask()
+        settings_ = parse_settings(apply_metadata(base, {**written, **sample_metadata(
+            trial, space, 10)}).trigger.metadata)  # fmt: skip
+        assert settings_.seasonal_wander_seconds >= wander
+        if settings_.lead_time_seconds is not None:
+            assert settings_.lead_time_seconds >= start
         study.tell(trial, 1.0)
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from simulations.cron import parse_cron
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
 from simulations.tune.manifest import (
@@ -171,6 +172,23 @@ def test_prescaler_keys_held_fixed_leave_the_space() -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     assert "nodeLeadTimeSeconds" in sample_metadata(study.ask(), on.space, 10)
     assert manifest_of(on.base)["spec"]["triggers"][0]["metadata"]["prewarm"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("preset", "floor"), [(None, 150), ("8b-uncached-image", 600), ("70b-uncached", 900)]
+)
+def test_both_prescaler_sides_search_a_fixed_lead_time_from_the_stated_cold_start(
+    preset: str | None, floor: int
+) -> None:
+    """The cold start the run is told (``--lead-time-preset``, else the
+    profile's) is the floor of a fixed lead time; the written wander (1800 s)
+    is the floor of the searched one."""
+    inputs = SimInputs(lead_time_preset=preset)
+    sides = _sides(sides=("prescaler", "prescaler-gateway"), inputs=inputs)
+    for side in sides.values():
+        by_key = {p.key: p for p in side.space}
+        assert by_key["leadTimeSeconds:fixed"].low == floor
+        assert by_key["seasonalWanderSeconds"].low == 1800
 
 
 def test_cooldown_is_searched_only_where_the_floor_can_be_zero() -> None:
