@@ -5,7 +5,9 @@ The stack runs the simulator's own KEDA (``simulations.keda``), HPA
 trigger's value, the replicas' timing and the requests are real processes
 (``prescaler serve``, ``prescaler emulate``, Prometheus, HTTP). If the
 simulator models what those processes do, the two agree: the Deployment's
-replica timeline, the scaler's answer and TTFT p50 / p99 within 15 %. The
+replica timeline, the scaler's answer and TTFT p50 / p99 within 15 % (the
+latencies also within twice the scheduling delay the run measures, see
+:func:`allowed`). The
 KEDA and HPA rules themselves follow kedacore/keda
 ``pkg/scaling/executor/scale_scaledobjects.go`` and kubernetes/kubernetes
 ``pkg/controller/podautoscaler/horizontal.go``.
@@ -72,12 +74,37 @@ def _parity(
     return out
 
 
+LATENCIES = ("ttft_p50_s", "ttft_p99_s")
+"""Figures a live request's path adds the machine's scheduling delay to."""
+
+
+def allowed(result: dict[str, Any], key: str) -> float:
+    """The relative difference ``key`` may show: :data:`TOLERANCE`, and for a
+    latency also twice the delay this run measured in its own load generator
+    (``loadgen_lag_p99_s``, trace seconds), over the simulated value. A first
+    token waits for two processes to get a core (the emulator streaming it,
+    the client reading it), and at ``--speed K`` each wall second of that wait
+    is K trace seconds: on a busy machine the live side is slower by what the
+    machine adds, which the run measures rather than the test assuming an
+    idle machine."""
+    if key not in LATENCIES:
+        return TOLERANCE
+    lag = result.get("loadgen_lag_p99_s") or 0.0
+    sim = result["sim"][key]
+    return TOLERANCE + 2.0 * lag / max(abs(sim), 1e-3)
+
+
 def _check(result: dict[str, Any], keys: tuple[str, ...]) -> None:
     diff = result["difference"]
-    bad = {k: diff[k] for k in keys if diff[k] is None or diff[k] > TOLERANCE}
+    bad = {
+        k: (diff[k], round(allowed(result, k), 3))
+        for k in keys
+        if diff[k] is None or diff[k] > allowed(result, k)
+    }
     assert not bad, (
         f"{result['policy']} at x{result['speed']:g}: live vs simulated differ by more than "
-        f"{TOLERANCE:.0%}: {bad}; live {result['live']}, sim {result['sim']}; "
+        f"allowed ((difference, allowed) {bad}; load generator lag p99 "
+        f"{result['loadgen_lag_p99_s']} s); live {result['live']}, sim {result['sim']}; "
         f"logs and Prometheus data: {result['workdir']}"
     )
 
@@ -102,7 +129,10 @@ def test_live_matches_simulated(policy: str, tmp_path: Path) -> None:
         keep=tmp_path / "stack",
         rate_window_s=SHORT_RATE_WINDOW_S[policy],
     )
-    print(f"\n{policy} live vs simulated, relative differences: {result['difference']}")
+    print(
+        f"\n{policy} live vs simulated, relative differences: {result['difference']}; "
+        f"load generator lag p99 {result['loadgen_lag_p99_s']} s"
+    )
     _check(result, ("spec_timeline", "ttft_p50_s", "ttft_p99_s"))
 
 
