@@ -70,7 +70,7 @@ from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score, slo_ceiling, split_workload
 from simulations.tune.sides import Side, make_sides
-from simulations.tune.study import TuneContext, run_study
+from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
 __all__ = [
     "KEDA_SIDES",
@@ -226,9 +226,12 @@ def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
         history=cell.histories[0], day_targets=cell.day_targets,
     )  # fmt: skip
+    # the space in the fingerprint: a rerun into storage holding a study
+    # over another space is refused rather than joined
+    fingerprint = f"{tag}-{study_fingerprint({'space': repr(side.space)})}"
     study = run_study(
         ctx, storage=cell.storage, study_name=f"{tag}-{side.name}",
-        n_trials=cell.config.trials, jobs=1, fingerprint=tag,
+        n_trials=cell.config.trials, jobs=1, fingerprint=fingerprint,
     )  # fmt: skip
     row: dict[str, Any] = {
         "trials": len(study.trials),

@@ -80,17 +80,18 @@ LATENCIES = ("ttft_p50_s", "ttft_p99_s")
 
 def allowed(result: dict[str, Any], key: str) -> float:
     """The relative difference ``key`` may show: :data:`TOLERANCE`, and for a
-    latency also twice the delay this run measured in its own load generator
-    (``loadgen_lag_p99_s``, trace seconds), over the simulated value. A first
-    token waits for two processes to get a core (the emulator streaming it,
-    the client reading it), and at ``--speed K`` each wall second of that wait
-    is K trace seconds: on a busy machine the live side is slower by what the
-    machine adds, which the run measures rather than the test assuming an
-    idle machine."""
-    if key not in LATENCIES:
+    latency on which the live side is the slower also twice the delay this
+    run measured in its own load generator (``loadgen_lag_p99_s``, trace
+    seconds), over the simulated value. A first token waits for two
+    processes to get a core (the emulator streaming it, the client reading
+    it), and at ``--speed K`` each wall second of that wait is K trace
+    seconds: on a busy machine the live side is slower by what the machine
+    adds, which the run measures rather than the test assuming an idle
+    machine. A live side faster than the simulator gets no such allowance."""
+    live, sim = result["live"][key], result["sim"][key]
+    if key not in LATENCIES or live is None or sim is None or live <= sim:
         return TOLERANCE
     lag = result.get("loadgen_lag_p99_s") or 0.0
-    sim = result["sim"][key]
     return TOLERANCE + 2.0 * lag / max(abs(sim), 1e-3)
 
 

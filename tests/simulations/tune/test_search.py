@@ -34,6 +34,7 @@ from simulations.tune.search import (
     split_workload,
     timing_floors,
 )
+from simulations.tune.seeding import seed_params
 from simulations.tune.study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -88,9 +89,10 @@ def test_timing_is_searched_only_wider_than_written() -> None:
     wander, lead = floored["seasonalWanderSeconds"], floored["leadTimeSeconds:fixed"]
     assert (wander.low, wander.high) == (1800, 3600)
     assert (lead.low, lead.high) == (900, 1800)
-    untouched = {k: p for k, p in _by_key(PREDICTIVE_SPACE).items() if k not in floored or
-                 k not in ("seasonalWanderSeconds", "leadTimeSeconds:fixed")}  # fmt: skip
-    assert all(floored[k] == p for k, p in untouched.items())
+    timing = ("seasonalWanderSeconds", "leadTimeSeconds:fixed")
+    for key, param in _by_key(PREDICTIVE_SPACE).items():
+        if key not in timing:
+            assert floored[key] == param
     short = _by_key(timing_floors(PREDICTIVE_SPACE, _written(), 150.0))["leadTimeSeconds:fixed"]
     assert (short.low, short.high) == (150, 900)  # the shipped top still reached
 
@@ -99,36 +101,72 @@ def test_timing_is_searched_only_wider_than_written() -> None:
     ("written", "wander", "lead"),
     [
         ({"seasonalWanderSeconds": "600"}, (600, 3600), (150, 900)),
-        ({"seasonalWanderSeconds": "1000"}, (1200, 3600), (150, 900)),  # up to the grid
+        ({"seasonalWanderSeconds": "1000"}, (1000, 3400), (150, 900)),  # the grid from 1000
+        ({"seasonalWanderSeconds": "0"}, (0, 3600), (150, 900)),
         ({"seasonalWanderSeconds": "3600"}, None, (150, 900)),  # held as written
-        ({"leadTimeSeconds": "400"}, (1800, 3600), (405, 900)),
+        ({"leadTimeSeconds": "400"}, (1800, 3600), (400, 895)),
+        ({"leadTimeSeconds": "120"}, (1800, 3600), (120, 900)),  # written below the start
         ({"leadTimeSeconds": "auto"}, (1800, 3600), (150, 900)),
+        ({"leadTimeSeconds": "86400"}, (1800, 3600), None),  # the parser's top: held
     ],
 )
 def test_the_floors_follow_what_the_trigger_says(
     written: dict[str, str],
     wander: tuple[float, float] | None,
-    lead: tuple[float, float],
+    lead: tuple[float, float] | None,
 ) -> None:
     floored = _by_key(timing_floors(PREDICTIVE_SPACE, _written(**written), 150.0))
     got = floored.get("seasonalWanderSeconds")
     assert (None if got is None else (got.low, got.high)) == wander
-    fixed = floored["leadTimeSeconds:fixed"]
-    assert (fixed.low, fixed.high) == lead
+    fixed = floored.get("leadTimeSeconds:fixed")
+    assert (None if fixed is None else (fixed.low, fixed.high)) == lead
+    # the mode is searched exactly when a fixed value is there to pick
+    assert ("leadTimeSeconds" in floored) == (fixed is not None)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"seasonalWanderSeconds": "1000", "leadTimeSeconds": "400"},
+        {"seasonalWanderSeconds": "2700", "leadTimeSeconds": "120"},
+        {"seasonalWanderSeconds": "1800", "leadTimeSeconds": "auto"},
+    ],
+)
+def test_the_trigger_as_written_is_the_first_trial(written: dict[str, str]) -> None:
+    """The floored grid starts at the written value, so the study's first
+    trial reproduces the trigger as written rather than leaving its timing
+    to the sampler."""
+    base, _ = default_bases(PROFILE, 10)
+    base = apply_metadata(base, written)
+    space = timing_floors(PREDICTIVE_SPACE, parse_settings(base.trigger.metadata), 150.0)
+    seed = seed_params(base, space, 10)
+    assert seed is not None
+    assert seed["seasonalWanderSeconds"] == int(written["seasonalWanderSeconds"])
+    if written["leadTimeSeconds"] == "auto":
+        assert seed["leadTimeSeconds"] == "auto"
+    else:
+        assert seed["leadTimeSeconds"] == "fixed"
+        assert seed["leadTimeSeconds:fixed"] == int(written["leadTimeSeconds"])
 
 
 @settings(max_examples=25, deadline=None)
 @given(
     wander=st.integers(0, 4000),
+    lead=st.one_of(st.just("auto"), st.integers(0, 2000).map(str)),
     start=st.floats(30.0, 2000.0, allow_nan=False),
     seed=st.integers(0, 2**16),
 )
-def test_no_sampled_setting_narrows_the_timing(wander: int, start: float, seed: int) -> None:
+def test_no_sampled_setting_narrows_the_timing(
+    wander: int, lead: str, start: float, seed: int
+) -> None:
     """Whatever the sampler picks from the floored space, the wander is at
-    least the written one and a fixed lead time at least the cold start."""
+    least the written one and a fixed lead time at least the written one,
+    or with ``auto`` the cold start."""
     base, _ = default_bases(PROFILE, 10)
     written = {**base.trigger.metadata, "seasonalWanderSeconds": str(wander)}
+    written["leadTimeSeconds"] = lead
     space = timing_floors(PREDICTIVE_SPACE, parse_settings(written), start)
+    floor = start if lead == "auto" else float(lead)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     for _ in range(5):
         trial = study.ask()
@@ -136,7 +174,7 @@ def test_no_sampled_setting_narrows_the_timing(wander: int, start: float, seed: 
             trial, space, 10)}).trigger.metadata)  # fmt: skip
         assert settings_.seasonal_wander_seconds >= wander
         if settings_.lead_time_seconds is not None:
-            assert settings_.lead_time_seconds >= start
+            assert settings_.lead_time_seconds >= floor
         study.tell(trial, 1.0)
 
 
