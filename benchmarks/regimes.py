@@ -606,7 +606,12 @@ def plot_sweep(doc: Mapping[str, Any], path: Path) -> None:
         ax.set_xlabel("replica lead time (min)")
         ax.set_ylabel("cost ratio: prescaler tuned / best tuned KEDA")
         ax.set_title(label)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=7)
+        else:  # no ratio to draw: say why rather than leave an empty panel
+            ax.text(0.5, 0.5, "no ratio: no tuned KEDA side met the held-back target\n"
+                    "(or none was tuned)", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9)  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -16,6 +16,7 @@ from benchmarks.regimes import (
     focus_parts,
     keda_sides,
     markdown_table,
+    plot_sweep,
     prescaler_variant,
     split_days,
     targets_met,
@@ -51,6 +52,19 @@ def _doc(lead: float, keda: float | None, on: float | None, off: float | None) -
         "config": {"keda_sides": ["keda-gateway"]},
         "regimes": {"business-hours": {"cells": [cell]}},
     }
+
+
+@pytest.mark.parametrize(
+    ("keda", "on", "off"), [(10.0, 7.0, 9.0), (None, 7.0, None), (None, None, None)]
+)
+def test_the_plot_is_drawn_when_no_keda_side_met_the_target(
+    keda: float | None, on: float | None, off: float | None, tmp_path: Path
+) -> None:
+    """A seed on which every tuned KEDA side missed (so no ratio exists) still
+    gets its plot (warnings are errors here: an empty legend was one)."""
+    path = tmp_path / "regimes.png"
+    plot_sweep(_doc(15.0, keda=keda, on=on, off=off), path)
+    assert path.read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_cell_much_cheaper_with_the_forecast_at_a_long_lead_meets_both_targets() -> None:
