@@ -55,6 +55,7 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 for label, row in cell["prescaler"].items():
                     cells.setdefault(f"{where}, {label}", []).append({
                         "seed": seed,
+                        "keda_sides": sorted(cell["keda"]),
                         "best_keda_side": cell["best_keda_side"],
                         "best_keda_cost_usd": cell["best_keda_cost_usd"],
                         "forecast_on_cost_usd": row["forecast-on"]["cost_at_target_usd"],
@@ -95,7 +96,9 @@ def markdown_seeds(doc: Mapping[str, Any]) -> str:
     for name, rows in summary["cells"].items():
         for r in rows:
             keda = cost_text(r["best_keda_cost_usd"])
-            if r["best_keda_side"]:
+            if not r.get("keda_sides", True):  # none tuned (older documents: unknown)
+                keda = "not tuned"
+            elif r["best_keda_side"]:
                 keda += f" ({r['best_keda_side']})"
             lines.append(
                 f"| {name} | {r['seed']} | {keda} | {cost_text(r['forecast_on_cost_usd'])} "
@@ -107,9 +110,11 @@ def markdown_seeds(doc: Mapping[str, Any]) -> str:
     for side, seeds in summary["held_out_seeds"].items():
         lines.append(f"| {side} | {len(seeds)} of {n} ({', '.join(map(str, seeds)) or 'none'}) |")
     targets = summary["targets"]
+    tuned = any(r.get("keda_sides", True) for rows in summary["cells"].values() for r in rows)
+    verdict = "yes" if targets["never_worse_every_seed"] else "no"
     lines += [
         "",
-        f"Never worse under every seed: {'yes' if targets['never_worse_every_seed'] else 'no'}"
+        f"Never worse under every seed: {verdict if tuned else 'not judged (no KEDA side tuned)'}"
         + (f" (worse: {'; '.join(targets['worse_cells'])})" if targets["worse_cells"] else ""),
         "Much better under every seed: "
         + ("; ".join(targets["somewhere_much_better_every_seed"]) or "nowhere"),

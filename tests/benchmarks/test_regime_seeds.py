@@ -87,6 +87,21 @@ def test_the_table_has_a_row_per_seed_and_the_hold_out_counts() -> None:
     assert lines[-1] == "Much better under every seed: nowhere"
 
 
+def test_a_sweep_of_prescaler_alone_says_keda_was_not_tuned() -> None:
+    """Rerunning prescaler's columns without KEDA sides is not a KEDA miss,
+    and no never-worse verdict is drawn from it."""
+    docs = [_sweep(s, keda=None, on=7.0, off=9.0) for s in (0, 1)]
+    for doc in docs:
+        cell = doc["regimes"]["sparse-bursts"]["cells"][0]
+        cell["keda"] = {}
+        doc["config"]["keda_sides"] = []
+    lines = markdown_seeds({"seeds": [0, 1], "summary": seeds_summary(docs)}).splitlines()
+    assert lines[2] == (
+        "| sparse-bursts @ 15 min, prewarm-off | 0 | not tuned | $7.00 | $9.00 | - | 0.78x |"
+    )
+    assert "Never worse under every seed: not judged (no KEDA side tuned)" in lines
+
+
 @pytest.mark.parametrize("seeds", [[], [1, 1]], ids=["none", "repeated"])
 def test_seeds_must_be_distinct(seeds: list[int], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="seeds must be distinct"):
