@@ -163,7 +163,6 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     assert p_settings is not None and g_settings is not None, "prescaler's trigger is parsed"
     p_space = timing_floors(p_space, p_settings, start_s)
     g_space = timing_floors(g_space, g_settings, start_s)
-    settings_max = p_base.trigger.settings.max_replicas if p_base.trigger.settings else bound
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
         Side(
@@ -172,7 +171,7 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             p_base,
             p_doc,
             (*p_space, *BEHAVIOR_SPACE),
-            min(bound, settings_max),
+            min(bound, p_settings.max_replicas),
         ),
         Side(
             "keda-queue",
@@ -214,7 +213,6 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             bound,
         )
     )
-    g_max = g_base.trigger.settings.max_replicas if g_base.trigger.settings else bound
     sides.append(
         Side(
             "prescaler-gateway",
@@ -222,7 +220,7 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             g_base,
             g_doc,
             (*g_space, *BEHAVIOR_SPACE),
-            min(bound, g_max),
+            min(bound, g_settings.max_replicas),
         )
     )
     wanted = request.sides or DEFAULT_SIDES
