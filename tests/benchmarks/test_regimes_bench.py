@@ -50,7 +50,12 @@ reduced sweep on a shared machine and the full one elsewhere:
 - ``PRESCALER_REGIMES_PRESCALER_SET`` (none): comma-separated ``KEY=VALUE``
   trigger keys held on every prescaler trial, forecast on and off (a
   default under test, e.g. ``seasonalSizeWanderSeconds=21600``); KEDA's
-  sides ignore them.
+  sides ignore them;
+- ``PRESCALER_REGIMES_DIR`` (the test's temporary directory): where the
+  regimes' traces and the studies' SQLite storage go. A later run given the
+  same directory joins the studies it finds finished (the same side, space,
+  grid point and budget) and only scores them, so a sweep can add sides
+  (prescaler's alone first, the KEDA sides later) without repeating trials.
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
@@ -126,14 +131,15 @@ def test_regime_sweep(tmp_path: Path) -> None:
     config = _config()
     seeds = _seeds()
     RESULTS.mkdir(exist_ok=True)
+    directory = Path(os.environ.get("PRESCALER_REGIMES_DIR") or tmp_path)
     if len(seeds) > 1:
-        many = run_seeds(config, seeds, tmp_path)
+        many = run_seeds(config, seeds, directory)
         (RESULTS / "regimes-seeds.json").write_text(json.dumps(many, indent=2) + "\n")
         (RESULTS / "regimes-seeds.md").write_text(markdown_seeds(many))
         docs = many["sweeps"]
         assert [d["config"]["seed"] for d in docs] == seeds
     else:
-        docs = [run_sweep(dataclasses.replace(config, seed=seeds[0]), tmp_path)]
+        docs = [run_sweep(dataclasses.replace(config, seed=seeds[0]), directory)]
     doc = docs[0]
     (RESULTS / "regimes.json").write_text(json.dumps(doc, indent=2) + "\n")
     plot_sweep(doc, RESULTS / "regimes.png")
