@@ -226,9 +226,11 @@ def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
         history=cell.histories[0], day_targets=cell.day_targets,
     )  # fmt: skip
-    # the space in the fingerprint: a rerun into storage holding a study
-    # over another space is refused rather than joined
-    fingerprint = f"{tag}-{study_fingerprint({'space': repr(side.space)})}"
+    # the space and the manifest in the fingerprint: a rerun into storage
+    # holding a study over another space or from another ScaledObject as
+    # written (a cron window written at other hours) is refused, not joined
+    who = {"space": repr(side.space), "manifest": side.manifest}
+    fingerprint = f"{tag}-{study_fingerprint(who)}"
     study = run_study(
         ctx, storage=cell.storage, study_name=f"{tag}-{side.name}",
         n_trials=cell.config.trials, jobs=1, fingerprint=fingerprint,
@@ -288,10 +290,33 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
-def keda_sides(config: SweepConfig) -> dict[str, Side]:
+def keda_sides(config: SweepConfig, regime: str, lead_min: float) -> dict[str, Side]:
     """The KEDA sides a cell tunes, by name: none when none is asked for
-    (``make_sides`` reads no names as its own defaults)."""
-    return _sides(config, sides=config.keda_sides) if config.keda_sides else {}
+    (``make_sides`` reads no names as its own defaults); the cron side
+    written with the regime's hours (:func:`cron_window`)."""
+    if not config.keda_sides:
+        return {}
+    return _sides(
+        config, sides=config.keda_sides, cron_window=cron_window(regime, lead_min, config.focus)
+    )
+
+
+CRON_GRID_MIN = 15
+"""The cron window's start is searched on the quarter hour
+(:func:`simulations.tune.manifest.cron_space`), so it is written on one."""
+
+
+def cron_window(regime: str, lead_min: float, focus: bool = False) -> tuple[int, int]:
+    """(start, end) minutes of the day of the cron window a team writes for
+    ``regime``: the hours it knows its traffic comes in
+    (:attr:`simulations.regimes.Regime.hours`), opened one replica lead time
+    early, on the quarter hour at or before, as a team that knows its cold
+    start opens it. In the parts' clock: a focus part's t = 0 is its first
+    hour, read as midnight."""
+    first, last = REGIMES[regime].hours
+    shift = REGIMES[regime].focus[0] * 60 if focus else 0
+    start = math.floor((first - lead_min) / CRON_GRID_MIN) * CRON_GRID_MIN
+    return (start - shift) % 1440, (last - shift) % 1440
 
 
 def prescaler_variant(
@@ -355,7 +380,8 @@ def run_cell(
         + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
     )  # fmt: skip
     t0 = time.perf_counter()
-    keda = {name: study_side(side, cell, tag) for name, side in keda_sides(config).items()}
+    sides = keda_sides(config, regime, lead_min)
+    keda = {name: study_side(side, cell, tag) for name, side in sides.items()}
     met = {n: v["cost_at_target_usd"] for n, v in keda.items() if v["cost_at_target_usd"]}
     best_name = min(met, key=lambda n: met[n]) if met else None
     best_keda = met[best_name] if best_name else None

@@ -50,6 +50,10 @@ class Regime:
     """(first hour, hours): the part of the day around what makes the regime,
     for a sweep that cannot afford whole days (:func:`regime_counts`'s
     ``focus``)."""
+    hours: tuple[int, int]
+    """(first, last) minute of the day the team knows its traffic comes
+    between, as it would write them in a KEDA ``cron`` window: the baseline a
+    forecast must beat knows the schedule as well as the team does."""
 
 
 def _minutes() -> np.ndarray:
@@ -106,6 +110,7 @@ REGIMES: dict[str, Regime] = {
         "at roughly the same hours, idle for hours between them (the case for scale to zero)",
         _sparse_bursts,
         (7, 6),
+        (8 * 60, 17 * 60 + 30),  # before the earliest first session (08:10), the last's latest end
     ),
     "business-hours": Regime(
         "business-hours",
@@ -113,6 +118,7 @@ REGIMES: dict[str, Regime] = {
         "starts within minutes of 09:00, a lunch dip, gone by 19:00",
         _business_hours,
         (6, 6),
+        (9 * 60, 19 * 60),
     ),
     "scheduled-batch": Regime(
         "scheduled-batch",
@@ -120,6 +126,7 @@ REGIMES: dict[str, Regime] = {
         "refresh) that a scheduler starts at 02:00 and that goes through the online endpoint",
         _scheduled_batch,
         (0, 6),
+        (2 * 60, 3 * 60),
     ),
     "daily-cycle": Regime(
         "daily-cycle",
@@ -127,6 +134,7 @@ REGIMES: dict[str, Regime] = {
         "already follow well",
         _daily_cycle,
         (12, 6),
+        (12 * 60, 24 * 60),  # the half of the day above the mean
     ),
 }
 """The regimes, by name."""

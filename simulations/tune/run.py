@@ -133,6 +133,11 @@ class TuneRequest:
     prescaler_fixed: tuple[tuple[str, str], ...] = ()
     """Prescaler trigger keys held at a value rather than searched, e.g.
     ``(("prewarm", "false"),)``; ``forecaster`` is one more."""
+    cron_window: tuple[int, int] | None = None
+    """(start, end) minutes of the day, UTC, the ``keda-queue-kv-cron``
+    side's window is written with: the hours the team knows its ramp comes
+    in, so the baseline starts where its engineer would; None: 08:00 -
+    18:00."""
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ floor of 0 among nine) is rarely drawn there: a study of 100 trials missed a
 setting one threshold step from the user's own that met the target. So a
 fresh study is seeded with the user's ScaledObject as written
 (:func:`seed_params`) and then with settings one step either way on each knob
-that sizes the fleet (:func:`neighbour_params`): the floor first, then each
-trigger's target, so the search always knows the ground next to what is
-deployed.
+that sizes the fleet (:func:`neighbour_params`): the floor first, then a cron
+window's replicas, then each trigger's target, so the search always knows
+the ground next to what is deployed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from simulations.tune.search import FLOOR_KEYS, LEAD_MODE, Param, format_value, 
 
 __all__ = ["NEIGHBOUR_SHARE", "neighbour_params", "seed_params", "sizing_keys"]
 
+_WINDOW_REPLICAS_KEY = re.compile(r"^triggers\.\d+\.desiredReplicas$")
+"""A cron trigger's replicas: a floor inside its window."""
 _TARGET_KEY = re.compile(r"^(targetWaitingPerReplica|targetKvCacheUsage|triggers\.\d+\.threshold)$")
 """Per-replica targets: prescaler's queue and KV-cache terms, each KEDA
 trigger's ``threshold`` (a cron trigger has none)."""
@@ -80,10 +82,13 @@ def seed_params(
 
 def sizing_keys(space: Sequence[Param]) -> list[str]:
     """The searched keys that size the fleet, in seeding order: the floor,
-    then the per-replica targets in the space's order."""
+    each cron window's replicas (the floor inside the window, so a cron
+    side knows the ground next to its window as the other sides know theirs
+    next to their floor), then the per-replica targets in the space's order."""
     floors = [p.key for p in space if p.key in FLOOR_KEYS]
+    windows = [p.key for p in space if _WINDOW_REPLICAS_KEY.match(p.key)]
     targets = [p.key for p in space if _TARGET_KEY.match(p.key)]
-    return floors + targets
+    return floors + windows + targets
 
 
 def neighbour_params(

@@ -18,8 +18,9 @@ written into) and the knobs searched. The family:
   the same knobs over each of its triggers.
 - ``keda-queue-kv-cron`` (asked for by name): the queue and KV-cache
   triggers plus a ``cron`` trigger holding a replica count through a daily
-  window, what a team does for a ramp it knows the hour of; the window's
-  start, length and replicas are searched with the rest.
+  window, what a team does for a ramp it knows the hour of; written with
+  the hours the request names (``cron_window``, else 08:00 - 18:00), its
+  start, length and replicas searched with the rest.
 - ``keda-gateway`` (asked for by name): scale to zero the way the KEDA HTTP
   add-on does it, on the request rate at the gateway in front of vLLM
   (``sum(rate(gateway_requests_total[1m]))``, 0.5 requests/s per replica),
@@ -196,7 +197,7 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     )
     if user is not None:
         sides.append(user)
-    cron_doc = cron_manifest(kv_doc)
+    cron_doc = cron_manifest(kv_doc, request.cron_window)
     sides.append(
         _keda_side(
             "keda-queue-kv-cron",
@@ -305,9 +306,21 @@ CRON_REPLICAS = "2"
 every day, a business day's hours (the search moves all three)."""
 
 
-def cron_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
+def cron_manifest(
+    queue_kv: Mapping[str, Any], window: tuple[int, int] | None = None
+) -> dict[str, Any]:
     """The queue and KV-cache ScaledObject with a daily cron window beside
-    them (the HPA takes the largest proposal, so the window is a floor)."""
+    them (the HPA takes the largest proposal, so the window is a floor):
+    ``window`` (start, end) in minutes of the day, UTC, the hours the team
+    knows its ramp comes in; None: :data:`CRON_START` to :data:`CRON_END`."""
+    start, end = CRON_START, CRON_END
+    if window is not None:
+        first, last = window
+        if not all(isinstance(m, int) and 0 <= m <= 1440 for m in window):
+            raise ValueError(f"cron_window: minutes of the day in [0, 1440], got {window!r}")
+        if first % 1440 == last % 1440:
+            raise ValueError(f"cron_window: a window cannot end where it starts, got {window!r}")
+        start, end = (f"{m % 60} {m % 1440 // 60} * * *" for m in (first, last))
     doc = copy.deepcopy(dict(queue_kv))
     doc["metadata"]["name"] = "vllm-queue-kv-cron"
     doc["spec"]["triggers"].append(
@@ -315,8 +328,8 @@ def cron_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
             "type": "cron",
             "metadata": {
                 "timezone": "UTC",
-                "start": CRON_START,
-                "end": CRON_END,
+                "start": start,
+                "end": end,
                 "desiredReplicas": CRON_REPLICAS,
             },
         }

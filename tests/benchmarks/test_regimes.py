@@ -13,6 +13,7 @@ from benchmarks.regimes import (
     SweepConfig,
     build_cell,
     busier_tuning_part,
+    cron_window,
     focus_parts,
     keda_sides,
     markdown_table,
@@ -270,6 +271,35 @@ def test_a_held_key_the_trigger_refuses_is_refused_at_once(
 def test_a_sweep_asked_for_no_keda_side_tunes_none() -> None:
     """An empty ``PRESCALER_REGIMES_KEDA`` reruns prescaler's columns alone
     (KEDA's read nothing prescaler's held keys change)."""
-    assert keda_sides(SweepConfig(keda_sides=())) == {}
-    named = keda_sides(SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway")))
+    assert keda_sides(SweepConfig(keda_sides=()), "sparse-bursts", 15.0) == {}
+    asked = SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway"))
+    named = keda_sides(asked, "sparse-bursts", 15.0)
     assert sorted(named) == ["keda-gateway", "keda-queue-kv"]
+
+
+@pytest.mark.parametrize(
+    ("regime", "lead", "focus", "window"),
+    [
+        # the batch at 02:00: opened 15 minutes early, closed at 03:00
+        ("scheduled-batch", 15.0, False, (105, 180)),
+        # 2.5 minutes early falls on the quarter hour before
+        ("business-hours", 2.5, False, (525, 1140)),
+        # a focus part's clock starts at its first hour (06:00)
+        ("business-hours", 10.0, True, (165, 780)),
+        # the daily cycle's window ends at midnight
+        ("daily-cycle", 5.0, False, (705, 0)),
+    ],
+)
+def test_the_cron_side_opens_its_window_one_lead_time_before_the_known_hours(
+    regime: str, lead: float, focus: bool, window: tuple[int, int]
+) -> None:
+    assert cron_window(regime, lead, focus) == window
+    sides = keda_sides(SweepConfig(keda_sides=("keda-queue-kv-cron",), focus=focus), regime, lead)
+    cron = sides["keda-queue-kv-cron"].base.triggers[-1]
+    assert cron.kind == "cron"
+    assert tuple(_minute_of_day(cron.metadata[k]) for k in ("start", "end")) == window
+
+
+def _minute_of_day(expr: str) -> int:
+    minute, hour = expr.split()[:2]
+    return int(hour) * 60 + int(minute)

@@ -83,6 +83,28 @@ def test_prescaler_neighbours_move_its_floor_and_targets_on_their_grids() -> Non
     assert neighbour_params(seed, PREDICTIVE_SPACE, 8, limit=0) == []
 
 
+def test_the_cron_side_knows_the_replicas_next_to_its_window() -> None:
+    """keda-queue-kv-cron as written (floor 1, 2 replicas in its window):
+    after the floor, its window's replicas move one either way, before the
+    triggers' targets; a study of 30 trials (limit 6) tries them."""
+    side = _all()["keda-queue-kv-cron"]
+    seed = _seed(side)
+    assert sizing_keys(side.space) == [
+        "spec.minReplicaCount",
+        "triggers.2.desiredReplicas",
+        "triggers.0.threshold",
+        "triggers.1.threshold",
+    ]
+    got = dict(neighbour_params(seed, side.space, 10, limit=6))
+    assert got["triggers.2.desiredReplicas-"] == {**seed, "triggers.2.desiredReplicas": 1}
+    assert got["triggers.2.desiredReplicas+"] == {**seed, "triggers.2.desiredReplicas": 3}
+    assert list(got)[:3] == [
+        "spec.minReplicaCount+",
+        "triggers.2.desiredReplicas-",
+        "triggers.2.desiredReplicas+",
+    ]
+
+
 def test_a_key_the_metadata_leaves_out_is_seeded_with_its_default() -> None:
     """A user's trigger without ``targetKvCacheUsage`` or
     ``seasonalWanderSeconds`` runs with their defaults (0.8, 1800 s): the

@@ -86,6 +86,25 @@ def test_every_sampled_cron_window_is_a_valid_window_of_the_picked_length(seed: 
     assert so.keda.max_replica_count == 10
 
 
+def test_the_cron_side_is_written_with_the_hours_it_is_told() -> None:
+    """``cron_window`` (minutes of the day) is the window as written, and so
+    the study's first trial: 01:45 to 03:00 for a nightly job, across
+    midnight too; a window that ends where it starts is refused."""
+    side = _sides(sides=("keda-queue-kv-cron",), cron_window=(105, 180))["keda-queue-kv-cron"]
+    cron = triggers_of(side.base)[2]
+    assert (cron.metadata["start"], cron.metadata["end"]) == ("45 1 * * *", "0 3 * * *")
+    knobs = {p.key: knob_value(side.manifest, p.key) for p in side.space if "." in p.key}
+    seed = seed_params(side.base, side.space, 10, knobs)
+    assert seed is not None
+    assert (seed["triggers.2.startMinuteOfDay"], seed["triggers.2.windowMinutes"]) == (105, 75)
+    late = _sides(sides=("keda-queue-kv-cron",), cron_window=(1380, 1440))["keda-queue-kv-cron"]
+    assert triggers_of(late.base)[2].metadata["end"] == "0 0 * * *"
+    with pytest.raises(ValueError, match=r"cron_window.*cannot end where it starts"):
+        _sides(sides=("keda-queue-kv-cron",), cron_window=(0, 1440))
+    with pytest.raises(ValueError, match=r"cron_window.*\[0, 1440\]"):
+        _sides(sides=("keda-queue-kv-cron",), cron_window=(-15, 60))
+
+
 def test_a_tuned_cron_window_keeps_the_days_it_was_written_for() -> None:
     """A weekday window moved to 07:45 stays a weekday window."""
     side = _all()["keda-queue-kv-cron"]
