@@ -22,6 +22,40 @@ from benchmarks.regimes import SweepConfig, cost_text, ratio_text, run_sweeps, t
 __all__ = ["markdown_seeds", "run_seeds", "seeds_summary"]
 
 
+def _forecaster_lines(cells: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """A table of the held-back cost each forecaster's tuned setting buys,
+    beside prescaler's own (on) and none (off), and its ratio to prescaler's;
+    nothing when the sweep tuned no further forecaster."""
+    found = (m for rows in cells.values() for r in rows for m in r.get("forecasters_cost_usd", {}))
+    methods = list(dict.fromkeys(found))
+    if not methods:
+        return []
+    head = [
+        "cell",
+        "seed",
+        "prescaler's (on)",
+        *methods,
+        "none (off)",
+        *(f"{m} / on" for m in methods),
+    ]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in cells.items():
+        for r in rows:
+            on, costs = r["forecast_on_cost_usd"], r.get("forecasters_cost_usd", {})
+            ratios = [
+                ratio_text(None if costs.get(m) is None or on is None else costs[m] / on)
+                for m in methods
+            ]
+            lines.append(
+                "| " + " | ".join([
+                    name, str(r["seed"]), cost_text(on),
+                    *(cost_text(costs.get(m)) for m in methods),
+                    cost_text(r["forecast_off_cost_usd"]), *ratios,
+                ]) + " |"
+            )  # fmt: skip
+    return lines
+
+
 def run_seeds(config: SweepConfig, seeds: Sequence[int], directory: Path) -> dict[str, Any]:
     """``config``'s sweep under each seed (``config.seed`` is replaced),
     each seed's traces and studies under ``directory/seed-N``: every seed's
@@ -62,8 +96,12 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         "forecast_off_cost_usd": row["forecast-off"]["cost_at_target_usd"],
                         "ratio_on_vs_best_keda": row["ratio_on_vs_best_keda"],
                         "ratio_forecast_on_vs_off": row["ratio_forecast_on_vs_off"],
+                        "forecasters_cost_usd": {
+                            v: row[f"forecast-{v}"]["cost_at_target_usd"]
+                            for v in _forecasters(row)
+                        },
                     })  # fmt: skip
-                    for v in ("on", "off"):
+                    for v in ("on", "off", *_forecasters(row)):
                         key = f"{where}: prescaler {label}, forecast {v}"
                         _count(held, key, row[f"forecast-{v}"], seed)
     much_better = [v["somewhere_much_better"]["cells"] for v in verdicts]
@@ -77,6 +115,16 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "somewhere_much_better_every_seed": common,
         },
     }
+
+
+def _forecasters(row: Mapping[str, Any]) -> list[str]:
+    """The further forecasters a prescaler row was tuned with
+    (:attr:`benchmarks.regimes.SweepConfig.forecasters`), in run order."""
+    return [
+        k.removeprefix("forecast-")
+        for k in row
+        if k.startswith("forecast-") and k not in ("forecast-on", "forecast-off")
+    ]
 
 
 def _count(held: dict[str, list[int]], key: str, row: Mapping[str, Any], seed: int) -> None:
@@ -106,6 +154,7 @@ def markdown_seeds(doc: Mapping[str, Any]) -> str:
                 f"| {ratio_text(r['ratio_on_vs_best_keda'])} "
                 f"| {ratio_text(r['ratio_forecast_on_vs_off'])} |"
             )
+    lines += _forecaster_lines(summary["cells"])
     lines += ["", "| side | seeds whose held-back target its chosen setting met |", "|---|---|"]
     for side, seeds in summary["held_out_seeds"].items():
         lines.append(f"| {side} | {len(seeds)} of {n} ({', '.join(map(str, seeds)) or 'none'}) |")

@@ -59,6 +59,8 @@ import numpy as np
 
 from decision.settings import SettingsError, parse_settings
 from engine.profiles import get_profile
+from forecasting import METHODS as FORECAST_METHODS
+from forecasting.baselines import BASELINES
 from simulations.backfill import DemandHistory
 from simulations.regimes import REGIMES, regime_counts
 from simulations.sim_inputs import SimInputs, WindowStart, window_start
@@ -158,6 +160,12 @@ class SweepConfig:
     """Trigger keys held at a value on every prescaler trial (forecast on
     and off alike), beside ``prewarm``: a default under test, which the
     tuner does not search. KEDA's sides ignore it."""
+    forecasters: tuple[str, ...] = ()
+    """Further forecasters, each tuned as one more prescaler variant beside
+    forecast on (``auto``) and off, to compare forecasters by the cost each
+    buys: a method of the trigger's ``forecast:`` key, or statsforecast's
+    ``sf_*`` (simulation only: the tracker forecasts with it, the key
+    stays ``auto``)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -185,6 +193,12 @@ class SweepConfig:
             raise ValueError(f"capacity_error must be > -1, got {self.capacity_error}")
         if not 0.0 <= self.busier <= 100.0:
             raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
+        known = (*FORECAST_METHODS, *BASELINES)
+        odd = [m for m in self.forecasters if m not in known]
+        if odd or len(set(self.forecasters)) != len(self.forecasters):
+            raise ValueError(
+                f"forecasters must be distinct, of {', '.join(known)}; got {list(self.forecasters)}"
+            )
         held = dict(self.prescaler_set)
         for key, knob in (("prewarm", "prewarm"), ("forecast", "forecast on/off variants")):
             if key in held:
@@ -216,15 +230,19 @@ def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Pat
     return path
 
 
-def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
+def study_side(
+    side: Side, cell: RegimeCell, tag: str, forecaster: str | None = None
+) -> dict[str, Any]:
     """Tune ``side`` on the first part (the same TPE, trials, seed and stop
     rules as ``prescaler tune``), then score its chosen setting on the held
-    back part: its cost there when it meets the held-back target, else None."""
+    back part: its cost there when it meets the held-back target, else None.
+    ``forecaster``: a statsforecast baseline prescaler's tracker forecasts
+    with, in every trial and on the held-back part."""
     bar = min(1.0, cell.targets[0] + cell.config.margin / 100.0)
     ctx = TuneContext(
         cell.tuning, PROFILE, cell.sim, side.base, bar, side.space,
         max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
-        history=cell.histories[0], day_targets=cell.day_targets,
+        history=cell.histories[0], day_targets=cell.day_targets, forecaster=forecaster,
     )  # fmt: skip
     # the space and the manifest in the fingerprint: a rerun into storage
     # holding a study over another space or from another ScaledObject as
@@ -246,7 +264,10 @@ def study_side(side: Side, cell: RegimeCell, tag: str) -> dict[str, Any]:
     if study.best is None:
         return row
     chosen = apply_setting(side.base, study.best.metadata, side.manifest)
-    held = score(chosen, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
+    held = score(
+        chosen, cell.held, PROFILE, cell.held_sim, history=cell.histories[1],
+        forecaster=forecaster,
+    )  # fmt: skip
     row["setting"] = dict(study.best.metadata)
     row["tuning"] = {"slo_attainment": study.best.attainment, "cost_usd": study.best.cost_usd}
     row["holdout"] = {"slo_attainment": held.attainment, "cost_usd": held.cost_usd}
@@ -403,6 +424,11 @@ def run_cell(
             side = prescaler_variant(config, prewarm, forecast, lead_min)
             label = f"pw{int(prewarm)}-fc-{name}"
             row[f"forecast-{name}"] = study_side(side, cell, f"{tag}-{label}")
+        for method in config.forecasters:
+            baseline = method if method in BASELINES else None
+            side = prescaler_variant(config, prewarm, "auto" if baseline else method, lead_min)
+            label = f"pw{int(prewarm)}-fc-{method}"
+            row[f"forecast-{method}"] = study_side(side, cell, f"{tag}-{label}", baseline)
         on = row["forecast-on"]["cost_at_target_usd"]
         off = row["forecast-off"]["cost_at_target_usd"]
         row["ratio_on_vs_best_keda"] = _ratio(on, best_keda)

@@ -363,6 +363,7 @@ def score(
     rungs: Sequence[tuple[float, float]] = (),
     check_s: float = 60.0,
     history: DemandHistory | None = None,
+    forecaster: str | None = None,
 ) -> Score:
     """One run of ``so`` over ``workload``: to the end, or stopped once its
     misses pass ``miss_budget`` or when ``stop`` gives a reason (checked every
@@ -370,7 +371,10 @@ def score(
     pairs from :func:`rung_times`). ``history`` is the demand before the
     workload (:mod:`simulations.backfill`), loaded into a prescaler trigger's
     tracker as the live scaler's backfill would be; other triggers keep no
-    history and ignore it.
+    history and ignore it. ``forecaster`` is a method the live trigger does
+    not offer (statsforecast's ``sf_*``), forecasting for a prescaler
+    trigger's tracker whatever its ``forecast:`` says (simulation only, to
+    compare forecasters by the cost each buys).
     The checks are events of their own on the run's queue: they consume no
     random draws and move no other event, so a run that is not stopped is the
     very run it would have been without them."""
@@ -378,7 +382,7 @@ def score(
         raise ValueError(f"check_s must be finite and > 0, got {check_s!r}")
     profile = get_profile(profile_name)
     kept = history if so.trigger.kind == "prescaler" else None
-    spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept)
+    spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept, forecaster=forecaster)
     sim = Simulation(
         workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget
     )

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.profiles import get_profile
+from forecasting.baselines import BASELINES
 from simulations.backfill import DemandHistory
 from simulations.forecast_memo import PROCESS_MEMO
 from simulations.scaledobject import ScaledObjectSpec
@@ -118,6 +119,10 @@ class TuneContext:
     """(start in the tuning part, attainment to meet) for each day a finished
     trial must meet on its own (:mod:`simulations.tune.each_day`), besides
     ``target`` over the whole part; empty: the whole part alone."""
+    forecaster: str | None = None
+    """A forecasting method the live trigger does not offer (statsforecast's
+    ``sf_*``) every trial's prescaler tracker forecasts with
+    (:func:`simulations.tune.search.score`); None: the trigger's own."""
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.slack < 1.0 and self.cost_slack >= 0.0):
@@ -129,6 +134,11 @@ class TuneContext:
             raise ValueError(f"day_targets must start at 0 and rise, got starts {starts}")
         if self.prune not in ("pace", "exact"):
             raise ValueError(f"prune is 'pace' or 'exact', got {self.prune!r}")
+        if self.forecaster is not None and self.forecaster not in BASELINES:
+            raise ValueError(
+                f"forecaster is one of {', '.join(BASELINES)} (the trigger's own methods are "
+                f"its forecast: key), got {self.forecaster!r}"
+            )
 
     def miss_budget(self) -> int:
         """Misses past which a trial cannot meet the target."""
@@ -222,7 +232,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         memo_before = PROCESS_MEMO.stats
         s = score(
             so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
-            stop=rules, rungs=rungs, history=ctx.history,
+            stop=rules, rungs=rungs, history=ctx.history, forecaster=ctx.forecaster,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
         # what the trial's forecasts took from earlier trials', and what the

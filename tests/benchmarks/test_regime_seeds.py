@@ -102,6 +102,29 @@ def test_a_sweep_of_prescaler_alone_says_keda_was_not_tuned() -> None:
     assert "Never worse under every seed: not judged (no KEDA side tuned)" in lines
 
 
+def test_further_forecasters_get_their_own_table_and_hold_out_counts() -> None:
+    """A sweep with ``forecasters`` compares each one's tuned cost with
+    prescaler's own (on) and none (off), seed by seed."""
+    docs = [_sweep(0, keda=10.0, on=8.0, off=9.0), _sweep(1, keda=10.0, on=7.0, off=9.5)]
+    for doc, cost in zip(docs, (6.0, None), strict=True):
+        row = doc["regimes"]["sparse-bursts"]["cells"][0]["prescaler"]["prewarm-off"]
+        row["forecast-sf_autoets"] = {"cost_at_target_usd": cost}
+    summary = seeds_summary(docs)
+    rows = summary["cells"]["sparse-bursts @ 15 min, prewarm-off"]
+    assert [r["forecasters_cost_usd"] for r in rows] == [{"sf_autoets": 6.0}, {"sf_autoets": None}]
+    assert summary["held_out_seeds"][
+        "sparse-bursts @ 15 min: prescaler prewarm-off, forecast sf_autoets"
+    ] == [0]
+    lines = markdown_seeds({"seeds": [0, 1], "summary": summary}).splitlines()
+    assert "| cell | seed | prescaler's (on) | sf_autoets | none (off) | sf_autoets / on |" in lines
+    assert "| sparse-bursts @ 15 min, prewarm-off | 0 | $8.00 | $6.00 | $9.00 | 0.75x |" in lines
+    assert "| sparse-bursts @ 15 min, prewarm-off | 1 | $7.00 | missed | $9.50 | - |" in lines
+    # without further forecasters there is no such table
+    assert "prescaler's (on)" not in markdown_seeds(
+        {"seeds": [0], "summary": seeds_summary([_sweep(0, keda=10.0, on=8.0, off=9.0)])}
+    )
+
+
 @pytest.mark.parametrize("seeds", [[], [1, 1]], ids=["none", "repeated"])
 def test_seeds_must_be_distinct(seeds: list[int], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="seeds must be distinct"):

@@ -171,6 +171,20 @@ def test_a_capacity_belief_reaches_both_parts_runs(tmp_path: Path) -> None:
         SweepConfig(capacity_error=-1.0)
 
 
+@pytest.mark.parametrize(
+    "forecasters", [("seasonal_naive", "seasonal_naive"), ("prophet",), ("auto",)]
+)
+def test_a_further_forecaster_must_be_one_the_simulator_runs(
+    forecasters: tuple[str, ...],
+) -> None:
+    with pytest.raises(ValueError, match="forecasters must be distinct"):
+        SweepConfig(forecasters=forecasters)
+    assert SweepConfig(forecasters=("seasonal_naive", "sf_autoets")).forecasters == (
+        "seasonal_naive",
+        "sf_autoets",
+    )
+
+
 def test_a_focus_sweep_joins_focus_hours_only_without_history() -> None:
     with pytest.raises(ValueError, match="history_days"):
         SweepConfig(history_days=-1)

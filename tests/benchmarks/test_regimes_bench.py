@@ -51,6 +51,11 @@ reduced sweep on a shared machine and the full one elsewhere:
   trigger keys held on every prescaler trial, forecast on and off (a
   default under test, e.g. ``seasonalSizeWanderSeconds=21600``); KEDA's
   sides ignore them;
+- ``PRESCALER_REGIMES_FORECASTERS`` (none): comma-separated further
+  forecasters, each tuned as one more prescaler variant beside forecast on
+  and off (a ``forecast:`` method such as ``seasonal_naive``, or
+  statsforecast's ``sf_autoets`` and the other ``sf_*``, simulation only);
+  ``regimes-seeds.md`` then compares the cost each buys;
 - ``PRESCALER_REGIMES_DIR`` (the test's temporary directory): where the
   regimes' traces and the studies' SQLite storage go. A later run given the
   same directory joins the studies it finds finished (the same side, space,
@@ -110,6 +115,7 @@ def _config() -> SweepConfig:
         days=int(os.environ.get("PRESCALER_REGIMES_TUNING_DAYS", "1")) + 1,
         capacity_error=float(os.environ.get("PRESCALER_REGIMES_CAPACITY_ERROR", "0")),
         prescaler_set=tuple(_pair(x) for x in _list("PRESCALER_REGIMES_PRESCALER_SET", "")),
+        forecasters=tuple(_list("PRESCALER_REGIMES_FORECASTERS", "")),
     )
 
 

@@ -31,6 +31,7 @@ from simulations.tune.search import (
     pareto_front,
     reactive_with_threshold,
     sample_metadata,
+    score,
     split_workload,
     timing_floors,
 )
@@ -537,3 +538,19 @@ def test_every_trial_runs_with_the_contexts_history(tmp_path: Path) -> None:
         assert len(result.trials) == 1 and result.trials[0].finished
         costs.append(result.trials[0].cost_usd)
     assert costs[0] > costs[1]
+
+
+def test_a_forecaster_reaches_every_runs_tracker() -> None:
+    """``TuneContext.forecaster`` (a statsforecast baseline the live trigger
+    does not offer) is what a run's tracker forecasts with: a name no
+    forecaster has fails in that run, naming it; the context refuses a
+    method the trigger's own ``forecast:`` key would hold."""
+    w = synthetic_workload(duration_s=600.0, base_rps=0.5, seed=3)
+    times = -15.0 * np.arange(479, -1, -1)
+    busy = DemandHistory(times, np.full(480, 4.0), np.full(480, 4.0 * 1280.0))
+    base, _ = default_bases(PROFILE, 8)
+    with pytest.raises(ValueError, match="unknown forecast method 'sf_nope'"):
+        score(base, w, PROFILE, SimConfig(), history=busy, forecaster="sf_nope")
+    with pytest.raises(ValueError, match=r"forecaster is one of sf_autoets.*'seasonal_naive'"):
+        TuneContext(w, PROFILE, SimConfig(), base, 0.5, forecaster="seasonal_naive")
+    assert TuneContext(w, PROFILE, SimConfig(), base, 0.5, forecaster="sf_mstl").forecaster
