@@ -32,7 +32,6 @@ from benchmarks.regimes import (
     RegimeCell,
     SweepConfig,
     build_cell,
-    cron_window,
     study_side,
     write_regime_trace,
 )
@@ -43,7 +42,7 @@ from simulations.simulation import SimResult
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
-from simulations.tune.sides import Side, make_sides
+from simulations.tune.sides import CronWindow, Side, make_sides
 
 __all__ = [
     "BaseScore",
@@ -105,7 +104,7 @@ def score_bases(
     cells = cells if cells is not None else regime_cells(regime, config, directory)
     out: list[BaseScore] = []
     for lead, cell in cells.items():
-        for side in _sides(sides, lead, cron_window(regime, lead, config.focus)):
+        for side in _sides(sides, lead, cell.cron):
             so = apply_setting(side.base, setting, side.manifest) if setting else side.base
             tuning = score(so, cell.tuning, PROFILE, cell.sim, history=cell.histories[0])
             held = score(so, cell.held, PROFILE, cell.held_sim, history=cell.histories[1])
@@ -127,8 +126,7 @@ def tune_sides(
     at every lead: (side, lead, the sweep's row for it)."""
     out: list[tuple[str, float, dict[str, Any]]] = []
     for lead, cell in cells.items():
-        window = cron_window(regime, lead, cell.config.focus)
-        for side in _sides(sides, lead, window):
+        for side in _sides(sides, lead, cell.cron):
             tag = (
                 f"probe-{regime}-{lead:g}-t{trials}-m{cell.config.margin:g}-b{cell.config.busier:g}"
             )
@@ -165,7 +163,7 @@ def _at(counts: Sequence[int], hour: int) -> int:
     return counts[hour] if hour < len(counts) else 0
 
 
-def _sides(names: Sequence[str], lead_min: float, window: tuple[int, int]) -> tuple[Side, ...]:
+def _sides(names: Sequence[str], lead_min: float, window: CronWindow | None) -> tuple[Side, ...]:
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
     request = TuneRequest(
         trace=None, profile=PROFILE, sides=tuple(names), inputs=inputs, cron_window=window

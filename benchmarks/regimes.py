@@ -63,6 +63,7 @@ from forecasting import METHODS as FORECAST_METHODS
 from forecasting.baselines import BASELINES
 from simulations.backfill import DemandHistory
 from simulations.regimes import REGIMES, regime_counts
+from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs, WindowStart, window_start
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
@@ -71,7 +72,7 @@ from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score, slo_ceiling, split_workload
-from simulations.tune.sides import Side, make_sides
+from simulations.tune.sides import CronWindow, Side, make_sides
 from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
 __all__ = [
@@ -298,6 +299,8 @@ class RegimeCell:
     day_targets: tuple[tuple[float, float], ...] = ()
     """(start, attainment to meet with the margin) of each tuning day when
     the tuning part spans several; empty: one day, judged whole."""
+    cron: CronWindow | None = None
+    """The cron side's window as written (:func:`written_cron`)."""
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -311,20 +314,21 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
-def keda_sides(config: SweepConfig, regime: str, lead_min: float) -> dict[str, Side]:
+def keda_sides(config: SweepConfig, cron: CronWindow | None = None) -> dict[str, Side]:
     """The KEDA sides a cell tunes, by name: none when none is asked for
     (``make_sides`` reads no names as its own defaults); the cron side
-    written with the regime's hours (:func:`cron_window`)."""
+    written with ``cron`` (the cell's :attr:`RegimeCell.cron`)."""
     if not config.keda_sides:
         return {}
-    return _sides(
-        config, sides=config.keda_sides, cron_window=cron_window(regime, lead_min, config.focus)
-    )
+    return _sides(config, sides=config.keda_sides, cron_window=cron)
 
 
 CRON_GRID_MIN = 15
 """The cron window's start is searched on the quarter hour
 (:func:`simulations.tune.manifest.cron_space`), so it is written on one."""
+PEAK_WINDOW_MIN = 5
+"""The rate a team reads its past peak from: a 5-minute mean, a
+dashboard's ``rate(...[5m])``."""
 
 
 def cron_window(regime: str, lead_min: float, focus: bool = False) -> tuple[int, int]:
@@ -338,6 +342,43 @@ def cron_window(regime: str, lead_min: float, focus: bool = False) -> tuple[int,
     shift = REGIMES[regime].focus[0] * 60 if focus else 0
     start = math.floor((first - lead_min) / CRON_GRID_MIN) * CRON_GRID_MIN
     return (start - shift) % 1440, (last - shift) % 1440
+
+
+def peak_replicas(history: Workload, hours: tuple[int, int], max_replicas: int) -> int:
+    """The replicas the past days' peak inside ``hours`` (minutes of the
+    day) needed: the highest 5-minute mean rate there over the per-replica
+    rate the profile gives for the past requests' mean shape (what
+    prescaler's trigger believes too), rounded up; what a team sizing a
+    cron window from its dashboard writes."""
+    profile = get_profile(PROFILE)
+    per_s = workload_capacity(history, profile).requests_per_s
+    minutes = (history.arrival_s // 60.0).astype(np.int64)
+    counts = np.bincount(minutes, minlength=math.ceil(history.duration_s / 60.0))
+    first, last = hours
+    of_day = np.arange(counts.size) % 1440
+    inside = (
+        (of_day >= first) & (of_day < last) if first < last else (of_day >= first) | (of_day < last)
+    )
+    smooth = np.convolve(counts, np.ones(PEAK_WINDOW_MIN) / PEAK_WINDOW_MIN, mode="same") / 60.0
+    peak = float(smooth[inside].max()) if inside.any() and counts.size else 0.0
+    if per_s is None or not (per_s > 0 and math.isfinite(per_s)):
+        return 1
+    return int(min(max_replicas, max(1, math.ceil(peak / per_s - 1e-9))))
+
+
+def written_cron(regime: str, trace: Path, lead_min: float, config: SweepConfig) -> CronWindow:
+    """The cron side's window as its team writes it for ``regime``: the
+    hours of :func:`cron_window` and the replicas the history days' peak
+    in them needed (:func:`peak_replicas`; nothing from the tuning or held
+    back day), or :data:`simulations.tune.sides.CRON_REPLICAS` without
+    history days."""
+    start, end = cron_window(regime, lead_min, config.focus)
+    if not config.history_days:
+        return CronWindow(start, end)
+    past = TrafficOptions(seed=config.seed, duration_s=config.history_days * 86_400.0)
+    history = load_workload(trace, past)
+    replicas = peak_replicas(history, REGIMES[regime].hours, SimInputs().max_replicas)
+    return CronWindow(start, end, replicas)
 
 
 def prescaler_variant(
@@ -381,7 +422,8 @@ def build_cell(
     days: tuple[tuple[float, float], ...] = ()
     if config.days > 2:
         days, _ = judged_days(tuning, config.target, PROFILE, sim.slo_ttft_s, config.margin)
-    return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage, days)
+    cron = written_cron(regime, trace, lead_min, config)
+    return RegimeCell(tuning, held, sim, held_sim, histories, targets, config, storage, days, cron)
 
 
 def run_cell(
@@ -401,7 +443,7 @@ def run_cell(
         + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
     )  # fmt: skip
     t0 = time.perf_counter()
-    sides = keda_sides(config, regime, lead_min)
+    sides = keda_sides(config, cell.cron)
     keda = {name: study_side(side, cell, tag) for name, side in sides.items()}
     met = {n: v["cost_at_target_usd"] for n, v in keda.items() if v["cost_at_target_usd"]}
     best_name = min(met, key=lambda n: met[n]) if met else None

@@ -19,8 +19,9 @@ written into) and the knobs searched. The family:
 - ``keda-queue-kv-cron`` (asked for by name): the queue and KV-cache
   triggers plus a ``cron`` trigger holding a replica count through a daily
   window, what a team does for a ramp it knows the hour of; written with
-  the hours the request names (``cron_window``, else 08:00 - 18:00), its
-  start, length and replicas searched with the rest.
+  the hours and replicas the request names (``cron_window``, else 2
+  replicas from 08:00 to 18:00), its start, length and replicas searched
+  with the rest.
 - ``keda-gateway`` (asked for by name): scale to zero the way the KEDA HTTP
   add-on does it, on the request rate at the gateway in front of vLLM
   (``sum(rate(gateway_requests_total[1m]))``, 0.5 requests/s per replica),
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SIDES",
     "SIDES",
+    "CronWindow",
     "Side",
     "cold_start_s",
     "cron_manifest",
@@ -306,21 +308,36 @@ CRON_REPLICAS = "2"
 every day, a business day's hours (the search moves all three)."""
 
 
-def cron_manifest(
-    queue_kv: Mapping[str, Any], window: tuple[int, int] | None = None
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CronWindow:
+    """A cron side's window as its team writes it: the minutes of the day
+    (UTC) it opens and closes at, and the replicas it holds in between."""
+
+    start_min: int
+    end_min: int
+    replicas: int = int(CRON_REPLICAS)
+
+    def __post_init__(self) -> None:
+        minutes = (self.start_min, self.end_min)
+        if not all(isinstance(m, int) and 0 <= m <= 1440 for m in minutes):
+            raise ValueError(f"cron_window: minutes of the day in [0, 1440], got {minutes!r}")
+        if self.start_min % 1440 == self.end_min % 1440:
+            raise ValueError(f"cron_window: a window cannot end where it starts, got {minutes!r}")
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise ValueError(f"cron_window: replicas must be >= 1, got {self.replicas!r}")
+
+
+def cron_manifest(queue_kv: Mapping[str, Any], window: CronWindow | None = None) -> dict[str, Any]:
     """The queue and KV-cache ScaledObject with a daily cron window beside
     them (the HPA takes the largest proposal, so the window is a floor):
-    ``window`` (start, end) in minutes of the day, UTC, the hours the team
-    knows its ramp comes in; None: :data:`CRON_START` to :data:`CRON_END`."""
-    start, end = CRON_START, CRON_END
+    ``window`` the hours the team knows its ramp comes in and the replicas
+    it holds; None: :data:`CRON_REPLICAS` from :data:`CRON_START` to
+    :data:`CRON_END`."""
+    start, end, replicas = CRON_START, CRON_END, CRON_REPLICAS
     if window is not None:
-        first, last = window
-        if not all(isinstance(m, int) and 0 <= m <= 1440 for m in window):
-            raise ValueError(f"cron_window: minutes of the day in [0, 1440], got {window!r}")
-        if first % 1440 == last % 1440:
-            raise ValueError(f"cron_window: a window cannot end where it starts, got {window!r}")
-        start, end = (f"{m % 60} {m % 1440 // 60} * * *" for m in (first, last))
+        minutes = (window.start_min, window.end_min)
+        start, end = (f"{m % 60} {m % 1440 // 60} * * *" for m in minutes)
+        replicas = str(window.replicas)
     doc = copy.deepcopy(dict(queue_kv))
     doc["metadata"]["name"] = "vllm-queue-kv-cron"
     doc["spec"]["triggers"].append(
@@ -330,7 +347,7 @@ def cron_manifest(
                 "timezone": "UTC",
                 "start": start,
                 "end": end,
-                "desiredReplicas": CRON_REPLICAS,
+                "desiredReplicas": replicas,
             },
         }
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,17 @@ from benchmarks.regimes import (
     focus_parts,
     keda_sides,
     markdown_table,
+    peak_replicas,
     plot_sweep,
     prescaler_variant,
     split_days,
     targets_met,
     write_regime_trace,
+    written_cron,
 )
+from engine.profiles import get_profile
 from simulations.backfill import BACKFILL_S
+from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import TrafficOptions, Workload, load_workload
 
@@ -285,9 +290,8 @@ def test_a_held_key_the_trigger_refuses_is_refused_at_once(
 def test_a_sweep_asked_for_no_keda_side_tunes_none() -> None:
     """An empty ``PRESCALER_REGIMES_KEDA`` reruns prescaler's columns alone
     (KEDA's read nothing prescaler's held keys change)."""
-    assert keda_sides(SweepConfig(keda_sides=()), "sparse-bursts", 15.0) == {}
-    asked = SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway"))
-    named = keda_sides(asked, "sparse-bursts", 15.0)
+    assert keda_sides(SweepConfig(keda_sides=())) == {}
+    named = keda_sides(SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway")))
     assert sorted(named) == ["keda-gateway", "keda-queue-kv"]
 
 
@@ -308,10 +312,53 @@ def test_the_cron_side_opens_its_window_one_lead_time_before_the_known_hours(
     regime: str, lead: float, focus: bool, window: tuple[int, int]
 ) -> None:
     assert cron_window(regime, lead, focus) == window
-    sides = keda_sides(SweepConfig(keda_sides=("keda-queue-kv-cron",), focus=focus), regime, lead)
-    cron = sides["keda-queue-kv-cron"].base.triggers[-1]
+
+
+def test_the_cron_side_is_written_with_the_window_and_replicas_the_past_days_needed(
+    tmp_path: Path,
+) -> None:
+    """The batch's cell: its window opened a lead time early, holding the
+    replicas the history days' batch peak needed at the profile's capacity
+    (no fewer than the batch's rate over what one replica serves, rounded
+    up); without history days, the shipped 2 replicas."""
+    config = SweepConfig(regimes=("scheduled-batch",), keda_sides=("keda-queue-kv-cron",))
+    trace = write_regime_trace("scheduled-batch", config, tmp_path)
+    cell = build_cell("scheduled-batch", trace, 15.0, config)
+    assert cell.cron is not None
+    assert (cell.cron.start_min, cell.cron.end_min) == (105, 180)
+    assert cell.cron.replicas == written_cron("scheduled-batch", trace, 15.0, config).replicas
+    assert cell.cron.replicas > 2
+    cron = keda_sides(config, cell.cron)["keda-queue-kv-cron"].base.triggers[-1]
     assert cron.kind == "cron"
-    assert tuple(_minute_of_day(cron.metadata[k]) for k in ("start", "end")) == window
+    assert tuple(_minute_of_day(cron.metadata[k]) for k in ("start", "end")) == (105, 180)
+    assert cron.metadata["desiredReplicas"] == str(cell.cron.replicas)
+    bare = dataclasses.replace(config, history_days=0)
+    assert written_cron("scheduled-batch", trace, 15.0, bare).replicas == 2
+
+
+def test_peak_replicas_reads_only_the_hours_it_is_given() -> None:
+    """Two days, each with a 4 requests/s hour at 02:00 and a 12 requests/s
+    hour at 14:00: sized for 02:00 - 03:00 the window holds what 4/s needs,
+    for 13:00 - 15:00 what 12/s needs, and a window across midnight reads
+    both ends of the day."""
+    profile = get_profile("llama-3-8b@g5.xlarge")
+    arrivals: list[np.ndarray] = []
+    for day in range(2):
+        for hour, rate in ((2, 4.0), (14, 12.0)):
+            start = day * 86_400.0 + hour * 3600.0
+            arrivals.append(start + np.arange(0.0, 3600.0, 1.0 / rate))
+    times = np.sort(np.concatenate(arrivals))
+    n = times.size
+    tokens = np.full(n, 200, dtype=np.int64), np.full(n, 100, dtype=np.int64)
+    w = Workload(times, *tokens, "two days", 172_800.0)
+    cap = workload_capacity(w, profile).requests_per_s
+    assert cap is not None
+    per_s = [math.ceil(4.0 / cap - 1e-9), math.ceil(12.0 / cap - 1e-9)]
+    assert peak_replicas(w, (120, 180), 100) == per_s[0]
+    assert peak_replicas(w, (780, 900), 100) == per_s[1]
+    assert peak_replicas(w, (1380, 180), 100) == per_s[0]
+    assert peak_replicas(w, (780, 900), 3) == min(3, per_s[1])
+    assert peak_replicas(w, (300, 360), 100) == 1
 
 
 def _minute_of_day(expr: str) -> int:

@@ -26,7 +26,7 @@ from simulations.tune.manifest import (
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import sample_metadata, score
 from simulations.tune.seeding import seed_params
-from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, make_sides
+from simulations.tune.sides import DEFAULT_SIDES, SIDES, CronWindow, Side, make_sides
 
 PROFILE = "llama-3-8b@g5.xlarge"
 
@@ -87,22 +87,28 @@ def test_every_sampled_cron_window_is_a_valid_window_of_the_picked_length(seed: 
 
 
 def test_the_cron_side_is_written_with_the_hours_it_is_told() -> None:
-    """``cron_window`` (minutes of the day) is the window as written, and so
-    the study's first trial: 01:45 to 03:00 for a nightly job, across
-    midnight too; a window that ends where it starts is refused."""
-    side = _sides(sides=("keda-queue-kv-cron",), cron_window=(105, 180))["keda-queue-kv-cron"]
+    """``cron_window`` is the window as written, and so the study's first
+    trial: 8 replicas from 01:45 to 03:00 for a nightly job, across midnight
+    too; a window that ends where it starts, or holds no replica, is
+    refused."""
+    told = CronWindow(105, 180, replicas=8)
+    side = _sides(sides=("keda-queue-kv-cron",), cron_window=told)["keda-queue-kv-cron"]
     cron = triggers_of(side.base)[2]
     assert (cron.metadata["start"], cron.metadata["end"]) == ("45 1 * * *", "0 3 * * *")
+    assert cron.metadata["desiredReplicas"] == "8"
     knobs = {p.key: knob_value(side.manifest, p.key) for p in side.space if "." in p.key}
     seed = seed_params(side.base, side.space, 10, knobs)
     assert seed is not None
-    assert (seed["triggers.2.startMinuteOfDay"], seed["triggers.2.windowMinutes"]) == (105, 75)
-    late = _sides(sides=("keda-queue-kv-cron",), cron_window=(1380, 1440))["keda-queue-kv-cron"]
-    assert triggers_of(late.base)[2].metadata["end"] == "0 0 * * *"
+    assert [seed[f"triggers.2.{k}"] for k in ("startMinuteOfDay", "windowMinutes")] == [105, 75]
+    assert seed["triggers.2.desiredReplicas"] == 8
+    late = _sides(sides=("keda-queue-kv-cron",), cron_window=CronWindow(1380, 1440))
+    assert triggers_of(late["keda-queue-kv-cron"].base)[2].metadata["end"] == "0 0 * * *"
     with pytest.raises(ValueError, match=r"cron_window.*cannot end where it starts"):
-        _sides(sides=("keda-queue-kv-cron",), cron_window=(0, 1440))
+        CronWindow(0, 1440)
     with pytest.raises(ValueError, match=r"cron_window.*\[0, 1440\]"):
-        _sides(sides=("keda-queue-kv-cron",), cron_window=(-15, 60))
+        CronWindow(-15, 60)
+    with pytest.raises(ValueError, match=r"cron_window: replicas must be >= 1"):
+        CronWindow(0, 60, replicas=0)
 
 
 def test_a_tuned_cron_window_keeps_the_days_it_was_written_for() -> None:
