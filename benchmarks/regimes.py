@@ -455,6 +455,8 @@ def run_cell(
         "backfill_bins": [0 if h is None else len(h) for h in histories],
         "target_attainment": list(targets),
         "tuning_day_targets": [t for _, t in cell.day_targets],
+        # the cron side as written (the study's first trial): hours and replicas
+        "cron_written": None if cell.cron is None else dataclasses.asdict(cell.cron),
         "keda": keda,
         "best_keda_side": best_name,
         "best_keda_cost_usd": best_keda,

@@ -61,6 +61,9 @@ reduced sweep on a shared machine and the full one elsewhere:
   same directory joins the studies it finds finished (the same side, space,
   grid point and budget) and only scores them, so a sweep can add sides
   (prescaler's alone first, the KEDA sides later) without repeating trials.
+  A study of the same name started there for another space or another
+  ScaledObject as written is refused, naming both fingerprints (delete it
+  with ``optuna.delete_study`` or give another directory).
 
 The test checks the sweep ran every cell and that the verdicts agree with
 the figures; whether the targets are met is recorded (``targets``), not
