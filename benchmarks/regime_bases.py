@@ -42,7 +42,7 @@ from simulations.simulation import SimResult
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score
-from simulations.tune.sides import CronWindow, Side, make_sides
+from simulations.tune.sides import Side, WrittenCron, make_sides
 
 __all__ = [
     "BaseScore",
@@ -163,7 +163,7 @@ def _at(counts: Sequence[int], hour: int) -> int:
     return counts[hour] if hour < len(counts) else 0
 
 
-def _sides(names: Sequence[str], lead_min: float, window: CronWindow | None) -> tuple[Side, ...]:
+def _sides(names: Sequence[str], lead_min: float, window: WrittenCron | None) -> tuple[Side, ...]:
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
     request = TuneRequest(
         trace=None, profile=PROFILE, sides=tuple(names), inputs=inputs, cron_window=window

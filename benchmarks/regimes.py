@@ -72,7 +72,7 @@ from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import score, slo_ceiling, split_workload
-from simulations.tune.sides import CronWindow, Side, make_sides
+from simulations.tune.sides import Side, WrittenCron, make_sides
 from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
 __all__ = [
@@ -194,7 +194,8 @@ class SweepConfig:
             raise ValueError(f"capacity_error must be > -1, got {self.capacity_error}")
         if not 0.0 <= self.busier <= 100.0:
             raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
-        known = (*FORECAST_METHODS, *BASELINES)
+        # "prescaler" is what forecast on (auto) runs: the same study twice
+        known = (*(m for m in FORECAST_METHODS if m != "prescaler"), *BASELINES)
         odd = [m for m in self.forecasters if m not in known]
         if odd or len(set(self.forecasters)) != len(self.forecasters):
             raise ValueError(
@@ -299,7 +300,7 @@ class RegimeCell:
     day_targets: tuple[tuple[float, float], ...] = ()
     """(start, attainment to meet with the margin) of each tuning day when
     the tuning part spans several; empty: one day, judged whole."""
-    cron: CronWindow | None = None
+    cron: WrittenCron | None = None
     """The cron side's window as written (:func:`written_cron`)."""
 
 
@@ -314,7 +315,7 @@ def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 
-def keda_sides(config: SweepConfig, cron: CronWindow | None = None) -> dict[str, Side]:
+def keda_sides(config: SweepConfig, cron: WrittenCron | None = None) -> dict[str, Side]:
     """The KEDA sides a cell tunes, by name: none when none is asked for
     (``make_sides`` reads no names as its own defaults); the cron side
     written with ``cron`` (the cell's :attr:`RegimeCell.cron`)."""
@@ -344,41 +345,43 @@ def cron_window(regime: str, lead_min: float, focus: bool = False) -> tuple[int,
     return (start - shift) % 1440, (last - shift) % 1440
 
 
-def peak_replicas(history: Workload, hours: tuple[int, int], max_replicas: int) -> int:
+def peak_replicas(history: Workload, hours: tuple[int, int], max_replicas: int) -> int | None:
     """The replicas the past days' peak inside ``hours`` (minutes of the
-    day) needed: the highest 5-minute mean rate there over the per-replica
-    rate the profile gives for the past requests' mean shape (what
-    prescaler's trigger believes too), rounded up; what a team sizing a
-    cron window from its dashboard writes."""
-    profile = get_profile(PROFILE)
-    per_s = workload_capacity(history, profile).requests_per_s
+    day, ``[first, last)``, across midnight when last < first) needed: the
+    highest trailing 5-minute mean rate there (a dashboard's
+    ``rate(...[5m])``) over the per-replica rate the profile gives for the
+    past requests' mean shape (what prescaler's trigger believes too),
+    rounded up; what a team sizing a cron window from its dashboard writes.
+    None when the profile gives no per-replica rate."""
+    per_s = workload_capacity(history, get_profile(PROFILE)).requests_per_s
+    if per_s is None or not (per_s > 0 and math.isfinite(per_s)):
+        return None
     minutes = (history.arrival_s // 60.0).astype(np.int64)
-    counts = np.bincount(minutes, minlength=math.ceil(history.duration_s / 60.0))
+    counts = np.bincount(minutes, minlength=math.ceil(history.duration_s / 60.0)).astype(float)
     first, last = hours
     of_day = np.arange(counts.size) % 1440
     inside = (
         (of_day >= first) & (of_day < last) if first < last else (of_day >= first) | (of_day < last)
     )
-    smooth = np.convolve(counts, np.ones(PEAK_WINDOW_MIN) / PEAK_WINDOW_MIN, mode="same") / 60.0
-    peak = float(smooth[inside].max()) if inside.any() and counts.size else 0.0
-    if per_s is None or not (per_s > 0 and math.isfinite(per_s)):
-        return 1
+    kernel = np.ones(PEAK_WINDOW_MIN) / PEAK_WINDOW_MIN
+    trailing = np.convolve(counts, kernel, mode="full")[: counts.size] / 60.0
+    peak = float(trailing[inside].max()) if inside.any() else 0.0
     return int(min(max_replicas, max(1, math.ceil(peak / per_s - 1e-9))))
 
 
-def written_cron(regime: str, trace: Path, lead_min: float, config: SweepConfig) -> CronWindow:
+def written_cron(regime: str, trace: Path, lead_min: float, config: SweepConfig) -> WrittenCron:
     """The cron side's window as its team writes it for ``regime``: the
     hours of :func:`cron_window` and the replicas the history days' peak
     in them needed (:func:`peak_replicas`; nothing from the tuning or held
     back day), or :data:`simulations.tune.sides.CRON_REPLICAS` without
-    history days."""
+    history days or a per-replica rate."""
     start, end = cron_window(regime, lead_min, config.focus)
     if not config.history_days:
-        return CronWindow(start, end)
+        return WrittenCron(start, end)
     past = TrafficOptions(seed=config.seed, duration_s=config.history_days * 86_400.0)
     history = load_workload(trace, past)
     replicas = peak_replicas(history, REGIMES[regime].hours, SimInputs().max_replicas)
-    return CronWindow(start, end, replicas)
+    return WrittenCron(start, end) if replicas is None else WrittenCron(start, end, replicas)
 
 
 def prescaler_variant(
@@ -441,6 +444,7 @@ def run_cell(
         + (f"-d{config.days}" if config.days != 2 else "")
         + (f"-e{config.capacity_error:g}" if config.capacity_error else "")
         + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
+        + ("-focus" if config.focus else "")
     )  # fmt: skip
     t0 = time.perf_counter()
     sides = keda_sides(config, cell.cron)

@@ -51,9 +51,11 @@ class Regime:
     for a sweep that cannot afford whole days (:func:`regime_counts`'s
     ``focus``)."""
     hours: tuple[int, int]
-    """(first, last) minute of the day the team knows its traffic comes
-    between, as it would write them in a KEDA ``cron`` window: the baseline a
-    forecast must beat knows the schedule as well as the team does."""
+    """``[first, last)``, minutes of the day (last up to 1440), the team
+    knows its traffic comes in, as it would write them in a KEDA ``cron``
+    window: the baseline a forecast must beat knows the schedule as well as
+    the team does. The hours a team names, so a day's traffic can start a
+    few minutes before them (business-hours' ramp from 08:55)."""
 
 
 def _minutes() -> np.ndarray:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
     from simulations.traffic import Workload
-    from simulations.tune.sides import CronWindow, Side
+    from simulations.tune.sides import Side, WrittenCron
     from simulations.tune.study import StudyResult
 
 __all__ = [
@@ -133,7 +133,7 @@ class TuneRequest:
     prescaler_fixed: tuple[tuple[str, str], ...] = ()
     """Prescaler trigger keys held at a value rather than searched, e.g.
     ``(("prewarm", "false"),)``; ``forecaster`` is one more."""
-    cron_window: CronWindow | None = None
+    cron_window: WrittenCron | None = None
     """The ``keda-queue-kv-cron`` side's window as written: the hours the
     team knows its ramp comes in and the replicas it holds there, so the
     baseline starts where its engineer would; None: 2 replicas from 08:00

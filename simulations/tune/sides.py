@@ -74,8 +74,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SIDES",
     "SIDES",
-    "CronWindow",
     "Side",
+    "WrittenCron",
     "cold_start_s",
     "cron_manifest",
     "gateway_manifest",
@@ -309,7 +309,7 @@ every day, a business day's hours (the search moves all three)."""
 
 
 @dataclass(frozen=True)
-class CronWindow:
+class WrittenCron:
     """A cron side's window as its team writes it: the minutes of the day
     (UTC) it opens and closes at, and the replicas it holds in between."""
 
@@ -319,7 +319,9 @@ class CronWindow:
 
     def __post_init__(self) -> None:
         minutes = (self.start_min, self.end_min)
-        if not all(isinstance(m, int) and 0 <= m <= 1440 for m in minutes):
+        if not all(isinstance(m, int) and not isinstance(m, bool) for m in minutes) or not all(
+            0 <= m <= 1440 for m in minutes
+        ):
             raise ValueError(f"cron_window: minutes of the day in [0, 1440], got {minutes!r}")
         if self.start_min % 1440 == self.end_min % 1440:
             raise ValueError(f"cron_window: a window cannot end where it starts, got {minutes!r}")
@@ -327,7 +329,7 @@ class CronWindow:
             raise ValueError(f"cron_window: replicas must be >= 1, got {self.replicas!r}")
 
 
-def cron_manifest(queue_kv: Mapping[str, Any], window: CronWindow | None = None) -> dict[str, Any]:
+def cron_manifest(queue_kv: Mapping[str, Any], window: WrittenCron | None = None) -> dict[str, Any]:
     """The queue and KV-cache ScaledObject with a daily cron window beside
     them (the HPA takes the largest proposal, so the window is a floor):
     ``window`` the hours the team knows its ramp comes in and the replicas

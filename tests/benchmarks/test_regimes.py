@@ -177,7 +177,7 @@ def test_a_capacity_belief_reaches_both_parts_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "forecasters", [("seasonal_naive", "seasonal_naive"), ("prophet",), ("auto",)]
+    "forecasters", [("seasonal_naive", "seasonal_naive"), ("prophet",), ("auto",), ("prescaler",)]
 )
 def test_a_further_forecaster_must_be_one_the_simulator_runs(
     forecasters: tuple[str, ...],
@@ -337,27 +337,30 @@ def test_the_cron_side_is_written_with_the_window_and_replicas_the_past_days_nee
 
 
 def test_peak_replicas_reads_only_the_hours_it_is_given() -> None:
-    """Two days, each with a 4 requests/s hour at 02:00 and a 12 requests/s
-    hour at 14:00: sized for 02:00 - 03:00 the window holds what 4/s needs,
-    for 13:00 - 15:00 what 12/s needs, and a window across midnight reads
-    both ends of the day."""
+    """Two days, each with a 4 requests/s hour at 02:00, a 12 requests/s
+    hour at 14:00 and an 8 requests/s half hour at 23:00: sized for 02:00 -
+    03:00 the window holds what 4/s needs, for 13:00 - 15:00 what 12/s
+    needs, and a window from 22:00 to 03:00 reads both ends of the day (the
+    late half hour's 8/s)."""
     profile = get_profile("llama-3-8b@g5.xlarge")
     arrivals: list[np.ndarray] = []
     for day in range(2):
-        for hour, rate in ((2, 4.0), (14, 12.0)):
+        for hour, rate, span in ((2, 4.0, 3600.0), (14, 12.0, 3600.0), (23, 8.0, 1800.0)):
             start = day * 86_400.0 + hour * 3600.0
-            arrivals.append(start + np.arange(0.0, 3600.0, 1.0 / rate))
+            arrivals.append(start + np.arange(0.0, span, 1.0 / rate))
     times = np.sort(np.concatenate(arrivals))
     n = times.size
-    tokens = np.full(n, 200, dtype=np.int64), np.full(n, 100, dtype=np.int64)
+    # long requests: under one request/s per replica, so the rates differ in replicas
+    tokens = np.full(n, 1000, dtype=np.int64), np.full(n, 400, dtype=np.int64)
     w = Workload(times, *tokens, "two days", 172_800.0)
     cap = workload_capacity(w, profile).requests_per_s
     assert cap is not None
-    per_s = [math.ceil(4.0 / cap - 1e-9), math.ceil(12.0 / cap - 1e-9)]
-    assert peak_replicas(w, (120, 180), 100) == per_s[0]
-    assert peak_replicas(w, (780, 900), 100) == per_s[1]
-    assert peak_replicas(w, (1380, 180), 100) == per_s[0]
-    assert peak_replicas(w, (780, 900), 3) == min(3, per_s[1])
+    need = {rate: math.ceil(rate / cap - 1e-9) for rate in (4.0, 8.0, 12.0)}
+    assert need[4.0] < need[8.0] < need[12.0]
+    assert peak_replicas(w, (120, 180), 100) == need[4.0]
+    assert peak_replicas(w, (780, 900), 100) == need[12.0]
+    assert peak_replicas(w, (1320, 180), 100) == need[8.0]
+    assert peak_replicas(w, (780, 900), 2) == min(2, need[12.0])
     assert peak_replicas(w, (300, 360), 100) == 1
 
 

@@ -55,7 +55,8 @@ reduced sweep on a shared machine and the full one elsewhere:
   forecasters, each tuned as one more prescaler variant beside forecast on
   and off (a ``forecast:`` method such as ``seasonal_naive``, or
   statsforecast's ``sf_autoets`` and the other ``sf_*``, simulation only);
-  ``regimes-seeds.md`` then compares the cost each buys;
+  ``regimes-seeds.md`` then compares the cost each buys (with one seed,
+  only the JSON's ``forecast-METHOD`` rows hold it);
 - ``PRESCALER_REGIMES_DIR`` (the test's temporary directory): where the
   regimes' traces and the studies' SQLite storage go. A later run given the
   same directory joins the studies it finds finished (the same side, space,

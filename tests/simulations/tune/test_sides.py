@@ -26,7 +26,7 @@ from simulations.tune.manifest import (
 from simulations.tune.run import TuneRequest
 from simulations.tune.search import sample_metadata, score
 from simulations.tune.seeding import seed_params
-from simulations.tune.sides import DEFAULT_SIDES, SIDES, CronWindow, Side, make_sides
+from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, WrittenCron, make_sides
 
 PROFILE = "llama-3-8b@g5.xlarge"
 
@@ -91,7 +91,7 @@ def test_the_cron_side_is_written_with_the_hours_it_is_told() -> None:
     trial: 8 replicas from 01:45 to 03:00 for a nightly job, across midnight
     too; a window that ends where it starts, or holds no replica, is
     refused."""
-    told = CronWindow(105, 180, replicas=8)
+    told = WrittenCron(105, 180, replicas=8)
     side = _sides(sides=("keda-queue-kv-cron",), cron_window=told)["keda-queue-kv-cron"]
     cron = triggers_of(side.base)[2]
     assert (cron.metadata["start"], cron.metadata["end"]) == ("45 1 * * *", "0 3 * * *")
@@ -101,14 +101,14 @@ def test_the_cron_side_is_written_with_the_hours_it_is_told() -> None:
     assert seed is not None
     assert [seed[f"triggers.2.{k}"] for k in ("startMinuteOfDay", "windowMinutes")] == [105, 75]
     assert seed["triggers.2.desiredReplicas"] == 8
-    late = _sides(sides=("keda-queue-kv-cron",), cron_window=CronWindow(1380, 1440))
+    late = _sides(sides=("keda-queue-kv-cron",), cron_window=WrittenCron(1380, 1440))
     assert triggers_of(late["keda-queue-kv-cron"].base)[2].metadata["end"] == "0 0 * * *"
     with pytest.raises(ValueError, match=r"cron_window.*cannot end where it starts"):
-        CronWindow(0, 1440)
+        WrittenCron(0, 1440)
     with pytest.raises(ValueError, match=r"cron_window.*\[0, 1440\]"):
-        CronWindow(-15, 60)
+        WrittenCron(-15, 60)
     with pytest.raises(ValueError, match=r"cron_window: replicas must be >= 1"):
-        CronWindow(0, 60, replicas=0)
+        WrittenCron(0, 60, replicas=0)
 
 
 def test_a_tuned_cron_window_keeps_the_days_it_was_written_for() -> None:
