@@ -105,7 +105,7 @@ LEAD_TIMES: dict[float, str] = {
 }
 """Minutes from a replica asked for to it Ready -> the lead-time preset of that length."""
 KEDA_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "keda-gateway")
-PRESCALER_SIDES = ("prescaler-gateway", "prescaler")
+PRESCALER_SIDES = ("prescaler-gateway", "prescaler", "prescaler-cron")
 """The prescaler sides the sweep can tune as its forecast on/off variants."""
 VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))
 """(forecast label, the ``forecast`` value held)."""
@@ -385,15 +385,28 @@ def written_cron(regime: str, trace: Path, lead_min: float, config: SweepConfig)
 
 
 def prescaler_variant(
-    config: SweepConfig, prewarm: bool, forecast: str, lead_min: float = 2.5
+    config: SweepConfig,
+    prewarm: bool,
+    forecast: str,
+    lead_min: float = 2.5,
+    cron: WrittenCron | None = None,
 ) -> Side:
     """The prescaler side one cell column tunes: ``forecast`` and
     ``prewarm`` held, with the sweep's held keys (``prescaler_set``), told
-    the cell's cold start (the floor of a searched fixed lead time)."""
+    the cell's cold start (the floor of a searched fixed lead time);
+    ``prescaler-cron``'s window written with ``cron`` (the cell's, as the
+    KEDA cron side's)."""
     fixed = (("prewarm", "true" if prewarm else "false"), *config.prescaler_set)
     name = config.prescaler_side
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
-    sides = _sides(config, sides=(name,), forecaster=forecast, prescaler_fixed=fixed, inputs=inputs)
+    sides = _sides(
+        config,
+        sides=(name,),
+        forecaster=forecast,
+        prescaler_fixed=fixed,
+        inputs=inputs,
+        cron_window=cron,
+    )
     return sides[name]
 
 
@@ -469,12 +482,13 @@ def run_cell(
     for prewarm in config.prewarm:
         row: dict[str, Any] = {}
         for name, forecast in VARIANTS:
-            side = prescaler_variant(config, prewarm, forecast, lead_min)
+            side = prescaler_variant(config, prewarm, forecast, lead_min, cell.cron)
             label = f"pw{int(prewarm)}-fc-{name}"
             row[f"forecast-{name}"] = study_side(side, cell, f"{tag}-{label}")
         for method in config.forecasters:
             baseline = method if method in BASELINES else None
-            side = prescaler_variant(config, prewarm, "auto" if baseline else method, lead_min)
+            fc = "auto" if baseline else method
+            side = prescaler_variant(config, prewarm, fc, lead_min, cell.cron)
             label = f"pw{int(prewarm)}-fc-{method}"
             row[f"forecast-{method}"] = study_side(side, cell, f"{tag}-{label}", baseline)
         on = row["forecast-on"]["cost_at_target_usd"]

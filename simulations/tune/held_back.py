@@ -99,7 +99,7 @@ def seed_runs(
     for i, r in enumerate(results):
         if r.chosen is None:
             continue
-        prescaler = r.chosen.trigger.kind == "prescaler"
+        prescaler = r.chosen.prescaler_trigger is not None
         for k, (part, cfg, history) in enumerate(parts):
             jobs.append((r.chosen, part, profile.name, cfg, history if prescaler else None))
             owners.append((i, request.seed + 1 + k))
@@ -161,7 +161,7 @@ def rescore(
     from simulations.tune.search import outcome, pareto_front
 
     def hist(so: Any, h: DemandHistory | None) -> DemandHistory | None:
-        return h if so.trigger.kind == "prescaler" else None
+        return h if so.prescaler_trigger is not None else None
 
     part = held if held is not None and len(held) else tune_part
     part_history = held_history if part is held else tune_history

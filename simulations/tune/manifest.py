@@ -45,6 +45,7 @@ __all__ = [
     "load_manifest",
     "manifest_of",
     "manifest_yaml",
+    "trigger_space",
     "triggers_of",
 ]
 
@@ -164,6 +165,19 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
     params: list[Param] = [Param(MIN_REPLICA_COUNT, "int", low, high)]
     if low == 0:
         params.append(cooldown_param((MIN_REPLICA_COUNT, "0")))
+    params.extend(trigger_space(spec, max_replicas, activation=low == 0))
+    return (*params, *BEHAVIOR_SPACE)
+
+
+def trigger_space(
+    spec: ScaledObjectSpec, max_replicas: int, *, activation: bool = False
+) -> tuple[Param, ...]:
+    """The knobs of ``spec``'s KEDA triggers, each addressed by its index:
+    a prometheus trigger's ``threshold`` (and ``activationThreshold`` when
+    ``activation``, searched only at a ``minReplicaCount`` of 0), a cron
+    trigger's window and replicas (:func:`cron_space`). prescaler's own
+    trigger has none here (its metadata is its own space)."""
+    params: list[Param] = []
     for i, t in enumerate(triggers_of(spec)):
         if t.kind == "cron":
             params.extend(cron_space(i, max_replicas))
@@ -172,7 +186,7 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
             continue
         lo, hi, step = _threshold_range(t.threshold)
         params.append(Param(f"triggers.{i}.threshold", "float", lo, hi, step=step))
-        if low == 0:
+        if activation:
             params.append(
                 Param(
                     f"triggers.{i}.activationThreshold",
@@ -183,7 +197,7 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
                     when=(MIN_REPLICA_COUNT, "0"),
                 )
             )
-    return (*params, *BEHAVIOR_SPACE)
+    return tuple(params)
 
 
 COOLDOWN_PERIOD = "spec.cooldownPeriod"

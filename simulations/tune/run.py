@@ -134,7 +134,7 @@ class TuneRequest:
     """Prescaler trigger keys held at a value rather than searched, e.g.
     ``(("prewarm", "false"),)``; ``forecaster`` is one more."""
     cron_window: WrittenCron | None = None
-    """The ``keda-queue-kv-cron`` side's window as written: the hours the
+    """The ``keda-queue-kv-cron`` and ``prescaler-cron`` sides' window as written: the hours the
     team knows its ramp comes in and the replicas it holds there, so the
     baseline starts where its engineer would; None: 2 replicas from 08:00
     to 18:00."""
@@ -391,7 +391,7 @@ def _run_side(
         tune_part, request.profile, config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
         manifest=side.manifest,
-        history=history if side.base.trigger.kind == "prescaler" else None,
+        history=history if side.base.prescaler_trigger is not None else None,
     )  # fmt: skip
     parts: dict[str, Any] = {
         # the requests themselves, not the path: the same trace at another

@@ -381,7 +381,7 @@ def score(
     if not (math.isfinite(check_s) and check_s > 0):
         raise ValueError(f"check_s must be finite and > 0, got {check_s!r}")
     profile = get_profile(profile_name)
-    kept = history if so.trigger.kind == "prescaler" else None
+    kept = history if so.prescaler_trigger is not None else None
     spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept, forecaster=forecaster)
     sim = Simulation(
         workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget

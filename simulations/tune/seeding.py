@@ -53,7 +53,8 @@ def seed_params(
     Keys off the search grid are left out (the sampler picks them); None
     when nothing maps. ``knobs`` holds the base manifest's value of each
     dotted (manifest) key."""
-    meta, settings = base.trigger.metadata, base.trigger.settings
+    trig = base.prescaler_trigger or base.trigger
+    meta, settings = trig.metadata, trig.settings
     picked: dict[str, Any] = {}
     for p in space:
         # picked holds optuna's values (an int for an int knob), ``when`` a string

@@ -33,6 +33,15 @@ written into) and the knobs searched. The family:
   ``minReplicas`` searched from 0: prescaler scaling to zero and waking on
   the gateway's rate or its forecast. The ``prescaler`` side searches
   ``minReplicas`` from 0 too when its ScaledObject has the key.
+- ``prescaler-cron`` (asked for by name): ``prescaler-gateway`` with the
+  cron side's daily window beside it (written the same way, searched the
+  same way): what a team that knows its ramp's hour runs once it adopts
+  prescaler, keeping the window it already has.
+
+A user's ScaledObject with prescaler's trigger beside KEDA triggers (a
+cron window, a prometheus trigger) is the ``prescaler`` side's base, each
+of its other triggers' knobs searched with prescaler's; the order of the
+triggers is the user's.
 
 Every side gets the same optimizer, trial budget, seed and out-of-sample
 protocol; ``maxReplicaCount`` stays the user's on every side (or the
@@ -55,20 +64,22 @@ from simulations.tune.manifest import (
     COOLDOWN_PERIOD,
     apply_to_manifest,
     cooldown_param,
+    cron_space,
     keda_space,
     load_manifest,
     manifest_of,
+    trigger_space,
     triggers_of,
 )
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
     Param,
-    apply_metadata,
     default_bases,
     timing_floors,
 )
 
 if TYPE_CHECKING:
+    from decision.settings import ScalerSettings
     from simulations.tune.run import TuneRequest
 
 __all__ = [
@@ -83,6 +94,7 @@ __all__ = [
     "paste_fields",
     "prescaler_gateway_manifest",
     "queue_and_kv_manifest",
+    "with_cron",
 ]
 
 SIDES = (
@@ -93,6 +105,7 @@ SIDES = (
     "keda-queue-kv-cron",
     "keda-gateway",
     "prescaler-gateway",
+    "prescaler-cron",
 )
 """Side names, in report order."""
 DEFAULT_SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
@@ -121,19 +134,19 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
 
     p_base, _ = default_bases(profile, bound)
     p_doc: Mapping[str, Any] = manifest_of(p_base)
+    others: tuple[Param, ...] = ()
     user: Side | None = None
     if request.scaledobject:
         mine = load_scaledobject(request.scaledobject)
         doc = load_manifest(request.scaledobject)
         bound = mine.keda.max_replica_count
         kinds = {t.kind for t in triggers_of(mine)}
-        if kinds == {"prescaler"}:
+        if "prescaler" in kinds:
+            # prescaler's trigger alone, or beside the KEDA triggers the team
+            # keeps (a cron window, a queue trigger): one side, each of the
+            # other triggers' knobs searched with prescaler's
             p_base, p_doc = mine, doc
-        elif "prescaler" in kinds:
-            raise ValueError(
-                f"{request.scaledobject}: prescaler's trigger beside other triggers cannot be "
-                "tuned as one side; give a ScaledObject with either"
-            )
+            others = trigger_space(mine, bound)
         else:
             p_base, _ = default_bases(profile, bound)
             p_doc = manifest_of(p_base)
@@ -150,22 +163,21 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     if request.forecaster:
         fixed["forecast"] = request.forecaster
     g_doc = prescaler_gateway_manifest(p_doc)
-    g_base = parse_scaledobject(yaml.safe_dump(g_doc, sort_keys=False), "prescaler-gateway")
     g_space = _from_zero(PREDICTIVE_SPACE)
     if fixed:
-        # held in the manifests too: a trial's ScaledObject is its setting
-        # applied to the side's manifest, not to its parsed base
-        p_base, p_doc = apply_metadata(p_base, fixed), apply_to_manifest(p_doc, fixed)
-        p_space = _without(p_space, fixed)
-        g_base, g_doc = apply_metadata(g_base, fixed), apply_to_manifest(g_doc, fixed)
-        g_space = _without(g_space, fixed)
-    if p_base.trigger.settings is not None and p_base.trigger.settings.gateway_rate_query:
+        # held in the manifests: a trial's ScaledObject is its setting
+        # applied to the side's manifest, and the base is that manifest parsed
+        p_doc, g_doc = apply_to_manifest(p_doc, fixed), apply_to_manifest(g_doc, fixed)
+        p_base = _parsed(p_doc, p_base.name)
+        p_space, g_space = _without(p_space, fixed), _without(g_space, fixed)
+    g_base = _parsed(g_doc, "prescaler-gateway")
+    p_settings, g_settings = _settings_of(p_base), _settings_of(g_base)
+    if p_settings.gateway_rate_query:
         p_space = _from_zero(p_space)
     start_s = cold_start_s(request, profile)
-    p_settings, g_settings = p_base.trigger.settings, g_base.trigger.settings
-    assert p_settings is not None and g_settings is not None, "prescaler's trigger is parsed"
     p_space = timing_floors(p_space, p_settings, start_s)
     g_space = timing_floors(g_space, g_settings, start_s)
+    g_bound = min(bound, g_settings.max_replicas)
     q_base = seeds_reactive(max_replicas=bound)
     sides = [
         Side(
@@ -173,7 +185,7 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             "prescaler's external trigger",
             p_base,
             p_doc,
-            (*p_space, *BEHAVIOR_SPACE),
+            (*p_space, *others, *BEHAVIOR_SPACE),
             min(bound, p_settings.max_replicas),
         ),
         Side(
@@ -222,8 +234,20 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             "prescaler's trigger scaling to zero, woken by the gateway's request rate",
             g_base,
             g_doc,
-            (*g_space, *BEHAVIOR_SPACE),
-            min(bound, g_settings.max_replicas),
+            (*g_space, *others, *BEHAVIOR_SPACE),
+            g_bound,
+        )
+    )
+    c_doc = with_cron(g_doc, request.cron_window, f"{g_doc['metadata']['name']}-cron")
+    window = cron_space(len(g_doc["spec"]["triggers"]), g_bound)
+    sides.append(
+        Side(
+            "prescaler-cron",
+            "prescaler's trigger scaling to zero, beside a daily cron window",
+            _parsed(c_doc, "prescaler-cron"),
+            c_doc,
+            (*g_space, *others, *window, *BEHAVIOR_SPACE),
+            g_bound,
         )
     )
     wanted = request.sides or DEFAULT_SIDES
@@ -273,8 +297,19 @@ def _from_zero(space: tuple[Param, ...]) -> tuple[Param, ...]:
 
 
 def _keda_side(name: str, description: str, doc: Mapping[str, Any], bound: int) -> Side:
-    base = parse_scaledobject(yaml.safe_dump(dict(doc), sort_keys=False), name)
+    base = _parsed(doc, name)
     return Side(name, description, base, doc, keda_space(base, bound), bound)
+
+
+def _parsed(doc: Mapping[str, Any], name: str) -> ScaledObjectSpec:
+    """``doc`` read by the simulator's own reader, errors named by ``name``."""
+    return parse_scaledobject(yaml.safe_dump(dict(doc), sort_keys=False), name)
+
+
+def _settings_of(so: ScaledObjectSpec) -> ScalerSettings:
+    trig = so.prescaler_trigger
+    assert trig is not None and trig.settings is not None, "prescaler's trigger is parsed"
+    return trig.settings
 
 
 KV_THRESHOLD = "0.8"
@@ -335,13 +370,20 @@ def cron_manifest(queue_kv: Mapping[str, Any], window: WrittenCron | None = None
     ``window`` the hours the team knows its ramp comes in and the replicas
     it holds; None: :data:`CRON_REPLICAS` from :data:`CRON_START` to
     :data:`CRON_END`."""
+    return with_cron(queue_kv, window, "vllm-queue-kv-cron")
+
+
+def with_cron(manifest: Mapping[str, Any], window: WrittenCron | None, name: str) -> dict[str, Any]:
+    """``manifest`` named ``name`` with a daily cron trigger appended last
+    (``window``, else :data:`CRON_REPLICAS` from :data:`CRON_START` to
+    :data:`CRON_END`); its other triggers are kept as written."""
     start, end, replicas = CRON_START, CRON_END, CRON_REPLICAS
     if window is not None:
         minutes = (window.start_min, window.end_min)
         start, end = (f"{m % 60} {m % 1440 // 60} * * *" for m in minutes)
         replicas = str(window.replicas)
-    doc = copy.deepcopy(dict(queue_kv))
-    doc["metadata"]["name"] = "vllm-queue-kv-cron"
+    doc = copy.deepcopy(dict(manifest))
+    doc["metadata"]["name"] = name
     doc["spec"]["triggers"].append(
         {
             "type": "cron",

@@ -17,7 +17,9 @@ reduced sweep on a shared machine and the full one elsewhere:
   of each day (6 of 24), four times cheaper;
 - ``PRESCALER_REGIMES_JOBS`` (2): cells run at once;
 - ``PRESCALER_REGIMES_PRESCALER_SIDE`` (prescaler-gateway): the prescaler
-  side tuned with the forecast on and off (or ``prescaler``);
+  side tuned with the forecast on and off (or ``prescaler``, or
+  ``prescaler-cron``: beside the cron window the KEDA cron side starts
+  from);
 - ``PRESCALER_REGIMES_TARGET`` (0.95): the attainment every side must meet,
   as a fraction of each part's idle-fleet ceiling (a lower one is another
   point on the cost-against-attainment frontier);

@@ -438,6 +438,35 @@ def test_tune_from_the_users_scaledobject_keeps_its_other_keys(trace: Path, tmp_
     assert int(meta["minReplicas"]) <= 6
 
 
+def test_tune_keeps_a_cron_trigger_beside_prescalers(trace: Path, tmp_path: Path) -> None:
+    """--scaledobject with a cron window before prescaler's trigger: one
+    side, the printed manifest keeps both triggers in the user's order, the
+    window's knobs tuned with prescaler's metadata."""
+    so = tmp_path / "so.yaml"
+    so.write_text(
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
+        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 6\n"
+        "  triggers:\n  - type: cron\n    metadata:\n      timezone: UTC\n"
+        "      start: '0 8 * * *'\n      end: '0 18 * * *'\n      desiredReplicas: '2'\n"
+        "  - type: external\n    metadata:\n"
+        "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
+        "      model: my-model\n      maxReplicas: '6'\n"
+    )
+    code, out = _tune(
+        trace, tmp_path, "--scaledobject", str(so), "--trials", "2", "--target", "0.5"
+    )
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["predictive"]["metadata"]["model"] == "my-model"
+    side = doc["sides"]["prescaler"]
+    assert set(side["setting"]) >= {"triggers.0.startMinuteOfDay", "triggers.0.desiredReplicas"}
+    triggers = side["manifest"]["spec"]["triggers"]
+    assert [t["type"] for t in triggers] == ["cron", "external"]
+    assert (
+        triggers[0]["metadata"]["desiredReplicas"] == side["setting"]["triggers.0.desiredReplicas"]
+    )
+
+
 def test_tune_is_a_prescaler_subcommand() -> None:
     """`prescaler tune` is registered with the top-level CLI."""
     from prescaler.cli import main as prescaler_main

@@ -5,6 +5,7 @@ selection and prescaler keys held fixed."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import optuna
 import pytest
@@ -49,7 +50,9 @@ def test_the_default_family_is_unchanged_and_the_new_sides_come_by_name() -> Non
         _sides(sides=("keda-http",))
 
 
-@pytest.mark.parametrize("name", ["keda-queue-kv-cron", "keda-gateway", "prescaler-gateway"])
+@pytest.mark.parametrize(
+    "name", ["keda-queue-kv-cron", "keda-gateway", "prescaler-gateway", "prescaler-cron"]
+)
 def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     side = _all()[name]
     assert parse_scaledobject(yaml.safe_dump(dict(side.manifest))) == side.base
@@ -170,7 +173,7 @@ def test_the_prescaler_gateway_side_wakes_a_fleet_at_zero() -> None:
     assert _wakes(side.base) > 0.3
 
 
-@pytest.mark.parametrize("name", ["prescaler", "prescaler-gateway"])
+@pytest.mark.parametrize("name", ["prescaler", "prescaler-gateway", "prescaler-cron"])
 def test_keys_held_fixed_reach_every_trial(name: str) -> None:
     """What a trial runs is its setting applied to the side's manifest: a
     held ``forecast: off`` or ``prewarm`` must be there, not only in the
@@ -180,7 +183,9 @@ def test_keys_held_fixed_reach_every_trial(name: str) -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(5):
         setting = sample_metadata(study.ask(), side.space, 10)
-        meta = apply_setting(side.base, setting, side.manifest).trigger.metadata
+        trig = apply_setting(side.base, setting, side.manifest).prescaler_trigger
+        assert trig is not None
+        meta = trig.metadata
         assert (meta["forecast"], meta["prewarm"]) == ("off", "false")
         assert "nodeLeadTimeSeconds" not in meta
 
@@ -229,3 +234,95 @@ def test_cooldown_is_searched_only_where_the_floor_can_be_zero() -> None:
         assert so.keda.cooldown_period_s == 900.0
     for name in ("keda-queue-kv", "prescaler"):
         assert "spec.cooldownPeriod" not in {p.key for p in _all()[name].space}
+
+
+def test_the_prescaler_cron_side_is_prescaler_gateway_beside_the_written_window() -> None:
+    """prescaler's trigger as on the prescaler-gateway side, the cron window
+    written as the KEDA cron side's is (its hours and replicas the first
+    trial's), and both searched in one study."""
+    told = WrittenCron(105, 180, replicas=6)
+    sides = _sides(sides=("prescaler-gateway", "prescaler-cron"), cron_window=told)
+    side, gateway = sides["prescaler-cron"], sides["prescaler-gateway"]
+    kinds = [t.kind for t in triggers_of(side.base)]
+    assert kinds == ["prescaler", "cron"]
+    assert side.base.trigger == gateway.base.trigger
+    cron = triggers_of(side.base)[1]
+    assert (cron.metadata["start"], cron.metadata["end"]) == ("45 1 * * *", "0 3 * * *")
+    assert cron.metadata["desiredReplicas"] == "6"
+    keys = [p.key for p in side.space]
+    assert keys == [
+        *(
+            p.key
+            for p in gateway.space
+            if not p.key.startswith(("scaleUp.", "scaleDown.", "spec.p"))
+        ),
+        "triggers.1.startMinuteOfDay",
+        "triggers.1.windowMinutes",
+        "triggers.1.desiredReplicas",
+        *(p.key for p in gateway.space if p.key.startswith(("spec.p", "scaleUp.", "scaleDown."))),
+    ]
+    knobs = {p.key: knob_value(side.manifest, p.key) for p in side.space if "." in p.key}
+    seed = seed_params(side.base, side.space, 10, knobs)
+    assert seed is not None
+    assert (seed["triggers.1.startMinuteOfDay"], seed["triggers.1.desiredReplicas"]) == (105, 6)
+
+
+def _cost(so: ScaledObjectSpec) -> float:
+    idle = synthetic_workload(duration_s=1800.0, base_rps=0.01, seed=5)
+    return score(so, idle, PROFILE, SimConfig()).cost_usd
+
+
+def test_the_cron_window_beside_prescaler_holds_its_replicas() -> None:
+    """The HPA takes the largest proposal: inside the window the fleet holds
+    the window's replicas whatever prescaler's trigger asks, outside it
+    prescaler's trigger alone decides (the run is 00:00 - 00:30)."""
+    side = _all()["prescaler-cron"]
+    outside = {"triggers.1.startMinuteOfDay": "600", "triggers.1.windowMinutes": "60"}
+    inside = {"triggers.1.startMinuteOfDay": "0", "triggers.1.windowMinutes": "60"}
+    for replicas, factor in (("3", 2.0), ("6", 4.0)):
+        held = apply_setting(
+            side.base, {**inside, "triggers.1.desiredReplicas": replicas}, side.manifest
+        )
+        free = apply_setting(
+            side.base, {**outside, "triggers.1.desiredReplicas": replicas}, side.manifest
+        )
+        assert _cost(held) > factor * _cost(free)
+
+
+def test_a_scaledobject_with_prescaler_beside_a_cron_trigger_is_the_prescaler_side(
+    tmp_path: Path,
+) -> None:
+    """A team keeps its cron window and adds prescaler's trigger: its
+    ScaledObject is tuned as one side, the window's knobs with prescaler's,
+    whatever the order of its triggers (the cron trigger first here)."""
+    doc = yaml.safe_load(yaml.safe_dump(manifest_of(_all()["prescaler"].base)))
+    doc["spec"]["triggers"][0]["metadata"]["targetWaitingPerReplica"] = "7"
+    doc["spec"]["triggers"].insert(
+        0,
+        {
+            "type": "cron",
+            "metadata": {"timezone": "UTC", "start": "30 8 * * *", "end": "0 18 * * *",
+                         "desiredReplicas": "4"},
+        },
+    )  # fmt: skip
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    side = _sides(scaledobject=str(path), sides=("prescaler",))["prescaler"]
+    assert [t.kind for t in triggers_of(side.base)] == ["cron", "prescaler"]
+    keys = {p.key for p in side.space}
+    assert {"targetWaitingPerReplica", "triggers.0.startMinuteOfDay"} <= keys
+    assert "triggers.0.desiredReplicas" in keys
+    knobs = {p.key: knob_value(side.manifest, p.key) for p in side.space if "." in p.key}
+    seed = seed_params(side.base, side.space, 10, knobs)
+    assert seed is not None
+    assert seed["targetWaitingPerReplica"] == 7.0
+    assert (seed["triggers.0.startMinuteOfDay"], seed["triggers.0.windowMinutes"]) == (510, 570)
+    held = _sides(scaledobject=str(path), sides=("prescaler",), forecaster="off")["prescaler"]
+    trig = held.base.prescaler_trigger
+    assert trig is not None and trig.metadata["forecast"] == "off"
+    picked = {"triggers.0.desiredReplicas": "5", "targetWaitingPerReplica": "9"}
+    so = apply_setting(held.base, picked, held.manifest)
+    assert triggers_of(so)[0].metadata["desiredReplicas"] == "5"
+    mine = so.prescaler_trigger
+    assert mine is not None
+    assert (mine.metadata["targetWaitingPerReplica"], mine.metadata["forecast"]) == ("9", "off")
