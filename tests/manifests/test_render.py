@@ -7,6 +7,7 @@ objects exactly as `kubectl apply -k` would send them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,6 +194,35 @@ def test_push_and_mtls_variants(rendered: dict[str, Objs]) -> None:
     # Kubelet gRPC probes cannot do TLS: TCP checks under mTLS.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert "grpc" not in scaler[probe] and scaler[probe]["tcpSocket"]["port"] == 9090
+
+
+def test_schedule_overlay_keeps_a_cron_window_beside_prescaler(
+    rendered: dict[str, Objs], tmp_path: Path
+) -> None:
+    """The cron window is appended after prescaler's trigger, everything
+    else as gpu-g5-g6 has it; the simulator reads the rendered object and
+    the tuner tunes the window's knobs with prescaler's in one side."""
+    import yaml
+
+    from simulations.scaledobject import parse_scaledobject
+    from simulations.tune.run import TuneRequest
+    from simulations.tune.sides import make_sides
+
+    so = find(rendered["schedule"], "ScaledObject", "vllm-llama3-8b")
+    plain = find(rendered["gpu-g5-g6"], "ScaledObject", "vllm-llama3-8b")
+    prescaler, cron = so["spec"]["triggers"]
+    assert prescaler == plain["spec"]["triggers"][0]
+    assert cron["type"] == "cron"
+    assert (cron["metadata"]["start"], cron["metadata"]["end"]) == ("45 8 * * 1-5", "0 19 * * 1-5")
+    spec = parse_scaledobject(yaml.safe_dump(so), "schedule")
+    assert [t.kind for t in spec.triggers] == ["prescaler", "cron"]
+    path = tmp_path / "so.yaml"
+    path.write_text(yaml.safe_dump(so), encoding="utf-8")
+    request = TuneRequest(trace=None, profile="llama-3-8b@g5.xlarge", scaledobject=str(path))
+    (side,) = (s for s in make_sides(request, request.profile, 16) if s.name == "prescaler")
+    keys = {p.key for p in side.space}
+    assert {"triggers.1.startMinuteOfDay", "triggers.1.windowMinutes"} <= keys
+    assert "triggers.1.desiredReplicas" in keys and "targetWaitingPerReplica" in keys
 
 
 def test_scaler_deployment(rendered: dict[str, Objs]) -> None:
