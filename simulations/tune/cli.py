@@ -60,8 +60,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="processes sharing each side's study (trials run in parallel; "
                    "the worker seeds follow from --seed)")  # fmt: skip
     p.add_argument("--scaledobject", default=None, metavar="FILE",
-                   help="your ScaledObject: a prescaler trigger one is where the prescaler "
-                   "side starts; a prometheus trigger one is tuned as its own side")  # fmt: skip
+                   help="your ScaledObject: one with prescaler's trigger is where the "
+                   "prescaler side starts (cron or prometheus triggers beside it are tuned "
+                   "with it); a prometheus trigger one is tuned as its own side")  # fmt: skip
     p.add_argument("--target", type=_fraction("--target"), default=DEFAULT_TARGET,
                    help="SLO attainment to meet, as a fraction of what an idle fleet "
                    "attains (default %(default)s)")  # fmt: skip

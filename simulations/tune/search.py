@@ -226,11 +226,11 @@ def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledOb
     searched are kept as the user wrote them. ``fallbackReplicas`` is raised
     to ``minReplicas`` when the new floor would put it out of range (the
     parser refuses that), and the result is parsed by the live parser."""
-    trig = base.trigger
-    if trig.kind != "prescaler":
+    trig = base.prescaler_trigger
+    if trig is None:
         raise ValueError(
-            f"{base.name}: the ScaledObject's trigger is {trig.kind!r}, not prescaler's "
-            "external trigger; only its metadata can be tuned"
+            f"{base.name}: the ScaledObject has no prescaler external trigger; only its "
+            "metadata can be tuned"
         )
     meta = {**trig.metadata, **tuned}
     if tuned.get("prewarm") == "false":
@@ -239,9 +239,11 @@ def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledOb
         lo = int(meta["minReplicas"])
         if int(meta["fallbackReplicas"]) < lo:
             meta["fallbackReplicas"] = str(lo)
-    settings = parse_settings(meta)
-    keda = base.keda
-    return replace(base, trigger=replace(trig, metadata=meta, settings=settings), keda=keda)
+    mine = replace(trig, metadata=meta, settings=parse_settings(meta))
+    if base.trigger is trig:
+        return replace(base, trigger=mine)
+    extra = tuple(mine if t is trig else t for t in base.extra_triggers)
+    return replace(base, extra_triggers=extra)
 
 
 def reactive_with_threshold(base: ScaledObjectSpec, threshold: float) -> ScaledObjectSpec:

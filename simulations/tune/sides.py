@@ -238,8 +238,14 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             g_bound,
         )
     )
-    c_doc = with_cron(g_doc, request.cron_window, f"{g_doc['metadata']['name']}-cron")
-    window = cron_space(len(g_doc["spec"]["triggers"]), g_bound)
+    c_name = f"{g_doc['metadata']['name']}-cron"
+    if any(t.kind == "cron" for t in triggers_of(g_base)):
+        # the user's own window is the window (its knobs are in ``others``)
+        c_doc, window = copy.deepcopy(g_doc), ()
+        c_doc["metadata"]["name"] = c_name
+    else:
+        c_doc = with_cron(g_doc, request.cron_window, c_name)
+        window = cron_space(len(g_doc["spec"]["triggers"]), bound)
     sides.append(
         Side(
             "prescaler-cron",

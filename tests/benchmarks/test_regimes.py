@@ -31,6 +31,7 @@ from simulations.backfill import BACKFILL_S
 from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import TrafficOptions, Workload, load_workload
+from simulations.tune.sides import WrittenCron
 
 
 def _variant(cost: float | None) -> dict[str, Any]:
@@ -260,6 +261,19 @@ def test_held_keys_reach_every_prescaler_trial_and_are_not_searched() -> None:
         assert not {"seasonalWanderSeconds", "seasonalSizeWanderSeconds"} & {
             p.key for p in side.space
         }
+
+
+def test_the_prescaler_cron_variant_is_written_with_the_cells_window() -> None:
+    """prescaler beside the cron window the KEDA cron side starts from: the
+    cell's hours and replicas, the forecast and prewarm held as on the
+    other prescaler sides."""
+    config = SweepConfig(prescaler_side="prescaler-cron")
+    side = prescaler_variant(config, False, "off", 15.0, WrittenCron(525, 720, 4))
+    prescaler, cron = side.base.triggers
+    assert (prescaler.metadata["forecast"], prescaler.metadata["prewarm"]) == ("off", "false")
+    assert (cron.metadata["start"], cron.metadata["end"]) == ("45 8 * * *", "0 12 * * *")
+    assert cron.metadata["desiredReplicas"] == "4"
+    assert "triggers.1.desiredReplicas" in {p.key for p in side.space}
 
 
 def test_each_cell_searches_a_fixed_lead_time_from_its_own_cold_start() -> None:

@@ -25,7 +25,7 @@ from simulations.tune.manifest import (
     triggers_of,
 )
 from simulations.tune.run import TuneRequest
-from simulations.tune.search import sample_metadata, score
+from simulations.tune.search import apply_metadata, sample_metadata, score
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, WrittenCron, make_sides
 
@@ -326,3 +326,66 @@ def test_a_scaledobject_with_prescaler_beside_a_cron_trigger_is_the_prescaler_si
     mine = so.prescaler_trigger
     assert mine is not None
     assert (mine.metadata["targetWaitingPerReplica"], mine.metadata["forecast"]) == ("9", "off")
+
+
+def test_a_window_below_what_prescaler_asks_changes_nothing() -> None:
+    """The largest proposal wins the other way too: with prescaler's floor
+    (and KEDA's) at 5 a 2-replica window inside the run costs what no
+    window does. (At a KEDA floor of 0 the window's activity still wakes
+    the fleet from zero at once.)"""
+    side = _all()["prescaler-cron"]
+    floor = {"minReplicas": "5", "spec.minReplicaCount": "5", "triggers.1.desiredReplicas": "2"}
+    inside = {**floor, "triggers.1.startMinuteOfDay": "0", "triggers.1.windowMinutes": "60"}
+    outside = {**floor, "triggers.1.startMinuteOfDay": "600", "triggers.1.windowMinutes": "60"}
+    held = _cost(apply_setting(side.base, inside, side.manifest))
+    assert held == pytest.approx(_cost(apply_setting(side.base, outside, side.manifest)))
+
+
+def test_held_keys_give_the_base_they_gave_before_the_manifest_held_them() -> None:
+    """The shipped prescaler side with keys held: its base parsed from the
+    held manifest is the base with the keys applied to its metadata."""
+    fixed = (("prewarm", "true"), ("forecast", "off"))
+    side = _sides(prescaler_fixed=fixed)["prescaler"]
+    plain = _sides()["prescaler"]
+    assert side.base == apply_metadata(plain.base, dict(fixed))
+
+
+def _with_triggers(tmp_path: Path, *extra: dict[str, object]) -> str:
+    doc = yaml.safe_load(yaml.safe_dump(manifest_of(_all()["prescaler"].base)))
+    doc["spec"]["triggers"].extend(extra)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return str(path)
+
+
+def test_a_prometheus_trigger_beside_prescaler_gets_its_threshold_searched(
+    tmp_path: Path,
+) -> None:
+    queue = {
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {"serverAddress": "http://prom:9090", "threshold": "5",
+                     "query": "sum(vllm:num_requests_waiting)"},
+    }  # fmt: skip
+    side = _sides(scaledobject=_with_triggers(tmp_path, queue))["prescaler"]
+    threshold = next(p for p in side.space if p.key == "triggers.1.threshold")
+    assert threshold.low < 5.0 < threshold.high
+    so = apply_setting(side.base, {"triggers.1.threshold": "2.5"}, side.manifest)
+    assert triggers_of(so)[1].threshold == 2.5
+
+
+def test_the_prescaler_cron_side_keeps_the_users_own_window(tmp_path: Path) -> None:
+    """A user's ScaledObject that has a window already is not given a second."""
+    cron = {
+        "type": "cron",
+        "metadata": {"timezone": "UTC", "start": "0 2 * * *", "end": "0 3 * * *",
+                     "desiredReplicas": "5"},
+    }  # fmt: skip
+    told = WrittenCron(525, 720, 4)
+    picked = _sides(scaledobject=_with_triggers(tmp_path, cron), cron_window=told, sides=SIDES)
+    side = picked["prescaler-cron"]
+    windows = [t for t in triggers_of(side.base) if t.kind == "cron"]
+    assert [w.metadata["start"] for w in windows] == ["0 2 * * *"]
+    keys = [p.key for p in side.space if p.key.startswith("triggers.")]
+    assert keys == ["triggers.1.startMinuteOfDay", "triggers.1.windowMinutes",
+                    "triggers.1.desiredReplicas"]  # fmt: skip
