@@ -239,9 +239,10 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
         )
     )
     c_name = f"{g_doc['metadata']['name']}-cron"
+    window: tuple[Param, ...] = ()
     if any(t.kind == "cron" for t in triggers_of(g_base)):
         # the user's own window is the window (its knobs are in ``others``)
-        c_doc, window = copy.deepcopy(g_doc), ()
+        c_doc = copy.deepcopy(g_doc)
         c_doc["metadata"]["name"] = c_name
     else:
         c_doc = with_cron(g_doc, request.cron_window, c_name)

@@ -5,6 +5,7 @@ selection and prescaler keys held fixed."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
@@ -350,7 +351,7 @@ def test_held_keys_give_the_base_they_gave_before_the_manifest_held_them() -> No
     assert side.base == apply_metadata(plain.base, dict(fixed))
 
 
-def _with_triggers(tmp_path: Path, *extra: dict[str, object]) -> str:
+def _with_triggers(tmp_path: Path, *extra: Mapping[str, object]) -> str:
     doc = yaml.safe_load(yaml.safe_dump(manifest_of(_all()["prescaler"].base)))
     doc["spec"]["triggers"].extend(extra)
     path = tmp_path / "mine.yaml"
