@@ -417,20 +417,25 @@ def test_a_history_too_short_for_the_protocol_is_refused_in_words(
     assert not (tmp_path / "s.db").exists()
 
 
-def test_tune_from_the_users_scaledobject_keeps_its_other_keys(trace: Path, tmp_path: Path) -> None:
-    """--scaledobject: the pasted block is the user's trigger metadata with
-    only searched keys changed (model, fallbackAfterSeconds, maxReplicas kept)."""
+def _tune_mine(trace: Path, tmp_path: Path, keys: str, before: str = "") -> tuple[int, Path]:
+    """``tune --scaledobject`` (2 trials, target 0.5) on a ScaledObject of
+    "mine" with prescaler's trigger (``keys`` added to its metadata) after
+    the triggers ``before``."""
     so = tmp_path / "so.yaml"
     so.write_text(
         "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
         "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 6\n"
-        "  triggers:\n  - type: external\n    metadata:\n"
+        f"  triggers:\n{before}  - type: external\n    metadata:\n"
         "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
-        "      model: my-model\n      fallbackAfterSeconds: '240'\n      maxReplicas: '6'\n"
+        f"      model: my-model\n{keys}      maxReplicas: '6'\n"
     )
-    code, out = _tune(
-        trace, tmp_path, "--scaledobject", str(so), "--trials", "2", "--target", "0.5"
-    )
+    return _tune(trace, tmp_path, "--scaledobject", str(so), "--trials", "2", "--target", "0.5")
+
+
+def test_tune_from_the_users_scaledobject_keeps_its_other_keys(trace: Path, tmp_path: Path) -> None:
+    """--scaledobject: the pasted block is the user's trigger metadata with
+    only searched keys changed (model, fallbackAfterSeconds, maxReplicas kept)."""
+    code, out = _tune_mine(trace, tmp_path, "      fallbackAfterSeconds: '240'\n")
     assert code == 0
     meta = json.loads(out.read_text())["predictive"]["metadata"]
     assert meta["model"] == "my-model" and meta["fallbackAfterSeconds"] == "240"
@@ -442,19 +447,11 @@ def test_tune_keeps_a_cron_trigger_beside_prescalers(trace: Path, tmp_path: Path
     """--scaledobject with a cron window before prescaler's trigger: one
     side, the printed manifest keeps both triggers in the user's order, the
     window's knobs tuned with prescaler's metadata."""
-    so = tmp_path / "so.yaml"
-    so.write_text(
-        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
-        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 6\n"
-        "  triggers:\n  - type: cron\n    metadata:\n      timezone: UTC\n"
+    cron = (
+        "  - type: cron\n    metadata:\n      timezone: UTC\n"
         "      start: '0 8 * * *'\n      end: '0 18 * * *'\n      desiredReplicas: '2'\n"
-        "  - type: external\n    metadata:\n"
-        "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
-        "      model: my-model\n      maxReplicas: '6'\n"
     )
-    code, out = _tune(
-        trace, tmp_path, "--scaledobject", str(so), "--trials", "2", "--target", "0.5"
-    )
+    code, out = _tune_mine(trace, tmp_path, "", before=cron)
     assert code == 0
     doc = json.loads(out.read_text())
     assert doc["predictive"]["metadata"]["model"] == "my-model"
