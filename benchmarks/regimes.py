@@ -167,6 +167,10 @@ class SweepConfig:
     buys: a method of the trigger's ``forecast:`` key, or statsforecast's
     ``sf_*`` (simulation only: the tracker forecasts with it, the key
     stays ``auto``)."""
+    sampler_offset: int = 0
+    """Added to ``seed`` for every study's sampler (the traces keep
+    ``seed``): another TPE path over the same parts, for every side alike,
+    to measure how far one study's path moves a result."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.regimes if r not in REGIMES]
@@ -243,7 +247,8 @@ def study_side(
     bar = min(1.0, cell.targets[0] + cell.config.margin / 100.0)
     ctx = TuneContext(
         cell.tuning, PROFILE, cell.sim, side.base, bar, side.space,
-        max_replicas=side.max_replicas, seed=cell.config.seed, manifest=side.manifest,
+        max_replicas=side.max_replicas, seed=cell.config.seed + cell.config.sampler_offset,
+        manifest=side.manifest,
         history=cell.histories[0], day_targets=cell.day_targets, forecaster=forecaster,
     )  # fmt: skip
     # the space and the manifest in the fingerprint: a rerun into storage
@@ -458,6 +463,7 @@ def run_cell(
         + (f"-e{config.capacity_error:g}" if config.capacity_error else "")
         + "".join(f"-{k}{v}" for k, v in config.prescaler_set)
         + ("-focus" if config.focus else "")
+        + (f"-p{config.sampler_offset}" if config.sampler_offset else "")
     )  # fmt: skip
     t0 = time.perf_counter()
     sides = keda_sides(config, cell.cron)

@@ -177,6 +177,37 @@ def test_a_capacity_belief_reaches_both_parts_runs(tmp_path: Path) -> None:
         SweepConfig(capacity_error=-1.0)
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_a_sampler_offset_gives_every_study_another_path_and_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts stay the seed's; each study's sampler seed is moved by the
+    offset and its name says so, so it never joins the seed's own study."""
+    import benchmarks.regimes as regimes
+
+    seen: list[tuple[int, str]] = []
+
+    def fake_run_study(ctx: Any, **kw: Any) -> Any:
+        seen.append((ctx.seed, kw["study_name"]))
+        raise _Stop
+
+    monkeypatch.setattr(regimes, "run_study", fake_run_study)
+    for offset in (0, 100):
+        config = SweepConfig(
+            regimes=("sparse-bursts",), leads_min=(2.5,), seed=3, sampler_offset=offset,
+            keda_sides=("keda-gateway",),
+        )  # fmt: skip
+        trace = write_regime_trace("sparse-bursts", config, tmp_path)
+        with pytest.raises(_Stop):
+            regimes.run_cell("sparse-bursts", trace, 2.5, config, "")
+    (seed0, name0), (seed1, name1) = seen
+    assert (seed0, seed1) == (3, 103)
+    assert name1 == name0.replace("-keda-gateway", "-p100-keda-gateway") != name0
+
+
 @pytest.mark.parametrize(
     "forecasters", [("seasonal_naive", "seasonal_naive"), ("prophet",), ("auto",), ("prescaler",)]
 )

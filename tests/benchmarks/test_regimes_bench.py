@@ -59,6 +59,9 @@ reduced sweep on a shared machine and the full one elsewhere:
   statsforecast's ``sf_autoets`` and the other ``sf_*``, simulation only);
   ``regimes-seeds.md`` then compares the cost each buys (with one seed,
   only the JSON's ``forecast-METHOD`` rows hold it);
+- ``PRESCALER_REGIMES_SAMPLER_OFFSET`` (0): added to the seed for every
+  study's sampler (the traces keep the seed): a second TPE path over the
+  same parts, every side alike, to measure the tuner's own noise;
 - ``PRESCALER_REGIMES_DIR`` (the test's temporary directory): where the
   regimes' traces and the studies' SQLite storage go. A later run given the
   same directory joins the studies it finds finished (the same side, space,
@@ -122,6 +125,7 @@ def _config() -> SweepConfig:
         capacity_error=float(os.environ.get("PRESCALER_REGIMES_CAPACITY_ERROR", "0")),
         prescaler_set=tuple(_pair(x) for x in _list("PRESCALER_REGIMES_PRESCALER_SET", "")),
         forecasters=tuple(_list("PRESCALER_REGIMES_FORECASTERS", "")),
+        sampler_offset=int(os.environ.get("PRESCALER_REGIMES_SAMPLER_OFFSET", "0")),
     )
 
 
