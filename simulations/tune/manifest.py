@@ -11,7 +11,7 @@ reader, so what is scored is exactly what is printed. ``maxReplicaCount`` is
 never searched: it is the user's budget, not a knob.
 
 Keys of a search setting: plain trigger metadata keys (``minReplicas``)
-belong to prescaler's trigger (:func:`simulations.tune.search.apply_metadata`'s
+belong to prescaler's trigger (:func:`simulations.tune.search.merged_metadata`'s
 rules); dotted keys are manifest knobs (:data:`KNOB_PREFIXES`). Triggers are
 addressed by their index in ``spec.triggers`` and the space is built by
 iterating over every trigger the spec has, so a ScaledObject with several
@@ -31,7 +31,7 @@ import yaml
 
 from simulations.keda import KedaConfig
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
-from simulations.tune.search import LEAD_MODE, Param, format_value
+from simulations.tune.search import Param, format_value, merged_metadata
 
 __all__ = [
     "BEHAVIOR_SPACE",
@@ -343,7 +343,7 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
     if meta_keys:
         for trig in triggers:
             if trig.get("type") in ("external", "external-push"):
-                trig["metadata"] = _prescaler_metadata(trig.get("metadata") or {}, meta_keys)
+                trig["metadata"] = merged_metadata(trig.get("metadata") or {}, meta_keys)
                 floor = trig["metadata"].get("minReplicas")
                 if floor is not None and spec.get("minReplicaCount", 0) != 0:
                     spec["minReplicaCount"] = int(floor)
@@ -364,18 +364,6 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
     if behavior:
         _set_behavior(spec, behavior)
     return out
-
-
-def _prescaler_metadata(meta: Mapping[str, Any], tuned: Mapping[str, str]) -> dict[str, Any]:
-    merged = {**meta, **tuned}
-    if tuned.get("prewarm") == "false":
-        merged.pop("nodeLeadTimeSeconds", None)
-    if "minReplicas" in merged and "fallbackReplicas" in merged:
-        lo = int(merged["minReplicas"])
-        if int(merged["fallbackReplicas"]) < lo:
-            merged["fallbackReplicas"] = str(lo)
-    merged.pop(f"{LEAD_MODE}:fixed", None)
-    return merged
 
 
 def _set_behavior(spec: dict[str, Any], knobs: Mapping[str, str]) -> None:

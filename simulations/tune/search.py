@@ -62,6 +62,7 @@ __all__ = [
     "apply_metadata",
     "exact_miss_budget",
     "format_value",
+    "merged_metadata",
     "param_high",
     "pareto_front",
     "reactive_with_threshold",
@@ -221,6 +222,22 @@ def _to_metadata(picked: Mapping[str, str]) -> dict[str, str]:
     return meta
 
 
+def merged_metadata(meta: Mapping[str, str], tuned: Mapping[str, str]) -> dict[str, str]:
+    """prescaler's trigger metadata ``meta`` with ``tuned`` written over it,
+    made one the parser takes: ``nodeLeadTimeSeconds`` dropped with
+    ``prewarm`` off, ``fallbackReplicas`` raised to a higher ``minReplicas``
+    (the parser refuses it below), no search-only fixed-lead key."""
+    merged = {**meta, **tuned}
+    if tuned.get("prewarm") == "false":
+        merged.pop("nodeLeadTimeSeconds", None)
+    if "minReplicas" in merged and "fallbackReplicas" in merged:
+        lo = int(merged["minReplicas"])
+        if int(merged["fallbackReplicas"]) < lo:
+            merged["fallbackReplicas"] = str(lo)
+    merged.pop(f"{LEAD_MODE}:fixed", None)
+    return merged
+
+
 def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledObjectSpec:
     """``base`` with its trigger metadata updated by ``tuned``; keys not
     searched are kept as the user wrote them. ``fallbackReplicas`` is raised
@@ -232,13 +249,7 @@ def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledOb
             f"{base.name}: the ScaledObject has no prescaler external trigger; only its "
             "metadata can be tuned"
         )
-    meta = {**trig.metadata, **tuned}
-    if tuned.get("prewarm") == "false":
-        meta.pop("nodeLeadTimeSeconds", None)
-    if "minReplicas" in meta and "fallbackReplicas" in meta:
-        lo = int(meta["minReplicas"])
-        if int(meta["fallbackReplicas"]) < lo:
-            meta["fallbackReplicas"] = str(lo)
+    meta = merged_metadata(trig.metadata, tuned)
     mine = replace(trig, metadata=meta, settings=parse_settings(meta))
     if base.trigger is trig:
         return replace(base, trigger=mine)
