@@ -104,7 +104,13 @@ LEAD_TIMES: dict[float, str] = {
     15.0: "70b-uncached",
 }
 """Minutes from a replica asked for to it Ready -> the lead-time preset of that length."""
-KEDA_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "keda-gateway")
+KEDA_SIDES = (
+    "keda-queue",
+    "keda-queue-kv",
+    "keda-queue-kv-cron",
+    "keda-gateway",
+    "keda-gateway-cron",
+)
 PRESCALER_SIDES = ("prescaler-gateway", "prescaler", "prescaler-cron")
 """The prescaler sides the sweep can tune as its forecast on/off variants."""
 VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))

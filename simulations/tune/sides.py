@@ -28,6 +28,11 @@ written into) and the knobs searched. The family:
   ``minReplicaCount`` 0 and an ``activationThreshold`` searched. A trigger
   on vLLM's own metrics cannot wake a fleet at zero (no replica, no
   series), so the gateway's count is the only live wake-up signal.
+- ``keda-gateway-cron`` (asked for by name): every KEDA trigger of the
+  family in one ScaledObject at ``minReplicaCount`` 0: the gateway's rate
+  (the wake-up signal), the queue and the KV cache (sizing a running
+  fleet) and the cron side's daily window, written and searched the same
+  way. The KEDA set-up with the same information as ``prescaler-cron``.
 - ``prescaler-gateway`` (asked for by name): prescaler's trigger given the
   same gateway series (``gatewayRateQuery``), ``minReplicaCount`` 0 and
   ``minReplicas`` searched from 0: prescaler scaling to zero and waking on
@@ -90,6 +95,7 @@ __all__ = [
     "cold_start_s",
     "cron_manifest",
     "gateway_manifest",
+    "gateway_queue_kv_manifest",
     "make_sides",
     "paste_fields",
     "prescaler_gateway_manifest",
@@ -104,6 +110,7 @@ SIDES = (
     "user",
     "keda-queue-kv-cron",
     "keda-gateway",
+    "keda-gateway-cron",
     "prescaler-gateway",
     "prescaler-cron",
 )
@@ -225,6 +232,14 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
             "keda-gateway",
             "KEDA scale to zero on the gateway's request rate",
             gateway_manifest(q_base),
+            bound,
+        )
+    )
+    sides.append(
+        _keda_side(
+            "keda-gateway-cron",
+            "KEDA scale to zero: gateway, queue and KV-cache triggers plus a daily cron window",
+            with_cron(gateway_queue_kv_manifest(kv_doc), request.cron_window, "vllm-gateway-cron"),
             bound,
         )
     )
@@ -419,18 +434,38 @@ def gateway_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
     doc["metadata"]["name"] = "vllm-gateway"
     doc["spec"]["minReplicaCount"] = 0
     server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
-    doc["spec"]["triggers"] = [
-        {
-            "type": "prometheus",
-            "metricType": "AverageValue",
-            "metadata": {
-                "serverAddress": server,
-                "query": GATEWAY_QUERY,
-                "threshold": GATEWAY_THRESHOLD,
-                "activationThreshold": GATEWAY_ACTIVATION,
-            },
-        }
-    ]
+    doc["spec"]["triggers"] = [_gateway_trigger(server)]
+    return doc
+
+
+def _gateway_trigger(server: str) -> dict[str, Any]:
+    """The gateway's request-rate trigger at its start (:data:`GATEWAY_QUERY`)."""
+    return {
+        "type": "prometheus",
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": server,
+            "query": GATEWAY_QUERY,
+            "threshold": GATEWAY_THRESHOLD,
+            "activationThreshold": GATEWAY_ACTIVATION,
+        },
+    }
+
+
+def gateway_queue_kv_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
+    """The queue and KV-cache ScaledObject scaling to zero: the gateway's
+    trigger (:func:`gateway_manifest`'s) first, the fleet's own two after
+    it. At zero they have no series and read 0, so the gateway wakes the
+    fleet; once it runs the HPA takes the largest of the three proposals."""
+    doc = copy.deepcopy(dict(queue_kv))
+    doc["metadata"]["name"] = "vllm-gateway-queue-kv"
+    doc["spec"]["minReplicaCount"] = 0
+    server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
+    fleet = doc["spec"]["triggers"]
+    for trig in fleet:
+        # KEDA's default, written: a running fleet's own series keep it active
+        trig["metadata"].setdefault("activationThreshold", "0")
+    doc["spec"]["triggers"] = [_gateway_trigger(server), *fleet]
     return doc
 
 

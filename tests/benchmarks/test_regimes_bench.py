@@ -3,7 +3,8 @@
 For each regime x lead time x node pre-warming setting, prescaler's trigger
 tuned with the forecast on and off against the best tuned KEDA set-up
 (queue, queue + KV cache, + a daily cron window, scale to zero on the
-gateway's rate), each tuned the same way (:mod:`benchmarks.regimes`).
+gateway's rate, and all of those at a floor of 0 in one ScaledObject),
+each tuned the same way (:mod:`benchmarks.regimes`).
 The budget and the grid are environment variables, so the same test runs a
 reduced sweep on a shared machine and the full one elsewhere:
 

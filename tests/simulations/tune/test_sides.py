@@ -52,7 +52,14 @@ def test_the_default_family_is_unchanged_and_the_new_sides_come_by_name() -> Non
 
 
 @pytest.mark.parametrize(
-    "name", ["keda-queue-kv-cron", "keda-gateway", "prescaler-gateway", "prescaler-cron"]
+    "name",
+    [
+        "keda-queue-kv-cron",
+        "keda-gateway",
+        "keda-gateway-cron",
+        "prescaler-gateway",
+        "prescaler-cron",
+    ],
 )
 def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     side = _all()[name]
@@ -149,6 +156,42 @@ def test_the_gateway_trigger_wakes_a_fleet_at_zero() -> None:
     count wakes the fleet: once a replica is up the requests are served."""
     side = _all()["keda-gateway"]
     assert _wakes(side.base) > 0.3
+
+
+def test_the_keda_gateway_cron_side_holds_what_prescaler_cron_holds() -> None:
+    """The KEDA set-up with prescaler-cron's information: the gateway's
+    trigger (the wake-up), the queue and KV-cache triggers of the
+    keda-queue-kv side, the same written window, all at a floor of 0 with
+    the gateway's activation and each trigger's threshold searched."""
+    told = WrittenCron(105, 180, replicas=6)
+    sides = _sides(sides=("keda-gateway-cron", "keda-queue-kv", "keda-gateway"), cron_window=told)
+    side = sides["keda-gateway-cron"]
+    kinds = [(t.kind, t.metadata.get("query")) for t in triggers_of(side.base)]
+    gateway = sides["keda-gateway"].base.trigger.metadata["query"]
+    fleet = [t.metadata["query"] for t in triggers_of(sides["keda-queue-kv"].base)]
+    assert kinds == [
+        ("prometheus", gateway),
+        ("prometheus", fleet[0]),
+        ("prometheus", fleet[1]),
+        ("cron", None),
+    ]
+    cron = triggers_of(side.base)[3]
+    assert (cron.metadata["start"], cron.metadata["desiredReplicas"]) == ("45 1 * * *", "6")
+    assert side.base.keda.min_replica_count == 0
+    keys = {p.key: p for p in side.space}
+    assert keys["spec.minReplicaCount"].low == 0
+    for i in range(3):
+        assert f"triggers.{i}.threshold" in keys
+        assert keys[f"triggers.{i}.activationThreshold"].when == ("spec.minReplicaCount", "0")
+    assert {"triggers.3.startMinuteOfDay", "triggers.3.desiredReplicas"} <= set(keys)
+    assert keys["spec.cooldownPeriod"].when == ("spec.minReplicaCount", "0")
+
+
+def test_the_keda_gateway_cron_side_wakes_a_fleet_at_zero() -> None:
+    """At zero the fleet's own triggers have no series; the gateway's wakes it."""
+    side = _all()["keda-gateway-cron"]
+    outside = {"triggers.3.startMinuteOfDay": "600", "triggers.3.windowMinutes": "60"}
+    assert _wakes(apply_setting(side.base, outside, side.manifest)) > 0.3
 
 
 def test_the_prescaler_gateway_side_scales_to_zero_on_the_gateway_series() -> None:
