@@ -193,11 +193,20 @@ def trigger_space(
                     "float",
                     0.0,
                     hi,
-                    step=step,
+                    step=_activation_step(t.activation_threshold, step),
                     when=(MIN_REPLICA_COUNT, "0"),
                 )
             )
     return tuple(params)
+
+
+def _activation_step(written: float, step: float) -> float:
+    """The threshold's ``step``, or the written activation's decimal step
+    where that is finer: a wake-up written below the threshold's grid (0.05
+    beside a threshold of 4) stays on the grid, so the first trial is it."""
+    if written > 0 and math.isfinite(written):
+        step = min(step, 10.0 ** math.floor(math.log10(written)))
+    return float(f"{step:.6g}")
 
 
 COOLDOWN_PERIOD = "spec.cooldownPeriod"

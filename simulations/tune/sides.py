@@ -425,6 +425,12 @@ GATEWAY_THRESHOLD = "0.5"
 GATEWAY_ACTIVATION = "0.05"
 """The gateway trigger's start: 0.5 requests/s per replica (a little under
 what one default-profile replica serves), active above one request in 20 s."""
+GATEWAY_WAKE_THRESHOLD = "4"
+"""The gateway trigger's threshold beside the fleet's own triggers: eight
+times :data:`GATEWAY_THRESHOLD`, so it wakes the fleet (any rate above the
+activation proposes a replica) and holds a small floor after, leaving the
+sizing to the queue and KV-cache triggers; its searched range (an eighth to
+eight times) still holds the sizing threshold."""
 
 
 def gateway_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
@@ -434,19 +440,19 @@ def gateway_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
     doc["metadata"]["name"] = "vllm-gateway"
     doc["spec"]["minReplicaCount"] = 0
     server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
-    doc["spec"]["triggers"] = [_gateway_trigger(server)]
+    doc["spec"]["triggers"] = [_gateway_trigger(server, GATEWAY_THRESHOLD)]
     return doc
 
 
-def _gateway_trigger(server: str) -> dict[str, Any]:
-    """The gateway's request-rate trigger at its start (:data:`GATEWAY_QUERY`)."""
+def _gateway_trigger(server: str, threshold: str) -> dict[str, Any]:
+    """The gateway's request-rate trigger (:data:`GATEWAY_QUERY`) at ``threshold``."""
     return {
         "type": "prometheus",
         "metricType": "AverageValue",
         "metadata": {
             "serverAddress": server,
             "query": GATEWAY_QUERY,
-            "threshold": GATEWAY_THRESHOLD,
+            "threshold": threshold,
             "activationThreshold": GATEWAY_ACTIVATION,
         },
     }
@@ -454,9 +460,10 @@ def _gateway_trigger(server: str) -> dict[str, Any]:
 
 def gateway_queue_kv_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
     """The queue and KV-cache ScaledObject scaling to zero: the gateway's
-    trigger (:func:`gateway_manifest`'s) first, the fleet's own two after
-    it. At zero they have no series and read 0, so the gateway wakes the
-    fleet; once it runs the HPA takes the largest of the three proposals."""
+    trigger first, written as a wake-up (:data:`GATEWAY_WAKE_THRESHOLD`),
+    the fleet's own two after it. At zero they have no series and read 0,
+    so the gateway wakes the fleet; once it runs the HPA takes the largest
+    of the three proposals."""
     doc = copy.deepcopy(dict(queue_kv))
     doc["metadata"]["name"] = "vllm-gateway-queue-kv"
     doc["spec"]["minReplicaCount"] = 0
@@ -465,7 +472,7 @@ def gateway_queue_kv_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
     for trig in fleet:
         # KEDA's default, written: a running fleet's own series keep it active
         trig["metadata"].setdefault("activationThreshold", "0")
-    doc["spec"]["triggers"] = [_gateway_trigger(server), *fleet]
+    doc["spec"]["triggers"] = [_gateway_trigger(server, GATEWAY_WAKE_THRESHOLD), *fleet]
     return doc
 
 

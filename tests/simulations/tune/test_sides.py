@@ -177,6 +177,11 @@ def test_the_keda_gateway_cron_side_holds_what_prescaler_cron_holds() -> None:
     ]
     cron = triggers_of(side.base)[3]
     assert (cron.metadata["start"], cron.metadata["desiredReplicas"]) == ("45 1 * * *", "6")
+    # the gateway wakes the fleet, the fleet's own triggers size it; the
+    # sizing threshold of the keda-gateway side is inside the searched range
+    wake = triggers_of(side.base)[0].threshold
+    sizing = sides["keda-gateway"].base.trigger.threshold
+    assert wake is not None and sizing is not None and wake == 8 * sizing
     assert side.base.keda.min_replica_count == 0
     keys = {p.key: p for p in side.space}
     assert keys["spec.minReplicaCount"].low == 0
@@ -185,6 +190,7 @@ def test_the_keda_gateway_cron_side_holds_what_prescaler_cron_holds() -> None:
         assert keys[f"triggers.{i}.activationThreshold"].when == ("spec.minReplicaCount", "0")
     assert {"triggers.3.startMinuteOfDay", "triggers.3.desiredReplicas"} <= set(keys)
     assert keys["spec.cooldownPeriod"].when == ("spec.minReplicaCount", "0")
+    assert keys["triggers.0.threshold"].low <= sizing <= keys["triggers.0.threshold"].high
 
 
 def test_the_keda_gateway_cron_side_wakes_a_fleet_at_zero() -> None:
