@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
+from simulations.tune.sides import DEFAULT_SIDES, SIDES, WrittenCron
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
 if TYPE_CHECKING:
@@ -33,6 +35,9 @@ __all__ = ["EXIT_SLO_UNMET", "register", "report_document", "request_from", "run
 
 EXIT_SLO_UNMET = 3
 """Exit status when no searched prescaler setting meets the SLO target."""
+
+_EXTRA_SIDES = tuple(n for n in SIDES if n not in DEFAULT_SIDES)
+"""The sides a plain ``prescaler tune`` leaves out (each costs a study)."""
 
 ADVERSE_COST_TOLERANCE = 0.005
 """A tuned setting dearer than the ScaledObject as written by more than this
@@ -112,7 +117,56 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="the trigger's model (default: model_name in --selector)")  # fmt: skip
     p.add_argument("--scaler-address", default=None, metavar="ADDR",
                    help="the trigger's scalerAddress (default: --scaledobject's)")  # fmt: skip
+    p.add_argument("--add-sides", type=_side_list, default=(), metavar="NAME[,NAME...]",
+                   help="also tune these sides, each with its own study: "
+                   f"{', '.join(_EXTRA_SIDES)} (docs/tuning.md, 'The sides')")  # fmt: skip
+    p.add_argument("--cron-window", type=_cron_window, default=None,
+                   metavar="HH:MM-HH:MM[/N]",
+                   help="the cron sides' window as your team writes it, UTC, holding N "
+                   "replicas (default 2 replicas 08:00-18:00); its first trial")  # fmt: skip
     p.set_defaults(func=_run)
+
+
+def _side_list(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in _EXTRA_SIDES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown side(s) {', '.join(unknown) or repr(text)} (known: {', '.join(_EXTRA_SIDES)})"
+        )
+    return names
+
+
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+
+
+def _minute_of_day(text: str, whole: str) -> int:
+    m = _CLOCK.match(text.strip())
+    if m is None or int(m.group(2)) > 59 or int(m.group(1)) * 60 + int(m.group(2)) > 1440:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} in {whole!r} is not a time of day HH:MM (00:00 - 24:00)"
+        )
+    return int(m.group(1)) * 60 + int(m.group(2))
+
+
+def _cron_window(text: str) -> WrittenCron:
+    from simulations.tune.sides import CRON_REPLICAS
+
+    hours, _, replicas = text.partition("/")
+    start, sep, end = hours.partition("-")
+    if not sep:
+        raise argparse.ArgumentTypeError(
+            f"want START-END[/REPLICAS], e.g. 07:45-17:30/2, got {text!r}"
+        )
+    count = replicas.strip() or CRON_REPLICAS
+    if not count.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"replicas must be a whole number >= 1, got {count!r} in {text!r}"
+        )
+    try:
+        return WrittenCron(_minute_of_day(start, text), _minute_of_day(end, text), int(count))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
 def _fraction(name: str) -> Any:
@@ -172,6 +226,8 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         scaler_address=args.scaler_address,
         prometheus_address=args.prometheus_address,
         inputs=sim_inputs_from_args(args),
+        sides=(*DEFAULT_SIDES, *args.add_sides) if args.add_sides else (),
+        cron_window=args.cron_window,
     )
 
 
@@ -352,7 +408,7 @@ def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
             continue
         doc = s.manifest
         missing: list[str] = []
-        if s.side.name == "prescaler":
+        if s.side.base.prescaler_trigger is not None:
             fields, missing = paste_fields(request, doc)
             doc = apply_to_manifest(doc, fields)
         print(f"\npaste: the tuned {s.side.name} ScaledObject (minReplicaCount and the "

@@ -134,7 +134,8 @@ class TuneRequest:
     """Prescaler trigger keys held at a value rather than searched, e.g.
     ``(("prewarm", "false"),)``; ``forecaster`` is one more."""
     cron_window: WrittenCron | None = None
-    """The ``keda-queue-kv-cron`` and ``prescaler-cron`` sides' window as written: the hours the
+    """Every cron side's window as written (``keda-queue-kv-cron``,
+    ``keda-gateway-cron``, ``prescaler-cron``): the hours the
     team knows its ramp comes in and the replicas it holds there, so the
     baseline starts where its engineer would; None: 2 replicas from 08:00
     to 18:00."""

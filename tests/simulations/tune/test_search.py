@@ -3,6 +3,7 @@ and the history each run's tracker starts with."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -21,7 +22,7 @@ from simulations.backfill import DemandHistory
 from simulations.scaledobject import seeds_reactive
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
-from simulations.tune.cli import EXIT_SLO_UNMET, main
+from simulations.tune.cli import EXIT_SLO_UNMET, main, request_from
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
     Param,
@@ -36,6 +37,7 @@ from simulations.tune.search import (
     timing_floors,
 )
 from simulations.tune.seeding import seed_params
+from simulations.tune.sides import WrittenCron
 from simulations.tune.study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -462,6 +464,70 @@ def test_tune_keeps_a_cron_trigger_beside_prescalers(trace: Path, tmp_path: Path
     assert (
         triggers[0]["metadata"]["desiredReplicas"] == side["setting"]["triggers.0.desiredReplicas"]
     )
+
+
+def test_tune_adds_the_sides_it_is_told_with_the_window_it_is_told(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--add-sides: each named side tuned beside the default family, in the
+    JSON with its study and its tuned manifest (the window in it); the
+    prescaler side beside the window gets the paste fields the prescaler
+    side gets."""
+    code, out = _tune(
+        trace, tmp_path, "--add-sides", "keda-gateway-cron,prescaler-cron",
+        "--cron-window", "00:05-00:40/3", "--trials", "2", "--target", "0.5",
+        "--model", "my-model",
+    )  # fmt: skip
+    assert code == 0
+    sides = json.loads(out.read_text())["sides"]
+    assert set(sides) == {
+        "prescaler", "keda-queue", "keda-queue-kv", "keda-gateway-cron", "prescaler-cron",
+    }  # fmt: skip
+    for name, at in (("keda-gateway-cron", 3), ("prescaler-cron", 1)):
+        assert sides[name]["trials"] == 2
+        assert sides[name]["manifest"]["spec"]["triggers"][at]["type"] == "cron"
+    pasted = capsys.readouterr().out.split("paste: the tuned prescaler-cron ScaledObject")[1]
+    assert 'model: "my-model"' in pasted.split("paste: ")[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--add-sides", "keda-http"], "unknown side(s) keda-http"),
+        (["--add-sides", "prescaler"], "unknown side(s) prescaler"),
+        (["--cron-window", "08:00"], "want START-END[/REPLICAS]"),
+        (["--cron-window", "25:00-03:00"], "'25:00' in '25:00-03:00' is not a time of day"),
+        (["--cron-window", "08:00-08:00"], "cannot end where it starts"),
+        (["--cron-window", "08:00-18:00/0"], "replicas must be >= 1"),
+        (["--cron-window", "08:00-18:00/two"], "replicas must be a whole number"),
+    ],
+)
+def test_bad_sides_and_windows_are_usage_errors_that_name_the_flag(
+    trace: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([str(trace), *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[0]}" in err and says in err
+
+
+def test_a_written_window_reaches_the_request() -> None:
+    """07:45 - 17:30 with 2 replicas is minutes 465 - 1050; the replicas
+    default to the shipped 2; a window past midnight ends at 24:00 or after."""
+    from simulations.tune.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["tune", "t.csv", "--cron-window", "07:45-17:30"])
+    request = request_from(args)
+    assert request.cron_window == WrittenCron(465, 1050, 2)
+    assert request.sides == ()
+    args = parser.parse_args(["tune", "t.csv", "--cron-window", "22:00-24:00/4",
+                              "--add-sides", "keda-gateway-cron"])  # fmt: skip
+    request = request_from(args)
+    assert request.cron_window == WrittenCron(1320, 1440, 4)
+    assert request.sides[-1] == "keda-gateway-cron" and "prescaler" in request.sides
 
 
 def test_tune_is_a_prescaler_subcommand() -> None:
