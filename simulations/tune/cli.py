@@ -25,7 +25,7 @@ from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
-from simulations.tune.sides import DEFAULT_SIDES, SIDES, WrittenCron
+from simulations.tune.sides import CRON_REPLICAS, DEFAULT_SIDES, SIDES, WrittenCron
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
 if TYPE_CHECKING:
@@ -128,7 +128,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _side_list(text: str) -> tuple[str, ...]:
+    """``--add-sides``: names beyond the default family, each once."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    already = [n for n in names if n in DEFAULT_SIDES]
+    if already:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(already)} already tuned by default (add: {', '.join(_EXTRA_SIDES)})"
+        )
     unknown = [n for n in names if n not in _EXTRA_SIDES]
     if not names or unknown:
         raise argparse.ArgumentTypeError(
@@ -138,9 +144,11 @@ def _side_list(text: str) -> tuple[str, ...]:
 
 
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+"""A time of day as ``--cron-window`` takes it."""
 
 
 def _minute_of_day(text: str, whole: str) -> int:
+    """``HH:MM`` (00:00 - 24:00) as a minute of the day; ``whole`` names the flag's value."""
     m = _CLOCK.match(text.strip())
     if m is None or int(m.group(2)) > 59 or int(m.group(1)) * 60 + int(m.group(2)) > 1440:
         raise argparse.ArgumentTypeError(
@@ -150,8 +158,7 @@ def _minute_of_day(text: str, whole: str) -> int:
 
 
 def _cron_window(text: str) -> WrittenCron:
-    from simulations.tune.sides import CRON_REPLICAS
-
+    """``--cron-window START-END[/REPLICAS]``, UTC: the window a team writes."""
     hours, _, replicas = text.partition("/")
     start, sep, end = hours.partition("-")
     if not sep:
@@ -186,8 +193,17 @@ def _holdout(text: str) -> float:
     return float(value)
 
 
+_CRON_SIDES = ("keda-queue-kv-cron", "keda-gateway-cron", "prescaler-cron")
+"""The sides ``--cron-window`` writes."""
+
+
 def request_from(args: argparse.Namespace) -> TuneRequest:
     """The typed request for the parsed flags."""
+    if args.cron_window is not None and not set(args.add_sides) & set(_CRON_SIDES):
+        raise UsageError(
+            f"--cron-window writes the window of {', '.join(_CRON_SIDES)}: name one in "
+            "--add-sides (a cron trigger in your --scaledobject is tuned from what it says)"
+        )
     return TuneRequest(
         trace=args.trace,
         profile=args.profile,
@@ -401,18 +417,23 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
 def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
     """The chosen prescaler ScaledObject, complete, or what it still needs."""
     from simulations.tune.manifest import apply_to_manifest, manifest_yaml
-    from simulations.tune.sides import paste_fields
+    from simulations.tune.sides import gateway_note, paste_fields
 
     for s in result.sides:
         if s.manifest is None or s.side.name == "keda-queue":
             continue
         doc = s.manifest
         missing: list[str] = []
+        floors = ""
         if s.side.base.prescaler_trigger is not None:
             fields, missing = paste_fields(request, doc)
             doc = apply_to_manifest(doc, fields)
-        print(f"\npaste: the tuned {s.side.name} ScaledObject (minReplicaCount and the "
-              "trigger's minReplicas agree):\n", file=out)  # fmt: skip
+            floors = (" (minReplicaCount follows the trigger's minReplicas, unless it "
+                      "scales to zero)")  # fmt: skip
+        gateway = gateway_note(doc)
+        if gateway:
+            missing = [*missing, gateway]
+        print(f"\npaste: the tuned {s.side.name} ScaledObject{floors}:\n", file=out)
         print(manifest_yaml(doc), file=out)
         for note in missing:
             print(f"still to set: {note}", file=out)

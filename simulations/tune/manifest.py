@@ -24,6 +24,7 @@ import copy
 import json
 import math
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +202,14 @@ def trigger_space(
 
 
 def _activation_step(written: float, step: float) -> float:
-    """The threshold's ``step``, or the written activation's decimal step
-    where that is finer: a wake-up written below the threshold's grid (0.05
-    beside a threshold of 4) stays on the grid, so the first trial is it."""
+    """The threshold's ``step``, or the written activation's last decimal
+    place where that is finer: a wake-up written off the threshold's grid
+    (0.05 beside a threshold of 4, 0.25 beside 3) stays on the grid, so the
+    first trial is the ScaledObject as written."""
     if written > 0 and math.isfinite(written):
-        step = min(step, 10.0 ** math.floor(math.log10(written)))
+        exponent = Decimal(f"{written:.6g}").normalize().as_tuple().exponent
+        if isinstance(exponent, int):
+            step = min(step, 10.0**exponent)
     return float(f"{step:.6g}")
 
 

@@ -95,6 +95,7 @@ __all__ = [
     "cold_start_s",
     "cron_manifest",
     "gateway_manifest",
+    "gateway_note",
     "gateway_queue_kv_manifest",
     "make_sides",
     "paste_fields",
@@ -181,6 +182,12 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     p_settings, g_settings = _settings_of(p_base), _settings_of(g_base)
     if p_settings.gateway_rate_query:
         p_space = _from_zero(p_space)
+    told = request.cron_window
+    if told is not None and told.replicas > bound:
+        raise ValueError(
+            f"cron_window: {told.replicas} replicas is above maxReplicaCount {bound}, "
+            "which no cron trigger can hold"
+        )
     start_s = cold_start_s(request, profile)
     p_space = timing_floors(p_space, p_settings, start_s)
     g_space = timing_floors(g_space, g_settings, start_s)
@@ -427,9 +434,11 @@ GATEWAY_ACTIVATION = "0.05"
 what one default-profile replica serves), active above one request in 20 s."""
 GATEWAY_WAKE_THRESHOLD = "4"
 """The gateway trigger's threshold beside the fleet's own triggers: eight
-times :data:`GATEWAY_THRESHOLD`, so it wakes the fleet (any rate above the
-activation proposes a replica) and holds a small floor after, leaving the
-sizing to the queue and KV-cache triggers; its searched range (an eighth to
+times :data:`GATEWAY_THRESHOLD`. The activation (:data:`GATEWAY_ACTIVATION`)
+wakes the fleet; at this threshold the gateway's proposal (about an eighth
+of the fleet its rate needs) stays under what the queue and KV-cache
+triggers propose for a running fleet, so they size it, and until a replica
+is Ready it is the only sizing signal. Its searched range (an eighth to
 eight times) still holds the sizing threshold."""
 
 
@@ -470,7 +479,8 @@ def gateway_queue_kv_manifest(queue_kv: Mapping[str, Any]) -> dict[str, Any]:
     server = doc["spec"]["triggers"][0]["metadata"].get("serverAddress", "")
     fleet = doc["spec"]["triggers"]
     for trig in fleet:
-        # KEDA's default, written: a running fleet's own series keep it active
+        # KEDA's default, written: active while a request waits or runs; an
+        # idle fleet reads 0 on both and goes to zero after cooldownPeriod
         trig["metadata"].setdefault("activationThreshold", "0")
     doc["spec"]["triggers"] = [_gateway_trigger(server, GATEWAY_WAKE_THRESHOLD), *fleet]
     return doc
@@ -489,6 +499,23 @@ def prescaler_gateway_manifest(prescaler: Mapping[str, Any]) -> dict[str, Any]:
             meta["minReplicas"] = "0"
             meta["gatewayRateQuery"] = GATEWAY_QUERY
     return doc
+
+
+def gateway_note(manifest: Mapping[str, Any]) -> str | None:
+    """What a printed manifest that reads the gateway's series still needs:
+    :data:`GATEWAY_QUERY` names the simulator's counter, which a real
+    Prometheus does not have (no series reads 0, so such a fleet would never
+    wake); None when nothing reads it."""
+    for trig in manifest.get("spec", {}).get("triggers") or []:
+        meta = trig.get("metadata") or {}
+        if GATEWAY_QUERY in (meta.get("query"), meta.get("gatewayRateQuery")):
+            return (
+                f"the gateway's request rate: {GATEWAY_QUERY!r} is the simulator's counter; "
+                "write your gateway's or ingress controller's requests/s for this model "
+                '(e.g. sum(rate(nginx_ingress_controller_requests{service="vllm"}[1m]))), '
+                "or the fleet never wakes from zero"
+            )
+    return None
 
 
 def paste_fields(

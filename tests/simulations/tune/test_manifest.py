@@ -226,3 +226,27 @@ def test_pruned_trials_could_not_have_won(name: str, tmp_path: Path) -> None:
         could_win = full.attainment >= target and full.cost_usd < result.best.cost_usd
         assert not could_win, (t.number, t.stopped, full.attainment, full.cost_usd)
     assert all(math.isfinite(t.cost_usd) for t in result.trials if t.finished)
+
+
+@pytest.mark.parametrize(
+    ("written", "threshold", "step"),
+    [("0.05", "4", 0.01), ("0.25", "3", 0.01), ("0.05", "0.5", 0.01), ("2", "3", 0.1)],
+)
+def test_a_written_activation_is_on_its_search_grid(
+    written: str, threshold: str, step: float
+) -> None:
+    """At a floor of 0 the activation is searched on the threshold's grid,
+    made finer where the written activation has more decimals, so the
+    first trial is the ScaledObject as written."""
+    doc = {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "z"},
+        "spec": {"scaleTargetRef": {"name": "vllm"}, "minReplicaCount": 0,
+                 "maxReplicaCount": 6, "triggers": [{"type": "prometheus", "metadata": {
+                     "serverAddress": "http://p:9090", "query": "sum(vllm:num_requests_waiting)",
+                     "threshold": threshold, "activationThreshold": written}}]},
+    }  # fmt: skip
+    so = parse_scaledobject(yaml.safe_dump(doc))
+    act = next(p for p in keda_space(so, 6) if p.key == "triggers.0.activationThreshold")
+    assert act.step == step
+    k = (float(written) - act.low) / step
+    assert abs(k - round(k)) < 1e-9

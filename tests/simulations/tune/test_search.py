@@ -486,15 +486,22 @@ def test_tune_adds_the_sides_it_is_told_with_the_window_it_is_told(
     for name, at in (("keda-gateway-cron", 3), ("prescaler-cron", 1)):
         assert sides[name]["trials"] == 2
         assert sides[name]["manifest"]["spec"]["triggers"][at]["type"] == "cron"
-    pasted = capsys.readouterr().out.split("paste: the tuned prescaler-cron ScaledObject")[1]
-    assert 'model: "my-model"' in pasted.split("paste: ")[0]
+    printed = capsys.readouterr().out
+    pasted = printed.split("paste: the tuned prescaler-cron ScaledObject")[1].split("paste: ")[0]
+    assert 'model: "my-model"' in pasted
+    # both read the simulator's gateway counter: the block says to write the user's
+    for name in ("prescaler-cron", "keda-gateway-cron"):
+        block = printed.split(f"paste: the tuned {name} ScaledObject")[1].split("paste: ")[0]
+        assert "still to set: the gateway's request rate" in block
+    keda = printed.split("paste: the tuned keda-gateway-cron ScaledObject")[1].split("\n")[0]
+    assert "minReplicas" not in keda  # a KEDA side has no trigger floor to agree with
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["--add-sides", "keda-http"], "unknown side(s) keda-http"),
-        (["--add-sides", "prescaler"], "unknown side(s) prescaler"),
+        (["--add-sides", "prescaler"], "prescaler already tuned by default"),
         (["--cron-window", "08:00"], "want START-END[/REPLICAS]"),
         (["--cron-window", "25:00-03:00"], "'25:00' in '25:00-03:00' is not a time of day"),
         (["--cron-window", "08:00-08:00"], "cannot end where it starts"),
@@ -519,15 +526,27 @@ def test_a_written_window_reaches_the_request() -> None:
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["tune", "t.csv", "--cron-window", "07:45-17:30"])
+    args = parser.parse_args(["tune", "t.csv", "--cron-window", "07:45-17:30",
+                              "--add-sides", "prescaler-cron"])  # fmt: skip
     request = request_from(args)
     assert request.cron_window == WrittenCron(465, 1050, 2)
-    assert request.sides == ()
     args = parser.parse_args(["tune", "t.csv", "--cron-window", "22:00-24:00/4",
                               "--add-sides", "keda-gateway-cron"])  # fmt: skip
     request = request_from(args)
     assert request.cron_window == WrittenCron(1320, 1440, 4)
     assert request.sides[-1] == "keda-gateway-cron" and "prescaler" in request.sides
+    assert request_from(parser.parse_args(["tune", "t.csv"])).sides == ()
+
+
+def test_a_window_without_a_cron_side_is_refused_in_words(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--cron-window writes only the cron sides': given none, it would be
+    silently ignored, so the command stops (exit 2) and says which to add."""
+    code = main([str(trace), "--cron-window", "08:00-18:00", "--add-sides", "keda-gateway"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--cron-window writes the window of keda-queue-kv-cron" in err and "--add-sides" in err
 
 
 def test_tune_is_a_prescaler_subcommand() -> None:

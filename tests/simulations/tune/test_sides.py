@@ -200,6 +200,27 @@ def test_the_keda_gateway_cron_side_wakes_a_fleet_at_zero() -> None:
     assert _wakes(apply_setting(side.base, outside, side.manifest)) > 0.3
 
 
+def test_the_keda_gateway_cron_fleet_goes_back_to_zero_once_idle() -> None:
+    """The fleet's own triggers are active only while a request waits or
+    runs (activation 0 written), so after ten busy minutes and an idle hour
+    and a half the fleet is at zero (after ``cooldownPeriod``), where the
+    same ScaledObject with a floor of one holds one."""
+    side = _all()["keda-gateway-cron"]
+    outside = {"triggers.3.startMinuteOfDay": "600", "triggers.3.windowMinutes": "60",
+               "spec.cooldownPeriod": "60"}  # fmt: skip
+    busy = synthetic_workload(duration_s=600.0, base_rps=0.8, seed=3)
+    work = Workload(busy.arrival_s, busy.prompt_tokens, busy.output_tokens, "idle", 7200.0)
+    for floor, left in (("0", 0.0), ("1", 1.0)):
+        so = apply_setting(side.base, {**outside, "spec.minReplicaCount": floor}, side.manifest)
+        timeline = score(so, work, PROFILE, SimConfig()).result.timeline
+        assert timeline["ready"][-1] == left and max(timeline["ready"]) >= 2
+
+
+def test_a_written_window_above_the_bound_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"cron_window: 12 replicas is above maxReplicaCount 10"):
+        _sides(sides=("keda-queue-kv-cron",), cron_window=WrittenCron(60, 120, replicas=12))
+
+
 def test_the_prescaler_gateway_side_scales_to_zero_on_the_gateway_series() -> None:
     """prescaler's trigger with the keda-gateway side's series as its
     gatewayRateQuery, both floors at 0 and minReplicas searched from 0; the
