@@ -20,13 +20,15 @@ The KEDA sides get no history: they keep none in production either.
 - prescaler's trigger with the forecast on (``forecast: auto``) and with it
   off (``forecast: off``), each with ``prewarm`` held at ``true`` or
   ``false``; by default as the ``prescaler-gateway`` side (the gateway's
-  request rate as demand, ``minReplicas`` searched from 0), so it has the
-  same information as the best-informed KEDA side (``prescaler_side``
-  ``prescaler`` reads vLLM's metrics alone, the trigger as shipped);
+  request rate as demand, ``minReplicas`` searched from 0), the
+  information of the ``keda-gateway`` side; ``prescaler_side``
+  ``prescaler-cron`` adds the written cron window, the information of the
+  ``keda-gateway-cron`` side, and ``prescaler`` reads vLLM's metrics alone;
 - the KEDA set-ups a competent engineer would run: the queue trigger, queue
-  plus KV cache, the same plus a daily ``cron`` window, and scale to zero
-  on the gateway's request rate (pre-warming is prescaler's: the KEDA
-  studies do not depend on it and run once per regime and lead time).
+  plus KV cache, the same plus a daily ``cron`` window, scale to zero on
+  the gateway's request rate, and all of those in one ScaledObject at a
+  floor of 0 (pre-warming is prescaler's: the KEDA studies do not depend
+  on it and run once per regime and lead time).
 
 A side's figure is its chosen setting's cost on the held-back day when it
 meets the held-back target there, else "missed"; a cell's ratio is
@@ -111,6 +113,9 @@ KEDA_SIDES = (
     "keda-gateway",
     "keda-gateway-cron",
 )
+"""The KEDA family every cell tunes (``keda_sides``), one study a side: a
+cell's "best tuned KEDA" is the cheapest of the sides it ran, so two
+sweeps compare only over the same family."""
 PRESCALER_SIDES = ("prescaler-gateway", "prescaler", "prescaler-cron")
 """The prescaler sides the sweep can tune as its forecast on/off variants."""
 VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))
