@@ -25,7 +25,7 @@ from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
-from simulations.tune.sides import CRON_REPLICAS, DEFAULT_SIDES, SIDES, WrittenCron
+from simulations.tune.sides import CRON_REPLICAS, CRON_SIDES, DEFAULT_SIDES, SIDES, WrittenCron
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
 if TYPE_CHECKING:
@@ -150,11 +150,12 @@ _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
 def _minute_of_day(text: str, whole: str) -> int:
     """``HH:MM`` (00:00 - 24:00) as a minute of the day; ``whole`` names the flag's value."""
     m = _CLOCK.match(text.strip())
-    if m is None or int(m.group(2)) > 59 or int(m.group(1)) * 60 + int(m.group(2)) > 1440:
+    hour, minute = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+    if not (hour >= 0 and 0 <= minute <= 59 and hour * 60 + minute <= 1440):
         raise argparse.ArgumentTypeError(
             f"{text!r} in {whole!r} is not a time of day HH:MM (00:00 - 24:00)"
         )
-    return int(m.group(1)) * 60 + int(m.group(2))
+    return hour * 60 + minute
 
 
 def _cron_window(text: str) -> WrittenCron:
@@ -193,15 +194,11 @@ def _holdout(text: str) -> float:
     return float(value)
 
 
-_CRON_SIDES = ("keda-queue-kv-cron", "keda-gateway-cron", "prescaler-cron")
-"""The sides ``--cron-window`` writes."""
-
-
 def request_from(args: argparse.Namespace) -> TuneRequest:
     """The typed request for the parsed flags."""
-    if args.cron_window is not None and not set(args.add_sides) & set(_CRON_SIDES):
+    if args.cron_window is not None and not set(args.add_sides) & set(CRON_SIDES):
         raise UsageError(
-            f"--cron-window writes the window of {', '.join(_CRON_SIDES)}: name one in "
+            f"--cron-window writes the window of {', '.join(CRON_SIDES)}: name one in "
             "--add-sides (a cron trigger in your --scaledobject is tuned from what it says)"
         )
     return TuneRequest(

@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from simulations.tune.run import TuneRequest
 
 __all__ = [
+    "CRON_SIDES",
     "DEFAULT_SIDES",
     "SIDES",
     "Side",
@@ -116,6 +117,8 @@ SIDES = (
     "prescaler-cron",
 )
 """Side names, in report order."""
+CRON_SIDES = ("keda-queue-kv-cron", "keda-gateway-cron", "prescaler-cron")
+"""The sides whose daily window ``TuneRequest.cron_window`` writes."""
 DEFAULT_SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
 """The sides a tune runs unless it names others (``user`` only with a
 prometheus ``--scaledobject``); the rest cost a study each and pay on

@@ -521,7 +521,7 @@ def test_bad_sides_and_windows_are_usage_errors_that_name_the_flag(
 
 def test_a_written_window_reaches_the_request() -> None:
     """07:45 - 17:30 with 2 replicas is minutes 465 - 1050; the replicas
-    default to the shipped 2; a window past midnight ends at 24:00 or after."""
+    default to the shipped 2; a window may end at 24:00 (minute 1440)."""
     from simulations.tune.cli import register
 
     parser = argparse.ArgumentParser()
