@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from simulations.cli import UsageError, add_replay_arguments, run_subcommand
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
-from simulations.tune.run import DEFAULT_TARGET, TuneRequest, TuneResult, default_storage, tune
+from simulations.tune.report import paste_block, print_report, report_document
+from simulations.tune.run import DEFAULT_TARGET, TuneRequest, default_storage, tune
 from simulations.tune.sides import CRON_REPLICAS, CRON_SIDES, DEFAULT_SIDES, SIDES, WrittenCron
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
-
-if TYPE_CHECKING:
-    from simulations.tune.run import FrontierPoint
 
 __all__ = ["EXIT_SLO_UNMET", "register", "report_document", "request_from", "run"]
 
@@ -38,10 +35,6 @@ EXIT_SLO_UNMET = 3
 
 _EXTRA_SIDES = tuple(n for n in SIDES if n not in DEFAULT_SIDES)
 """The sides a plain ``prescaler tune`` leaves out (each costs a study)."""
-
-ADVERSE_COST_TOLERANCE = 0.005
-"""A tuned setting dearer than the ScaledObject as written by more than this
-share on the held-back part is flagged adverse (less is billing noise)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -242,198 +235,6 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         sides=(*DEFAULT_SIDES, *args.add_sides) if args.add_sides else (),
         cron_window=args.cron_window,
     )
-
-
-# ------------------------------------------------------------------ report
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f} %"
-
-
-def _month(cost_usd: float, months: float) -> str:
-    return "-" if not math.isfinite(cost_usd) else f"${cost_usd / months:,.0f}/month"
-
-
-def cost_at_target(points: Sequence[FrontierPoint], target: float) -> float | None:
-    """The cheapest held-back cost among ``points`` that meet ``target``."""
-    met = [p.cost_usd for p in points if p.attainment >= target and math.isfinite(p.cost_usd)]
-    return min(met) if met else None
-
-
-def verdicts(result: TuneResult) -> list[str]:
-    """Degenerate or adverse results, in words."""
-    notes: list[str] = []
-    held_target = result.target_attainment[1]
-    if result.held_requests == 0:
-        notes.append("degenerate: no request was held back; the held-back figures repeat "
-                     "the tuning part (give a longer trace or --holdout)")  # fmt: skip
-    for s in result.sides:
-        done = [(round(t.cost_usd, 6), round(t.attainment, 6))
-                for t in s.study.trials if t.finished]  # fmt: skip
-        if len(done) > 1 and len(set(done)) == 1:
-            notes.append(f"degenerate: every finished {s.side.name} trial scored the same "
-                         "(the trace does not tell the settings apart)")  # fmt: skip
-        if s.holdout is None:
-            continue
-        mine, base = s.holdout, s.baseline
-        tuned_meets = mine["slo_attainment"] >= held_target
-        base_meets = base.attainment >= held_target
-        dearer = mine["cost_usd"] > base.cost_usd * (1.0 + ADVERSE_COST_TOLERANCE)
-        if base_meets and (not tuned_meets or dearer):
-            notes.append(
-                f"adverse: on the held-back part the tuned {s.side.name} setting "
-                f"({_pct(mine['slo_attainment'])}, ${mine['cost_usd']:,.2f}) does worse than "
-                f"the ScaledObject as written ({_pct(base.attainment)}, "
-                f"${base.cost_usd:,.2f}); keep yours, or tune on a longer history"
-            )
-    return notes
-
-
-def report_document(result: TuneResult) -> dict[str, Any]:
-    """The ``--json`` document (docs/contracts.md): the published keys first,
-    then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
-    ``warnings``, ``selection_margin``."""
-    from simulations.tune.manifest import metadata_of
-
-    p, q = result.side("prescaler"), result.side("keda-queue")
-    assert p is not None and q is not None
-    months = result.months[1]
-    held_target = result.target_attainment[1]
-
-    def point(x: FrontierPoint) -> dict[str, Any]:
-        return {"trial": x.trial, "setting": dict(x.setting),
-                "slo_attainment": x.attainment, "cost_usd": x.cost_usd,
-                "cost_per_month_usd": x.cost_usd / months}  # fmt: skip
-
-    costs = {s.side.name: cost_at_target(s.frontier, held_target) for s in result.sides}
-    ratio = None
-    if costs.get("prescaler") and costs.get("keda-queue"):
-        ratio = float(costs["prescaler"]) / float(costs["keda-queue"])  # type: ignore[arg-type]
-    threshold = None
-    if q.chosen is not None:
-        threshold = q.chosen.trigger.threshold
-    return {
-        "trace": result.trace,
-        "slo_ttft_s": result.slo_ttft_s,
-        "target": result.target,
-        "trials": len(p.study.trials),
-        "predictive": {
-            "metadata": metadata_of(p.manifest or {}, ("external", "external-push")),
-            "tuned": p.tuned,
-            "holdout": p.holdout,
-        },
-        "reactive": {"threshold": threshold, "tuned": q.tuned, "holdout": q.holdout},
-        "target_attainment": {"tuned": result.target_attainment[0], "holdout": held_target},
-        "frontier": {s.side.name: [point(x) for x in s.frontier] for s in result.sides},
-        "baselines": {s.side.name: point(s.baseline) for s in result.sides},
-        "cost_ratio_at_target": ratio,
-        "sides": {
-            s.side.name: {
-                "description": s.side.description,
-                "trials": len(s.study.trials),
-                "chosen_trial": None if s.study.best is None else s.study.best.number,
-                "setting": None if s.study.best is None else dict(s.study.best.metadata),
-                "manifest": s.manifest,
-                "cost_at_target_usd": costs[s.side.name],
-                "tuned": s.tuned,
-                "holdout": s.holdout,
-                "study_wall_s": round(s.study_wall_s, 1) if math.isfinite(s.study_wall_s) else None,
-                "holdout_seeds": [
-                    {
-                        "seed": seed,
-                        "slo_attainment": att,
-                        "cost_usd": cost,
-                        "meets": att >= held_target,
-                    }
-                    for seed, att, cost in s.holdout_seeds
-                ],
-            }
-            for s in result.sides
-        },
-        "warnings": [*result.warnings, *verdicts(result)],
-        "selection_margin": result.margin,
-    }
-
-
-def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> None:
-    """The frontier per side, the chosen settings, the verdicts and the ratio."""
-    months = result.months[1]
-    held_target = result.target_attainment[1]
-    print(f"\n{result.trial_s:.1f} s of wall time per trial (all sides and processes "
-          "together)", file=out)  # fmt: skip
-    print(f"held-back frontier (target {_pct(held_target)}; cost per month):", file=out)
-    for s in result.sides:
-        print(f"  {s.side.name}: {s.side.description}", file=out)
-        for x in s.frontier:
-            mark = "meets" if x.attainment >= held_target else "misses"
-            print(f"    trial {x.trial:>4}  {_pct(x.attainment):>9}  "
-                  f"{_month(x.cost_usd, months):>16}  {mark}", file=out)  # fmt: skip
-        b = s.baseline
-        print(f"    as written  {_pct(b.attainment):>9}  {_month(b.cost_usd, months):>16}  "
-              f"{'meets' if b.attainment >= held_target else 'misses'}", file=out)  # fmt: skip
-    for s in result.sides:
-        if s.tuned is None or s.holdout is None:
-            c = s.study.closest
-            bar = min(1.0, result.target_attainment[0] + result.margin / 100.0)
-            if c is None:
-                goal = _pct(bar)
-                print(f"\n{s.side.name}: no setting met the SLO target {goal}: "
-                      "no trial completed", file=out)  # fmt: skip
-                continue
-            reached = (
-                f"was {_pct(c.attainment)} at {_month(c.cost_usd, result.months[0])}"
-                if c.finished
-                else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
-            )
-            print(f"\n{s.side.name}: no setting met the SLO target "
-                  f"{_pct(bar)}: the best attainment reached {reached} "
-                  f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}). "
-                  "Lower --target, raise --slo-ttft or maxReplicaCount", file=out)  # fmt: skip
-            continue
-        print(f"\n{s.side.name}: chosen trial {s.study.best.number if s.study.best else '-'}: "
-              f"tuning part {_pct(s.tuned['slo_attainment'])} at "
-              f"{_month(s.tuned['cost_usd'], result.months[0])}, held back "
-              f"{_pct(s.holdout['slo_attainment'])} at "
-              f"{_month(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
-        if len(s.holdout_seeds) > 1:
-            met = sum(1 for _, a, _ in s.holdout_seeds if a >= held_target)
-            seeds = ", ".join(str(k) for k, _, _ in s.holdout_seeds)
-            print(f"  held back under arrival seeds {seeds}: "
-                  f"{', '.join(_pct(a) for _, a, _ in s.holdout_seeds)} "
-                  f"(meets the target on {met} of {len(s.holdout_seeds)})", file=out)  # fmt: skip
-    ratio = doc["cost_ratio_at_target"]
-    if ratio is not None:
-        print(f"\nprescaler / KEDA queue-length cost at the target on the held-back part: "
-              f"{ratio:.2f}", file=out)  # fmt: skip
-    else:
-        print("\nno ratio at the target: a side has no held-back setting that meets it",
-              file=out)  # fmt: skip
-    for note in doc["warnings"]:
-        print(f"warning: {note}", file=out)
-
-
-def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
-    """The chosen prescaler ScaledObject, complete, or what it still needs."""
-    from simulations.tune.manifest import apply_to_manifest, manifest_yaml
-    from simulations.tune.sides import gateway_note, paste_fields
-
-    for s in result.sides:
-        if s.manifest is None or s.side.name == "keda-queue":
-            continue
-        doc = s.manifest
-        missing: list[str] = []
-        floors = ""
-        if s.side.base.prescaler_trigger is not None:
-            fields, missing = paste_fields(request, doc)
-            doc = apply_to_manifest(doc, fields)
-            floors = (" (minReplicaCount follows the trigger's minReplicas, unless it "
-                      "scales to zero)")  # fmt: skip
-        gateway = gateway_note(doc)
-        if gateway:
-            missing = [*missing, gateway]
-        print(f"\npaste: the tuned {s.side.name} ScaledObject{floors}:\n", file=out)
-        print(manifest_yaml(doc), file=out)
-        for note in missing:
-            print(f"still to set: {note}", file=out)
 
 
 def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out: TextIO) -> int:
