@@ -54,6 +54,8 @@ PRIOR_WEIGHT = 0.02
 MIN_OVERHEAD_S = 1e-4
 #: Significant digits kept for fitted figures (the file stays readable).
 SIGNIFICANT_DIGITS = 4
+#: A matched figure the fitted profile still misses by more than this is a poor fit.
+POOR_FIT = 0.15
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,15 @@ class ProfileFit:
     kept: tuple[str, ...]
     targets: tuple[TargetCheck, ...]
     factors: dict[str, float]
+    #: why each kept field was kept (a field absent here: the data say nothing about it)
+    kept_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: what a user must know before trusting the profile (poor fit, a capacity kept)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def poor_targets(self) -> tuple[TargetCheck, ...]:
+        """Matched figures the fitted profile misses by more than ``POOR_FIT``."""
+        return tuple(t for t in self.targets if abs(t.fitted_error) > POOR_FIT)
 
 
 def _sig(value: float) -> float:
@@ -171,11 +182,15 @@ def fit_profile(
     targets: Targets,
     name: str | None = None,
     extra_vllm: dict[str, int] | None = None,
+    kept_notes: dict[str, str] | None = None,
+    warn_kept: Sequence[str] = (),
 ) -> ProfileFit:
     """The general fit: ``residuals(profile)`` are log(model / measured) per matched figure.
 
     ``targets(profile)`` lists (name, measured, model) for the report;
-    ``extra_vllm`` replaces vLLM settings the data gave directly (KV blocks).
+    ``extra_vllm`` replaces vLLM settings the data gave directly (KV blocks);
+    ``kept_notes`` says why the caller kept a field; those named in
+    ``warn_kept`` are also warnings (a figure the user should supply).
     """
     start = base.with_vllm(**extra_vllm) if extra_vllm else base
     x, jac = _solve(start, residuals, range(len(FACTORS)))
@@ -205,13 +220,72 @@ def fit_profile(
             targets(start), targets(profile), strict=True
         )
     )
-    return ProfileFit(
+    reasons = _kept_reasons(kept, free, kept_notes or {})
+    fit = ProfileFit(
         profile=profile,
         determined=tuple(determined),
         kept=tuple(sorted(set(kept))),
         targets=checks,
         factors={f: float(factors[i]) for i, f in enumerate(FACTORS)},
+        kept_reasons=reasons,
     )
+    notes = {f: n for f, n in (kept_notes or {}).items() if f in warn_kept}
+    return dataclasses.replace(fit, warnings=fit_warnings(fit, notes))
+
+
+#: Why a field no measurement can reach is kept.
+_NOT_MEASURED = "the measurements say nothing about it (kept from the base)"
+_NOT_SEEN = (
+    "no matched figure moves with it (sensitivity below "
+    f"{DETERMINED_SENSITIVITY}): the loads measured do not exercise it; kept from the base"
+)
+
+
+def _kept_reasons(
+    kept: Sequence[str], free: Sequence[int], notes: dict[str, str]
+) -> dict[str, str]:
+    """Each kept field's reason: the caller's note, an unseen factor, or not measurable."""
+    unseen = {f for i, factor in enumerate(FACTORS) if i not in free for f in FACTOR_FIELDS[factor]}
+    reasons: dict[str, str] = {}
+    for f in sorted(set(kept)):
+        if f in notes:
+            reasons[f] = notes[f]
+        elif f in unseen:
+            reasons[f] = _NOT_SEEN
+        elif any(f in fields for fields in FACTOR_FIELDS.values()):
+            reasons[f] = "moved with its factor only where an efficiency passed 1"
+        else:
+            reasons[f] = _NOT_MEASURED
+    return reasons
+
+
+def fit_warnings(fit: ProfileFit, notes: dict[str, str]) -> tuple[str, ...]:
+    """What must be said before the fitted profile is trusted.
+
+    A poor fit (a matched figure missed by more than ``POOR_FIT`` after
+    fitting: the engine model cannot reproduce the measurements with a
+    speed change alone, so its predictions at other loads are doubtful),
+    and every field the caller kept for a reason it noted (a KV capacity
+    the data did not report).
+    """
+    out: list[str] = []
+    poor = fit.poor_targets
+    if poor:
+        worst = sorted(poor, key=lambda t: -abs(t.fitted_error))
+        listed = "; ".join(
+            f"{t.name} {100 * t.fitted_error:+.0f} % (measured {t.measured:.4g}, "
+            f"fitted model {t.fitted_model:.4g})"
+            for t in worst
+        )
+        out.append(
+            f"poor fit: {len(poor)} of {len(fit.targets)} matched figures are still off by "
+            f"more than {100 * POOR_FIT:.0f} % after fitting: {listed}. The engine model cannot "
+            "reproduce these measurements by a change of speed alone; check the profile "
+            "(`prescaler engine check`) before trusting what it predicts"
+        )
+    for field_name, note in sorted(notes.items()):
+        out.append(f"{field_name} kept from the base: {note}")
+    return tuple(out)
 
 
 _ALL_KEPT: tuple[str, ...] = (
@@ -412,10 +486,13 @@ def fit_to_measurements(
             )
         parts.append(_metrics_targets(groups))
         sources.append(METRICS_SOURCE)
+    notes: dict[str, str] = {}
     if last_page is not None and last_page.num_gpu_blocks is not None:
         extra["num_gpu_blocks"] = last_page.num_gpu_blocks
         if last_page.block_size is not None:
             extra["block_size"] = last_page.block_size
+    else:
+        notes["vllm.num_gpu_blocks"] = _kv_note(base, from_pages=windows is not None)
     if not parts:
         raise ValueError("nothing to fit: give a benchmark result and/or /metrics pages")
 
@@ -426,5 +503,31 @@ def fit_to_measurements(
         return [math.log(model / measured) for _, measured, model in targets(profile)]
 
     return fit_profile(
-        base, residuals, " + ".join(sources), targets, name=name, extra_vllm=extra or None
+        base,
+        residuals,
+        " + ".join(sources),
+        targets,
+        name=name,
+        extra_vllm=extra or None,
+        kept_notes=notes,
+        # a capacity nobody measured is worth a warning; one the base file states is not
+        warn_kept=() if base.vllm.num_gpu_blocks is not None else tuple(notes),
+    )
+
+
+def _kv_note(base: Profile, *, from_pages: bool) -> str:
+    """Why the KV capacity was kept, and what it is."""
+    capacity = f"{base.kv_blocks} blocks of {base.vllm.block_size} tokens"
+    if base.vllm.num_gpu_blocks is None:
+        capacity += ", derived from the device memory"
+    why = (
+        "the /metrics pages have no vllm:cache_config_info with num_gpu_blocks (vLLM 0.32 "
+        "exports it; older servers, `prescaler emulate` without --metrics-version v0.32 and "
+        "filtered scrapes do not)"
+        if from_pages
+        else "a `vllm bench serve` result does not report it"
+    )
+    return (
+        f"{why}; the KV capacity stays the base's ({capacity}). Set vllm.num_gpu_blocks "
+        "to the 'GPU KV cache size' vLLM logs at start (tokens / block_size) if it differs"
     )

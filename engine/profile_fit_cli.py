@@ -80,6 +80,8 @@ def run_fit_profile(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{COMMAND}: {exc}\n")
         return 2
     print_report(report, args.json, format_report)
+    for warning in report["warnings"]:
+        sys.stderr.write(f"{COMMAND}: warning: {warning}\n")
     return 0
 
 
@@ -142,6 +144,8 @@ def fit_report(fit: ProfileFit, *, base: Profile, out: str) -> dict[str, Any]:
             for field, source in fit.determined
         ],
         "kept": list(fit.kept),
+        "kept_reasons": dict(fit.kept_reasons),
+        "warnings": list(fit.warnings),
         "factors": fit.factors,
         "targets": [
             {
@@ -163,7 +167,13 @@ def format_report(report: dict[str, Any]) -> str:
         {"field": "(nothing)", "base": "", "fitted": "", "source": ""}
     ]:
         lines.append(f"  {d['field']}: {d['base']} -> {d['fitted']}  [{d['source']}]")
-    lines.append("kept from the base: " + ", ".join(report["kept"]))
+    reasons: dict[str, str] = report.get("kept_reasons", {})
+    by_reason: dict[str, list[str]] = {}
+    for field in report["kept"]:
+        by_reason.setdefault(reasons.get(field, "kept from the base"), []).append(field)
+    lines.append("kept from the base:")
+    for reason, fields in by_reason.items():
+        lines.append(f"  {', '.join(fields)}: {reason}")
     lines.append("matched figures (measured / base profile / fitted profile):")
     for t in report["targets"]:
         lines.append(

@@ -261,3 +261,55 @@ def test_a_replay_accounts_for_every_request(
         assert got.median_itl_s is not None and got.median_itl_s > 0
         fast = replay_load(get_profile(BASE), load, per_token=False)
         assert fast.mean_itl_s == pytest.approx(got.mean_itl_s, rel=1e-9)
+
+
+def test_a_poor_fit_is_warned_naming_the_figure(tmp_path: Path) -> None:
+    """A benchmark no speed change explains (output tokens/s three times what its own
+    ITL and TTFT allow): the fit says which figure it misses, by how much, on stderr
+    and in the report; a fit that matches says nothing of the kind."""
+    doc = json.loads((DATA / BENCH_FIXTURE).read_text())
+    doc["output_throughput"] *= 3.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--bench-result", str(bad),
+         "--out", str(tmp_path / "bad.yaml"), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    poor = [w for w in report["warnings"] if w.startswith("poor fit")]
+    assert len(poor) == 1 and "output_throughput" in poor[0] and " %" in poor[0]
+    assert "warning: poor fit" in stderr
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
+         "--out", str(tmp_path / "good.yaml"), "--json"]
+    )  # fmt: skip
+    assert code == 0 and "poor fit" not in stderr
+    assert not any(w.startswith("poor fit") for w in json.loads(stdout)["warnings"])
+
+
+def test_a_kv_capacity_the_pages_do_not_give_is_kept_and_said(tmp_path: Path) -> None:
+    """Pages without ``vllm:cache_config_info`` (an older vLLM, the emulator's default
+    metric set): the capacity is the base's, and the fit says so and why."""
+    truth = true_profile().with_vllm(num_gpu_blocks=2000)
+    pages = synthetic_pages(truth, [(1, 30), (4, 30)], prompt_tokens=512, output_tokens=128)
+    stripped = [
+        MetricsPage(
+            p.t, "\n".join(x for x in p.text.splitlines() if "cache_config_info" not in x) + "\n"
+        )
+        for p in pages
+    ]
+    saved = write_pages(stripped, tmp_path / "pages.jsonl")
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
+         "--out", str(out), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    assert read_profile_file(out).kv_blocks == get_profile(BASE).kv_blocks
+    reason = report["kept_reasons"]["vllm.num_gpu_blocks"]
+    assert "vllm:cache_config_info" in reason and "derived from the device memory" in reason
+    assert "warning: vllm.num_gpu_blocks kept from the base" in stderr
+    # every kept field says why
+    assert set(report["kept"]) == set(report["kept_reasons"])

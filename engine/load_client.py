@@ -1,0 +1,234 @@
+"""A `vllm bench serve`-like client: put a load on a server, measure what its clients see.
+
+What `prescaler engine load` runs, and what `prescaler engine check --url`
+puts on a server before comparing it with the replica model: a fixed number
+of streamed ``/v1/completions`` requests, each with a prompt of random token
+ids (distinct, so no prefix cache helps) and an exact output length
+(``max_tokens`` with ``ignore_eos``), sent all at once, at a request rate
+(Poisson arrivals, as the benchmark's default burstiness 1), or through at
+most N concurrent clients. The result is a document in the field names of
+``vllm bench serve --save-result --save-detailed`` (``engine.bench_result``
+reads either), with the actual send times added (``start_times``, seconds
+from the first) so a replay can send the same load at the same moments.
+
+I/O only at the edge: the statistics are ``result_document``, pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+#: Percentiles written for TTFT, TPOT, ITL and e2e latency (vLLM's ``p{N}_{metric}_ms``).
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+#: Prompt token ids are drawn from this range (no special token in any common vocabulary).
+TOKEN_IDS = (3, 1024)
+
+
+class LoadError(RuntimeError):
+    """The server could not be loaded (which URL, and why)."""
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """The load: ``num_requests`` of ``prompt_tokens`` + ``output_tokens``.
+
+    ``request_rate`` None sends them all at once (capped by ``max_concurrency``
+    if set); otherwise Poisson arrivals at that mean rate, seeded.
+    """
+
+    num_requests: int
+    prompt_tokens: int
+    output_tokens: int
+    max_concurrency: int | None = None
+    request_rate: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_requests", "prompt_tokens", "output_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"load: {name} must be >= 1, got {getattr(self, name)}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(f"load: max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.request_rate is not None and not self.request_rate > 0:
+            raise ValueError(f"load: request_rate must be > 0, got {self.request_rate}")
+
+    def send_offsets(self) -> list[float]:
+        """When each request is due (seconds from the start), before any concurrency cap."""
+        if self.request_rate is None:
+            return [0.0] * self.num_requests
+        rng = random.Random(self.seed)
+        t, out = 0.0, []
+        for _ in range(self.num_requests):
+            out.append(t)
+            t += rng.expovariate(self.request_rate)
+        return out
+
+
+@dataclass
+class RequestOutcome:
+    """One request as its client saw it (seconds)."""
+
+    start_s: float
+    prompt_tokens: int
+    ttft_s: float | None = None
+    itls: list[float] = field(default_factory=list)
+    latency_s: float = 0.0
+    output_tokens: int = 0
+    error: str = ""
+
+
+def _percentile(values: Sequence[float], p: float) -> float:
+    """numpy's default (linear) percentile, as vLLM's benchmark computes it."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    k = (len(ordered) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def _stats(prefix: str, values_s: Sequence[float]) -> dict[str, float]:
+    ms = [v * 1e3 for v in values_s]
+    out = {
+        f"mean_{prefix}_ms": statistics.fmean(ms) if ms else 0.0,
+        f"median_{prefix}_ms": statistics.median(ms) if ms else 0.0,
+        f"std_{prefix}_ms": statistics.pstdev(ms) if len(ms) > 1 else 0.0,
+    }
+    out.update({f"p{p}_{prefix}_ms": _percentile(ms, p) for p in PERCENTILES})
+    return out
+
+
+def result_document(
+    spec: LoadSpec, outcomes: Sequence[RequestOutcome], duration_s: float, model_id: str
+) -> dict[str, Any]:
+    """The outcomes in ``vllm bench serve --save-result --save-detailed``'s field names."""
+    done = [o for o in outcomes if not o.error and o.ttft_s is not None]
+    ttfts = [o.ttft_s for o in done if o.ttft_s is not None]
+    itls = [gap for o in done for gap in o.itls]
+    tpots = [
+        (o.latency_s - o.ttft_s) / (o.output_tokens - 1)
+        for o in done
+        if o.ttft_s is not None and o.output_tokens > 1
+    ]
+    total_in = sum(o.prompt_tokens for o in done)
+    total_out = sum(o.output_tokens for o in done)
+    first = min((o.start_s for o in outcomes), default=0.0)
+    duration = max(duration_s, 1e-9)
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime()),
+        "backend": "openai",
+        "endpoint_type": "openai",
+        "model_id": model_id,
+        "num_prompts": spec.num_requests,
+        "request_rate": "inf" if spec.request_rate is None else spec.request_rate,
+        "burstiness": 1.0,
+        "max_concurrency": spec.max_concurrency,
+        "duration": duration,
+        "completed": len(done),
+        "failed": len(outcomes) - len(done),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(done) / duration,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        **_stats("ttft", ttfts),
+        **_stats("tpot", tpots),
+        **_stats("itl", itls),
+        **_stats("e2el", [o.latency_s for o in done]),
+        "input_lens": [o.prompt_tokens for o in outcomes],
+        "output_lens": [o.output_tokens for o in outcomes],
+        "ttfts": [o.ttft_s or 0.0 for o in outcomes],
+        "itls": [o.itls for o in outcomes],
+        "errors": [o.error for o in outcomes],
+        "start_times": [o.start_s - first for o in outcomes],
+    }
+
+
+async def _model_id(session: aiohttp.ClientSession, url: str) -> str:
+    try:
+        async with session.get(url + "/v1/models") as resp:
+            resp.raise_for_status()
+            data = await resp.json()
+        return str(data["data"][0]["id"])
+    except (aiohttp.ClientError, OSError, KeyError, IndexError, ValueError) as exc:
+        raise LoadError(f"{url}/v1/models: cannot read the served model ({exc})") from None
+
+
+async def _one(
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    prompt: list[int],
+    output: int,
+    out: RequestOutcome,
+) -> None:
+    body = {
+        "model": model, "prompt": prompt, "max_tokens": output, "ignore_eos": True,
+        "stream": True, "temperature": 0.0,
+    }  # fmt: skip
+    start = time.perf_counter()
+    last: float | None = None
+    try:
+        async with session.post(url + "/v1/completions", json=body) as resp:
+            if resp.status != 200:
+                out.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return
+            async for raw in resp.content:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if not chunk.get("choices"):
+                    continue  # a usage chunk
+                now = time.perf_counter()
+                if last is None:
+                    out.ttft_s = now - start
+                else:
+                    out.itls.append(now - last)
+                last = now
+                out.output_tokens += 1
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        out.error = f"{type(exc).__name__}: {exc}"
+    out.latency_s = time.perf_counter() - start
+
+
+async def run_load(url: str, spec: LoadSpec, model: str | None = None) -> dict[str, Any]:
+    """Put ``spec`` on the server at ``url`` (its root, no path) and return the result document."""
+    base = url.rstrip("/")
+    rng = random.Random(spec.seed + 1)
+    prompts = [
+        [rng.randrange(*TOKEN_IDS) for _ in range(spec.prompt_tokens)]
+        for _ in range(spec.num_requests)
+    ]
+    offsets = spec.send_offsets()
+    cap = asyncio.Semaphore(spec.max_concurrency or spec.num_requests)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        model_id = model or await _model_id(session, base)
+        outcomes: list[RequestOutcome] = []
+        started = time.perf_counter()
+
+        async def send(i: int) -> None:
+            await asyncio.sleep(max(0.0, offsets[i] - (time.perf_counter() - started)))
+            async with cap:
+                out = RequestOutcome(time.perf_counter() - started, spec.prompt_tokens)
+                outcomes.append(out)
+                await _one(session, base, model_id, prompts[i], spec.output_tokens, out)
+
+        await asyncio.gather(*(send(i) for i in range(spec.num_requests)))
+        duration = time.perf_counter() - started
+    outcomes.sort(key=lambda o: o.start_s)
+    if not any(o.ttft_s is not None and not o.error for o in outcomes):
+        first_error = next((o.error for o in outcomes if o.error), "no token came back")
+        raise LoadError(f"{base}: no request succeeded ({first_error})")
+    return result_document(spec, outcomes, duration, model_id)
