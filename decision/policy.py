@@ -11,7 +11,8 @@ The rules:
 * Reactive floor, each term its own proposal:
   ``queue``    = ceil(waiting / targetWaitingPerReplica) -- today's KEDA
                  trigger ``sum(waiting)`` with AverageValue target as a
-                 special case, so prescaler is never less reactive than it;
+                 special case -- except while replicas it asked for are
+                 starting (see below);
   ``kv_cache`` = ceil(ready x kv_usage / targetKvCacheUsage) -- replicas
                  that bring mean KV usage under target;
   ``load``     = current demand / sustainable per-replica capacity (token
@@ -29,6 +30,15 @@ The rules:
   forecast wakes a fleet at zero even before capacity is known). The bar is
   on the median, not the upper quantile: an upper band that never quite
   reaches zero after a session would keep a replica up all night.
+* Replicas already asked for count before more are asked: while the last
+  answer is not all ready and the fleet is getting there (the answer rose,
+  or a replica became ready, within the last lead time), the queue term is
+  held at that answer (reason ``starting_hold`` when that is what limits
+  it). A queue that grows while replicas start is the backlog those
+  replicas were asked for; sizing for it again each poll asked for the
+  maximum within two minutes of a cold start. Once they are ready, or
+  nothing arrived for two lead times, the queue term is free again (the
+  load, KV and forecast terms are never held).
 * ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
   is a max, the forecast can only add capacity; scale-in happens only when
   the live signals and the forecast both allow it.
@@ -42,7 +52,7 @@ The rules:
 Reasons are short snake_case strings: ``queue``, ``kv_cache``, ``load``,
 ``wake``, ``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
 ``scale_down_hold``, ``partial_hold``, ``stale_hold``, ``fallback``,
-``no_data``.
+``no_data``, ``starting_hold``.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from decision.settings import ScalerSettings
 __all__ = [
     "NO_ANSWER_REASONS",
     "REASONS",
+    "STARTING_PATIENCE",
     "Decision",
     "DemandForecast",
     "Observation",
@@ -67,6 +78,7 @@ __all__ = [
     "has_traffic",
     "is_active",
     "is_fresh",
+    "requested_while_starting",
 ]
 
 NAN = float("nan")
@@ -91,12 +103,18 @@ REASONS: tuple[str, ...] = (
     "fallback",
     "no_data",
     "wake",
+    "starting_hold",
 )
 
 
 WAKE_REQUESTS = 1.0
 """Requests a forecast must expect over the horizon to wake a fleet at zero:
 below one, an upper band's tail is noise, not demand."""
+
+
+STARTING_PATIENCE = 2.0
+"""Lead times the queue term waits for replicas it asked for while none of
+them arrives (see :func:`requested_while_starting`)."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +212,9 @@ class Decision:
     reason: str
     proposals: Mapping[str, float] = field(default_factory=dict)
     data_stale: bool = False
+    ready_replicas: int = -1
+    """Replicas ready in the observation decided on (-1: not observed); the
+    next decisions read from it whether replicas asked for are arriving."""
 
 
 def _finite(x: float | None) -> bool:
@@ -411,6 +432,44 @@ def _stale_decision(
     return Decision(now, replicas, reason, proposals, data_stale=True)
 
 
+def requested_while_starting(
+    history: Sequence[Decision], ready: int, now: float, lead_s: float
+) -> int | None:
+    """The replicas asked for while some of them are still starting: the last
+    fresh answer when it is above ``ready`` and the fleet made progress
+    towards it (the answer rose, or a replica became ready) within the last
+    ``STARTING_PATIENCE`` lead times; None otherwise.
+
+    Replicas that stop arriving for that long may never come (no capacity, a
+    crash loop), and the queue term must be free to ask again. One lead time
+    is too short: ``ready`` is read a scrape late, and starts spread around
+    their quantile.
+    Answers that were never an observation (``no_data``, warming up) or were
+    held on stale data are not requests.
+    """
+    if not (lead_s > 0 and math.isfinite(lead_s)):
+        return None
+    fresh = [d for d in history if not d.data_stale and d.time_s <= now]
+    if not fresh or fresh[-1].replicas <= ready:
+        return None
+    requested = fresh[-1].replicas
+    since = now - STARTING_PATIENCE * lead_s
+    later_ready = ready
+    for i in range(len(fresh) - 1, -1, -1):
+        d = fresh[i]
+        if d.time_s <= since:
+            return None
+        arrived = d.ready_replicas >= 0 and later_ready > d.ready_replicas
+        if arrived:
+            return requested
+        if i == 0 or d.replicas > fresh[i - 1].replicas:
+            # The answer rose here (or nothing older is kept: a cold start).
+            return requested
+        if d.ready_replicas >= 0:
+            later_ready = d.ready_replicas
+    return None
+
+
 def decide(
     obs: Observation | None,
     forecast: DemandForecast | None,
@@ -419,12 +478,15 @@ def decide(
     capacity: ReplicaCapacity,
     *,
     now: float | None = None,
+    lead_s: float | None = None,
 ) -> Decision:
     """The replica count for ``obs.time_s`` (or ``now`` when ``obs`` is None).
 
     ``history`` is earlier decisions for the same ScaledObject, oldest
-    first; only the last ``scale_down_stabilization_seconds`` of it matter
-    plus the last fresh one (for staleness), so callers may trim it.
+    first; only the last ``scale_down_stabilization_seconds`` and the last
+    ``lead_s`` of it matter, plus the last fresh one (for staleness), so
+    callers may trim it. ``lead_s`` is how long a replica takes to be ready
+    (None: replicas starting are not counted).
     """
     if obs is not None:
         t = obs.time_s if now is None else now
@@ -439,10 +501,13 @@ def decide(
     proposals: dict[str, float] = {}
     missing = False
     ready = max(0, obs.ready_replicas)
+    held_queue = False
     if _finite(obs.waiting):
-        proposals["queue"] = float(
-            _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
-        )
+        queue = _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
+        starting = None if lead_s is None else requested_while_starting(history, ready, t, lead_s)
+        if starting is not None and queue > starting:
+            queue, held_queue = starting, True
+        proposals["queue"] = float(queue)
     else:
         missing = True
     if _finite(obs.kv_usage):
@@ -472,6 +537,8 @@ def decide(
         reason = next(
             k for k in ("queue", "kv_cache", "load", "wake", "forecast") if proposals.get(k) == raw
         )
+    if held_queue and reason == "queue":
+        reason = "starting_hold"
     clamped = _clamp(raw, settings)
     if clamped > raw:
         reason = "min_replicas"
@@ -494,4 +561,6 @@ def decide(
         reason = "scale_down_hold"
     if missing and history and history[-1].replicas > replicas:
         replicas, reason = history[-1].replicas, "partial_hold"
-    return Decision(t, _clamp(replicas, settings), reason, proposals, data_stale=False)
+    return Decision(
+        t, _clamp(replicas, settings), reason, proposals, data_stale=False, ready_replicas=ready
+    )

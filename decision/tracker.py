@@ -41,6 +41,7 @@ from decision.capacity import capacity_for
 from decision.forecast_ledger import ForecastLedger
 from decision.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 from decision.policy import (
+    STARTING_PATIENCE,
     Decision,
     DemandForecast,
     Observation,
@@ -150,7 +151,8 @@ def warming_decision(settings: ScalerSettings, time_s: float) -> Decision:
 
 
 def _trim(decisions: deque[Decision], now_s: float, window_s: float) -> None:
-    """Drop decisions older than the stabilization window, but keep the last
+    """Drop decisions older than the window the policy reads (the stabilization
+    window or the lead time, the longer), but keep the last
     one made on fresh data: the policy measures staleness from it."""
     last_fresh = next((d for d in reversed(decisions) if not d.data_stale), None)
     while len(decisions) > 1 and now_s - decisions[0].time_s > window_s:
@@ -405,12 +407,13 @@ class Tracker:
         if not pending.decide:
             return None
         capacity = self.capacity(t)
-        decision = decide(obs, forecast, settings, self._decisions, capacity, now=t)
+        decision = decide(obs, forecast, settings, self._decisions, capacity, now=t, lead_s=lead)
         self._decisions.append(decision)
         _trim(
             self._decisions,
             t,
-            settings.scale_down_stabilization_seconds + self.config.refresh_interval_s,
+            max(settings.scale_down_stabilization_seconds, STARTING_PATIENCE * lead)
+            + self.config.refresh_interval_s,
         )
         previous_active = self.active
         self.active = policy_is_active(obs, forecast, settings, previous=previous_active)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decision.policy import Decision
+from decision.policy import STARTING_PATIENCE, Decision
 from decision.prediction import ForecasterBackend, run_prediction
 from decision.reading import Reading
 from decision.settings import ScalerSettings, parse_settings
@@ -200,7 +200,7 @@ async def test_the_live_state_and_a_bare_tracker_decide_identically(
             held_empty += reading is not None and step.observation is None
     finally:
         await state.stop()
-    assert {"stale_hold", "queue"} <= reasons, reasons
+    assert "stale_hold" in reasons and reasons & {"queue", "starting_hold"}, reasons
     assert held_empty == 40 / DT  # the vanished fleet, held for fallbackAfterSeconds
     assert len(leads) == 2 or extra.get("leadTimeSeconds")  # default/profile, then measured
     if extra["forecast"] != "off":
@@ -230,15 +230,18 @@ def _empty(t: float) -> Reading:
 
 def test_trimming_keeps_the_stabilization_window_and_the_last_fresh_decision() -> None:
     """The policy's scale-down window needs the last scaleDownStabilizationSeconds
-    of decisions, and its staleness clock needs the last decision made on fresh
-    data, however old (HPA-like stabilization: kubernetes/kubernetes
+    of decisions, its start-up credit the last STARTING_PATIENCE lead times, and
+    its staleness clock the last decision made on fresh data, however old
+    (HPA-like stabilization: kubernetes/kubernetes
     pkg/controller/podautoscaler/horizontal.go, stabilizeRecommendation)."""
     so = settings_for(forecast="off", fallbackAfterSeconds="100", fallbackReplicas="1")
     tracker = Tracker(("ns", "so"), so, TrackerConfig(refresh_interval_s=DT))
     for i in range(20):
         tracker.step(T0 + i * DT, _fresh(T0 + i * DT), T0 + i * DT)
     last_fresh = tracker.decision
-    window = so.scale_down_stabilization_seconds + DT
+    window = (
+        max(so.scale_down_stabilization_seconds, STARTING_PATIENCE * tracker.lead_time()) + DT
+    )
     for i in range(20, 60):  # a long outage
         t = T0 + i * DT
         step = tracker.step(t, None, t)

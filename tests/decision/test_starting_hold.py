@@ -1,0 +1,137 @@
+"""decision.policy: replicas asked for and still starting count before the
+queue term asks for more (the cold-start stampede)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decision.policy import (
+    STARTING_PATIENCE,
+    Decision,
+    Observation,
+    ReplicaCapacity,
+    decide,
+    requested_while_starting,
+)
+from decision.settings import ScalerSettings
+
+BASE = ScalerSettings(prometheus_address="http://p:9090", max_replicas=64)
+UNKNOWN = ReplicaCapacity.unknown()
+LEAD = 150.0
+DT = 5.0
+
+
+def obs(t: float, ready: int, waiting: float, kv: float = 0.5) -> Observation:
+    return Observation(
+        time_s=t,
+        ready_replicas=ready,
+        waiting=waiting,
+        running=4.0 * ready,
+        kv_usage=kv,
+        arrival_rate_rps=2.5,
+        prompt_tokens_per_s=0.0,
+        generation_tokens_per_s=0.0,
+        preemptions_per_s=0.0,
+        data_age_s=1.0,
+    )
+
+
+def run(
+    readings: list[Observation], lead_s: float | None = LEAD, history: list[Decision] | None = None
+) -> list[Decision]:
+    """Decide each reading in turn, as the tracker does."""
+    made = list(history or [])
+    for o in readings:
+        made.append(decide(o, None, BASE, made, UNKNOWN, lead_s=lead_s))
+    return made[len(history or []) :]
+
+
+def growing_backlog(ready: int, start: float, steps: int, growth: float) -> list[Observation]:
+    """One saturated replica's queue growing while nothing new is ready."""
+    return [obs(start + i * DT, ready, 24.0 + growth * i) for i in range(steps)]
+
+
+def test_a_queue_growing_while_replicas_start_asks_once() -> None:
+    """Waiting 24 asks for 8 (target 3); the queue that then grows to 84 while
+    those 7 replicas start is theirs to drain, not a reason for 28."""
+    made = run(growing_backlog(1, 0.0, 21, 3.0))
+    assert made[0].replicas == 8 and made[0].reason == "queue"
+    assert {d.replicas for d in made} == {8}
+    assert made[-1].reason == "starting_hold"
+    assert made[-1].proposals["queue"] == 8.0
+
+
+def test_without_a_lead_time_the_queue_term_is_keda_s() -> None:
+    """Callers that give no lead time get the plain queue term (KEDA's trigger)."""
+    made = run(growing_backlog(1, 0.0, 21, 3.0), lead_s=None)
+    assert made[-1].replicas == math.ceil((24.0 + 60.0) / 3.0)
+    assert made[-1].reason == "queue"
+
+
+def test_replicas_arriving_keep_the_hold_and_a_full_fleet_ends_it() -> None:
+    """Each replica that becomes ready shows the rest are coming; once all the
+    answer's replicas are ready, the queue term is free again."""
+    first = run(growing_backlog(1, 0.0, 40, 3.0))  # 200 s: within 2 lead times
+    arriving = [obs(200.0 + i * DT, 1 + i, 150.0) for i in range(1, 8)]
+    made = run(arriving, history=first)
+    assert all(d.replicas == 8 for d in made[:-1]), [d.replicas for d in made]
+    full = made[-1]  # ready 8 == asked 8: the backlog of 150 may ask again
+    assert full.replicas == 50 and full.reason == "queue"
+
+
+def test_replicas_that_never_come_free_the_queue_term_after_the_patience() -> None:
+    """No rise and no arrival for STARTING_PATIENCE lead times: the start is
+    stuck (no capacity, a crash loop), and the queue may ask again."""
+    steps = int(STARTING_PATIENCE * LEAD / DT) + 2
+    made = run(growing_backlog(1, 0.0, steps, 1.0))
+    held = [d for d in made if d.time_s < STARTING_PATIENCE * LEAD]
+    assert {d.replicas for d in held} == {8}
+    freed = made[-2]  # the first decision past the patience asks again, once
+    assert freed.replicas > 8 and freed.reason == "queue"
+    assert made[-1].replicas == freed.replicas and made[-1].reason == "starting_hold"
+
+
+def test_the_other_terms_are_never_held() -> None:
+    """The hold limits the queue term alone: the KV cache still asks for more."""
+    first = run(growing_backlog(2, 0.0, 3, 3.0))
+    hot = decide(obs(15.0, 2, 60.0, kv=1.0), None, BASE, first, UNKNOWN, lead_s=LEAD)
+    assert hot.proposals["queue"] == first[-1].replicas
+    assert hot.proposals["kv_cache"] == 3.0
+    cap = ReplicaCapacity(requests_per_s=0.1)
+    loaded = decide(obs(15.0, 2, 60.0), None, BASE, first, cap, lead_s=LEAD)
+    assert loaded.replicas == 25 and loaded.reason == "load"  # 2.5 / 0.1
+
+
+def test_stale_and_no_data_answers_are_not_requests() -> None:
+    held = Decision(0.0, 9, "stale_hold", {}, data_stale=True, ready_replicas=1)
+    assert requested_while_starting([held], 1, 10.0, LEAD) is None
+    fresh = Decision(0.0, 9, "queue", {}, ready_replicas=1)
+    assert requested_while_starting([fresh], 1, 10.0, LEAD) == 9
+    assert requested_while_starting([fresh], 9, 10.0, LEAD) is None  # all ready
+    assert requested_while_starting([fresh], 1, 10.0, 0.0) is None  # no lead time
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    waits=st.lists(st.floats(0.0, 500.0), min_size=1, max_size=40),
+    ready=st.integers(0, 10),
+    lead=st.floats(10.0, 600.0),
+)
+def test_the_hold_never_answers_below_the_last_answer_or_above_keda(
+    waits: list[float], ready: int, lead: float
+) -> None:
+    """Whatever the queue does, the held answer stays between the last answer
+    (nothing asked for is taken back) and what KEDA's queue trigger asks."""
+    history: list[Decision] = []
+    for i, w in enumerate(waits):
+        o = obs(i * DT, ready, w)
+        held = decide(o, None, BASE, history, UNKNOWN, lead_s=lead)
+        plain = decide(o, None, BASE, history, UNKNOWN)
+        assert held.replicas <= plain.replicas
+        fresh = [d for d in history if not d.data_stale]
+        if fresh and fresh[-1].replicas > ready:
+            assert held.replicas >= min(plain.replicas, fresh[-1].replicas)
+        history.append(held)
