@@ -239,9 +239,7 @@ def test_trimming_keeps_the_stabilization_window_and_the_last_fresh_decision() -
     for i in range(20):
         tracker.step(T0 + i * DT, _fresh(T0 + i * DT), T0 + i * DT)
     last_fresh = tracker.decision
-    window = (
-        max(so.scale_down_stabilization_seconds, STARTING_PATIENCE * tracker.lead_time()) + DT
-    )
+    window = max(so.scale_down_stabilization_seconds, STARTING_PATIENCE * tracker.lead_time()) + DT
     for i in range(20, 60):  # a long outage
         t = T0 + i * DT
         step = tracker.step(t, None, t)
