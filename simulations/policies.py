@@ -11,13 +11,20 @@
   Deployment to the replicas the true peak token demand over the next
   start-up lead time needs, at the profile's sustainable per-replica rate
   (never scaling in while requests queue), within the same bound as the
-  others: the cost floor the others are measured against.
+  others: the cost floor the others are measured against. A heuristic: it has no
+  spare for a burst inside a step and orders one *average* start-up ahead,
+  so it may attain less than a tuned policy; the bound at a stated
+  attainment is ``hindsight``.
+- ``hindsight``: the cheapest schedule perfect foresight could run that
+  meets the target attainment when replayed (:mod:`simulations.hindsight`,
+  calibrated by :mod:`simulations.hindsight_run`): the yardstick the
+  reports measure every set-up against.
 - any user ScaledObject (``--scaledobject FILE``), named by its metadata.name.
 
-No policy but the oracle knows anything production would not: the built-in
-ones share one stated maximum (:data:`DEFAULT_MAX_REPLICAS` unless the run
-states another), a user ScaledObject keeps its own maxReplicaCount, and every
-autoscaled policy opens with the same fleet, ``SimConfig.initial_replicas``
+No policy but the oracle and the hindsight schedule knows anything production
+would not: the built-in ones share one stated maximum
+(:data:`DEFAULT_MAX_REPLICAS` unless the run states another), a user
+ScaledObject keeps its own maxReplicaCount, and every autoscaled policy opens with the same fleet, ``SimConfig.initial_replicas``
 (sized by ``simulate`` from the traffic before the window,
 :func:`opening_fleet`), never from the window itself.
 
@@ -54,9 +61,11 @@ from simulations.trigger_state import PrescalerHook, TriggerState
 
 __all__ = [
     "DEFAULT_MAX_REPLICAS",
+    "HINDSIGHT_STEP_S",
     "OPENING_WINDOW_S",
     "ORACLE_STEP_S",
     "ORACLE_UTILIZATION",
+    "HindsightController",
     "OracleController",
     "PolicySpec",
     "ScaledObjectController",
@@ -68,6 +77,7 @@ __all__ = [
     "oracle_need",
     "predictive_spec",
     "reactive_spec",
+    "step_load",
     "with_history",
 ]
 
@@ -78,6 +88,9 @@ ORACLE_UTILIZATION = 0.85
 rate: ``decision.capacity``'s rate is ~95 % of a saturated replica's, and a
 fleet run at that through a 15 s peak queues (M/G/c), however well it knows
 the future."""
+HINDSIGHT_STEP_S = 15.0
+"""The hindsight schedule's grid: the HPA's sync period, the finest step a
+Deployment written by KEDA and the HPA changes on."""
 HPA_SYNC_S = 15.0
 """kube-controller-manager --horizontal-pod-autoscaler-sync-period default."""
 REFRESH_S = 5.0
@@ -97,7 +110,7 @@ class PolicySpec:
     """What to run: plain data, picklable."""
 
     name: str
-    kind: Literal["static", "oracle", "scaledobject"]
+    kind: Literal["static", "oracle", "scaledobject", "hindsight"]
     replicas: int | None = None
     """static: the fixed count (None: searched by the runner)."""
     max_replicas: int | None = None
@@ -113,6 +126,12 @@ class PolicySpec:
     ``sf_*`` baselines): a prescaler trigger's tracker forecasts with it
     whatever ``forecast:`` says, so baselines are compared by the outcome they
     buy. Simulation only."""
+    schedule: tuple[int, ...] | None = None
+    """hindsight: the Deployment's replicas each :data:`HINDSIGHT_STEP_S`
+    (None: calibrated by the runner, :mod:`simulations.hindsight_run`)."""
+    target: float | None = None
+    """hindsight: the attainment to meet, as a fraction of what an idle fleet
+    attains (None: ``simulations.tune.run.DEFAULT_TARGET``)."""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -129,6 +148,12 @@ class PolicySpec:
 
 
 # --------------------------------------------------------------- capacity
+def step_load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
+    """Replicas' worth of demand in each ``step_s`` bin at the sustainable
+    per-replica rate (what the oracle and the hindsight schedule size from)."""
+    return _load(workload, profile, step_s)
+
+
 def _load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
     """Replicas' worth of demand in each ``step_s`` bin.
 
@@ -351,6 +376,47 @@ class OracleController:
         return {"desired": float(self._desired)}
 
 
+class HindsightController:
+    """Writes a precomputed schedule into the Deployment, step by step.
+
+    The schedule (``PolicySpec.schedule``) already orders each replica one
+    start-up ahead; the controller only replays it, so what the simulator
+    measures is the schedule's own attainment and bill. It opens with the
+    schedule's first step (perfect foresight holds what the window needs,
+    not the opening fleet the causal policies are handed)."""
+
+    def __init__(self, name: str, schedule: tuple[int, ...], step_s: float) -> None:
+        self.name = name
+        self.schedule = schedule
+        self.step_s = step_s
+        self._desired = 0
+        self._sim: Simulation | None = None
+
+    def _at(self, t: float) -> int:
+        if not self.schedule:
+            return 0
+        return self.schedule[min(len(self.schedule) - 1, max(0, int(t // self.step_s)))]
+
+    def initial_replicas(self, sim: Simulation) -> int:
+        return self._at(0.0)
+
+    def start(self, sim: Simulation) -> None:
+        self._sim = sim
+        self._tick(sim.queue.now)
+
+    def _tick(self, t: float) -> None:
+        sim = self._sim
+        assert sim is not None
+        self._desired = self._at(t)
+        if sim.cluster.spec_replicas != self._desired:
+            sim.scale_deployment(t, self._desired)
+        if t < sim.workload.duration_s:
+            sim.queue.schedule(t + self.step_s, PRIORITY_CONTROL, self._tick)
+
+    def timeline_extra(self) -> dict[str, float]:
+        return {"desired": float(self._desired)}
+
+
 class ScaledObjectController:
     """KEDA's polling loop and the HPA it creates, over one trigger.
 
@@ -532,7 +598,7 @@ def make_controller(
     profile: Profile,
     *,
     forecast_memo: ForecastMemo | None = PROCESS_MEMO,
-) -> StaticController | OracleController | ScaledObjectController:
+) -> StaticController | OracleController | HindsightController | ScaledObjectController:
     """The live controller for one run (fresh state every time; a prescaler
     trigger's forecasts through ``forecast_memo``, see
     :class:`ScaledObjectController`)."""
@@ -542,6 +608,10 @@ def make_controller(
         return StaticController(spec.name, spec.replicas)
     if spec.kind == "oracle":
         return OracleController(spec.name, spec.max_replicas)
+    if spec.kind == "hindsight":
+        if spec.schedule is None:
+            raise ValueError("hindsight policy: the schedule must be calibrated before a run")
+        return HindsightController(spec.name, spec.schedule, HINDSIGHT_STEP_S)
     assert spec.scaledobject is not None
     return ScaledObjectController(
         spec.name, spec.scaledobject, spec.history, spec.forecaster, forecast_memo

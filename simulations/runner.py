@@ -154,6 +154,10 @@ def _run_one(spec: PolicySpec, workload: Workload, profile_name: str, config: Si
     profile = get_profile(profile_name)
     if spec.kind == "static" and spec.replicas is None:
         return search_static(spec, workload, profile, config)
+    if spec.kind == "hindsight" and spec.schedule is None:
+        from simulations.hindsight_run import search_hindsight  # it runs policies too
+
+        return search_hindsight(spec, workload, profile, config)
     return Outcome(run_policy(spec, workload, profile, config), replicas=spec.replicas)
 
 
@@ -178,8 +182,8 @@ def run_policies(
                 on_done(spec.name)
     else:
         with ProcessPoolExecutor(max_workers=min(jobs, len(specs))) as pool:
-            # the static search is the longest job: start it first
-            ordered = sorted(specs, key=lambda s: s.kind != "static")
+            # the searches are the longest jobs: start them first
+            ordered = sorted(specs, key=lambda s: s.kind not in ("static", "hindsight"))
             futures: dict[Future[Outcome], str] = {
                 pool.submit(_run_one, s, workload, profile_name, config): s.name for s in ordered
             }

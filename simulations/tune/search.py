@@ -41,7 +41,7 @@ from typing import Any, Literal
 import numpy as np
 
 from decision.settings import ScalerSettings, parse_settings
-from engine.profiles import get_profile
+from engine.profiles import Profile, use_profile
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
@@ -368,7 +368,7 @@ class _Stop(Exception):
 def score(
     so: ScaledObjectSpec,
     workload: Workload,
-    profile_name: str,
+    profile: Profile | str,
     config: SimConfig,
     miss_budget: int | None = None,
     *,
@@ -393,7 +393,7 @@ def score(
     very run it would have been without them."""
     if not (math.isfinite(check_s) and check_s > 0):
         raise ValueError(f"check_s must be finite and > 0, got {check_s!r}")
-    profile = get_profile(profile_name)
+    profile = use_profile(profile)
     kept = history if so.prescaler_trigger is not None else None
     spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept, forecaster=forecaster)
     sim = Simulation(
@@ -491,7 +491,7 @@ class ReactiveResult:
 def search_reactive(
     base: ScaledObjectSpec,
     workload: Workload,
-    profile_name: str,
+    profile: Profile | str,
     config: SimConfig,
     target: float,
     thresholds: Sequence[float] = REACTIVE_THRESHOLDS,
@@ -508,9 +508,7 @@ def search_reactive(
 
     def ok(th: float) -> bool:
         if th not in runs:
-            runs[th] = score(
-                reactive_with_threshold(base, th), workload, profile_name, config, budget
-            )
+            runs[th] = score(reactive_with_threshold(base, th), workload, profile, config, budget)
         return runs[th].finished and runs[th].attainment >= target
 
     lo, hi = -1, len(ladder)  # ladder[lo] passes (or lo=-1), ladder[hi] fails (or hi=len)
@@ -527,21 +525,25 @@ def search_reactive(
     else:
         # the report shows the lowest threshold's full run
         th = ladder[0]
-        runs[th] = score(reactive_with_threshold(base, th), workload, profile_name, config)
+        runs[th] = score(reactive_with_threshold(base, th), workload, profile, config)
         met = False
     tried = tuple(sorted((t, s.attainment, s.cost_usd) for t, s in runs.items()))
     return ReactiveResult(th, met, tried, runs[th])
 
 
-def default_bases(profile: str, max_replicas: int) -> tuple[ScaledObjectSpec, ScaledObjectSpec]:
+def default_bases(
+    profile: Profile | str, max_replicas: int
+) -> tuple[ScaledObjectSpec, ScaledObjectSpec]:
     """(predictive, reactive) ScaledObjects the search starts from: the
-    simulator's own ``predictive`` and ``reactive`` policies."""
-    p = predictive_spec(profile, max_replicas=max_replicas).scaledobject
+    simulator's own ``predictive`` and ``reactive`` policies (the trigger
+    names the profile, which :func:`use_profile` makes known by that name)."""
+    name = use_profile(profile).name
+    p = predictive_spec(name, max_replicas=max_replicas).scaledobject
     r = reactive_spec(max_replicas).scaledobject
     assert p is not None and r is not None
     return p, r
 
 
-def slo_ceiling(workload: Workload, profile: str, slo_ttft_s: float) -> float:
+def slo_ceiling(workload: Workload, profile: Profile | str, slo_ttft_s: float) -> float:
     """What an idle fleet attains: the most any setting can reach."""
-    return idle_attainment(workload, get_profile(profile), slo_ttft_s)
+    return idle_attainment(workload, use_profile(profile), slo_ttft_s)
