@@ -8,8 +8,10 @@ costs (on-demand and spot) and how long a cold start takes.
 A profile is data: a YAML file (``engine.profile_schema``, docs/profiles.md).
 ``get_profile`` resolves, in order: a path to a profile file (a value ending
 in ``.yaml``/``.yml`` or holding a ``/``); a built-in name (the files shipped
-in ``engine/profile_data``); a name from a directory in
-``PRESCALER_PROFILE_DIR``; a name of the catalogue's form built on demand.
+in ``engine/profile_data``); a name this process was given as a profile
+(``use_profile``: the simulator's and the tuner's ``--profile FILE``); a name
+from a directory in ``PRESCALER_PROFILE_DIR``; a name of the catalogue's form
+built on demand.
 
 Naming: ``<model>[-<precision>][-tp<N>]@<instance type>``. The precision
 suffix is absent for bf16; the ``-tp<N>`` suffix appears only where a replica
@@ -55,6 +57,7 @@ __all__ = [
     "is_profile_path",
     "profile_names",
     "profile_summary",
+    "use_profile",
 ]
 
 #: The built-in catalogue, read from the files shipped in the package.
@@ -92,6 +95,43 @@ def directory_profiles() -> dict[str, Profile]:
     return out
 
 
+#: Profiles this process was handed as objects (``use_profile``), by name.
+_GIVEN: dict[str, Profile] = {}
+
+
+def use_profile(value: Profile | str) -> Profile:
+    """The profile ``value`` is (or names, or points to), known by its name in
+    this process from now on.
+
+    The simulator and the tuner read ``--profile`` once and hand the object
+    down; the scaler's trigger metadata inside them names it as a string (the
+    live contract), and that name must find this very object, as a file
+    mounted in ``PRESCALER_PROFILE_DIR`` does in a cluster. A name that is
+    already built in, mounted or given with other figures is refused: two
+    profiles under one name would let the replicas and the scaler's belief
+    about them differ silently.
+    """
+    profile = value if isinstance(value, Profile) else get_profile(value)
+    name = profile.name
+    places = (
+        ("a built-in profile", PROFILES),
+        ("another profile this run was given", _GIVEN),
+        (f"a profile in {PROFILE_DIR_ENV}", directory_profiles()),
+    )
+    for where, table in places:
+        known = table.get(name)
+        if known is None:
+            continue
+        if known != profile:
+            raise ValueError(
+                f"profile {name!r} is also the name of {where}, with other figures; "
+                "give this one a name of its own (the file's 'name:' key)"
+            )
+        return known
+    _GIVEN[name] = profile
+    return profile
+
+
 def profile_names() -> list[str]:
     """Every named profile, sorted: the built-ins and those of ``PRESCALER_PROFILE_DIR``."""
     return sorted([*PROFILES, *directory_profiles()])
@@ -101,7 +141,8 @@ def get_profile(name: str) -> Profile:
     """The profile called ``name``, or the one in the file ``name`` points to.
 
     Paths (see ``is_profile_path``) are read and validated (errors name the
-    file and key). Catalogued and mounted names are returned as they are.
+    file and key). Catalogued, given (``use_profile``) and mounted names are
+    returned as they are.
     Other names of the form ``<model>[-<precision>][-tp<N>]@<instance>``
     with a known model and instance are built on the fly (and fail with the
     reason if they cannot run, e.g. ``llama-3-70b@g5.12xlarge``). Anything
@@ -111,6 +152,8 @@ def get_profile(name: str) -> Profile:
         return read_profile_file(name)
     if name in PROFILES:
         return PROFILES[name]
+    if name in _GIVEN:
+        return _GIVEN[name]
     mounted = directory_profiles()
     if name in mounted:
         return mounted[name]

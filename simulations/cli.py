@@ -290,7 +290,7 @@ def _sim_inputs(args: argparse.Namespace) -> SimInputs:
 def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]:
     """Load, run every policy, print the table, write JSON/plots; returns the summary."""
     out = sys.stdout if out is None else out
-    from engine.profiles import get_profile
+    from engine.profiles import use_profile
     from simulations.lead_time import with_startup
     from simulations.policies import (
         PolicySpec,
@@ -307,7 +307,9 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     from simulations.traffic import TrafficOptions, load_workload
 
     wall0 = time.perf_counter()
-    profile = get_profile(opts.profile)
+    # read once (a file too) and handed down as the object; its name now finds
+    # it for the trigger metadata that names it (the predictive policy's, --scaledobject's)
+    profile = use_profile(opts.profile)
     traffic = TrafficOptions(
         rate_scale=opts.rate_scale,
         start_s=opts.start_s,
@@ -363,7 +365,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         bar.update(1)
 
     try:
-        outcomes = run_policies(specs, workload, profile.name, config, jobs=opts.jobs, on_done=done)
+        outcomes = run_policies(specs, workload, profile, config, jobs=opts.jobs, on_done=done)
     finally:
         bar.close()
     doc = summary(

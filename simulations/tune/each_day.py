@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.profile_types import Profile
 from simulations.runner import met_slo
 from simulations.simulation import SimResult
 from simulations.traffic import Workload
@@ -47,7 +48,7 @@ def day_targets(
     workload: Workload,
     starts: Sequence[float],
     target: float,
-    profile: str,
+    profile: Profile | str,
     slo_ttft_s: float,
     margin: float = 0.0,
 ) -> tuple[tuple[float, float], ...]:
@@ -63,7 +64,11 @@ def day_targets(
 
 
 def judged_days(
-    workload: Workload, target: float, profile: str, slo_ttft_s: float, margin: float = 0.0
+    workload: Workload,
+    target: float,
+    profile: Profile | str,
+    slo_ttft_s: float,
+    margin: float = 0.0,
 ) -> tuple[tuple[tuple[float, float], ...], str | None]:
     """(each day's (start, bar), None), or ((), why) when ``workload`` holds
     fewer than two days to judge apart (:func:`day_starts`): it is then

@@ -101,7 +101,7 @@ def seed_runs(
             continue
         prescaler = r.chosen.prescaler_trigger is not None
         for k, (part, cfg, history) in enumerate(parts):
-            jobs.append((r.chosen, part, profile.name, cfg, history if prescaler else None))
+            jobs.append((r.chosen, part, profile, cfg, history if prescaler else None))
             owners.append((i, request.seed + 1 + k))
     runs: dict[int, list[tuple[int, float, float]]] = {}
     for (i, seed), s in zip(owners, _score_all(jobs, request.jobs), strict=True):
@@ -142,7 +142,7 @@ def rescore(
     side: Side,
     study: StudyResult,
     request: TuneRequest,
-    profile: str,
+    profile: Profile | str,
     tp: int,
     configs: tuple[SimConfig, SimConfig],
     tune_part: Workload,

@@ -30,6 +30,7 @@ from simulations.tune.held_back import FRONTIER_SIZE, FrontierPoint, SideResult
 from simulations.tune.storage import GRACE_S
 
 if TYPE_CHECKING:
+    from engine.profile_types import Profile
     from simulations.backfill import DemandHistory
     from simulations.sim_inputs import SimInputs
     from simulations.simulation import SimConfig
@@ -197,7 +198,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     """Load, check, tune every side, re-score on the held-back part."""
     import forecasting.filters
     import simulations.router
-    from engine.profiles import get_profile
+    from engine.profiles import use_profile
     from prescaler_native.loader import compiled_warning
     from simulations.sim_types import replay_config
     from simulations.tune.held_back import rescore, seed_runs
@@ -205,7 +206,9 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     from simulations.tune.sides import make_sides
 
     wall0 = time.perf_counter()
-    profile = get_profile(request.profile)
+    # read once (a file too) and handed down as the object; the triggers that
+    # name it find it by its name in this process and in each worker
+    profile = use_profile(request.profile)
     workload, before, others = _load(request, out)
     tune_part, held = split_workload(workload, request.holdout)
     held_s = 0.0 if held is None else held.duration_s
@@ -227,13 +230,13 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     config, held_config = starts.tuning_config, starts.held_config
     tune_history = starts.tuning.history
     held_history = None if starts.held is None else starts.held.history
-    ceiling = slo_ceiling(tune_part, profile.name, config.slo_ttft_s)
+    ceiling = slo_ceiling(tune_part, profile, config.slo_ttft_s)
     target = request.target * ceiling
     bar = min(1.0, target + request.margin / 100.0)
     held_target = target
     if held is not None and len(held):
-        held_target = request.target * slo_ceiling(held, profile.name, config.slo_ttft_s)
-    sides = make_sides(request, profile.name, inputs.max_replicas)
+        held_target = request.target * slo_ceiling(held, profile, config.slo_ttft_s)
+    sides = make_sides(request, profile, inputs.max_replicas)
     storage = request.storage or default_storage()
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
           f"({tune_part.duration_s / 3600:.2f} h), holding back "
@@ -255,13 +258,15 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     n_trials = 0
     for side in sides:
         side0 = time.perf_counter()
-        study = _run_side(side, request, workload, tune_part, config, bar, tune_history, storage)
+        study = _run_side(
+            side, request, profile, workload, tune_part, config, bar, tune_history, storage
+        )
         study_s = time.perf_counter() - side0
         n_trials += len(study.trials)
         chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
         print(f"{side.name}: {len(study.trials)} trials in {study_s:.0f} s "
               f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
-        scored = rescore(side, study, request, profile.name, profile.tp, (config, held_config),
+        scored = rescore(side, study, request, profile, profile.tp, (config, held_config),
                           tune_part, held, tune_history, held_history)  # fmt: skip
         results.append(replace(scored, study_wall_s=study_s))
     results = seed_runs(results, others, request, profile, open_config, inputs)
@@ -376,9 +381,21 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def _profile_key(given: str, profile: Profile) -> str:
+    """What a study's fingerprint records of the profile: the name as given
+    (as before files were taken), or for a file its name and figures, so
+    the same file at another path joins the study and a refitted one does not."""
+    from engine.profiles import is_profile_path
+
+    if not is_profile_path(given):
+        return given
+    return f"{profile.name} {_digest(repr(dataclasses.replace(profile, notes='')))}"
+
+
 def _run_side(
     side: Side,
     request: TuneRequest,
+    profile: Profile,
     workload: Workload,
     tune_part: Workload,
     config: SimConfig,
@@ -389,7 +406,7 @@ def _run_side(
     from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
     ctx = TuneContext(
-        tune_part, request.profile, config, side.base, target, side.space,
+        tune_part, profile, config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.seed, prune=request.prune,
         manifest=side.manifest,
         history=history if side.base.prescaler_trigger is not None else None,
@@ -399,7 +416,8 @@ def _run_side(
         # path joins the study, another window does not
         "requests": _digest(workload.arrival_s, workload.prompt_tokens, workload.output_tokens,
                             workload.duration_s),
-        "profile": request.profile, "config": repr(config), "target": request.target,
+        "profile": _profile_key(request.profile, profile), "config": repr(config),
+        "target": request.target,
         "holdout": request.holdout, "side": side.name, "base": repr(side.base),
         "space": repr(side.space),
     }  # fmt: skip

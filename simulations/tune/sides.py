@@ -85,6 +85,7 @@ from simulations.tune.search import (
 
 if TYPE_CHECKING:
     from decision.settings import ScalerSettings
+    from engine.profile_types import Profile
     from simulations.tune.run import TuneRequest
 
 __all__ = [
@@ -138,7 +139,7 @@ class Side:
     max_replicas: int
 
 
-def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ...]:
+def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tuple[Side, ...]:
     """The sides for ``request``: prescaler's and plain KEDA's, plus the
     user's own when ``--scaledobject`` is a prometheus-trigger one."""
     from simulations.scaledobject import load_scaledobject, seeds_reactive
@@ -289,13 +290,13 @@ def make_sides(request: TuneRequest, profile: str, bound: int) -> tuple[Side, ..
     return tuple(s for s in sides if s.name in wanted)
 
 
-def cold_start_s(request: TuneRequest, profile: str) -> float:
+def cold_start_s(request: TuneRequest, profile: Profile | str) -> float:
     """The replica cold start the run is told (``--lead-time-preset`` and the
     phase flags, else the profile's): the floor of a searched fixed lead time."""
-    from engine.profiles import get_profile
+    from engine.profiles import use_profile
     from simulations.sim_inputs import SimInputs
 
-    prof = get_profile(profile)
+    prof = use_profile(profile)
     startup = (request.inputs or SimInputs()).startup(prof) or prof.startup
     return float(startup.total_s)
 

@@ -38,7 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.profiles import get_profile
+from engine.profiles import Profile, use_profile
 from forecasting.baselines import BASELINES
 from simulations.backfill import DemandHistory
 from simulations.forecast_memo import PROCESS_MEMO
@@ -86,7 +86,9 @@ class TuneContext:
     """Everything a trial needs, picklable: it goes to each worker process."""
 
     workload: Workload
-    profile: str
+    profile: Profile | str
+    """The profile itself (as read from a file, it reaches each worker so);
+    a name is resolved in each process."""
     config: SimConfig
     base: ScaledObjectSpec
     target: float
@@ -221,7 +223,8 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
 
     budget = ctx.miss_budget()
     rungs = rung_times(ctx.workload, ctx.rungs)
-    tp = get_profile(ctx.profile).tp
+    profile = use_profile(ctx.profile)  # in this process, the trigger's name finds it
+    tp = profile.tp
 
     def objective(trial: Any) -> float:
         meta = sample_metadata(trial, ctx.space, ctx.max_replicas)
@@ -231,7 +234,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         )
         memo_before = PROCESS_MEMO.stats
         s = score(
-            so, ctx.workload, ctx.profile, ctx.config, miss_budget=budget,
+            so, ctx.workload, profile, ctx.config, miss_budget=budget,
             stop=rules, rungs=rungs, history=ctx.history, forecaster=ctx.forecaster,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
@@ -279,7 +282,7 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
 
 def _unfinished_cost(ctx: TuneContext) -> float:
     """A cost worse than any real run: every hour at maxReplicas, twice over."""
-    profile = get_profile(ctx.profile)
+    profile = use_profile(ctx.profile)
     hours = ctx.workload.duration_s / 3600.0
     return float(2.0 * ctx.max_replicas * hours * max(1.0, profile.price_on_demand_per_hour))
 
