@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.profiles import Profile, get_profile
+from engine.profiles import Profile, use_profile
 from engine.replica import Replica
 from simulations.lead_time import with_startup
 from simulations.policies import PolicySpec, make_controller, oracle_need, with_replicas
@@ -150,8 +150,8 @@ def search_static(
     return Outcome(chosen, tried, best, target)
 
 
-def _run_one(spec: PolicySpec, workload: Workload, profile_name: str, config: SimConfig) -> Outcome:
-    profile = get_profile(profile_name)
+def _run_one(spec: PolicySpec, workload: Workload, profile: Profile, config: SimConfig) -> Outcome:
+    use_profile(profile)  # in a worker process too, the trigger's profile name finds this one
     if spec.kind == "static" and spec.replicas is None:
         return search_static(spec, workload, profile, config)
     if spec.kind == "hindsight" and spec.schedule is None:
@@ -164,20 +164,24 @@ def _run_one(spec: PolicySpec, workload: Workload, profile_name: str, config: Si
 def run_policies(
     specs: Sequence[PolicySpec],
     workload: Workload,
-    profile_name: str,
+    profile: Profile | str,
     config: SimConfig,
     *,
     jobs: int = 1,
     on_done: Callable[[str], None] | None = None,
 ) -> dict[str, Outcome]:
-    """Every policy over the workload, in order of ``specs``; ``jobs`` processes."""
+    """Every policy over the workload, in order of ``specs``; ``jobs`` processes.
+
+    ``profile`` is best the object itself (a name is resolved once here): a
+    profile read from a file reaches every worker as it was read."""
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"policy names must be unique, got {names}")
+    profile = use_profile(profile)
     out: dict[str, Outcome] = {}
     if jobs <= 1 or len(specs) <= 1:
         for spec in specs:
-            out[spec.name] = _run_one(spec, workload, profile_name, config)
+            out[spec.name] = _run_one(spec, workload, profile, config)
             if on_done is not None:
                 on_done(spec.name)
     else:
@@ -185,7 +189,7 @@ def run_policies(
             # the searches are the longest jobs: start them first
             ordered = sorted(specs, key=lambda s: s.kind not in ("static", "hindsight"))
             futures: dict[Future[Outcome], str] = {
-                pool.submit(_run_one, s, workload, profile_name, config): s.name for s in ordered
+                pool.submit(_run_one, s, workload, profile, config): s.name for s in ordered
             }
             for fut in as_completed(futures):
                 out[futures[fut]] = fut.result()
