@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # Each module exposes ``register(subparsers)``; it adds its subcommands and sets
 # ``func`` on them. They are imported when the parser is built, not when this
@@ -22,6 +23,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "simulations.tune.cli",
     "stack.cli",
     "prescaler.demo",
+    "prescaler.doctor",
 )
 
 
@@ -37,9 +39,48 @@ class CommandModuleError(ImportError):
         self.module = module
 
 
+_PARSER_ATTR = "_prescaler_parser"
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """A parser whose usage errors are one line: the error and where help is.
+
+    argparse prints the whole usage block (20 lines and more for the
+    simulator's flags) above the one line that says what was wrong. Every
+    subcommand's parser is made by ``add_subparsers``, which makes them of
+    its parent's class, so setting it here reaches them all. The exit status
+    stays argparse's 2.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extra = super().parse_known_args(args, namespace)
+        # the innermost parser finishes first: it is the subcommand that ran
+        if not hasattr(ns, _PARSER_ATTR):
+            setattr(ns, _PARSER_ATTR, self)
+        return ns, extra
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """As argparse's, but a flag the subcommand does not know is its error
+        (``prescaler emulate: error: unrecognized arguments``), not the top
+        parser's."""
+        ns, extra = self.parse_known_args(args, namespace)
+        parser: argparse.ArgumentParser = getattr(ns, _PARSER_ATTR, self)
+        delattr(ns, _PARSER_ATTR)
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return ns
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every package's subcommands; raises CommandModuleError naming a module that fails."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="prescaler",
         description="Predictive autoscaler for vLLM on Kubernetes (KEDA external scaler).",
     )

@@ -28,3 +28,37 @@ def test_a_module_that_fails_to_import_is_an_error_naming_it(
     with pytest.raises(CommandModuleError, match=module.replace(".", r"\.")) as err:
         main(["engine", "--help"])
     assert err.value.module == module
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["simulate", "t.csv", "--duration", "abc"], "prescaler simulate"),
+        (["tune", "t.csv", "--trials", "0"], "prescaler tune"),
+        (["serve", "--port", "x"], "prescaler serve"),
+        (["emulate", "--no-such-flag"], "prescaler emulate"),
+        (["engine", "fit-profile", "--base", "x"], "prescaler engine fit-profile"),
+        (["engine"], "prescaler engine"),
+        (["stack", "--speed"], "prescaler stack"),
+        (["no-such-command"], "prescaler"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command(
+    argv: list[str], command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad flag prints the error and where help is, not 20 lines of usage
+    above it; the subcommand that refused it is named; the status stays 2."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 1, captured.err
+    assert lines[0].startswith(f"{command}: error: ")
+    assert lines[0].endswith(f"(see '{command} --help')")
+
+
+def test_help_still_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "--help"])
+    assert done.value.code == 0 and "usage: prescaler simulate" in capsys.readouterr().out
