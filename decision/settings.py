@@ -487,4 +487,4 @@ def _unknown_key(key: str) -> str:
     by_lower = {k.lower(): k for k in [*_PARSERS, *sorted(KEDA_KEYS)]}
     near = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
     hint = f"; did you mean {by_lower[near[0]]!r}?" if near else ""
-    return f"unknown metadata key{hint} (the scaler's README lists the keys)"
+    return f"unknown metadata key{hint} (docs/contracts.md, 'Trigger metadata keys', lists them)"

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -473,11 +474,20 @@ def test_unknown_key_suggests_the_nearest(typo: str, meant: str) -> None:
 
 
 def test_unknown_key_far_from_every_key_suggests_nothing() -> None:
-    """A key like no known one gets no guess, only where the keys are listed."""
+    """A key like no known one gets no guess, only where the keys are listed:
+    a page of the repository that exists, whose named section lists every key
+    (it once pointed to a README that did not exist)."""
     with pytest.raises(SettingsError) as err:
         parse_settings({**PROM, "colour": "blue"})
     assert err.value.key == "colour"
-    assert "did you mean" not in str(err.value) and "README" in str(err.value)
+    message = str(err.value)
+    assert "did you mean" not in message
+    found = re.search(r"(docs/[\w/.-]+\.md), '([^']+)'", message)
+    assert found is not None, message
+    page = (Path(__file__).parents[2] / found[1]).read_text()
+    section = page.split(f"## {found[2]}\n", 1)[1].split("\n## ", 1)[0]
+    for key in METADATA_KEYS:
+        assert f"`{key}`" in section, key
 
 
 @pytest.mark.parametrize(
