@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from simulations.cli_types import count_flag, number_flag, window_flag
+from simulations.cli_types import count_flag, fraction_flag, number_flag, window_flag
 from simulations.runner import STATIC_SLO_TARGET
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = [
     "window_options",
 ]
 
-DEFAULT_POLICIES = ("static", "reactive", "predictive", "oracle")
+DEFAULT_POLICIES = ("static", "reactive", "predictive", "oracle", "hindsight")
 DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
 _BUILTIN = frozenset(DEFAULT_POLICIES)
 
@@ -65,6 +65,9 @@ class SimulateOptions:
     forecaster: str | None = None
     scaledobjects: tuple[str, ...] = ()
     static_replicas: int | None = None
+    target: float | None = None
+    """The attainment the hindsight schedule meets, as a fraction of what an
+    idle fleet attains (None: ``tune``'s default, ``DEFAULT_TARGET``)."""
     spot: bool = False
     quiet: bool = False
     scrape_interval_s: float = 15.0
@@ -81,7 +84,8 @@ class SimulateOptions:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "simulate",
-        help="replay a trace under static/reactive/predictive/oracle scaling and compare",
+        help="replay a trace under static/reactive/predictive/oracle/hindsight scaling "
+        "and compare",
         description="Replay a request trace through emulated vLLM replicas, a Karpenter-like "
         "cluster and KEDA + HPA, under each policy; print a comparison table.",
     )
@@ -124,6 +128,13 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, trace: bool = True) ->
         default=None,
         help="static fleet size (default: the smallest whose SLO attainment reaches "
         f"{100 * STATIC_SLO_TARGET:g} %% of what an idle fleet attains)",
+    )
+    p.add_argument(
+        "--target",
+        type=fraction_flag("--target"),
+        default=None,
+        help="SLO attainment the hindsight schedule must meet, as a fraction of what an "
+        "idle fleet attains (default 0.95, as tune's)",
     )
     p.add_argument(
         "--prometheus-outage",
@@ -268,6 +279,7 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
         forecaster=args.forecaster,
         scaledobjects=tuple(args.scaledobjects),
         static_replicas=args.static_replicas,
+        target=args.target,
         spot=args.spot,
         quiet=args.quiet,
         scrape_interval_s=args.scrape_interval,
@@ -338,6 +350,10 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
             )
         elif name == "oracle":
             specs.append(PolicySpec("oracle", "oracle", max_replicas=bound))
+        elif name == "hindsight":
+            specs.append(
+                PolicySpec("hindsight", "hindsight", max_replicas=bound, target=opts.target)
+            )
     for path in opts.scaledobjects:
         specs.append(scaledobject_spec(load_scaledobject(path)))
     config = replay_config(opts, prometheus_outage=opts.prometheus_outage)

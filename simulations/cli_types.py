@@ -10,7 +10,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["count_flag", "number_flag", "window_flag"]
+__all__ = ["count_flag", "fraction_flag", "number_flag", "window_flag"]
 
 
 def number_flag(name: str, lo: float = 0.0, *, strict: bool = True) -> Callable[[str], float]:
@@ -26,6 +26,18 @@ def number_flag(name: str, lo: float = 0.0, *, strict: bool = True) -> Callable[
             raise argparse.ArgumentTypeError(
                 f"{name} must be a finite number {cmp} {lo:g}, got {text}"
             )
+        return value
+
+    return parse
+
+
+def fraction_flag(name: str) -> Callable[[str], float]:
+    """A finite float in ``(0, 1]``."""
+
+    def parse(text: str) -> float:
+        value = number_flag(name)(text)
+        if value > 1.0:
+            raise argparse.ArgumentTypeError(f"{name} must lie in (0, 1], got {text}")
         return value
 
     return parse

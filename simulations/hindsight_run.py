@@ -31,7 +31,6 @@ from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetEx
 from simulations.traffic import Workload
 
 __all__ = [
-    "DEFAULT_TARGET",
     "INSTANT",
     "Bound",
     "Timing",
@@ -40,11 +39,6 @@ __all__ = [
     "search_hindsight",
     "timing",
 ]
-
-DEFAULT_TARGET = 0.95
-"""The bound's default target, as a fraction of the idle-fleet ceiling: the
-same as ``prescaler tune``'s (``simulations.tune.run.DEFAULT_TARGET``, which
-cannot be imported from below it)."""
 
 SMOOTHING_STEPS = (1, 4)
 """The load is sized per step as it comes and averaged over four steps (a
@@ -167,6 +161,8 @@ def search_hindsight(
     """A ``hindsight`` policy's outcome: the bound at the run's lead time (its
     replay is the outcome's result) and, in ``result.extra["hindsight"]``,
     the same bound with an instant start-up (:func:`bound_summary`)."""
+    from simulations.tune.run import DEFAULT_TARGET  # tune's, so both commands mean one thing
+
     fraction = DEFAULT_TARGET if spec.target is None else spec.target
     prof = with_startup(profile, config.startup)
     target = fraction * idle_attainment(workload, prof, config.slo_ttft_s)

@@ -2,8 +2,10 @@
 
 The summary follows the published contract exactly (``{"trace", "requests",
 "duration_s", "wall_s", "policies": {NAME: {...}}}``) and adds a few keys
-per policy (cost ratio to the oracle, cost per month, scale-up reaction,
-retries, rejection reasons). It is strict JSON: a value that does not exist
+per policy (cost ratio to the oracle and to the hindsight schedule, cost per
+month, scale-up reaction, retries, rejection reasons) and, when the
+``hindsight`` policy ran, the bound and where the gap goes
+(:mod:`simulations.bound_report`). It is strict JSON: a value that does not exist
 (a percentile of no requests) is ``null``, never NaN.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from simulations.bound_report import NOT_CAUSAL, bound_terms, waterfall_lines
 from simulations.runner import Outcome, attainment
 from simulations.simulation import COMPLETED, REJECTED, TIMED_OUT, SimResult
 
@@ -113,7 +116,10 @@ def scale_up_reaction_s(timeline: Mapping[str, np.ndarray]) -> float | None:
 
 
 def policy_summary(
-    outcome: Outcome, oracle_cost: float | None = None, tp: int = 1
+    outcome: Outcome,
+    oracle_cost: float | None = None,
+    tp: int = 1,
+    hindsight_cost: float | None = None,
 ) -> dict[str, Any]:
     """The contract's per-policy object plus this simulator's additions."""
     r: SimResult = outcome.result
@@ -155,6 +161,9 @@ def policy_summary(
         "cost_ratio_to_oracle": _num(r.cost_usd / oracle_cost, 4)
         if oracle_cost is not None and oracle_cost > 0
         else None,
+        "cost_ratio_to_hindsight": _num(r.cost_usd / hindsight_cost, 4)
+        if hindsight_cost is not None and hindsight_cost > 0
+        else None,
         "cost_per_month_usd": _num(r.cost_usd / months, 2) if months > 0 else None,
         "scale_up_reaction_s": _num(scale_up_reaction_s(r.timeline), 1),
         "retried": int(r.retried),
@@ -163,9 +172,12 @@ def policy_summary(
         "wall_s": _num(r.wall_s, 3),
         "simulated_requests_per_wall_s": _num(status.size / r.wall_s, 1) if r.wall_s > 0 else None,
     }
+    bound = r.extra.get("hindsight")
+    if bound is not None:
+        out["hindsight"] = bound
     if outcome.replicas is not None:
         out["static_replicas"] = int(outcome.replicas)
-    if outcome.target is not None:
+    if outcome.target is not None and bound is None:
         out["static_slo_target"] = _num(outcome.target, 4)
     if outcome.tried:
         out["static_search"] = [
@@ -187,13 +199,30 @@ def summary(
     """The whole ``simulate --json`` document."""
     oracle = outcomes.get("oracle")
     oracle_cost = oracle.result.cost_usd if oracle is not None else None
+    bound_name = next((n for n, o in outcomes.items() if "hindsight" in o.result.extra), None)
+    bound_cost = None if bound_name is None else outcomes[bound_name].result.cost_usd
+    policies = {
+        name: policy_summary(o, oracle_cost, tp, bound_cost) for name, o in outcomes.items()
+    }
     doc: dict[str, Any] = {
         "trace": trace,
         "requests": int(requests),
         "duration_s": _num(duration_s, 3),
         "wall_s": _num(wall_s, 3),
-        "policies": {name: policy_summary(o, oracle_cost, tp) for name, o in outcomes.items()},
+        "policies": policies,
     }
+    if bound_name is not None:
+        # a static fleet searched over the window is sized in hindsight too
+        searched = {n for n, o in outcomes.items() if o.tried}
+        bound = outcomes[bound_name].result.extra["hindsight"]
+        months = duration_s / 3600.0 / HOURS_PER_MONTH
+        doc["hindsight"] = {
+            **bound,
+            "policy": bound_name,
+            "terms": bound_terms(
+                policies, bound, months, not_causal=NOT_CAUSAL | {bound_name} | searched
+            ),
+        }
     if extra:
         doc.update(extra)
     return doc
@@ -239,6 +268,16 @@ def table(doc: Mapping[str, Any], *, ceiling: float | None = None) -> str:
         ("scale-up reaction", [_fmt(p["scale_up_reaction_s"], " s", 0) for p in policies.values()]),
         ("cost per month at this rate", [usd(p["cost_per_month_usd"]) for p in policies.values()]),
         ("cost ratio to oracle", [_fmt(p["cost_ratio_to_oracle"], "x") for p in policies.values()]),
+        *(
+            [
+                (
+                    "cost ratio to hindsight",
+                    [_fmt(p.get("cost_ratio_to_hindsight"), "x") for p in policies.values()],
+                )
+            ]
+            if "hindsight" in doc
+            else []
+        ),
         (
             "replicas mean / max",
             [f"{p['mean_replicas']:.1f} / {p['max_replicas']}" for p in policies.values()],
@@ -263,6 +302,10 @@ def table(doc: Mapping[str, Any], *, ceiling: float | None = None) -> str:
         lines.append(
             f"{label:<{width}}  " + "  ".join(f"{v:>{c}}" for v, c in zip(vals, cols, strict=True))
         )
+    bound = doc.get("hindsight")
+    if bound is not None:
+        months = float(doc["duration_s"]) / 3600.0 / HOURS_PER_MONTH
+        lines += ["", *waterfall_lines(bound["terms"], months, bound["stated_lead"]["lead_s"])]
     return "\n".join(lines)
 
 
