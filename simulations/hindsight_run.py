@@ -34,6 +34,7 @@ __all__ = [
     "INSTANT",
     "Bound",
     "Timing",
+    "bound_pair",
     "bound_summary",
     "hindsight_bound",
     "search_hindsight",
@@ -166,15 +167,32 @@ def search_hindsight(
     fraction = DEFAULT_TARGET if spec.target is None else spec.target
     prof = with_startup(profile, config.startup)
     target = fraction * idle_attainment(workload, prof, config.slo_ttft_s)
-    stated = hindsight_bound(
+    stated, instant = bound_pair(
         workload, profile, config, target, max_replicas=spec.max_replicas, name=spec.name
+    )
+    extra = {**stated.result.extra, "hindsight": bound_summary(stated, instant, fraction)}
+    return Outcome(replace(stated.result, extra=extra), target=target)
+
+
+def bound_pair(
+    workload: Workload,
+    profile: Profile,
+    config: SimConfig,
+    target: float,
+    *,
+    max_replicas: int | None = None,
+    name: str = "hindsight",
+) -> tuple[Bound, Bound]:
+    """The bound at ``config``'s lead time and with an instant start-up, both
+    meeting ``target`` (an attainment)."""
+    stated = hindsight_bound(
+        workload, profile, config, target, max_replicas=max_replicas, name=name
     )
     instant = hindsight_bound(
         workload, profile, replace(config, startup=INSTANT), target,
-        max_replicas=spec.max_replicas, name=spec.name,
+        max_replicas=max_replicas, name=name,
     )  # fmt: skip
-    extra = {**stated.result.extra, "hindsight": bound_summary(stated, instant, fraction)}
-    return Outcome(replace(stated.result, extra=extra), target=target)
+    return stated, instant
 
 
 def _side(bound: Bound) -> dict[str, Any]:
@@ -184,7 +202,8 @@ def _side(bound: Bound) -> dict[str, Any]:
         "met": cal.met,
         "gpu_hours": round(r.gpu_hours, 6),
         "cost_usd": round(r.cost_usd, 6),
-        "capacity_factor": round(cal.schedule.factor, 6),
+        # None: refined step by step between two factors (hindsight.calibrate)
+        "capacity_factor": round(f, 6) if math.isfinite(f := cal.schedule.factor) else None,
         "model_gpu_hours": round(cal.schedule.gpu_hours, 6),
         "lead_s": round(bound.timing.lead_s, 3),
         "tail_s": round(bound.timing.tail_s, 3),

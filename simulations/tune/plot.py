@@ -94,6 +94,12 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
         ax.scatter([100 * b.attainment], [b.cost_usd / months], marker="x", s=70, color=color,
                    label=f"{s.side.name}: as written")  # fmt: skip
     ax.axvline(100 * target, color="k", ls=":", lw=0.9, label=f"target {100 * target:.2f} %")
+    bound = doc.get("hindsight")
+    if bound is not None:  # the cheapest fleet perfect foresight could run at the target
+        at = bound["stated_lead"]
+        ax.scatter([100 * at["slo_attainment"]], [at["cost_usd"] / months], marker="*", s=200,
+                   color="k", zorder=6, label="hindsight schedule (the bound)")  # fmt: skip
+        ax.axhline(at["cost_usd"] / months, color="k", ls="--", lw=0.7)
     ratio = doc.get("cost_ratio_at_target")
     text = (
         f"prescaler / KEDA queue cost at the target: {ratio:.2f}"

@@ -70,7 +70,8 @@ def verdicts(result: TuneResult) -> list[str]:
 def report_document(result: TuneResult) -> dict[str, Any]:
     """The ``--json`` document (docs/contracts.md): the published keys first,
     then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
-    ``warnings``, ``selection_margin``."""
+    ``warnings``, ``selection_margin``, ``hindsight`` (the bound on the
+    held-back part, :mod:`simulations.bound_report`)."""
     from simulations.tune.manifest import metadata_of
 
     p, q = result.side("prescaler"), result.side("keda-queue")
@@ -90,6 +91,14 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     threshold = None
     if q.chosen is not None:
         threshold = q.chosen.trigger.threshold
+    bound = _bound(result)
+    bound_cost = None if bound is None else float(bound["stated_lead"]["cost_usd"])
+
+    def multiple(cost: float | None) -> float | None:
+        if cost is None or bound_cost is None or bound_cost <= 0:
+            return None
+        return round(float(cost) / bound_cost, 4)
+
     return {
         "trace": result.trace,
         "slo_ttft_s": result.slo_ttft_s,
@@ -113,6 +122,10 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                 "setting": None if s.study.best is None else dict(s.study.best.metadata),
                 "manifest": s.manifest,
                 "cost_at_target_usd": costs[s.side.name],
+                "cost_at_target_multiple_of_hindsight": multiple(costs[s.side.name]),
+                "holdout_multiple_of_hindsight": None
+                if s.holdout is None
+                else multiple(float(s.holdout["cost_usd"])),
                 "tuned": s.tuned,
                 "holdout": s.holdout,
                 "study_wall_s": round(s.study_wall_s, 1) if math.isfinite(s.study_wall_s) else None,
@@ -130,7 +143,20 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         },
         "warnings": [*result.warnings, *verdicts(result)],
         "selection_margin": result.margin,
+        "hindsight": bound,
     }
+
+
+def _bound(result: TuneResult) -> dict[str, Any] | None:
+    """The bound as ``--json`` carries it: its summary and the waterfall over
+    each side's chosen setting on the held-back part."""
+    from simulations.bound_report import bound_terms
+
+    bound = result.extra.get("hindsight")
+    if bound is None:
+        return None
+    held = {s.side.name: s.holdout for s in result.sides if s.holdout is not None}
+    return {**bound, "terms": bound_terms(held, bound, result.months[1], not_causal=())}
 
 
 def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> None:
@@ -186,6 +212,14 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
     else:
         print("\nno ratio at the target: a side has no held-back setting that meets it",
               file=out)  # fmt: skip
+    bound = doc.get("hindsight")
+    if bound is not None:
+        from simulations.bound_report import waterfall_lines
+
+        print("\nthe chosen settings on the held-back part against the hindsight schedule, "
+              "the cheapest fleet perfect foresight could run there:", file=out)  # fmt: skip
+        for line in waterfall_lines(bound["terms"], months, bound["stated_lead"]["lead_s"]):
+            print(line, file=out)
     for note in doc["warnings"]:
         print(f"warning: {note}", file=out)
 

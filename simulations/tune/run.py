@@ -270,6 +270,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
                           tune_part, held, tune_history, held_history)  # fmt: skip
         results.append(replace(scored, study_wall_s=study_s))
     results = seed_runs(results, others, request, profile, open_config, inputs)
+    bound = _hindsight(request, profile, held or tune_part, held_config, held_target, inputs)
     months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
     return TuneResult(
         trace=workload.name,
@@ -283,7 +284,24 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         trial_s=(time.perf_counter() - wall0) / max(1, n_trials),
         held_requests=0 if held is None else len(held),
         margin=request.margin,
+        extra={"hindsight": bound},
     )
+
+
+def _hindsight(
+    request: TuneRequest,
+    profile: Profile,
+    part: Workload,
+    config: SimConfig,
+    target: float,
+    inputs: SimInputs,
+) -> dict[str, Any]:
+    """The hindsight schedule on the part the sides are scored on (the
+    held-back one), at its target: the bound the report measures them by."""
+    from simulations.hindsight_run import bound_pair, bound_summary
+
+    stated, instant = bound_pair(part, profile, config, target, max_replicas=inputs.max_replicas)
+    return bound_summary(stated, instant, request.target)
 
 
 def _load(

@@ -283,7 +283,19 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
         "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings", "selection_margin",
+        "hindsight",
     ]  # fmt: skip
+    # the bound on the held-back part: it meets that part's target, and each
+    # side's held-back cost is given as a multiple of it
+    bound = doc["hindsight"]
+    assert bound["stated_lead"]["met"] and bound["target"] == 0.3
+    assert bound["stated_lead"]["slo_attainment"] >= doc["target_attainment"]["holdout"]
+    assert bound["instant_start"]["cost_usd"] <= bound["stated_lead"]["cost_usd"] * 1.05
+    for entry in doc["sides"].values():
+        if entry["holdout"] is not None:
+            ratio = entry["holdout"]["cost_usd"] / bound["stated_lead"]["cost_usd"]
+            assert entry["holdout_multiple_of_hindsight"] == pytest.approx(ratio, abs=1e-4)
+    assert "where the cost goes" in text
     assert list(doc["predictive"]) == ["metadata", "tuned", "holdout"]
     assert list(doc["reactive"]) == ["threshold", "tuned", "holdout"]
     assert doc["trials"] == 3 and doc["target"] == 0.3 and doc["slo_ttft_s"] == 1.0
