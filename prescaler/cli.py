@@ -24,6 +24,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "stack.cli",
     "prescaler.demo",
     "prescaler.doctor",
+    "prescaler.doctor",
 )
 
 

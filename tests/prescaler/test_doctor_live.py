@@ -1,0 +1,310 @@
+"""``prescaler doctor`` against a real Prometheus and a real ``prescaler serve``.
+
+Three ScaledObjects read one real Prometheus through one real scaler (a
+child process, gRPC and ``/metrics`` over sockets): a healthy one, one whose
+``model`` matches no series (the scaler reads an idle fleet and answers
+``minReplicas`` from "fresh" data: the inert autoscaler), and one whose only
+pod stops answering its scrape (the scaler holds). The test plays KEDA (it
+polls each object over gRPC) and checks that the doctor passes the first
+and names the cause of the other two.
+
+The movement check needs an hour: Prometheus starts on an hour of history
+written with ``promtool tsdb create-blocks-from openmetrics`` (vLLM's
+completions in the namespace rising and falling, and the scaler's answer
+for each object as a scaler would have exported it: following demand for
+the healthy object, flat at 1 for the broken one); the live series follow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prescaler.cli import main
+from prescaler.doctor.fetch import probe_scaler, read_url
+from prescaler.doctor.gather import read_scaler_metrics
+from stack.processes import ScalerProcess
+from tests.scaler.conftest import Engine, FakeVllm
+from tests.support.prometheus import PrometheusServer, Target, backfill_openmetrics
+
+pytestmark = pytest.mark.integration
+
+MODEL = "llama"
+HISTORY_S = 3600
+STEP_S = 15
+
+
+def _rate(frac: float) -> float:
+    """Completions per second over the hour: 1 at its ends, 4 in the middle."""
+    return 1.0 + 3.0 * math.sin(math.pi * frac)
+
+
+def _history(path: Path, end_s: float) -> None:
+    times = [end_s - HISTORY_S + i * STEP_S for i in range(HISTORY_S // STEP_S)]
+    total = 0.0
+    served, healthy, broken = [], [], []
+    for t in times:
+        frac = (t - times[0]) / HISTORY_S
+        total += _rate(frac) * STEP_S
+        served.append(
+            f'vllm:request_success_total{{namespace="llm",model_name="{MODEL}",pod="vllm-old",'
+            f'instance="old:8000",job="vllm-old",finished_reason="stop"}} {total:.1f} {t:.3f}'
+        )
+        healthy.append(
+            f'prescaler_desired_replicas{{namespace="llm",scaledobject="healthy",job="scaler"}} '
+            f"{math.ceil(_rate(frac) / 1.5)} {t:.3f}"
+        )
+        broken.append(
+            f'prescaler_desired_replicas{{namespace="llm",scaledobject="broken",job="scaler"}} '
+            f"1 {t:.3f}"
+        )
+    lines = ["# TYPE vllm:request_success_total gauge", *served]
+    lines += ["# TYPE prescaler_desired_replicas gauge", *healthy, *broken, "# EOF"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def scaledobject(name: str, namespace: str, prometheus: str, scaler: str, model: str) -> dict:
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"name": f"vllm-{name}"},
+            "minReplicaCount": 1,
+            "maxReplicaCount": 16,
+            "triggers": [
+                {
+                    "type": "external",
+                    "name": "prescaler",
+                    "metricType": "AverageValue",
+                    "metadata": {
+                        "scalerAddress": scaler,
+                        "prometheusAddress": prometheus,
+                        "model": model,
+                        "forecast": "off",
+                        "minReplicas": "1",
+                        "maxReplicas": "16",
+                        "scaleDownStabilizationSeconds": "5",
+                    },
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class Loop:
+    prom: PrometheusServer
+    scaler: ScalerProcess
+    files: dict[str, Path]
+    stale_pod: FakeVllm
+    workdir: Path
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.scaler.metrics_address}/metrics"
+
+    def poll(self, name: str) -> float | None:
+        """One KEDA poll of ``name``: its answer, None while UNAVAILABLE."""
+        so = yaml.safe_load(self.files[name].read_text())
+        trigger = so["spec"]["triggers"][0]
+        got = probe_scaler(
+            self.scaler.address, so["metadata"]["namespace"], name, trigger["metadata"],
+            "prescaler-desired-replicas",
+        )  # fmt: skip
+        return got.value if got.error is None else None
+
+    def reasons(self, namespace: str, name: str) -> dict[str, float]:
+        text = read_url(self.metrics_url, 5.0)
+        return dict(read_scaler_metrics(text, namespace, name).decisions)
+
+    def doctor(self, name: str, *extra: str) -> list[str]:
+        return [
+            "doctor",
+            str(self.files[name]),
+            "--prometheus",
+            self.prom.url,
+            "--scaler",
+            self.scaler.address,
+            "--scaler-metrics",
+            self.metrics_url,
+            "--settle-seconds",
+            "3",
+            "--rate-window-seconds",
+            "4",
+            *extra,
+        ]
+
+
+def _wait(what: str, check: object, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
+    root = tmp_path_factory.mktemp("doctor")
+    end = math.floor(time.time() / 60) * 60 - 60
+    history = root / "history.om.txt"
+    _history(history, end)
+    prom_dir = root / "prom"
+    prom_dir.mkdir()
+    backfill_openmetrics(history, prom_dir / "data")
+
+    def engine() -> Engine:
+        per_second = {"success": 1.0, "prompt": 200.0, "generation": 100.0}
+        return Engine(running=2.0, kv=0.3, per_second=per_second)
+
+    pods = [FakeVllm(model=MODEL, engines=[engine()]).start() for _ in range(3)]
+    scaler = ScalerProcess(root, ["--refresh-seconds", "1", "--rate-window-seconds", "4"])
+    targets = [
+        Target(pods[0].address, {"namespace": "llm", "pod": "vllm-a"}),
+        Target(pods[1].address, {"namespace": "llm", "pod": "vllm-b"}),
+        Target(pods[2].address, {"namespace": "stale", "pod": "vllm-c"}),
+        Target(scaler.metrics_address, {"job_kind": "scaler"}),
+    ]
+    prom = PrometheusServer(targets, workdir=prom_dir)
+    try:
+        prom.start()
+        scaler.start()
+        prom.wait_for("vllm:num_requests_running", min_series=3)
+        address = f"dns:///{scaler.address}"
+        files = {}
+        for name, ns, model in (
+            ("healthy", "llm", MODEL),
+            ("broken", "llm", "llama-3-8b"),
+            ("stale", "stale", MODEL),
+        ):
+            files[name] = root / f"{name}.yaml"
+            so = scaledobject(name, ns, prom.url, address, model)
+            files[name].write_text(yaml.safe_dump(so))
+        state = Loop(prom, scaler, files, pods[2], root)
+        for name in files:
+            _wait(f"an answer for {name}", lambda n=name: state.poll(n) is not None)
+        # the stale object's only pod stops answering its scrape: the scaler holds
+        pods[2].mode = "refuse"
+
+        def holding() -> bool:
+            state.poll("stale")
+            return state.reasons("stale", "stale").get("stale_hold", 0) > 0
+
+        _wait("the scaler to hold the stale object", holding)
+        yield state
+    finally:
+        scaler.stop()
+        prom.stop()
+        for pod in pods:
+            pod.stop()
+
+
+def _hpa(answer: float, replicas: int) -> dict:
+    milli = int(answer / replicas * 1000)
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "keda-hpa-healthy", "namespace": "llm"},
+        "spec": {"minReplicas": 1, "maxReplicas": 16},
+        "status": {
+            "currentReplicas": replicas,
+            "desiredReplicas": replicas,
+            "currentMetrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {"name": "s0-prescaler-desired-replicas"},
+                        "current": {"averageValue": f"{milli}m"},
+                    },
+                }
+            ],
+            "conditions": [
+                {"type": "ScalingActive", "status": "True", "reason": "ValidMetricFound"},
+                {"type": "ScalingLimited", "status": "False", "reason": "DesiredWithinRange"},
+            ],
+        },
+    }
+
+
+def _lines(out: str) -> dict[str, str]:
+    """check -> its line (the level first)."""
+    found = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[0] in ("OK", "WARN", "FAIL"):
+            found[parts[1]] = line
+    return found
+
+
+def test_healthy_loop_passes(loop: Loop, capsys: pytest.CaptureFixture[str]) -> None:
+    answer = loop.poll("healthy")
+    assert answer is not None and answer >= 1
+    hpa = loop.workdir / "hpa.json"
+    hpa.write_text(json.dumps({"kind": "List", "items": [_hpa(answer, 2)]}))
+    code = main(loop.doctor("healthy", "--hpa", str(hpa)))
+    out = capsys.readouterr().out
+    lines = _lines(out)
+    assert code == 0, out
+    assert set(lines) == {"bounds", "series", "movement", "answer", "hpa", "max"}, out
+    assert all(line.startswith("OK") for line in lines.values()), out
+    assert "2 pod(s) (vllm-a, vllm-b)" in lines["series"]
+    assert "from fresh data" in lines["answer"]
+    # the history's demand ranged 1-4 req/s and the answer followed
+    assert "demand ranged" in lines["movement"]
+    assert "below maxReplicaCount 16" in lines["max"]
+
+
+def test_broken_selector_fails_naming_the_label(
+    loop: Loop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(loop.doctor("broken"))
+    out = capsys.readouterr().out
+    lines = _lines(out)
+    assert code == 1, out
+    # the scaler itself answers from "fresh" data: only the series say why it is inert
+    assert lines["answer"].startswith("OK"), out
+    series = lines["series"]
+    assert series.startswith("FAIL") and 'model_name="llama-3-8b" matches nothing' in series
+    assert "set model to one of: llama" in series
+    assert lines["movement"].startswith("FAIL") and "held at 1" in lines["movement"], out
+    assert "namespace llm" in lines["movement"]
+
+
+def test_stale_target_fails_naming_the_hold(loop: Loop, capsys: pytest.CaptureFixture[str]) -> None:
+    loop.poll("stale")
+    code = main(loop.doctor("stale"))
+    out = capsys.readouterr().out
+    lines = _lines(out)
+    assert code == 1, out
+    assert lines["answer"].startswith("FAIL") and "stale_hold" in lines["answer"], out
+    series = lines["series"]
+    assert series.startswith("FAIL") and "fail their scrape" in series, out
+    assert loop.stale_pod.address in series
+
+
+def test_unreachable_scaler_fails_with_the_fix(
+    loop: Loop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = loop.doctor("healthy")
+    args[args.index("--scaler-metrics") + 1] = "http://127.0.0.1:9/metrics"
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "cannot read the scaler" in _lines(out)["answer"]
+    assert "port-forward" in _lines(out)["answer"]
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "so.yaml"
+    path.write_text("kind: Deployment\nmetadata: {name: x}\n")
+    code = main(["doctor", str(path), "--prometheus", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == f"prescaler doctor: {path}: no ScaledObject in the file"
