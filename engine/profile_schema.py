@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.hardware import HardwareSpec
 from engine.models import ModelSpec
-from engine.profile_types import Profile, StartupTimes, VllmSettings
+from engine.profile_types import NO_OVERHEAD, Profile, RequestOverhead, StartupTimes, VllmSettings
 
 #: The value of the ``format`` key; a later incompatible layout gets a new one.
 PROFILE_FORMAT = "prescaler-profile/1"
@@ -33,12 +33,17 @@ _TOP_LEVEL: tuple[str, ...] = (
     "hardware",
     "vllm",
     "startup",
+    "request_overhead",
 )
 _SECTIONS: dict[str, type[Any]] = {
     "model": ModelSpec,
     "hardware": HardwareSpec,
     "vllm": VllmSettings,
     "startup": StartupTimes,
+}
+#: Sections a file may leave out (their dataclass's defaults), with the Profile default.
+_OPTIONAL_SECTIONS: dict[str, tuple[type[Any], Any]] = {
+    "request_overhead": (RequestOverhead, NO_OVERHEAD),
 }
 
 
@@ -175,7 +180,18 @@ def profile_from_document(doc: Any, source: str) -> Profile:
             raise ProfileFileError(
                 source, _blame(section, tuple(types), str(exc)), str(exc)
             ) from None
-    scalar_types = _field_types(Profile, skip=frozenset(_SECTIONS))
+    for section, (cls, _default) in _OPTIONAL_SECTIONS.items():
+        if section not in top:
+            continue
+        types = _field_types(cls)
+        kwargs = _fields_of(source, f"{section}.", _mapping(source, section, top[section]), types)
+        try:
+            sections[section] = cls(**kwargs)
+        except ValueError as exc:
+            raise ProfileFileError(
+                source, _blame(section, tuple(types), str(exc)), str(exc)
+            ) from None
+    scalar_types = _field_types(Profile, skip=frozenset({*_SECTIONS, *_OPTIONAL_SECTIONS}))
     raw_scalars = {k: v for k, v in top.items() if k in scalar_types}
     scalars = _fields_of(source, "", raw_scalars, scalar_types)
     try:
@@ -191,5 +207,9 @@ def profile_to_document(profile: Profile) -> dict[str, Any]:
     doc: dict[str, Any] = {"format": PROFILE_FORMAT}
     for f in dataclasses.fields(Profile):
         value = getattr(profile, f.name)
+        if f.name in _OPTIONAL_SECTIONS:
+            if value != _OPTIONAL_SECTIONS[f.name][1]:  # left out at its default
+                doc[f.name] = dataclasses.asdict(value)
+            continue
         doc[f.name] = dataclasses.asdict(value) if f.name in _SECTIONS else value
     return doc

@@ -56,6 +56,54 @@ class StartupTimes:
 
 
 @dataclass(frozen=True)
+class RequestOverhead:
+    """Per-request time outside the scheduler's steps, in seconds (docs/profiles.md).
+
+    On the way in (the API server's HTTP handling, tokenisation, the hop to
+    the engine process) a request joins the scheduler ``in_fixed_s +
+    in_per_prompt_token_s x prompt tokens`` after it arrived. On the way out
+    (the hop back, detokenisation, streaming) its k-th token reaches the
+    client ``out_fixed_s + k x out_per_output_token_s`` after the step that
+    sampled it. Neither occupies the engine: the batch does not wait for
+    them. All zero (the default, and the catalogue's: their step-time
+    efficiencies were fitted to end-to-end figures that already hold this
+    time) is the engine alone.
+    """
+
+    in_fixed_s: float = 0.0
+    in_per_prompt_token_s: float = 0.0
+    out_fixed_s: float = 0.0
+    out_per_output_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not (value >= 0.0 and value < float("inf")):
+                raise ValueError(f"request_overhead: {f.name} must be a number >= 0, got {value}")
+
+    @property
+    def is_zero(self) -> bool:
+        return not (
+            self.in_fixed_s
+            or self.in_per_prompt_token_s
+            or self.out_fixed_s
+            or self.out_per_output_token_s
+        )
+
+    def ttft_s(self, prompt_tokens: int) -> float:
+        """What it adds to a request's time to first token."""
+        return (
+            self.in_fixed_s
+            + self.in_per_prompt_token_s * prompt_tokens
+            + self.out_fixed_s
+            + self.out_per_output_token_s
+        )
+
+
+NO_OVERHEAD = RequestOverhead()
+
+
+@dataclass(frozen=True)
 class VllmSettings:
     """The vLLM engine arguments that change capacity and speed, validated like vLLM does."""
 
@@ -115,6 +163,8 @@ class Profile:
     price_spot_per_hour: float
     startup: StartupTimes
     notes: str = field(default="", compare=False)
+    #: per-request time outside the scheduler (optional in a file; zero: the engine alone)
+    request_overhead: RequestOverhead = NO_OVERHEAD
 
     def __post_init__(self) -> None:
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:

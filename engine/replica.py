@@ -43,6 +43,10 @@ tolerance (0.1 %) of stepping one by one.
 Public API (all times on the replica's own clock, in seconds):
 
 - `submit(request)`: a new request, arriving at `request.arrival_s >= now`.
+  With a profile's `request_overhead`, it joins the scheduler after its way
+  in (until then it is outstanding, not waiting), and its record's first
+  token and finish are when the client gets them (after the way out);
+  vLLM's histograms stay the engine's own (arrival to the step's end).
 - `next_event_time()`: when the batch next changes (a completion, a prefill
   chunk's end, a KV shortage), None when idle. A simulator jumps there.
 - `next_token_time()`: the end of the step in flight (the next instant any
@@ -60,6 +64,7 @@ Public API (all times on the replica's own clock, in seconds):
 from __future__ import annotations
 
 from collections.abc import Iterable
+from heapq import heapify, heappush
 
 from engine.metrics import MetricsSnapshot
 from engine.replica_loop import StepLoop
@@ -140,6 +145,12 @@ class Replica(StepLoop):
         """Fraction of KV blocks in use (vLLM's kv_cache_usage_perc, 0..1)."""
         return self.kv_blocks_used / self.limits.num_gpu_blocks
 
+    @property
+    def way_out_s(self) -> tuple[float, float]:
+        """(fixed, per output token) seconds from a token's step to its client
+        (the profile's ``request_overhead``): the k-th token arrives fixed + k x per late."""
+        return self._out_fixed, self._out_per_token
+
     def is_live(self, request_id: str) -> bool:
         return request_id in self._live
 
@@ -186,6 +197,12 @@ class Replica(StepLoop):
             self._finished = self.advance_to(request.arrival_s)
         seq = SeqState(request)
         self._live[request.request_id] = seq
+        if self._has_inbound:
+            join_s = request.arrival_s + self._in_fixed + self._in_per_token * request.prompt_tokens
+            if join_s > self._now:  # on its way in: it joins the scheduler then
+                heappush(self._inbound, (join_s, self._inbound_order, seq))
+                self._inbound_order += 1
+                return
         self._waiting.append(seq)
         self._interrupt()
 
@@ -202,8 +219,11 @@ class Replica(StepLoop):
             self._free_blocks += seq.blocks
             seq.blocks = 0
             self._interrupt()
-        else:
+        elif seq in self._waiting:
             self._waiting.remove(seq)
+        else:  # still on its way in
+            self._inbound = [item for item in self._inbound if item[2] is not seq]
+            heapify(self._inbound)
         return self._finish(seq, self._now, "abort")
 
     def next_event_time(self) -> float | None:
@@ -211,18 +231,19 @@ class Replica(StepLoop):
         plan = self._plan
         if plan is None:
             if self._pending_at is None:
-                return None
+                return self._next_join(None) if self._inbound else None
             self._start_step(self._pending_at)
             plan = self._plan
             if plan is None:  # pragma: no cover - a pending step always plans work
                 return None
-        return plan.stop
+        return self._next_join(plan.stop) if self._inbound else plan.stop
 
     def next_token_time(self) -> float | None:
         """When the step in flight ends (tokens may appear); None when idle."""
         self._ensure_plan()
         plan = self._plan
-        return None if plan is None else plan.end(1)
+        end = None if plan is None else plan.end(1)
+        return self._next_join(end) if self._inbound else end
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         return MetricsSnapshot(

@@ -25,6 +25,10 @@ class ReplicaCounters:
         """`latency_histograms=False` leaves the TTFT, inter-token, e2e and
         queue-time histograms empty (see `engine.replica.Replica`)."""
         self._latency = latency_histograms
+        # the way out (``RequestOverhead``): the k-th token reaches the client
+        # out_fixed + k x out_per_token after its step; records carry client times
+        self._out_fixed = 0.0
+        self._out_per_token = 0.0
         self._steps_run = 0
         self.events_run = 0
         self.preemptions_total = 0
@@ -50,12 +54,17 @@ class ReplicaCounters:
         self._generation_len.observe(seq.generated)
         if seq.first_sched_s is not None and self._latency:
             self._queue.observe(seq.first_sched_s - req.arrival_s)
+        first = seq.first_token_s
+        if (self._out_fixed or self._out_per_token) and reason != "abort":
+            if first is not None:
+                first += self._out_fixed + self._out_per_token
+            t += self._out_fixed + self._out_per_token * seq.generated
         # positional (field order of RequestRecord): keywords cost a third more
         # on a record made once per request
         return RequestRecord(
             req.request_id,
             req.arrival_s,
-            seq.first_token_s,
+            first,
             t,
             req.prompt_tokens,
             seq.generated,

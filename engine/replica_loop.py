@@ -10,6 +10,7 @@ in one group (prescaler_native/build.py).
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappop
 
 from engine.replica_counters import ReplicaCounters
 from engine.replica_state import (
@@ -48,11 +49,25 @@ class StepLoop(ReplicaCounters):
         self._pending_at: float | None = None  # a step must start at this time
         self._decode_batch: DecodeBatch | None = None  # see _commit
         self._finished: list[RequestRecord] = []
+        # the time outside the scheduler (``RequestOverhead``): requests still on
+        # their way in wait here, (join time, order, state), until they join
+        overhead = getattr(profile, "request_overhead", None)
+        self._in_fixed = 0.0 if overhead is None else float(overhead.in_fixed_s)
+        self._in_per_token = 0.0 if overhead is None else float(overhead.in_per_prompt_token_s)
+        if overhead is not None:
+            self._out_fixed = float(overhead.out_fixed_s)
+            self._out_per_token = float(overhead.out_per_output_token_s)
+        self._has_inbound = self._in_fixed > 0.0 or self._in_per_token > 0.0
+        self._inbound: list[tuple[float, int, SeqState]] = []
+        self._inbound_order = 0
 
     def advance_to(self, t: float) -> list[RequestRecord]:
         """Run every step ending at or before `t`; return requests that finished."""
         if t < self._now:
             raise ValueError(f"cannot advance to {t}: the replica is already at {self._now}")
+        inbound = self._inbound
+        if inbound and inbound[0][0] <= t:
+            return self._advance_joining(t)
         done = self._finished  # finished while a submission advanced the clock
         if done:
             self._finished = []
@@ -95,6 +110,28 @@ class StepLoop(ReplicaCounters):
             # loop again: re-basing may round the next step's end onto `t`
         self._now = t
         return done
+
+    def _advance_joining(self, t: float) -> list[RequestRecord]:
+        """`advance_to(t)` across the moments requests on their way in join the
+        scheduler: each joins as a submission at that moment would."""
+        inbound = self._inbound
+        done: list[RequestRecord] = []
+        while inbound and inbound[0][0] <= t:
+            join_s = inbound[0][0]
+            joining: list[SeqState] = []
+            while inbound and inbound[0][0] == join_s:
+                joining.append(heappop(inbound)[2])
+            done.extend(self.advance_to(join_s))  # nothing left joins by join_s
+            for seq in joining:
+                self._waiting.append(seq)
+            self._interrupt()
+        done.extend(self.advance_to(t))
+        return done
+
+    def _next_join(self, t: float | None) -> float | None:
+        """The earlier of `t` (a step's end, None when idle) and the next join."""
+        join_s = self._inbound[0][0]
+        return join_s if t is None or join_s < t else t
 
     def _settle(self) -> None:
         """Apply the steps a jump owes its requests (see `advance_to`).

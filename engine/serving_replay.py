@@ -29,6 +29,10 @@ class ServingLoad:
     ``first_arrivals_over_s`` spreads the first ``max_concurrency`` arrivals
     evenly over that many seconds instead of sending them at once: clients
     of a steady service are out of step, a benchmark's start together.
+    ``lengths`` gives each request its own (prompt, output) tokens (then
+    ``prompt_tokens`` and ``output_tokens`` are their rounded means) and
+    ``send_offsets`` the second each becomes due (a recorded run's), both
+    for all ``num_requests`` requests.
     """
 
     num_requests: int
@@ -37,8 +41,18 @@ class ServingLoad:
     max_concurrency: int | None = None
     request_rate: float | None = None
     first_arrivals_over_s: float = 0.0
+    lengths: tuple[tuple[int, int], ...] | None = None
+    send_offsets: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        for name in ("lengths", "send_offsets"):
+            value = getattr(self, name)
+            if value is not None and len(value) != self.num_requests:
+                raise ValueError(
+                    f"ServingLoad: {name} has {len(value)} entries for {self.num_requests} requests"
+                )
+        if self.lengths is not None and any(p < 1 or o < 1 for p, o in self.lengths):
+            raise ValueError("ServingLoad: every request's lengths must be >= 1")
         for name in ("num_requests", "prompt_tokens", "output_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServingLoad: {name} must be >= 1, got {getattr(self, name)}")
@@ -67,6 +81,10 @@ class ServingOutcome:
     output_throughput: float
     duration_s: float
     mean_concurrency: float
+    #: every request's TTFT (in finishing order) and every token gap, as the client
+    #: sees them; empty without per-token times
+    ttfts: tuple[float, ...] = ()
+    itls: tuple[float, ...] = ()
 
 
 def replay_load(
@@ -82,7 +100,15 @@ def replay_load(
     replica = Replica(profile)
     interval = 0.0 if load.request_rate is None else 1.0 / load.request_rate
     cap = load.max_concurrency or load.num_requests
-    arrivals = [i * interval for i in range(load.num_requests)]
+    arrivals = (
+        [i * interval for i in range(load.num_requests)]
+        if load.send_offsets is None
+        else sorted(load.send_offsets)
+    )
+    sizes = load.lengths or ((load.prompt_tokens, load.output_tokens),) * load.num_requests
+    overhead = getattr(profile, "request_overhead", None)
+    out_fixed = 0.0 if overhead is None else overhead.out_fixed_s
+    out_per = 0.0 if overhead is None else overhead.out_per_output_token_s
     if load.first_arrivals_over_s > 0 and load.max_concurrency is not None:
         spread = load.first_arrivals_over_s / load.max_concurrency
         # the first request of client i at i x spread; later ones wait for a slot
@@ -108,7 +134,8 @@ def replay_load(
         nonlocal next_index
         rid = f"r{next_index}"
         next_index += 1
-        replica.submit(Request(rid, t, load.prompt_tokens, load.output_tokens))
+        prompt, output = sizes[next_index - 1]
+        replica.submit(Request(rid, t, prompt, output))
         in_flight[rid] = 0
 
     pending = list(arrivals)
@@ -134,7 +161,8 @@ def replay_load(
             if replica.is_live(rid):
                 count = replica.tokens_generated(rid)
                 if count > seen:
-                    _note_token(rid, seen, t, last_token, gaps)
+                    # the client gets token k the way out's fixed + k x per later
+                    _note_token(rid, seen, t + out_fixed + out_per * count, last_token, gaps)
                     in_flight[rid] = count
         for rec in finished:
             seen = in_flight.pop(rec.request_id)
@@ -149,7 +177,7 @@ def replay_load(
                 decode_gaps += rec.output_tokens - 1
             last_finish = max(last_finish, rec.finish_s)
     duration = last_finish - first_arrival
-    total_out = load.num_requests * load.output_tokens
+    total_out = sum(output for _, output in sizes)
     return ServingOutcome(
         median_ttft_s=statistics.median(ttfts),
         median_itl_s=statistics.median(gaps) if per_token and gaps else None,
@@ -160,6 +188,8 @@ def replay_load(
         output_throughput=total_out / duration,
         duration_s=duration,
         mean_concurrency=busy_time / duration,
+        ttfts=tuple(ttfts) if per_token else (),
+        itls=tuple(gaps) if per_token else (),
     )
 
 

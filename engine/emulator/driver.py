@@ -74,14 +74,27 @@ class EngineDead(RuntimeError):
 class TokenStream:
     """What one HTTP request waits on: new tokens, then its final record (or an error)."""
 
-    __slots__ = ("changed", "error", "notified", "record", "request_id")
+    __slots__ = ("changed", "error", "notified", "observed", "record", "request_id")
 
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.changed = asyncio.Event()
-        self.notified = 0  # tokens generated as of the last wake-up
+        self.notified = 0  # tokens handed to the client as of the last wake-up
+        self.observed = 0  # tokens the engine has produced (ahead while on the way out)
         self.record: RequestRecord | None = None
         self.error: EngineDead | None = None
+
+    def deliver(self, tokens: int) -> None:
+        """Tokens reach the client (after the way out): wake its handler."""
+        if tokens > self.notified and self.record is None:
+            self.notified = tokens
+            self.changed.set()
+
+    def finish(self, record: RequestRecord) -> None:
+        """The last token reached the client: the request is done."""
+        if self.record is None and self.error is None:
+            self.record = record
+            self.changed.set()
 
     async def wait(self) -> tuple[int, RequestRecord | None]:
         """Wait until something changed; return (tokens generated, record if finished).
@@ -109,6 +122,9 @@ class ReplicaDriver:
         self._t0 = self._loop.time() - replica.now / clock.speed
         self._ids = itertools.count()
         self.failure: BaseException | None = None
+        # the way out (``RequestOverhead``): tokens reach the client this late
+        self._out_fixed, self._out_per_token = replica.way_out_s
+        self._delayed = self._out_fixed > 0 or self._out_per_token > 0
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -191,18 +207,31 @@ class ReplicaDriver:
             return
         replica = self.replica
         try:
-            for rec in replica.advance_to(self.model_now()):
+            now = self.model_now()
+            for rec in replica.advance_to(now):
                 stream = self._streams.pop(rec.request_id, None)
                 if stream is not None:
-                    stream.record = rec
-                    stream.changed.set()
+                    if self._delayed and rec.finished_reason != "abort":
+                        self._loop.call_at(self._wall(rec.finish_s), stream.finish, rec)
+                    else:
+                        stream.record = rec
+                        stream.changed.set()
             for rid, stream in self._streams.items():
                 n = replica.tokens_generated(rid)
-                if n != stream.notified:
-                    stream.notified = n
-                    stream.changed.set()
+                if n != stream.observed:
+                    stream.observed = n
+                    if self._delayed:
+                        due = now + self._out_fixed + self._out_per_token * n
+                        self._loop.call_at(self._wall(due), stream.deliver, n)
+                    else:
+                        stream.notified = n
+                        stream.changed.set()
         except Exception as exc:
             self._fail(exc)
+
+    def _wall(self, model_s: float) -> float:
+        """The loop time at which the model's clock reads ``model_s``."""
+        return self._t0 + model_s / self.clock.speed
 
     def _fail(self, exc: BaseException) -> None:
         """The engine is dead: remember why and answer every waiting stream with it."""
