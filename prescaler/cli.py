@@ -24,7 +24,6 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "stack.cli",
     "prescaler.demo",
     "prescaler.doctor",
-    "prescaler.doctor",
 )
 
 
