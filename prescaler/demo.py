@@ -148,7 +148,7 @@ def run_simulator_demo(
     )
     opts = SimulateOptions(
         trace=trace,
-        policies=("static", "reactive", "oracle"),
+        policies=("static", "reactive", "oracle", "hindsight"),
         profile=prof.name,
         slo_ttft_s=fixture.slo_ttft_s,
         json_path=None,
@@ -159,6 +159,7 @@ def run_simulator_demo(
         duration_s=duration_s,
         seed=fixture.seed,
         scaledobjects=tuple(str(p) for p in paths),
+        target=fixture.target,
     )
     doc = simulate(opts, io.StringIO())  # its table is in summary.json; ours is below
     workload = load_workload(
@@ -180,6 +181,14 @@ def run_simulator_demo(
     gain = keda_gain(rows, found.keda)
     if gain:
         print(textwrap.fill(gain, width=88), file=out)
+    bound = doc.get("hindsight")
+    if bound is not None:
+        from simulations.bound_report import waterfall_lines
+
+        months = doc["duration_s"] / 3600.0 / 730.0
+        print("", file=out)
+        for line in waterfall_lines(bound["terms"], months, bound["stated_lead"]["lead_s"]):
+            print(line, file=out)
     prescaler = fixture.side("prescaler")
     note = oracle_note(doc, prof, prescaler.run_name) if prescaler else None
     if note:

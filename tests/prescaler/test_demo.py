@@ -16,7 +16,7 @@ from simulations.runner import idle_attainment
 from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
 
 LABELS = ("what you run today", "KEDA tuned: queue", "KEDA tuned: queue + KV",
-          "prescaler tuned", "static fleet", "oracle", "best possible")  # fmt: skip
+          "prescaler tuned", "static fleet", "oracle", "hindsight schedule", "best possible")  # fmt: skip
 
 
 def test_demo_scores_the_tuned_setups_on_the_held_back_part(
