@@ -417,8 +417,10 @@ def _run(args: argparse.Namespace) -> int:
         opts = options_from(args)
         simulate(opts)
     except (ValueError, KeyError, OSError) as exc:
+        from simulations.cli_messages import in_flags
+
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"prescaler simulate: {msg}", file=sys.stderr)
+        print(f"prescaler simulate: {in_flags(str(msg))}", file=sys.stderr)
         return 2
     return 0
 

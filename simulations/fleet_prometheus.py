@@ -79,7 +79,8 @@ def fetch_fleet_trace(
     if since_s / step_s > MAX_POINTS:
         step_s = math.ceil(since_s / MAX_POINTS)
     start_s = end_s - since_s
-    query = build_query("requests_per_s", labels, rate_window_s=max(int(2 * step_s), 60))
+    window_s = max(int(2 * step_s), 60)
+    query = build_query("requests_per_s", labels, rate_window_s=window_s)
     result = _get(
         url,
         "query_range",
@@ -87,6 +88,20 @@ def fetch_fleet_trace(
         timeout_s,
     )
     if not result:
+        # no rate anywhere: no such series, or too few samples of them to
+        # read a rate from (a fleet scraped for a moment); say which
+        count = build_query("requests_per_s", labels, rate_window_s=int(since_s)).replace(
+            "sum(rate(", "sum(count_over_time("
+        )
+        found = _get(url, "query", {"query": count, "time": f"{end_s:.3f}"}, timeout_s)
+        samples = sum(float(item["value"][1]) for item in found)
+        if samples > 0:
+            raise ValueError(
+                f"prometheus {url}: vLLM's request counters matching {labels or 'any'} hold "
+                f"{samples:.0f} sample(s) in the last {since_s:g} s, too few to read a rate "
+                f"from (two within {window_s} s): the history is too short; let the fleet "
+                "serve a few minutes more"
+            )
         raise ValueError(
             f"prometheus {url}: no vllm:request_success_total series match {labels or 'any'} "
             f"in the last {since_s:g} s"

@@ -167,7 +167,15 @@ def build_fleet_trace(
         minlength=minutes,
     )  # fmt: skip
     if per_min.sum() <= 0:
-        raise ValueError("the fleet served no requests in the window")
+        # the counters were read (or the query had found no series), so what
+        # is missing is traffic in the span they cover: say how long that is,
+        # since a short span (a fleet just started) is the usual cause
+        span = rate.size * step_s / 60.0
+        raise ValueError(
+            f"vLLM's request counters cover {span:.0f} minutes here and never rose in "
+            "them: no request finished (a fleet just started, or one without traffic); "
+            "tune needs a history that holds traffic"
+        )
     rows = ["minute_start_s,requests"]
     rows += [f"{60 * i},{v:.3f}" for i, v in enumerate(per_min)]
     rng = np.random.default_rng(seed)

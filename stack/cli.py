@@ -97,7 +97,9 @@ def _run(args: argparse.Namespace) -> int:
         )
         run = StackRun(opts)
     except (ValueError, KeyError, OSError) as exc:
-        print(f"prescaler stack: {exc}", file=sys.stderr)
+        from simulations.cli_messages import WINDOW_FLAGS, in_flags
+
+        print(f"prescaler stack: {in_flags(str(exc), WINDOW_FLAGS)}", file=sys.stderr)
         return 2
     try:
         run.run()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from simulations.cli import UsageError, add_replay_arguments, run_subcommand
+from simulations.cli_messages import in_flags
 from simulations.cli_types import count_flag, number_flag
 from simulations.sim_inputs import sim_inputs_from_args
 from simulations.tune.report import paste_block, print_report, report_document
@@ -270,7 +271,7 @@ def _run(args: argparse.Namespace) -> int:
         return run(request_from(args), args.json_path, args.plot_path, sys.stdout)
     except (UsageError, ValueError, KeyError, OSError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"prescaler tune: {msg}", file=sys.stderr)
+        print(f"prescaler tune: {in_flags(str(msg))}", file=sys.stderr)
         return 2
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,9 @@ def test_bad_flags_are_usage_errors(
         (["--profile", "nope@nowhere"], "nope"),
         (["--forecaster", "crystal_ball"], "forecast"),
         (["--scaledobject", "/nonexistent.yaml"], "nonexistent"),
-        (["--rate-window", "20"], "rate_window_s"),
+        (["--rate-window", "20"], "--rate-window must span"),
+        (["--start", "1000", "--duration", "600"], "runs past the trace end"),
+        (["--start", "5000"], "--start 5000 s is past the trace end"),
     ],
 )
 def test_bad_input_is_one_line_not_a_traceback(
@@ -124,6 +127,8 @@ def test_bad_input_is_one_line_not_a_traceback(
     assert main(["simulate", str(trace), "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("prescaler simulate:") and "\n" not in err and needle in err
+    # the flags the person typed, not the library's parameter names
+    assert not re.search(r"\b(start_s|duration_s|rate_window_s)\b", err), err
 
 
 def test_missing_trace_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -180,3 +180,56 @@ def test_tune_reads_a_real_prometheus(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 0, capsys.readouterr()
     doc = json.loads(out.read_text())
     assert doc["trials"] == 2 and doc["trace"].startswith("fleet")
+
+
+def test_counters_that_never_rose_say_how_long_the_history_is() -> None:
+    """No traffic in the span read is said as such, with the span: "the
+    fleet served no requests" used to be all it said when the history was
+    only a few minutes long."""
+    buckets = [(100.0, 5.0), (math.inf, 0.0)]
+    with pytest.raises(ValueError) as err:
+        build_fleet_trace(np.zeros(6), 30.0, buckets, buckets)
+    assert "cover 3 minutes" in str(err.value) and "never rose" in str(err.value)
+
+
+def _flat_history(path: Path, times: np.ndarray, value: float) -> None:
+    """vLLM's request counter and token histograms, each held at ``value``."""
+    labels = 'model_name="m",namespace="llm",pod="a"'
+    lines = ["# TYPE vllm:request_success_total gauge"]
+    lines += [
+        f'vllm:request_success_total{{{labels},finished_reason="stop"}} {value:.1f} {t:.3f}'
+        for t in times
+    ]
+    for metric in ("vllm:request_prompt_tokens", "vllm:request_generation_tokens"):
+        lines.append(f"# TYPE {metric}_bucket gauge")
+        for le in ("100.0", "+Inf"):
+            lines += [f'{metric}_bucket{{{labels},le="{le}"}} {value:.1f} {t:.3f}' for t in times]
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.integration
+def test_a_short_history_is_named_as_the_cause(tmp_path: Path) -> None:
+    """Against a real Prometheus: one sample of the counters (too few for a
+    rate) and ten minutes of counters that never rose are each told apart
+    from "no such series", with what was found."""
+    from tests.support.prometheus import backfill_openmetrics, running_prometheus
+
+    end = math.floor(time.time() / 60) * 60 - 120
+    om = tmp_path / "h.om.txt"
+    _flat_history(om, np.array([end - 600.0]), 5.0)  # one scrape, ten minutes ago
+    other = tmp_path / "flat.om.txt"
+    _flat_history(other, np.arange(end - 600.0, end, 15.0) + 0.5, 7.0)
+    prom_dir = tmp_path / "prom"
+    prom_dir.mkdir()
+    # the flat counters on another pod label, so each case is selected apart
+    other.write_text(other.read_text().replace('pod="a"', 'pod="b"'))
+    backfill_openmetrics(om, prom_dir / "data")
+    backfill_openmetrics(other, prom_dir / "data")
+    with running_prometheus([], workdir=prom_dir) as prom:
+        with pytest.raises(ValueError, match=r"1 sample\(s\).*too few.*too short"):
+            fetch_fleet_trace(prom.url, {"pod": "a"}, since_s=3600, end_s=end)
+        with pytest.raises(ValueError, match=r"cover \d+ minutes here and never rose"):
+            fetch_fleet_trace(prom.url, {"pod": "b"}, since_s=3600, end_s=end)
+        with pytest.raises(ValueError, match="no vllm:request_success_total series match"):
+            fetch_fleet_trace(prom.url, {"pod": "c"}, since_s=3600, end_s=end)
