@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -36,16 +37,20 @@ from simulations.tune.search import Param, format_value, merged_metadata
 
 __all__ = [
     "BEHAVIOR_SPACE",
+    "FRACTION_METRICS",
     "KEDA_DEFAULTS",
     "KNOB_PREFIXES",
+    "PRESCALER_BEHAVIOR_SPACE",
     "apply_setting",
     "apply_to_manifest",
     "cron_space",
+    "hpa_scale_down_s",
     "keda_space",
     "knob_value",
     "load_manifest",
     "manifest_of",
     "manifest_yaml",
+    "metric_ceiling",
     "trigger_space",
     "triggers_of",
 ]
@@ -70,6 +75,27 @@ KEDA reads the metric, how fast the HPA may add replicas (a Percent and a
 Pods policy per period, the larger wins; Pods 0 is no Pods policy) and
 after what window, how fast it may remove them (a Percent per minute) and
 after what window."""
+
+
+HPA_SCALE_DOWN_WINDOW = "scaleDown.stabilizationWindowSeconds"
+TRIGGER_SCALE_DOWN_WINDOW = "scaleDownStabilizationSeconds"
+PRESCALER_BEHAVIOR_SPACE: tuple[Param, ...] = tuple(
+    p for p in BEHAVIOR_SPACE if p.key != HPA_SCALE_DOWN_WINDOW
+)
+""":data:`BEHAVIOR_SPACE` less the HPA's scale-down window, for a
+ScaledObject with prescaler's trigger: its ``scaleDownStabilizationSeconds``
+is the one scale-in wait searched, and the HPA's window is derived from it
+(written 0, :func:`apply_to_manifest`). Both windows keep the highest
+proposal seen over their span, one after the other, so two written waits
+add up: a block that printed 1800 beside 1710 waited close to an hour."""
+
+
+def hpa_scale_down_s(spec: ScaledObjectSpec) -> float:
+    """The HPA's scale-down stabilization window ``spec`` runs with: its
+    behavior's, else the controller's flag (5 minutes)."""
+    behavior = spec.hpa.behavior
+    window = None if behavior is None else behavior.scale_down.stabilization_window_s
+    return float(spec.hpa.downscale_stabilization_s if window is None else window)
 
 
 HPA_DEFAULTS: dict[str, str] = {
@@ -171,21 +197,27 @@ def keda_space(spec: ScaledObjectSpec, max_replicas: int) -> tuple[Param, ...]:
 
 
 def trigger_space(
-    spec: ScaledObjectSpec, max_replicas: int, *, activation: bool = False
+    spec: ScaledObjectSpec,
+    max_replicas: int,
+    *,
+    activation: bool = False,
+    floor_key: str = MIN_REPLICA_COUNT,
 ) -> tuple[Param, ...]:
     """The knobs of ``spec``'s KEDA triggers, each addressed by its index:
     a prometheus trigger's ``threshold`` (and ``activationThreshold`` when
-    ``activation``, searched only at a ``minReplicaCount`` of 0), a cron
-    trigger's window and replicas (:func:`cron_space`). prescaler's own
-    trigger has none here (its metadata is its own space)."""
+    ``activation``, searched only at a ``minReplicaCount`` of 0), within the
+    range its query's metric can reach (:func:`metric_ceiling`), a cron
+    trigger's window and replicas above ``floor_key`` (:func:`cron_space`).
+    prescaler's own trigger has none here (its metadata is its own space)."""
     params: list[Param] = []
     for i, t in enumerate(triggers_of(spec)):
         if t.kind == "cron":
-            params.extend(cron_space(i, max_replicas))
+            params.extend(cron_space(i, max_replicas, floor_key=floor_key))
             continue
         if t.kind != "prometheus" or t.threshold is None:
             continue
-        lo, hi, step = _threshold_range(t.threshold)
+        ceiling = metric_ceiling(str(t.metadata.get("query", "")))
+        lo, hi, step = _threshold_range(t.threshold, ceiling)
         params.append(Param(f"triggers.{i}.threshold", "float", lo, hi, step=step))
         if activation:
             params.append(
@@ -232,16 +264,22 @@ CRON_LENGTH = "windowMinutes"
 is written as start plus this, across midnight when it runs past it)."""
 
 
-def cron_space(index: int, max_replicas: int) -> tuple[Param, ...]:
+def cron_space(
+    index: int, max_replicas: int, *, floor_key: str = MIN_REPLICA_COUNT
+) -> tuple[Param, ...]:
     """The knobs of cron trigger ``index``: when its window opens (on the
     quarter hour), how long it lasts (15 minutes to a day less 15 minutes,
     so it never ends where it starts, which KEDA refuses) and the replicas it
-    holds inside (1 to ``maxReplicaCount``)."""
+    holds inside: above the floor the trial picked (``floor_key``:
+    ``spec.minReplicaCount`` for KEDA, ``minReplicas`` beside prescaler's
+    trigger) up to ``maxReplicaCount``. The HPA takes the largest proposal,
+    so a window at or below the floor holds nothing the floor does not; a
+    trial whose floor leaves no room keeps the window as written."""
     pre = f"triggers.{index}."
     return (
         Param(pre + CRON_START, "int", 0, 1425, step=15),
         Param(pre + CRON_LENGTH, "int", 15, 1425, step=15),
-        Param(pre + "desiredReplicas", "int", 1, max(2, max_replicas)),
+        Param(pre + "desiredReplicas", "int", 1, max(2, max_replicas), above=floor_key),
     )
 
 
@@ -280,13 +318,39 @@ def _set_cron_window(meta: dict[str, Any], start: str | None, length: str | None
     meta["end"] = _cron_at(str(meta.get("end", meta["start"])), first + span)
 
 
-def _threshold_range(base: float) -> tuple[float, float, float]:
+def _threshold_range(base: float, ceiling: float | None = None) -> tuple[float, float, float]:
     """From an eighth to eight times ``base``, on a decimal step (0.1 for a
-    queue threshold of 3, 0.01 for a KV-cache fraction of 0.8)."""
+    queue threshold of 3, 0.01 for a KV-cache fraction of 0.8), no higher
+    than ``ceiling`` (the most the trigger's metric can read; a threshold
+    above it never fires, and neither does an activation)."""
+    if ceiling is not None:
+        base = min(base, ceiling)
     step = 10.0 ** math.floor(math.log10(base / 8.0))
     lo = max(step, math.ceil(base / 8.0 / step) * step)
     hi = math.floor(base * 8.0 / step) * step
+    if ceiling is not None:
+        hi = min(hi, math.floor(ceiling / step) * step)
     return float(f"{lo:.6g}"), float(f"{hi:.6g}"), float(f"{step:.6g}")
+
+
+FRACTION_METRICS = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:cpu_cache_usage_perc",
+)
+"""vLLM's metrics that read a fraction, 0 to 1 (``_perc`` notwithstanding)."""
+
+_SUMMED = re.compile(r"\b(sum|count)\s*(by|without)?\s*(\([^)]*\))?\s*\(")
+
+
+def metric_ceiling(query: str) -> float | None:
+    """The most a trigger's ``query`` can read: 1 for a vLLM fraction
+    (:data:`FRACTION_METRICS`) read per replica (``avg``, ``max``, ``min``, a
+    quantile: anything but a ``sum`` or ``count`` across them); None when
+    unbounded or unknown. A threshold searched above it could never fire."""
+    if not any(m in query for m in FRACTION_METRICS) or _SUMMED.search(query):
+        return None
+    return 1.0
 
 
 KEDA_DEFAULTS: dict[str, str] = {
@@ -347,8 +411,12 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
     dropped with prewarm off, ``fallbackReplicas`` raised to a higher
     floor), knob keys on the manifest. A tuned ``minReplicas`` becomes the
     ScaledObject's ``minReplicaCount`` too (unless the user scales to zero),
-    so KEDA's floor and the trigger's say the same. The user's other fields
-    are kept as written."""
+    so KEDA's floor and the trigger's say the same. A tuned
+    ``scaleDownStabilizationSeconds`` is the ScaledObject's one scale-in
+    wait: the HPA's scale-down window is written 0 beside it
+    (:data:`PRESCALER_BEHAVIOR_SPACE`). ``fallback.replicas`` follows the
+    trigger's ``fallbackReplicas`` and the floor (:func:`_agree_fallback`).
+    The user's other fields are kept as written."""
     out = copy.deepcopy(dict(doc))
     spec = out.setdefault("spec", {})
     triggers = spec.get("triggers") or []
@@ -374,9 +442,32 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
         meta = triggers[at].setdefault("metadata", {})
         _set_cron_window(meta, window.get(CRON_START), window.get(CRON_LENGTH))
     behavior = {k: v for k, v in picked.items() if k.startswith(("scaleUp.", "scaleDown."))}
+    if TRIGGER_SCALE_DOWN_WINDOW in meta_keys and any(
+        t.get("type") in ("external", "external-push") for t in triggers
+    ):
+        # one scale-in wait: the trigger's; the HPA's after it would add to it
+        behavior[HPA_SCALE_DOWN_WINDOW] = "0"
     if behavior:
         _set_behavior(spec, behavior)
+    _agree_fallback(spec, triggers)
     return out
+
+
+def _agree_fallback(spec: dict[str, Any], triggers: Sequence[Mapping[str, Any]]) -> None:
+    """KEDA's ``fallback.replicas`` made to agree with the rest: prescaler's
+    trigger's ``fallbackReplicas`` when it has one (both say what to run
+    when the metrics are gone), never below ``minReplicaCount`` (a fallback
+    under the floor is one KEDA would undercut the floor with)."""
+    fallback = spec.get("fallback")
+    if not isinstance(fallback, dict) or "replicas" not in fallback:
+        return
+    replicas = int(fallback["replicas"])
+    for trig in triggers:
+        if trig.get("type") in ("external", "external-push"):
+            written = (trig.get("metadata") or {}).get("fallbackReplicas")
+            if written is not None:
+                replicas = int(written)
+    fallback["replicas"] = max(replicas, int(spec.get("minReplicaCount", 0) or 0))
 
 
 def _set_behavior(spec: dict[str, Any], knobs: Mapping[str, str]) -> None:

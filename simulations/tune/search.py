@@ -52,6 +52,7 @@ from simulations.traffic import Workload
 
 __all__ = [
     "FLOOR_KEYS",
+    "FORECAST_ONLY_KEYS",
     "PREDICTIVE_SPACE",
     "REACTIVE_THRESHOLDS",
     "RUNGS",
@@ -93,6 +94,33 @@ class Param:
     choices: tuple[str, ...] = ()
     when: tuple[str, str] | None = None
     """(other key, value): sampled only when that key took that value."""
+    unless: tuple[str, str] | None = None
+    """(other key, value): not sampled when that key took that value (the
+    forecast's settings with ``forecast: off``); sampled when the key is
+    held rather than searched, unless held at that value
+    (:func:`simulations.tune.sides.make_sides` drops it then)."""
+    above: str | None = None
+    """Another key whose value this one is sampled above: a cron window's
+    replicas above the floor (a window at or below the floor holds nothing
+    the floor does not, so it is not a setting to search)."""
+
+    def applies(self, picked: Mapping[str, Any]) -> bool:
+        """Whether the key is sampled given the keys ``picked`` before it
+        (optuna's values or metadata strings)."""
+        if self.when is not None and format_value(picked.get(self.when[0], "")) != self.when[1]:
+            return False
+        return not (
+            self.unless is not None
+            and self.unless[0] in picked
+            and format_value(picked[self.unless[0]]) == self.unless[1]
+        )
+
+    def floor_in(self, picked: Mapping[str, Any]) -> int | None:
+        """The lowest value left to an ``above`` key given ``picked``: one
+        above the other key's value (None when that key was not picked)."""
+        if self.above is None or self.above not in picked:
+            return None
+        return int(float(picked[self.above])) + 1
 
     def __post_init__(self) -> None:
         if self.kind == "choice":
@@ -105,25 +133,41 @@ class Param:
 
 
 LEAD_MODE = "leadTimeSeconds"
+FORECAST_OFF = ("forecast", "off")
+"""The condition under which the forecast's own settings mean nothing."""
+FORECAST_ONLY_KEYS = (
+    "forecastQuantile",
+    "seasonalPeakDays",
+    "seasonalWanderSeconds",
+    "seasonalSizeWanderSeconds",
+    "prewarm",
+    "prewarmDeployment",
+    "nodeLeadTimeSeconds",
+)
+"""Trigger keys read only while the trigger forecasts (``decision.policy``
+and ``decision.prewarm`` skip them with ``forecast: off``): not searched
+then, and not written into a block that says ``forecast: off``."""
 PREDICTIVE_SPACE: tuple[Param, ...] = (
     Param("targetWaitingPerReplica", "float", 0.5, 12.0, step=0.25),
     Param("targetKvCacheUsage", "float", 0.5, 0.95, step=0.05),
-    Param("forecastQuantile", "float", 0.5, 0.99, step=0.01),
-    Param("seasonalPeakDays", "int", 0, 3),
-    Param("seasonalWanderSeconds", "int", 0, 3600, step=300),
     Param("forecast", "choice", choices=("auto", "off")),
+    Param("forecastQuantile", "float", 0.5, 0.99, step=0.01, unless=FORECAST_OFF),
+    Param("seasonalPeakDays", "int", 0, 3, unless=FORECAST_OFF),
+    Param("seasonalWanderSeconds", "int", 0, 3600, step=300, unless=FORECAST_OFF),
     Param(LEAD_MODE, "choice", choices=("auto", "fixed")),
     Param("leadTimeSeconds:fixed", "int", 60, 900, step=15, when=(LEAD_MODE, "fixed")),
     Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30),
     Param("minReplicas", "int", 1, 8),
-    Param("prewarm", "choice", choices=("false", "true")),
+    Param("prewarm", "choice", choices=("false", "true"), unless=FORECAST_OFF),
     Param("nodeLeadTimeSeconds", "int", 0, 600, step=15, when=("prewarm", "true")),
 )
-"""What moves cost and attainment: the sizing targets, how far up the
-forecast band to size, how many recent days' peaks to size for and how
-far either side of the lead-time window to read them, whether to
-forecast at all, the lead time, how slowly
-to scale in, the floor, and node pre-warming. ``minReplicas`` is capped at
+"""What moves cost and attainment: the sizing targets, whether to forecast
+at all and, when it does, how far up the forecast band to size, how many
+recent days' peaks to size for and how far either side of the lead-time
+window to read them; the lead time, how slowly to scale in (the one
+scale-in wait of a prescaler ScaledObject: the HPA's own window is written
+0, :func:`simulations.tune.manifest.apply_to_manifest`), the floor, and
+node pre-warming (which needs the forecast). ``minReplicas`` is capped at
 ``maxReplicas`` by :func:`sample_metadata`."""
 
 WANDER_KEY = "seasonalWanderSeconds"
@@ -199,13 +243,16 @@ def sample_metadata(trial: Any, space: Sequence[Param], max_replicas: int) -> di
     """The trigger keys an optuna ``trial`` picks (strings, as metadata holds them)."""
     picked: dict[str, str] = {}
     for p in space:
-        if p.when is not None and picked.get(p.when[0]) != p.when[1]:
+        if not p.applies(picked):
             continue
         if p.kind == "choice":
             value: Any = trial.suggest_categorical(p.key, list(p.choices))
         elif p.kind == "int":
             high = int(param_high(p, max_replicas))
-            value = trial.suggest_int(p.key, int(p.low), high, step=int(p.step or 1))
+            low = max(int(p.low), p.floor_in(picked) or 0)
+            if low > high:
+                continue  # no value above the other key's: nothing to search
+            value = trial.suggest_int(p.key, low, high, step=int(p.step or 1))
         else:
             value = trial.suggest_float(p.key, p.low, p.high, step=p.step, log=p.log)
         picked[p.key] = format_value(value)
@@ -225,11 +272,19 @@ def _to_metadata(picked: Mapping[str, str]) -> dict[str, str]:
 def merged_metadata(meta: Mapping[str, str], tuned: Mapping[str, str]) -> dict[str, str]:
     """prescaler's trigger metadata ``meta`` with ``tuned`` written over it,
     made one the parser takes: ``nodeLeadTimeSeconds`` dropped with
-    ``prewarm`` off, ``fallbackReplicas`` raised to a higher ``minReplicas``
+    ``prewarm`` off, the forecast's own keys (:data:`FORECAST_ONLY_KEYS`)
+    with ``forecast`` set off unless set with it (each is then its default,
+    which nothing reads), ``fallbackReplicas`` raised to a higher ``minReplicas``
     (the parser refuses it below), no search-only fixed-lead key."""
     merged = {**meta, **tuned}
     if tuned.get("prewarm") == "false":
         merged.pop("nodeLeadTimeSeconds", None)
+    if tuned.get("forecast") == "off":
+        # what only the forecast reads says nothing beside forecast: off
+        # (a key set in the same breath, e.g. held by the caller, stays)
+        for key in FORECAST_ONLY_KEYS:
+            if key not in tuned:
+                merged.pop(key, None)
     if "minReplicas" in merged and "fallbackReplicas" in merged:
         lo = int(merged["minReplicas"])
         if int(merged["fallbackReplicas"]) < lo:

@@ -20,6 +20,11 @@ from typing import Any
 
 from decision.settings import METADATA_KEYS, metadata_value
 from simulations.scaledobject import ScaledObjectSpec
+from simulations.tune.manifest import (
+    HPA_SCALE_DOWN_WINDOW,
+    TRIGGER_SCALE_DOWN_WINDOW,
+    hpa_scale_down_s,
+)
 from simulations.tune.search import FLOOR_KEYS, LEAD_MODE, Param, format_value, param_high
 
 __all__ = ["NEIGHBOUR_SHARE", "neighbour_params", "seed_params", "sizing_keys"]
@@ -52,13 +57,19 @@ def seed_params(
     metadata leaves out is seeded with its default, which is what runs.
     Keys off the search grid are left out (the sampler picks them); None
     when nothing maps. ``knobs`` holds the base manifest's value of each
-    dotted (manifest) key."""
+    dotted (manifest) key. Beside prescaler's trigger, whose
+    ``scaleDownStabilizationSeconds`` is the one scale-in wait searched
+    (the HPA's window is derived 0), the trigger's window is seeded with
+    both windows as written added up: the wait the ScaledObject ran with."""
     trig = base.prescaler_trigger or base.trigger
     meta, settings = trig.metadata, trig.settings
+    folds = base.prescaler_trigger is not None and all(
+        q.key != HPA_SCALE_DOWN_WINDOW for q in space
+    )
     picked: dict[str, Any] = {}
     for p in space:
         # picked holds optuna's values (an int for an int knob), ``when`` a string
-        if p.when is not None and format_value(picked.get(p.when[0], "")) != p.when[1]:
+        if not p.applies(picked):
             continue
         if "." in p.key:
             raw: str | None = (knobs or {}).get(p.key)
@@ -75,10 +86,21 @@ def seed_params(
                 raw = metadata_value(settings, p.key)
         if raw is None:
             continue
+        if p.key == TRIGGER_SCALE_DOWN_WINDOW and folds:
+            # the HPA's window is derived (0) in every trial: the two waits
+            # as written, one after the other, are the trigger's one
+            raw = format_value(float(raw) + hpa_scale_down_s(base))
         value = _on_grid(p, raw, max_replicas)
-        if value is not None:
+        if value is not None and _above_floor(p, value, picked):
             picked[p.key] = value
     return picked or None
+
+
+def _above_floor(p: Param, value: Any, picked: Mapping[str, Any]) -> bool:
+    """Whether ``value`` lies above the key ``p`` is searched above (a cron
+    window at or below the floor is left to the sampler, which draws above it)."""
+    low = p.floor_in(picked)
+    return low is None or float(value) >= low
 
 
 def sizing_keys(space: Sequence[Param]) -> list[str]:
@@ -102,9 +124,9 @@ def neighbour_params(
     ``key-`` or ``key+``: for each sizing key (:func:`sizing_keys`) the seed
     with that key moved down, then up (an integer by one, a float by
     :data:`_RELATIVE_STEP` of its value on the grid), inside the key's range.
-    A key the seed leaves to the sampler has no neighbours. A move that
-    switches a conditional key off drops it; one that switches it on leaves
-    it to the sampler."""
+    A key the seed leaves to the sampler has no neighbours, nor a window's
+    replicas at the floor. A move that switches a conditional key off drops
+    it; one that switches it on leaves it to the sampler."""
     by_key = {p.key: p for p in space}
     out: list[tuple[str, dict[str, Any]]] = []
     for key in sizing_keys(space):
@@ -113,7 +135,7 @@ def neighbour_params(
         p = by_key[key]
         for sign, label in ((-1, "-"), (1, "+")):
             value = _moved(p, seed[key], sign, max_replicas)
-            if value is None:
+            if value is None or not _above_floor(p, value, seed):
                 continue
             if len(out) >= limit:
                 return out
@@ -145,12 +167,13 @@ def _moved(p: Param, value: Any, sign: int, max_replicas: int) -> Any:
 
 
 def _consistent(params: Mapping[str, Any], space: Sequence[Param]) -> dict[str, Any]:
-    """``params`` without the keys whose condition no longer holds."""
+    """``params`` without the keys whose condition no longer holds (or that
+    a moved floor now covers)."""
     kept: dict[str, Any] = {}
     for p in space:
         if p.key not in params:
             continue
-        if p.when is not None and format_value(kept.get(p.when[0], "")) != p.when[1]:
+        if not p.applies(kept) or not _above_floor(p, params[p.key], kept):
             continue
         kept[p.key] = params[p.key]
     return kept

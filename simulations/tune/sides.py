@@ -6,7 +6,9 @@ written into) and the knobs searched. The family:
 - ``prescaler``: prescaler's external trigger (the user's ScaledObject when
   it has one, else the shipped defaults): its metadata
   (:data:`simulations.tune.search.PREDICTIVE_SPACE`) and the ScaledObject's
-  polling and HPA behavior (:data:`simulations.tune.manifest.BEHAVIOR_SPACE`).
+  polling and HPA behavior
+  (:data:`simulations.tune.manifest.PRESCALER_BEHAVIOR_SPACE`: the trigger's
+  scale-down window is the one scale-in wait, the HPA's is derived).
 - ``keda-queue``: plain KEDA on ``sum(vllm:num_requests_waiting)``, the
   public recipes' queue-length ScaledObject: every knob of
   :func:`simulations.tune.manifest.keda_space`.
@@ -65,8 +67,8 @@ import yaml
 
 from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.manifest import (
-    BEHAVIOR_SPACE,
     COOLDOWN_PERIOD,
+    PRESCALER_BEHAVIOR_SPACE,
     apply_to_manifest,
     cooldown_param,
     cron_space,
@@ -158,7 +160,7 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
             # keeps (a cron window, a queue trigger): one side, each of the
             # other triggers' knobs searched with prescaler's
             p_base, p_doc = mine, doc
-            others = trigger_space(mine, bound)
+            others = trigger_space(mine, bound, floor_key="minReplicas")
         else:
             p_base, _ = default_bases(profile, bound)
             p_doc = manifest_of(p_base)
@@ -182,6 +184,7 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
         p_doc, g_doc = apply_to_manifest(p_doc, fixed), apply_to_manifest(g_doc, fixed)
         p_base = _parsed(p_doc, p_base.name)
         p_space, g_space = _without(p_space, fixed), _without(g_space, fixed)
+        others = _without(others, fixed)
     g_base = _parsed(g_doc, "prescaler-gateway")
     p_settings, g_settings = _settings_of(p_base), _settings_of(g_base)
     if p_settings.gateway_rate_query:
@@ -203,7 +206,7 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
             "prescaler's external trigger",
             p_base,
             p_doc,
-            (*p_space, *others, *BEHAVIOR_SPACE),
+            (*p_space, *others, *PRESCALER_BEHAVIOR_SPACE),
             min(bound, p_settings.max_replicas),
         ),
         Side(
@@ -260,7 +263,7 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
             "prescaler's trigger scaling to zero, woken by the gateway's request rate",
             g_base,
             g_doc,
-            (*g_space, *others, *BEHAVIOR_SPACE),
+            (*g_space, *others, *PRESCALER_BEHAVIOR_SPACE),
             g_bound,
         )
     )
@@ -272,14 +275,16 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
         c_doc["metadata"]["name"] = c_name
     else:
         c_doc = with_cron(g_doc, request.cron_window, c_name)
-        window = cron_space(len(g_doc["spec"]["triggers"]), bound)
+        window = _without(
+            cron_space(len(g_doc["spec"]["triggers"]), bound, floor_key="minReplicas"), fixed
+        )
     sides.append(
         Side(
             "prescaler-cron",
             "prescaler's trigger scaling to zero, beside a daily cron window",
             _parsed(c_doc, "prescaler-cron"),
             c_doc,
-            (*g_space, *others, *window, *BEHAVIOR_SPACE),
+            (*g_space, *others, *window, *PRESCALER_BEHAVIOR_SPACE),
             g_bound,
         )
     )
@@ -304,7 +309,9 @@ def cold_start_s(request: TuneRequest, profile: Profile | str) -> float:
 def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param, ...]:
     """``space`` less the keys held at a value; a key conditional on a held
     one is searched unconditionally when the held value meets its condition
-    (``nodeLeadTimeSeconds`` with ``prewarm`` held at ``true``), else dropped."""
+    (``nodeLeadTimeSeconds`` with ``prewarm`` held at ``true``), else dropped
+    (the forecast's keys with ``forecast`` held ``off``); a key searched
+    above a held one starts above its value."""
     kept: list[Param] = []
     for p in space:
         if p.key in fixed:
@@ -313,6 +320,15 @@ def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param,
             if fixed[p.when[0]] != p.when[1]:
                 continue
             p = dataclasses.replace(p, when=None)
+        if p.unless is not None and p.unless[0] in fixed:
+            if fixed[p.unless[0]] == p.unless[1]:
+                continue
+            p = dataclasses.replace(p, unless=None)
+        if p.above is not None and p.above in fixed:
+            low = max(p.low, float(fixed[p.above]) + 1)
+            if low >= p.high:
+                continue
+            p = dataclasses.replace(p, low=low, above=None)
         kept.append(p)
     return tuple(kept)
 

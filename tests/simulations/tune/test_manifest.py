@@ -17,9 +17,10 @@ from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject, seeds
 from simulations.simulation import SimConfig
 from simulations.traffic import synthetic_workload
 from simulations.tune.manifest import (
-    BEHAVIOR_SPACE,
+    PRESCALER_BEHAVIOR_SPACE,
     apply_setting,
     apply_to_manifest,
+    hpa_scale_down_s,
     keda_space,
     knob_value,
     manifest_of,
@@ -45,7 +46,7 @@ def _sides() -> list[tuple[str, ScaledObjectSpec, tuple[Param, ...]]]:
     q = seeds_reactive(max_replicas=10)
     kv = parse_scaledobject(yaml.safe_dump(queue_and_kv_manifest(q)))
     return [
-        ("prescaler", p, (*PREDICTIVE_SPACE, *BEHAVIOR_SPACE)),
+        ("prescaler", p, (*PREDICTIVE_SPACE, *PRESCALER_BEHAVIOR_SPACE)),
         ("keda-queue", q, keda_space(q, 10)),
         ("keda-queue-kv", kv, keda_space(kv, 10)),
     ]
@@ -62,7 +63,10 @@ def test_the_rendered_manifest_parses_back_to_the_same_scaledobject(name: str) -
 @pytest.mark.parametrize("name", ["prescaler", "keda-queue", "keda-queue-kv"])
 def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     """Every side's seeded trial reproduces its base exactly (knobs included:
-    a ScaledObject with no Pods policy seeds `scaleUp.pods` 0)."""
+    a ScaledObject with no Pods policy seeds `scaleUp.pods` 0), but for
+    prescaler's scale-in wait: its trigger's window and the HPA's, one after
+    the other as written (300 s each), are the trigger's one window of 600 s
+    with the HPA's derived 0, so the ScaledObject waits as long as before."""
     _, base, space = next(s for s in _sides() if s[0] == name)
     doc = manifest_of(base)
     knobs = {p.key: knob_value(doc, p.key) for p in space if "." in p.key}
@@ -71,7 +75,18 @@ def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     assert seed is not None
     study.enqueue_trial(seed)
     trial = study.ask()
-    assert apply_setting(base, sample_metadata(trial, space, 10)) == base
+    first = apply_setting(base, sample_metadata(trial, space, 10))
+    if name != "prescaler":
+        assert first == base
+        return
+    folded = apply_setting(base, {"scaleDownStabilizationSeconds": "600"})
+    assert first == folded and hpa_scale_down_s(first) == 0.0
+    waits = [
+        float(so.prescaler_trigger.metadata["scaleDownStabilizationSeconds"]) + hpa_scale_down_s(so)
+        for so in (base, first)
+        if so.prescaler_trigger is not None
+    ]
+    assert waits == [600.0, 600.0]
 
 
 def test_keys_a_keda_scaledobject_leaves_out_start_at_kedas_defaults() -> None:

@@ -24,6 +24,7 @@ from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
 from simulations.tune.cli import EXIT_SLO_UNMET, main, request_from
 from simulations.tune.search import (
+    FORECAST_ONLY_KEYS,
     PREDICTIVE_SPACE,
     Param,
     apply_metadata,
@@ -56,8 +57,10 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
     """Whatever the sampler picks, the metadata parses with decision.settings'
-    own parser (the live scaler's), values are plain decimal strings, and a
-    conditional key (nodeLeadTimeSeconds) appears only with prewarm on."""
+    own parser (the live scaler's), values are plain decimal strings, a
+    conditional key (nodeLeadTimeSeconds) appears only with prewarm on, and
+    the forecast's own keys appear (searched or written) only with the
+    forecast on: a block saying ``forecast: off`` holds nothing it ignores."""
     base, _ = default_bases(PROFILE, 10)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     for _ in range(60):
@@ -67,7 +70,10 @@ def test_every_sampled_setting_is_valid_trigger_metadata() -> None:
         settings_ = parse_settings(so.trigger.metadata)
         assert settings_.min_replicas <= settings_.max_replicas
         assert all(re.fullmatch(r"[0-9]+(\.[0-9]+)?|auto|off|true|false", v) for v in meta.values())
-        if meta["prewarm"] == "false":
+        if meta["forecast"] == "off":
+            assert not set(meta) & set(FORECAST_ONLY_KEYS)
+            assert not set(so.trigger.metadata) & set(FORECAST_ONLY_KEYS)
+        elif meta["prewarm"] == "false":
             assert "nodeLeadTimeSeconds" not in so.trigger.metadata
         else:
             assert "nodeLeadTimeSeconds" in meta

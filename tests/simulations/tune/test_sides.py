@@ -21,12 +21,18 @@ from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
 from simulations.tune.manifest import (
     apply_setting,
+    hpa_scale_down_s,
     knob_value,
     manifest_of,
     triggers_of,
 )
 from simulations.tune.run import TuneRequest
-from simulations.tune.search import apply_metadata, sample_metadata, score
+from simulations.tune.search import (
+    FORECAST_ONLY_KEYS,
+    apply_metadata,
+    sample_metadata,
+    score,
+)
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, WrittenCron, make_sides
 
@@ -70,7 +76,20 @@ def test_the_first_trial_is_the_scaledobject_as_written(name: str) -> None:
     study = optuna.create_study()
     study.enqueue_trial(seed)
     picked = sample_metadata(study.ask(), side.space, 10)
-    assert apply_setting(side.base, picked, side.manifest) == side.base
+    assert apply_setting(side.base, picked, side.manifest) == _folded(side)
+
+
+def _folded(side: Side) -> ScaledObjectSpec:
+    """The side's base as its first trial runs it: beside prescaler's
+    trigger, the trigger's scale-down window and the HPA's as written are
+    one wait, the trigger's (the HPA's derived 0); a KEDA side's as written."""
+    trig = side.base.prescaler_trigger
+    if trig is None:
+        return side.base
+    wait = float(trig.metadata["scaleDownStabilizationSeconds"]) + hpa_scale_down_s(side.base)
+    folded = apply_setting(side.base, {"scaleDownStabilizationSeconds": f"{wait:g}"}, side.manifest)
+    assert hpa_scale_down_s(folded) == 0.0
+    return folded
 
 
 def _minute(expr: str) -> int:
@@ -265,6 +284,9 @@ def test_prescaler_keys_held_fixed_leave_the_space() -> None:
     side = _sides(forecaster="off", prescaler_fixed=(("prewarm", "false"),))["prescaler"]
     keys = {p.key for p in side.space}
     assert not keys & {"forecast", "prewarm", "nodeLeadTimeSeconds"}
+    # what only the forecast reads is not searched beside a held forecast: off
+    assert not keys & set(FORECAST_ONLY_KEYS)
+    assert not set(side.base.trigger.metadata) & (set(FORECAST_ONLY_KEYS) - {"prewarm"})
     assert side.base.trigger.metadata["forecast"] == "off"
     assert side.base.trigger.metadata["prewarm"] == "false"
     on = _sides(prescaler_fixed=(("prewarm", "true"),))["prescaler"]
