@@ -366,3 +366,106 @@ def test_quoted_log_line_is_what_the_scaler_prints(tmp_path: Path) -> None:
                 proc.wait(timeout=10)
     line = STARTUP_LINE.search(log.read_text(errors="replace"))
     assert line is not None and line.group(1) == "127.0.0.1"
+
+
+# ------------------------------------------- beside an existing vLLM and Karpenter
+
+
+def _rendered(workdir: Path, name: str) -> Objs:
+    return load_yaml_documents((workdir / name).read_text(encoding="utf-8"))
+
+
+def test_scaler_only_overlay_is_the_scaler_alone(workdir: Path, crds: CrdIndex) -> None:
+    objs = _rendered(workdir, "scaler-only.yaml")
+    problems = validate_objects(objs, crds) + cross_check(objs, crds)
+    assert not problems, report(problems)
+    kinds = {o["kind"] for o in objs}
+    # no vLLM, no Karpenter pools or node classes, no ScaledObject of ours
+    assert not kinds & {"EC2NodeClass", "NodePool", "ScaledObject"}, kinds
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"] == ["prescaler"]
+    assert [o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"] == ["prescaler"]
+    for kind in ("Role", "RoleBinding"):
+        assert find(objs, kind, "prescaler-pods-reader")["metadata"]["namespace"] == "ml-prod"
+    scaler = find(objs, "Deployment", "prescaler")["spec"]["template"]["spec"]["containers"][0]
+    assert scaler["image"] == "registry.example.com/platform/prescaler:0.1.0"
+    # the base's only objects outside namespace prescaler are the ones moved
+    # to ml-prod and the cluster-scoped ones
+    assert {o["metadata"].get("namespace") for o in objs} <= {"prescaler", "ml-prod", None}
+
+
+def test_existing_scaledobject_gets_the_trigger_with_its_own_bounds(
+    workdir: Path, crds: CrdIndex
+) -> None:
+    (so,) = _rendered(workdir, "my-vllm.yaml")
+    assert validate_objects([so], crds) == []
+    queue, trigger = so["spec"]["triggers"]
+    assert queue["name"] == "queue"  # the team's own trigger is kept beside
+    # the scaler itself accepts the trigger, with the ScaledObject's bounds
+    settings = decision_settings.parse_settings(trigger["metadata"])
+    assert (settings.min_replicas, settings.max_replicas) == (2, 24)
+    assert settings.prometheus_address == (
+        "http://kube-prometheus-stack-prometheus.monitoring.svc:9090"
+    )
+    # ... and prescaler doctor's bounds check agrees
+    from prescaler.doctor.checks import check_bounds
+    from prescaler.doctor.inputs import parse_scaledobject
+
+    view = parse_scaledobject(yaml.safe_dump(so), "my-vllm.yaml")
+    assert [t.is_prescaler for t in view.triggers] == [False, True]
+    finding = check_bounds(view, view.triggers[1], settings.min_replicas, settings.max_replicas)
+    assert finding.level == "OK", finding.line()
+
+
+def test_bounds_follow_the_spec_when_it_changes(workdir: Path, tmp_path: Path) -> None:
+    """Written once: editing maxReplicaCount moves the trigger's maxReplicas at the next build."""
+    shutil.copytree(workdir, tmp_path / "w")
+    path = tmp_path / "w" / "deploy" / "my-vllm" / "scaledobject.yaml"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(
+        text.replace("maxReplicaCount: 24", "maxReplicaCount: 40").replace(
+            "minReplicaCount: 2", "minReplicaCount: 0"
+        ),
+        encoding="utf-8",
+    )
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", "deploy/my-vllm"],
+        cwd=tmp_path / "w",
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (so,) = load_yaml_documents(rendered)
+    meta = so["spec"]["triggers"][1]["metadata"]
+    assert (meta["minReplicas"], meta["maxReplicas"]) == ("0", "40")
+
+
+def test_trigger_without_the_component_is_refused_by_the_scaler(workdir: Path) -> None:
+    written = yaml.safe_load(
+        (workdir / "deploy" / "my-vllm" / "scaledobject.yaml").read_text(encoding="utf-8")
+    )
+    metadata = written["spec"]["triggers"][1]["metadata"]
+    assert (metadata["minReplicas"], metadata["maxReplicas"]) == ("from-spec", "from-spec")
+    with pytest.raises(decision_settings.SettingsError, match=r"minReplicas|maxReplicas"):
+        decision_settings.parse_settings(metadata)
+
+
+def test_doctor_command_parses_with_the_real_cli(workdir: Path) -> None:
+    from prescaler.cli import build_parser
+
+    doctor = [
+        argv
+        for block in blocks("cluster")
+        for argv in commands(block)
+        if argv[:2] == ["prescaler", "doctor"]
+    ]
+    assert len(doctor) == 1
+    args = build_parser().parse_args(doctor[0][1:])
+    assert args.prometheus.startswith("http://") and args.hpa is not None
+    assert args.scaler_metrics.endswith("/metrics")
+    # the files it reads are the ones the block writes just before
+    (block,) = [b for b in blocks("cluster") if "prescaler doctor" in b.text]
+    assert f"> {args.scaledobject}" in block.text and f"> {args.hpa}" in block.text
+    # it is the page's last check (step 5's last block)
+    step5 = page().split("## 5.", 1)[1].split("\n## ", 1)[0]
+    assert step5.rfind("prescaler doctor") > step5.rfind("<!-- run: ")
