@@ -38,7 +38,10 @@ The rules:
   replicas were asked for; sizing for it again each poll asked for the
   maximum within two minutes of a cold start. Once they are ready, or
   nothing arrived for two lead times, the queue term is free again (the
-  load, KV and forecast terms are never held).
+  load, KV and forecast terms are never held). And once they are ready, a
+  queue falling fast enough to be gone within a lead time is left to them
+  (``draining_hold``): replicas asked for then would come to an empty
+  queue. ``countStartingReplicas: "false"`` turns both off.
 * ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
   is a max, the forecast can only add capacity; scale-in happens only when
   the live signals and the forecast both allow it.
@@ -52,7 +55,7 @@ The rules:
 Reasons are short snake_case strings: ``queue``, ``kv_cache``, ``load``,
 ``wake``, ``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
 ``scale_down_hold``, ``partial_hold``, ``stale_hold``, ``fallback``,
-``no_data``, ``starting_hold``.
+``no_data``, ``starting_hold``, ``draining_hold``.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ __all__ = [
     "has_traffic",
     "is_active",
     "is_fresh",
-    "requested_while_starting",
+    "queue_hold",
 ]
 
 NAN = float("nan")
@@ -104,6 +107,7 @@ REASONS: tuple[str, ...] = (
     "no_data",
     "wake",
     "starting_hold",
+    "draining_hold",
 )
 
 
@@ -215,6 +219,9 @@ class Decision:
     ready_replicas: int = -1
     """Replicas ready in the observation decided on (-1: not observed); the
     next decisions read from it whether replicas asked for are arriving."""
+    waiting: float = NAN
+    """The queue decided on (NaN: not observed); the next decisions read from
+    it whether the queue is draining."""
 
 
 def _finite(x: float | None) -> bool:
@@ -432,42 +439,70 @@ def _stale_decision(
     return Decision(now, replicas, reason, proposals, data_stale=True)
 
 
-def requested_while_starting(
-    history: Sequence[Decision], ready: int, now: float, lead_s: float
-) -> int | None:
-    """The replicas asked for while some of them are still starting: the last
-    fresh answer when it is above ``ready`` and the fleet made progress
-    towards it (the answer rose, or a replica became ready) within the last
-    ``STARTING_PATIENCE`` lead times; None otherwise.
+def queue_hold(
+    history: Sequence[Decision], ready: int, waiting: float, now: float, lead_s: float
+) -> tuple[int, str] | None:
+    """What the queue term may ask at most, and why, when replicas already
+    asked for will serve the queue (None: nothing holds it).
 
-    Replicas that stop arriving for that long may never come (no capacity, a
-    crash loop), and the queue term must be free to ask again. One lead time
-    is too short: ``ready`` is read a scrape late, and starts spread around
-    their quantile.
-    Answers that were never an observation (``no_data``, warming up) or were
-    held on stale data are not requests.
+    ``starting_hold``: the last fresh answer is above ``ready`` and the fleet
+    made progress towards it (the answer rose, or a replica became ready)
+    within the last ``STARTING_PATIENCE`` lead times. Replicas that stop
+    arriving for that long may never come (no capacity, a crash loop); one
+    lead time is too short, since ``ready`` is read a scrape late and starts
+    spread around their quantile.
+
+    ``draining_hold``: the fleet is all there and the queue is falling fast
+    enough to be gone within a lead time, before any replica asked for now
+    could start: asking for the backlog as the fleet that just arrived drains
+    it only pays for replicas that come to an empty queue.
+
+    Answers never made on an observation (``no_data``, warming up) or held
+    on stale data are not requests.
     """
     if not (lead_s > 0 and math.isfinite(lead_s)):
         return None
     fresh = [d for d in history if not d.data_stale and d.time_s <= now]
-    if not fresh or fresh[-1].replicas <= ready:
+    if not fresh:
         return None
     requested = fresh[-1].replicas
+    if requested > ready:
+        return (requested, "starting_hold") if _arriving(fresh, ready, now, lead_s) else None
+    if _drains_within(fresh, waiting, now, lead_s):
+        return requested, "draining_hold"
+    return None
+
+
+def _arriving(fresh: Sequence[Decision], ready: int, now: float, lead_s: float) -> bool:
+    """The answer rose, or a replica became ready, within the patience."""
     since = now - STARTING_PATIENCE * lead_s
     later_ready = ready
     for i in range(len(fresh) - 1, -1, -1):
         d = fresh[i]
         if d.time_s <= since:
-            return None
-        arrived = d.ready_replicas >= 0 and later_ready > d.ready_replicas
-        if arrived:
-            return requested
+            return False
+        if d.ready_replicas >= 0 and later_ready > d.ready_replicas:
+            return True
         if i == 0 or d.replicas > fresh[i - 1].replicas:
-            # The answer rose here (or nothing older is kept: a cold start).
-            return requested
+            return True  # the answer rose here (or nothing older is kept: a cold start)
         if d.ready_replicas >= 0:
             later_ready = d.ready_replicas
-    return None
+    return False
+
+
+def _drains_within(fresh: Sequence[Decision], waiting: float, now: float, lead_s: float) -> bool:
+    """The queue fell since the last different reading of it (within a lead
+    time: a scrape repeats a value between samples) at a rate that empties
+    it within ``lead_s``."""
+    if not (_finite(waiting) and waiting > 0):
+        return False
+    for d in reversed(fresh):
+        if now - d.time_s > lead_s:
+            return False
+        if _finite(d.waiting) and d.waiting != waiting and now > d.time_s:
+            fall = (d.waiting - waiting) / (now - d.time_s)
+            return fall > 0 and waiting / fall <= lead_s
+    return False
 
 
 def decide(
@@ -501,12 +536,16 @@ def decide(
     proposals: dict[str, float] = {}
     missing = False
     ready = max(0, obs.ready_replicas)
-    held_queue = False
+    held_queue: str | None = None
     if _finite(obs.waiting):
         queue = _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
-        starting = None if lead_s is None else requested_while_starting(history, ready, t, lead_s)
-        if starting is not None and queue > starting:
-            queue, held_queue = starting, True
+        hold = (
+            queue_hold(history, ready, obs.waiting, t, lead_s)
+            if lead_s is not None and settings.count_starting_replicas
+            else None
+        )
+        if hold is not None and queue > hold[0]:
+            queue, held_queue = hold
         proposals["queue"] = float(queue)
     else:
         missing = True
@@ -537,8 +576,8 @@ def decide(
         reason = next(
             k for k in ("queue", "kv_cache", "load", "wake", "forecast") if proposals.get(k) == raw
         )
-    if held_queue and reason == "queue":
-        reason = "starting_hold"
+    if held_queue is not None and reason == "queue":
+        reason = held_queue
     clamped = _clamp(raw, settings)
     if clamped > raw:
         reason = "min_replicas"
@@ -562,5 +601,11 @@ def decide(
     if missing and history and history[-1].replicas > replicas:
         replicas, reason = history[-1].replicas, "partial_hold"
     return Decision(
-        t, _clamp(replicas, settings), reason, proposals, data_stale=False, ready_replicas=ready
+        t,
+        _clamp(replicas, settings),
+        reason,
+        proposals,
+        data_stale=False,
+        ready_replicas=ready,
+        waiting=obs.waiting if _finite(obs.waiting) else NAN,  # one NaN: decisions compare equal
     )

@@ -123,6 +123,10 @@ class ScalerSettings:
     min_replicas: int = 0
     max_replicas: int = 100
     """Bounds of the answer; defaults are KEDA's minReplicaCount/maxReplicaCount."""
+    count_starting_replicas: bool = True
+    """Replicas asked for and still starting count before the queue term asks
+    for more (``decision.policy``); false gives KEDA's plain queue trigger,
+    which asks again at every poll while a start-up's backlog grows."""
     scale_down_stabilization_seconds: float = 300.0
     """Window over which the highest recommendation wins on scale-in,
     matching the HPA's default scale-down stabilization (300 s)."""
@@ -386,6 +390,7 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         lambda k, v: _num(k, v, lo=0, lo_open=True, hi=7 * 86_400),
     ),
     "fallbackReplicas": ("fallback_replicas", lambda k, v: _int(k, v, lo=0)),
+    "countStartingReplicas": ("count_starting_replicas", _bool),
     "prewarm": ("prewarm", _bool),
     "prewarmDeployment": ("prewarm_deployment", _name),
     "nodeLeadTimeSeconds": ("node_lead_time_seconds", lambda k, v: _num(k, v, lo=0, hi=86_400)),

@@ -98,7 +98,7 @@ def test_metadata_keys_are_exactly_the_contract() -> None:
         "scaleDownStabilizationSeconds", "staleAfterSeconds", "fallbackAfterSeconds",
         "fallbackReplicas", "prewarm", "prewarmDeployment", "nodeLeadTimeSeconds",
         "gatewayRateQuery", "seasonalPeakDays", "seasonalWanderSeconds",
-        "seasonalSizeWanderSeconds",
+        "seasonalSizeWanderSeconds", "countStartingReplicas",
     } == METADATA_KEYS  # fmt: skip
 
 

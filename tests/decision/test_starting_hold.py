@@ -3,6 +3,7 @@ queue term asks for more (the cold-start stampede)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from hypothesis import given, settings
@@ -14,9 +15,9 @@ from decision.policy import (
     Observation,
     ReplicaCapacity,
     decide,
-    requested_while_starting,
+    queue_hold,
 )
-from decision.settings import ScalerSettings
+from decision.settings import ScalerSettings, parse_settings
 
 BASE = ScalerSettings(prometheus_address="http://p:9090", max_replicas=64)
 UNKNOWN = ReplicaCapacity.unknown()
@@ -71,6 +72,22 @@ def test_without_a_lead_time_the_queue_term_is_keda_s() -> None:
     assert made[-1].reason == "queue"
 
 
+def test_count_starting_replicas_false_is_keda_s_queue_trigger() -> None:
+    """The trigger's ``countStartingReplicas: "false"`` asks at every poll."""
+    plain = dataclasses.replace(BASE, count_starting_replicas=False)
+    made: list[Decision] = []
+    for o in growing_backlog(1, 0.0, 21, 3.0):
+        made.append(decide(o, None, plain, made, UNKNOWN, lead_s=LEAD))
+    assert [d.replicas for d in made][-1] == 28
+    assert (
+        parse_settings(
+            {"prometheusAddress": "http://p:9090", "countStartingReplicas": "false"}
+        ).count_starting_replicas
+        is False
+    )
+    assert parse_settings({"prometheusAddress": "http://p:9090"}).count_starting_replicas
+
+
 def test_replicas_arriving_keep_the_hold_and_a_full_fleet_ends_it() -> None:
     """Each replica that becomes ready shows the rest are coming; once all the
     answer's replicas are ready, the queue term is free again."""
@@ -78,7 +95,7 @@ def test_replicas_arriving_keep_the_hold_and_a_full_fleet_ends_it() -> None:
     arriving = [obs(200.0 + i * DT, 1 + i, 150.0) for i in range(1, 8)]
     made = run(arriving, history=first)
     assert all(d.replicas == 8 for d in made[:-1]), [d.replicas for d in made]
-    full = made[-1]  # ready 8 == asked 8: the backlog of 150 may ask again
+    full = made[-1]  # ready 8 == asked 8, the backlog of 150 flat: it may ask again
     assert full.replicas == 50 and full.reason == "queue"
 
 
@@ -107,11 +124,28 @@ def test_the_other_terms_are_never_held() -> None:
 
 def test_stale_and_no_data_answers_are_not_requests() -> None:
     held = Decision(0.0, 9, "stale_hold", {}, data_stale=True, ready_replicas=1)
-    assert requested_while_starting([held], 1, 10.0, LEAD) is None
-    fresh = Decision(0.0, 9, "queue", {}, ready_replicas=1)
-    assert requested_while_starting([fresh], 1, 10.0, LEAD) == 9
-    assert requested_while_starting([fresh], 9, 10.0, LEAD) is None  # all ready
-    assert requested_while_starting([fresh], 1, 10.0, 0.0) is None  # no lead time
+    assert queue_hold([held], 1, 30.0, 10.0, LEAD) is None
+    fresh = Decision(0.0, 9, "queue", {}, ready_replicas=1, waiting=30.0)
+    assert queue_hold([fresh], 1, 30.0, 10.0, LEAD) == (9, "starting_hold")
+    assert queue_hold([fresh], 9, 30.0, 10.0, LEAD) is None  # all ready, queue flat
+    assert queue_hold([fresh], 1, 30.0, 10.0, 0.0) is None  # no lead time
+
+
+def test_a_queue_the_arrived_fleet_drains_within_a_lead_time_is_left_to_it() -> None:
+    """The fleet asked for is all ready and the backlog falls from 150 to 110
+    in 10 s: gone in under a lead time, before any replica asked for now
+    could start. A queue that falls too slowly, or grows, asks again."""
+    before = [Decision(0.0, 8, "starting_hold", {}, ready_replicas=7, waiting=150.0)]
+    fast = decide(obs(10.0, 8, 110.0), None, BASE, before, UNKNOWN, lead_s=LEAD)
+    assert (fast.replicas, fast.reason) == (8, "draining_hold")
+    slow = decide(obs(10.0, 8, 148.0), None, BASE, before, UNKNOWN, lead_s=LEAD)
+    assert (slow.replicas, slow.reason) == (50, "queue")  # 148 / 0.2 per s: 740 s
+    growing = decide(obs(10.0, 8, 160.0), None, BASE, before, UNKNOWN, lead_s=LEAD)
+    assert growing.reason == "queue" and growing.replicas == 54
+    # a scrape repeats the value between samples: the last different reading counts
+    repeat = [*before, fast]
+    again = decide(obs(15.0, 8, 110.0), None, BASE, repeat, UNKNOWN, lead_s=LEAD)
+    assert (again.replicas, again.reason) == (8, "draining_hold")
 
 
 @settings(max_examples=200, deadline=None)
