@@ -21,6 +21,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "scaler.cli",
     "simulations.cli",
     "simulations.tune.cli",
+    "simulations.hindsight_cli",
     "stack.cli",
     "prescaler.demo",
     "prescaler.doctor",

@@ -38,6 +38,9 @@ CONTRACT_METRICS = {
     "prescaler_decisions_total",
     "prescaler_source_up",
     "prescaler_grpc_request_duration_seconds",
+    # backfilled by `prescaler hindsight` (docs/contracts.md, "prescaler hindsight")
+    "prescaler_hindsight_replicas",
+    "prescaler_hindsight_ready_replicas",
 }
 # vLLM series the Fleet dashboard reads (docs/facts.md and engine/metrics.py), V0 and V1 names.
 VLLM_METRICS = {
@@ -340,6 +343,8 @@ def test_fleet_panels() -> None:
         "Time to first token",
         "Decisions by reason",
         "Source health",
+        "Live fleet vs the hindsight schedule",
+        "Live fleet / hindsight schedule",
     ):
         assert want in titles
     assert any(

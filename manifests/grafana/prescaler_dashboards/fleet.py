@@ -69,6 +69,50 @@ def _summary_stats() -> list[Any]:
     ]
 
 
+HINDSIGHT = "prescaler_hindsight_ready_replicas"
+"""The hindsight schedule's Ready replicas, backfilled by ``prescaler hindsight``
+(no scaler serves it: it exists only for the ranges it was computed for)."""
+
+
+def _bound() -> list[Any]:
+    """The live fleet against the hindsight schedule for the demand Prometheus recorded."""
+    return [
+        timeseries_panel(
+            "Live fleet vs the hindsight schedule",
+            (18, 8),
+            [
+                (f"prescaler_ready_replicas{{{SO}}}", "ready (live)"),
+                (f"{HINDSIGHT}{{{SO}}}", "ready (hindsight schedule)"),
+                (f"prescaler_hindsight_replicas{{{SO}}}", "ordered (hindsight schedule)"),
+            ],
+            minimum=0,
+            description=(
+                "The cheapest schedule perfect foresight could have run on the demand this "
+                "Prometheus recorded, meeting the SLO target when replayed: written by "
+                "`prescaler hindsight --prometheus ...` and backfilled with promtool "
+                '(docs/simulator.md, "The hindsight schedule on the dashboard"). Empty where '
+                "it was not computed."
+            ),
+        ),
+        stat_panel(
+            "Live fleet / hindsight schedule",
+            (6, 8),
+            [
+                (
+                    f"avg_over_time(prescaler_ready_replicas{{{SO}}}[$__range]) / "
+                    f"avg_over_time({HINDSIGHT}{{{SO}}}[$__range])",
+                    "ready replicas, as a multiple",
+                )
+            ],
+            description=(
+                "Mean Ready replicas of the live fleet over the dashboard's range, as a multiple "
+                "of the hindsight schedule's over the same range: 1 is the bound."
+            ),
+            instant=True,
+        ),
+    ]
+
+
 def _graphs() -> list[Any]:
     """Replicas against the load on vLLM, then the scaler's view and health; two per row."""
     return [
@@ -194,5 +238,5 @@ def fleet() -> Json:
     return assemble(
         new_dashboard("prescaler-fleet", "prescaler / Fleet"),
         variables,
-        [*_summary_stats(), *_graphs()],
+        [*_summary_stats(), *_graphs(), *_bound()],
     )
