@@ -57,6 +57,9 @@ DEMAND_MOVED = 0.25
 """Demand moved when its range over the window is at least this fraction of its mean."""
 DEMAND_FLOOR = 0.05
 """... and at least this many requests per second (a trickle's noise is not a move)."""
+SEEN_SHORT = 0.5
+"""The scaler read the wrong series when what it saw averages under this
+fraction of what the fleet served (arrivals and completions agree in mean)."""
 
 
 # --------------------------------------------------------------------------
@@ -177,14 +180,24 @@ def check_movement(
     demand_what: str,
     answer_what: str,
     *,
+    seen: Series | None = None,
     answer_is_query: bool = False,
 ) -> Finding:
-    """``answer_is_query``: the answer is a KEDA trigger's own query (no history
-    there means the trigger read nothing, not that Prometheus skips the scaler)."""
+    """Over the window, did the trigger follow the fleet's ``demand``?
+
+    ``seen`` is the demand the scaler itself read for the object
+    (``prescaler_demand``): the sharp test, because a flat answer alone is
+    no fault (demand that fits in ``minReplicas`` leaves it flat) while a
+    scaler that saw far less than the fleet served reads the wrong series.
+    Without it, a flat answer while demand moved is only a warning.
+    ``answer_is_query``: the answer is a KEDA trigger's own query (no
+    history there means the trigger read nothing, not that Prometheus skips
+    the scaler)."""
     label = trigger.label
     minutes = f"{window_s / 60:g} min"
     d = [v for _, v in demand if math.isfinite(v)]
     a = [v for _, v in answer if math.isfinite(v)]
+    s = [v for _, v in seen or () if math.isfinite(v)]
     if not a:
         if answer_is_query:
             return Finding(
@@ -210,7 +223,17 @@ def check_movement(
             f"too little demand history ({demand_what}) over the last {minutes} to compare",
             "rerun once Prometheus holds an hour of vLLM's series",
         )
-    answer_moved = max(a) > min(a)
+    served = sum(d) / len(d)
+    if s and served >= DEMAND_FLOOR and sum(s) / len(s) < SEEN_SHORT * served:
+        return Finding(
+            "FAIL",
+            "movement",
+            label,
+            f"the scaler saw {_range(s)} req/s over the last {minutes} while the fleet served "
+            f"{_range(d)} req/s ({demand_what}); the answer "
+            + (f"held at {a[0]:g}" if max(a) == min(a) else f"ranged {_range(a)}"),
+            "the trigger does not read this fleet's series: see the series check",
+        )
     if not moved(d):
         return Finding(
             "OK",
@@ -218,20 +241,31 @@ def check_movement(
             label,
             f"demand was flat ({_range(d)} req/s); the answer ranged {_range(a)}",
         )
-    if not answer_moved:
+    if max(a) > min(a):
         return Finding(
-            "FAIL",
+            "OK",
             "movement",
             label,
-            f"the answer held at {a[0]:g} over the last {minutes} while demand ({demand_what}) "
-            f"ranged {_range(d)} req/s",
-            "the trigger does not see this demand: see the series check",
+            f"demand ranged {_range(d)} req/s and the answer {_range(a)} over the last {minutes}",
+        )
+    if s:
+        return Finding(
+            "OK",
+            "movement",
+            label,
+            f"demand ranged {_range(d)} req/s and the scaler saw {_range(s)}; the answer "
+            f"held at {a[0]:g}, enough for it",
         )
     return Finding(
-        "OK",
+        "WARN",
         "movement",
         label,
-        f"demand ranged {_range(d)} req/s and the answer {_range(a)} over the last {minutes}",
+        f"the answer held at {a[0]:g} over the last {minutes} while demand ({demand_what}) "
+        f"ranged {_range(d)} req/s",
+        "if the trigger should follow demand, its matchers miss it: see the series check"
+        if answer_is_query
+        else "if more replicas were due, the trigger does not see this demand: see the "
+        "series check",
     )
 
 

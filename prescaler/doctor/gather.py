@@ -190,27 +190,40 @@ def decision_deltas(before: ScalerMetrics, after: ScalerMetrics) -> dict[str, fl
 
 @dataclass(frozen=True)
 class AnswerHistory:
-    """Over the window: the answer's series, its peak, decisions capped at maxReplicas."""
+    """Over the window: the answer's series, the demand the scaler saw, the
+    answer's peak, decisions capped at maxReplicas."""
 
     series: list[tuple[float, float]]
+    seen: list[tuple[float, float]]
     peak: float | None
     capped: float | None
 
 
 def answer_history(
-    prom: PromClient, namespace: str, name: str, start_s: float, end_s: float, step_s: float
+    prom: PromClient,
+    namespace: str,
+    name: str,
+    window: tuple[float, float, float],
+    seen_signal: str = "requests_per_s",
 ) -> AnswerHistory:
+    """From Prometheus (which scrapes the scaler): ``prescaler_desired_replicas``,
+    ``prescaler_demand{signal=seen_signal}`` and the ``max_replicas`` decisions."""
+    start_s, end_s, step_s = window
     labels = f'namespace="{_escape(namespace)}",scaledobject="{_escape(name)}"'
     found = prom.query_range(f"max(prescaler_desired_replicas{{{labels}}})", start_s, end_s, step_s)
     series = found[0][1] if found else []
+    seen_q = prom.query_range(
+        f'max(prescaler_demand{{{labels},signal="{seen_signal}"}})', start_s, end_s, step_s
+    )
+    seen = seen_q[0][1] if seen_q else []
     finite = [v for _, v in series if math.isfinite(v)]
-    window = f"{max(1, round(end_s - start_s))}s"
+    span = f"{max(1, round(end_s - start_s))}s"
     capped_q = prom.query(
-        f'sum(increase(prescaler_decisions_total{{{labels},reason="max_replicas"}}[{window}]))',
+        f'sum(increase(prescaler_decisions_total{{{labels},reason="max_replicas"}}[{span}]))',
         at_s=end_s,
     )
     capped = capped_q[0].value if capped_q else None
-    return AnswerHistory(series, max(finite) if finite else None, capped)
+    return AnswerHistory(series, seen, max(finite) if finite else None, capped)
 
 
 def _escape(value: str) -> str:

@@ -149,7 +149,20 @@ def run_doctor(opts: DoctorOptions, sleep: Callable[[float], None] = time.sleep)
     scaler.settle(sleep)
     for after in later:
         findings += after()
-    return findings
+    rank = {t.label: t.index for t in obj.triggers}
+    return sorted(
+        findings,
+        key=lambda f: (rank.get(f.subject.split(" ")[0], len(rank)), _ORDER.get(f.check, 99)),
+    )
+
+
+_ORDER = {
+    name: i
+    for i, name in enumerate(
+        ("prometheus", "metadata", "bounds", "series", "answer", "movement", "hpa", "max")
+    )
+}
+"""The report's order within a trigger: along the loop, from what it reads to what it asks."""
 
 
 Window = tuple[float, float, float]
@@ -196,7 +209,8 @@ def _prescaler_trigger(
         settings, obj.namespace, pods_matched, max(opts.rate_window_s, 2 * step)
     )
     demand = prom.query_range(demand_q, start, end, step)
-    history = answer_history(prom, obj.namespace, obj.name, start, end, step)
+    signal = "gateway_requests_per_s" if settings.gateway_rate_query else "requests_per_s"
+    history = answer_history(prom, obj.namespace, obj.name, window, signal)
     out.append(
         checks.check_movement(
             trigger,
@@ -205,6 +219,7 @@ def _prescaler_trigger(
             opts.window_s,
             demand_what,
             f"prescaler_desired_replicas for {obj.namespace}/{obj.name}",
+            seen=history.seen,
         )
     )
 

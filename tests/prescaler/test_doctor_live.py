@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,7 +50,7 @@ def _rate(frac: float) -> float:
 def _history(path: Path, end_s: float) -> None:
     times = [end_s - HISTORY_S + i * STEP_S for i in range(HISTORY_S // STEP_S)]
     total = 0.0
-    served, healthy, broken = [], [], []
+    served, healthy, broken, seen = [], [], [], []
     for t in times:
         frac = (t - times[0]) / HISTORY_S
         total += _rate(frac) * STEP_S
@@ -65,13 +66,22 @@ def _history(path: Path, end_s: float) -> None:
             f'prescaler_desired_replicas{{namespace="llm",scaledobject="broken",job="scaler"}} '
             f"1 {t:.3f}"
         )
+        # the demand each object's scaler read: the fleet's, and nothing for the broken one
+        for name, value in (("healthy", _rate(frac)), ("broken", 0.0)):
+            seen.append(
+                f'prescaler_demand{{namespace="llm",scaledobject="{name}",job="scaler",'
+                f'signal="requests_per_s"}} {value:.3f} {t:.3f}'
+            )
     lines = ["# TYPE vllm:request_success_total gauge", *served]
-    lines += ["# TYPE prescaler_desired_replicas gauge", *healthy, *broken, "# EOF"]
+    lines += ["# TYPE prescaler_desired_replicas gauge", *healthy, *broken]
+    lines += ["# TYPE prescaler_demand gauge", *seen, "# EOF"]
     path.write_text("\n".join(lines) + "\n")
 
 
-def scaledobject(name: str, namespace: str, prometheus: str, scaler: str, model: str) -> dict:
-    return {
+def scaledobject(
+    name: str, namespace: str, prometheus: str, scaler: str, model: str, queue: bool = False
+) -> dict:
+    so: dict[str, Any] = {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": {"name": name, "namespace": namespace},
@@ -97,6 +107,16 @@ def scaledobject(name: str, namespace: str, prometheus: str, scaler: str, model:
             ],
         },
     }
+    if queue:  # the KEDA trigger the team had, with the same label
+        query = f'sum(vllm:num_requests_waiting{{namespace="{namespace}",model_name="{model}"}})'
+        so["spec"]["triggers"].append(
+            {
+                "type": "prometheus",
+                "name": "queue",
+                "metadata": {"serverAddress": prometheus, "query": query, "threshold": "3"},
+            }
+        )
+    return so
 
 
 @dataclass
@@ -185,7 +205,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
             ("stale", "stale", MODEL),
         ):
             files[name] = root / f"{name}.yaml"
-            so = scaledobject(name, ns, prom.url, address, model)
+            so = scaledobject(name, ns, prom.url, address, model, queue=name == "broken")
             files[name].write_text(yaml.safe_dump(so))
         state = Loop(prom, scaler, files, pods[2], root)
         for name in files:
@@ -233,12 +253,12 @@ def _hpa(answer: float, replicas: int) -> dict:
     }
 
 
-def _lines(out: str) -> dict[str, str]:
-    """check -> its line (the level first)."""
+def _lines(out: str, trigger: str = "prescaler") -> dict[str, str]:
+    """check -> its line (the level first), for one trigger."""
     found = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) > 2 and parts[0] in ("OK", "WARN", "FAIL"):
+        if len(parts) > 2 and parts[0] in ("OK", "WARN", "FAIL") and parts[2] == f"[{trigger}]:":
             found[parts[1]] = line
     return found
 
@@ -273,8 +293,14 @@ def test_broken_selector_fails_naming_the_label(
     series = lines["series"]
     assert series.startswith("FAIL") and 'model_name="llama-3-8b" matches nothing' in series
     assert "set model to one of: llama" in series
-    assert lines["movement"].startswith("FAIL") and "held at 1" in lines["movement"], out
-    assert "namespace llm" in lines["movement"]
+    movement = lines["movement"]
+    assert movement.startswith("FAIL") and "the scaler saw 0 req/s" in movement, out
+    assert "namespace llm" in movement
+    # the team's own KEDA trigger with the same label: read as 0, never scales
+    queue = _lines(out, "queue")
+    assert queue["series"].startswith("FAIL") and "reads that as 0" in queue["series"], out
+    assert 'model_name="llama-3-8b"' in queue["series"]
+    assert queue["movement"].startswith("FAIL") and "read nothing" in queue["movement"], out
 
 
 def test_stale_target_fails_naming_the_hold(loop: Loop, capsys: pytest.CaptureFixture[str]) -> None:
