@@ -334,3 +334,11 @@ def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip() == f"prescaler doctor: {path}: no ScaledObject in the file"
+
+
+def test_flag_out_of_range_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "so.yaml"
+    path.write_text("kind: ScaledObject\n")
+    code = main(["doctor", str(path), "--settle-seconds", "0"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == "prescaler doctor: --settle-seconds must be > 0"
