@@ -97,6 +97,7 @@ def bound_terms(
             "cost_usd": round(at_lead, 6),
             "cost_per_month_usd": month(at_lead),
             "slo_attainment": stated["slo_attainment"],
+            "met": bool(stated["met"]),
         },
         "best_causal": None
         if best is None
@@ -145,6 +146,12 @@ def waterfall_lines(terms: Mapping[str, Any], months: float, lead_s: float) -> l
         (f"+ the lead time ({lead_s:.0f} s)", delta(float(terms["lead_time_price_usd"])), ""),
         ("= the hindsight schedule (the bound)", usd(at_lead), "1.00x"),
     ]  # fmt: skip
+    missed: str | None = None
+    if not bound.get("met", True):
+        missed = (
+            f"the hindsight schedule itself reached only {100 * float(bound['slo_attainment']):.1f}"
+            " %: the target is out of reach within the fleet's maximum"
+        )
     best = terms["best_causal"]
     if best is None:
         rows.append(("no causal set-up met the target", "", ""))
@@ -164,4 +171,5 @@ def waterfall_lines(terms: Mapping[str, Any], months: float, lead_s: float) -> l
         f"where the cost goes, per month at this rate (TTFT SLO met for "
         f"{100 * float(terms['target_attainment']):.1f} % of requests):"
     )
-    return [head, *(f"  {a:<{width}}  {b:>{cw}}  {c}".rstrip() for a, b, c in rows)]
+    lines = [head, *(f"  {a:<{width}}  {b:>{cw}}  {c}".rstrip() for a, b, c in rows)]
+    return [*lines, f"  {missed}"] if missed else lines

@@ -317,7 +317,7 @@ def calibrate(
     (``max_replays`` more replays at most).
     Schedules that come out the same (a factor too close to change a step's
     rounding) are replayed once. None meeting the target: the one that came
-    closest, ``met`` False.
+    closest (the densest among equals), ``met`` False.
     """
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target must be within [0, 1], got {target!r}")
@@ -368,5 +368,6 @@ def calibrate(
     if meeting:
         sched, att = min(meeting, key=lambda r: (r[0].replica_hours, -r[1]))
         return Calibrated(sched, att, target, True, tuple(trials))
-    sched, att = max(results, key=lambda r: (r[1], -r[0].replica_hours))
+    # a replay stopped early counts 0: among equals the densest came closest
+    sched, att = max(results, key=lambda r: (r[1], r[0].replica_hours))
     return Calibrated(sched, att, target, False, tuple(trials))

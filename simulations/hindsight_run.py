@@ -132,7 +132,12 @@ def hindsight_bound(
 
     found: list[Calibrated] = []
     for width in SMOOTHING_STEPS:
-        load = raw if width <= 1 else uniform_filter1d(raw, size=width, mode="nearest")
+        # (the running mean's rounding can leave -1e-17 where the load is 0)
+        load = (
+            raw
+            if width <= 1
+            else np.maximum(uniform_filter1d(raw, size=width, mode="nearest"), 0.0)
+        )
 
         def build(factor: float, load: np.ndarray = load) -> Schedule:
             return plan(
