@@ -21,7 +21,9 @@
   Azure LLM inference 2024 per-minute counts; ``PATH@SECONDS`` tunes the
   day from that ``--start``), the tuned predictive settings scored on the
   held-back part meet the SLO target there (``target_attainment`` of
-  ``tune --json``) and cost less than the tuned reactive threshold. Skipped
+  ``tune --json``) and cost less than the tuned reactive threshold, and the
+  hindsight schedule (``tune --json``'s ``hindsight``) meets the held-back
+  target with no side's held-back setting below it. Skipped
   when the variable is unset: no trace with a full daily cycle ships with
   the repository.
 """
@@ -296,6 +298,18 @@ def test_tuned_predictive_beats_tuned_reactive_out_of_sample(tmp_path: Path) -> 
         held_target = doc["target_attainment"]["holdout"]
         assert p["slo_attainment"] >= held_target, (name, p["slo_attainment"], held_target)
         assert p["cost_usd"] < r["cost_usd"], (name, p["cost_usd"], r["cost_usd"])
+        # the bound holds: it meets the target (within 0.2 points) and no
+        # side's held-back setting that meets it costs less
+        bound = doc["hindsight"]["stated_lead"]
+        assert bound["slo_attainment"] >= held_target - 0.002, (name, bound)
+        below = [
+            (side, s["holdout"]["cost_usd"])
+            for side, s in doc["sides"].items()
+            if s["holdout"] is not None
+            and s["holdout"]["slo_attainment"] >= held_target
+            and s["holdout"]["cost_usd"] < bound["cost_usd"]
+        ]
+        assert not below, (name, bound["cost_usd"], below)
 
 
 SHARE_FRACTIONS = (1 / 32, *(k / 16 for k in range(1, 16)))
