@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import io
 import json
 import math
@@ -85,14 +86,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def write_scaledobjects(fixture: TunedFixture, folder: Path) -> list[Path]:
     """Each tuned side's ScaledObject as a file the simulator (and kubectl) reads,
-    named ``SIDE-tuned`` so every row of the table has its own name."""
+    named ``SIDE-tuned`` so every row of the table has its own name; a
+    prescaler trigger without a ``scalerAddress`` gets the one the shipped
+    manifests deploy the scaler at, so the file applies as written."""
+    from simulations.tune.paste import DEFAULT_SCALER_ADDRESS
+
     folder.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     for side in fixture.sides:
         if side.manifest is None:
             continue
-        doc = dict(side.manifest)
+        doc = copy.deepcopy(dict(side.manifest))
         doc["metadata"] = {**dict(doc.get("metadata") or {}), "name": side.run_name}
+        for trig in (doc.get("spec") or {}).get("triggers") or []:
+            if trig.get("type") in ("external", "external-push"):
+                trig.setdefault("metadata", {}).setdefault("scalerAddress", DEFAULT_SCALER_ADDRESS)
         path = folder / f"{side.run_name}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         paths.append(path)

@@ -111,6 +111,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="the trigger's model (default: model_name in --selector)")  # fmt: skip
     p.add_argument("--scaler-address", default=None, metavar="ADDR",
                    help="the trigger's scalerAddress (default: --scaledobject's)")  # fmt: skip
+    p.add_argument("--sides", dest="only_sides", type=_any_sides, default=(),
+                   metavar="NAME[,NAME...]",
+                   help="tune exactly these sides, each with its own study: "
+                   f"{', '.join(SIDES)} (user: a prometheus --scaledobject's own; "
+                   "default: prescaler, keda-queue, keda-queue-kv and user)")  # fmt: skip
+    p.add_argument("--name", default=None, metavar="NAME",
+                   help="the printed ScaledObject's metadata.name (default: "
+                   "--scaledobject's, else listed under 'still to set')")  # fmt: skip
+    p.add_argument("--namespace", default=None, metavar="NS",
+                   help="its metadata.namespace, the vLLM Deployment's (default: "
+                   "--scaledobject's)")  # fmt: skip
+    p.add_argument("--target-name", default=None, metavar="NAME",
+                   help="its scaleTargetRef.name, the vLLM Deployment it scales (default: "
+                   "--scaledobject's)")  # fmt: skip
     p.add_argument("--add-sides", type=_side_list, default=(), metavar="NAME[,NAME...]",
                    help="also tune these sides, each with its own study: "
                    f"{', '.join(_EXTRA_SIDES)} (docs/tuning.md, 'The sides')")  # fmt: skip
@@ -133,6 +147,17 @@ def _side_list(text: str) -> tuple[str, ...]:
     if not names or unknown:
         raise argparse.ArgumentTypeError(
             f"unknown side(s) {', '.join(unknown) or repr(text)} (known: {', '.join(_EXTRA_SIDES)})"
+        )
+    return names
+
+
+def _any_sides(text: str) -> tuple[str, ...]:
+    """``--sides``: any of the known sides, each once, in the order given."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in SIDES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown side(s) {', '.join(unknown) or repr(text)} (known: {', '.join(SIDES)})"
         )
     return names
 
@@ -190,10 +215,20 @@ def _holdout(text: str) -> float:
 
 def request_from(args: argparse.Namespace) -> TuneRequest:
     """The typed request for the parsed flags."""
-    if args.cron_window is not None and not set(args.add_sides) & set(CRON_SIDES):
+    if args.only_sides and args.add_sides:
+        raise UsageError(
+            "give --sides (exactly these sides) or --add-sides (these beside the default "
+            "ones), not both"
+        )
+    if "user" in args.only_sides and not args.scaledobject:
+        raise UsageError("--sides user tunes your --scaledobject FILE as written: give it")
+    if args.cron_window is not None and not set(args.add_sides + args.only_sides) & set(
+        CRON_SIDES
+    ):
         raise UsageError(
             f"--cron-window writes the window of {', '.join(CRON_SIDES)}: name one in "
-            "--add-sides (a cron trigger in your --scaledobject is tuned from what it says)"
+            "--add-sides or --sides (a cron trigger in your --scaledobject is tuned from "
+            "what it says)"
         )
     return TuneRequest(
         trace=args.trace,
@@ -233,7 +268,10 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         scaler_address=args.scaler_address,
         prometheus_address=args.prometheus_address,
         inputs=sim_inputs_from_args(args),
-        sides=(*DEFAULT_SIDES, *args.add_sides) if args.add_sides else (),
+        sides=args.only_sides or ((*DEFAULT_SIDES, *args.add_sides) if args.add_sides else ()),
+        name=args.name,
+        namespace=args.namespace,
+        target_name=args.target_name,
         cron_window=args.cron_window,
     )
 
@@ -244,19 +282,22 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
     doc = report_document(result)
     print_report(out, result, doc)
     p = result.side("prescaler")
-    met = p is not None and p.study.best is not None
-    if met:
+    # prescaler's side decides the exit status when it was tuned, else any side
+    met = (p is not None and p.study.best is not None) or (
+        p is None and any(s.study.best is not None for s in result.sides)
+    )
+    if any(s.manifest is not None for s in result.sides):
         paste_block(request, result, out)
     if plot_path:
-        from simulations.tune.plot import plot_frontier, plot_trials
+        from simulations.tune.plot import plot_all_trials, plot_frontier
 
         path = plot_frontier(result, doc, plot_path)
         trials_path = Path(plot_path).with_name(Path(plot_path).stem + "-trials.png")
-        if p is not None:
-            plot_trials(
-                p.study.trials, p.study.best.number if p.study.best else None,
-                result.target_attainment[0], result.months[0], trials_path,
-            )  # fmt: skip
+        plot_all_trials(
+            [(s.side.name, s.study.trials, s.study.best.number if s.study.best else None)
+             for s in result.sides],
+            result.target_attainment[0], result.months[0], trials_path,
+        )  # fmt: skip
         print(f"plots: {path}, {trials_path}", file=out)
     if not met:
         return EXIT_SLO_UNMET

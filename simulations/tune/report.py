@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
+from simulations.tune.advice import degenerate_note, printed_sides, targets_line, verdict
+
 if TYPE_CHECKING:
     from simulations.tune.run import FrontierPoint, TuneRequest, TuneResult
 
@@ -45,12 +47,10 @@ def verdicts(result: TuneResult) -> list[str]:
     if result.held_requests == 0:
         notes.append("degenerate: no request was held back; the held-back figures repeat "
                      "the tuning part (give a longer trace or --holdout)")  # fmt: skip
+    degenerate = degenerate_note(result)
+    if degenerate is not None:
+        notes.append(degenerate)
     for s in result.sides:
-        done = [(round(t.cost_usd, 6), round(t.attainment, 6))
-                for t in s.study.trials if t.finished]  # fmt: skip
-        if len(done) > 1 and len(set(done)) == 1:
-            notes.append(f"degenerate: every finished {s.side.name} trial scored the same "
-                         "(the trace does not tell the settings apart)")  # fmt: skip
         if s.holdout is None:
             continue
         mine, base = s.holdout, s.baseline
@@ -71,11 +71,13 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     """The ``--json`` document (docs/contracts.md): the published keys first,
     then ``frontier``, ``baselines``, ``cost_ratio_at_target``, ``sides``,
     ``warnings``, ``selection_margin``, ``hindsight`` (the bound on the
-    held-back part, :mod:`simulations.bound_report`)."""
+    held-back part, :mod:`simulations.bound_report`), ``verdict`` (the
+    headline, :func:`simulations.tune.advice.verdict`). Any set of sides:
+    ``predictive`` and ``reactive`` hold nulls when prescaler's or KEDA
+    queue-length's side was not tuned."""
     from simulations.tune.manifest import metadata_of
 
     p, q = result.side("prescaler"), result.side("keda-queue")
-    assert p is not None and q is not None
     months = result.months[1]
     held_target = result.target_attainment[1]
 
@@ -89,7 +91,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     if costs.get("prescaler") and costs.get("keda-queue"):
         ratio = float(costs["prescaler"]) / float(costs["keda-queue"])  # type: ignore[arg-type]
     threshold = None
-    if q.chosen is not None:
+    if q is not None and q.chosen is not None:
         threshold = q.chosen.trigger.threshold
     bound = _bound(result)
     bound_cost = None if bound is None else float(bound["stated_lead"]["cost_usd"])
@@ -103,13 +105,17 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         "trace": result.trace,
         "slo_ttft_s": result.slo_ttft_s,
         "target": result.target,
-        "trials": len(p.study.trials),
+        "trials": len((p or result.sides[0]).study.trials) if result.sides else 0,
         "predictive": {
-            "metadata": metadata_of(p.manifest or {}, ("external", "external-push")),
-            "tuned": p.tuned,
-            "holdout": p.holdout,
+            "metadata": metadata_of((p and p.manifest) or {}, ("external", "external-push")),
+            "tuned": p and p.tuned,
+            "holdout": p and p.holdout,
         },
-        "reactive": {"threshold": threshold, "tuned": q.tuned, "holdout": q.holdout},
+        "reactive": {
+            "threshold": threshold,
+            "tuned": q and q.tuned,
+            "holdout": q and q.holdout,
+        },
         "target_attainment": {"tuned": result.target_attainment[0], "holdout": held_target},
         "frontier": {s.side.name: [point(x) for x in s.frontier] for s in result.sides},
         "baselines": {s.side.name: point(s.baseline) for s in result.sides},
@@ -144,6 +150,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         "warnings": [*result.warnings, *verdicts(result)],
         "selection_margin": result.margin,
         "hindsight": bound,
+        "verdict": verdict(result),
     }
 
 
@@ -165,7 +172,8 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
     held_target = result.target_attainment[1]
     print(f"\n{result.trial_s:.1f} s of wall time per trial (all sides and processes "
           "together)", file=out)  # fmt: skip
-    print(f"held-back frontier (target {_pct(held_target)}; cost per month):", file=out)
+    print(targets_line(result), file=out)
+    print("held-back frontier (cost per month):", file=out)
     for s in result.sides:
         print(f"  {s.side.name}: {s.side.description}", file=out)
         for x in s.frontier:
@@ -181,7 +189,7 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
             bar = min(1.0, result.target_attainment[0] + result.margin / 100.0)
             if c is None:
                 goal = _pct(bar)
-                print(f"\n{s.side.name}: no setting met the SLO target {goal}: "
+                print(f"\n{s.side.name}: no setting met the tuning part's target ({goal}): "
                       "no trial completed", file=out)  # fmt: skip
                 continue
             reached = (
@@ -189,8 +197,8 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                 if c.finished
                 else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
             )
-            print(f"\n{s.side.name}: no setting met the SLO target "
-                  f"{_pct(bar)}: the best attainment reached {reached} "
+            print(f"\n{s.side.name}: no setting met the tuning part's target "
+                  f"({_pct(bar)}): the best attainment reached {reached} "
                   f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}). "
                   "Lower --target, raise --slo-ttft or maxReplicaCount", file=out)  # fmt: skip
             continue
@@ -205,13 +213,6 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
             print(f"  held back under arrival seeds {seeds}: "
                   f"{', '.join(_pct(a) for _, a, _ in s.holdout_seeds)} "
                   f"(meets the target on {met} of {len(s.holdout_seeds)})", file=out)  # fmt: skip
-    ratio = doc["cost_ratio_at_target"]
-    if ratio is not None:
-        print(f"\nprescaler / KEDA queue-length cost at the target on the held-back part: "
-              f"{ratio:.2f}", file=out)  # fmt: skip
-    else:
-        print("\nno ratio at the target: a side has no held-back setting that meets it",
-              file=out)  # fmt: skip
     bound = doc.get("hindsight")
     if bound is not None:
         from simulations.bound_report import waterfall_lines
@@ -222,27 +223,27 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
             print(line, file=out)
     for note in doc["warnings"]:
         print(f"warning: {note}", file=out)
+    print(f"\nwhat to do: {doc['verdict']['text']}", file=out)
 
 
 def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
-    """The chosen prescaler ScaledObject, complete, or what it still needs."""
-    from simulations.tune.manifest import apply_to_manifest, manifest_yaml
-    from simulations.tune.sides import gateway_note, paste_fields
+    """Each printed side's tuned ScaledObject (:func:`simulations.tune.advice.printed_sides`)
+    with the names, addresses and model the run was given
+    (:func:`simulations.tune.paste.paste_manifest`), then what it still needs."""
+    from simulations.tune.manifest import load_manifest, manifest_yaml
+    from simulations.tune.paste import paste_manifest
 
+    user = load_manifest(request.scaledobject) if request.scaledobject else None
+    printed = printed_sides(result)
     for s in result.sides:
-        if s.manifest is None or s.side.name == "keda-queue":
+        if s.manifest is None or s.side.name not in printed:
             continue
-        doc = s.manifest
-        missing: list[str] = []
+        doc, missing = paste_manifest(request, s.manifest, user)
         floors = ""
         if s.side.base.prescaler_trigger is not None:
-            fields, missing = paste_fields(request, doc)
-            doc = apply_to_manifest(doc, fields)
             floors = (" (minReplicaCount follows the trigger's minReplicas, unless it "
-                      "scales to zero)")  # fmt: skip
-        gateway = gateway_note(doc)
-        if gateway:
-            missing = [*missing, gateway]
+                      "scales to zero; the trigger's scaleDownStabilizationSeconds is its one "
+                      "scale-in wait, the HPA's window 0)")  # fmt: skip
         print(f"\npaste: the tuned {s.side.name} ScaledObject{floors}:\n", file=out)
         print(manifest_yaml(doc), file=out)
         for note in missing:

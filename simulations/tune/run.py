@@ -127,6 +127,12 @@ class TuneRequest:
     model: str | None = None
     scaler_address: str | None = None
     prometheus_address: str | None = None
+    name: str | None = None
+    """The printed ScaledObject's ``metadata.name`` (else ``--scaledobject``'s)."""
+    namespace: str | None = None
+    """Its ``metadata.namespace``: the vLLM Deployment's (else ``--scaledobject``'s)."""
+    target_name: str | None = None
+    """Its ``scaleTargetRef.name``, the vLLM Deployment (else ``--scaledobject``'s)."""
     inputs: SimInputs | None = None
     """Bound, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""
     sides: tuple[str, ...] = ()

@@ -102,7 +102,6 @@ __all__ = [
     "gateway_note",
     "gateway_queue_kv_manifest",
     "make_sides",
-    "paste_fields",
     "prescaler_gateway_manifest",
     "queue_and_kv_manifest",
     "with_cron",
@@ -536,43 +535,3 @@ def gateway_note(manifest: Mapping[str, Any]) -> str | None:
                 "or the fleet never wakes from zero"
             )
     return None
-
-
-def paste_fields(
-    request: TuneRequest, manifest: Mapping[str, Any]
-) -> tuple[dict[str, str], list[str]]:
-    """(prescaler trigger metadata to set, what is still missing, in words):
-    the Prometheus address the trace was read from (``--prometheus``) or
-    ``--prometheus-address``, the model (``--model``, or ``model_name`` in
-    ``--selector``) and the scaler's address (``--scaler-address``, else the
-    user's ScaledObject's) make the block complete."""
-    from simulations.fleet_trace import parse_labels
-
-    have: dict[str, str] = {}
-    for trig in manifest.get("spec", {}).get("triggers") or []:
-        if trig.get("type") in ("external", "external-push"):
-            have = {str(k): str(v) for k, v in (trig.get("metadata") or {}).items()}
-    fields: dict[str, str] = {}
-    missing: list[str] = []
-    address = request.prometheus_address or request.prometheus
-    if address:
-        fields["prometheusAddress"] = address
-    elif not request.scaledobject:
-        missing.append(
-            f"prometheusAddress: the shipped placeholder {have.get('prometheusAddress')!r} is "
-            "printed; give --prometheus-address URL (the Prometheus that scrapes vLLM)"
-        )
-    model = request.model or parse_labels(request.selector).get("model_name")
-    if model:
-        fields["model"] = model
-    elif "model" not in have:
-        missing.append("model: give --model NAME (vLLM's model_name label) so the scaler "
-                       "reads this model's series only")  # fmt: skip
-    if request.scaler_address:
-        fields["scalerAddress"] = request.scaler_address
-    elif "scalerAddress" not in have:
-        missing.append(
-            "scalerAddress: give --scaler-address (e.g. "
-            "dns:///prescaler.prescaler.svc.cluster.local:9090) or a --scaledobject that has it"
-        )
-    return fields, missing

@@ -289,8 +289,11 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     assert list(doc) == [
         "trace", "slo_ttft_s", "target", "trials", "predictive", "reactive", "target_attainment",
         "frontier", "baselines", "cost_ratio_at_target", "sides", "warnings", "selection_margin",
-        "hindsight",
+        "hindsight", "verdict",
     ]  # fmt: skip
+    verdict = doc["verdict"]
+    assert list(verdict) == ["text", "chosen_cost_ratio", "static_floor", "static_sides"]
+    assert verdict["text"] in text  # the headline printed is the one written
     # the bound on the held-back part: it meets that part's target, and each
     # side's held-back cost is given as a multiple of it
     bound = doc["hindsight"]
@@ -396,7 +399,7 @@ def test_an_slo_no_setting_meets_gets_the_best_reached(
     )  # fmt: skip
     assert code == EXIT_SLO_UNMET
     text = capsys.readouterr().out
-    assert "no setting met the SLO target" in text
+    assert "no setting met the tuning part's target" in text
     assert "best attainment reached" in text or "stopped early" in text
     assert "held-back frontier" in text and "as written" in text
     assert not out.exists()
