@@ -24,8 +24,9 @@
 No policy but the oracle and the hindsight schedule knows anything production
 would not: the built-in ones share one stated maximum
 (:data:`DEFAULT_MAX_REPLICAS` unless the run states another), a user
-ScaledObject keeps its own maxReplicaCount, and every autoscaled policy opens with the same fleet, ``SimConfig.initial_replicas``
-(sized by ``simulate`` from the traffic before the window,
+ScaledObject keeps its own maxReplicaCount, and every autoscaled policy
+opens with the same fleet, ``SimConfig.initial_replicas`` (sized by
+``simulate`` from the traffic before the window,
 :func:`opening_fleet`), never from the window itself.
 
 A :class:`PolicySpec` is plain data (it crosses process boundaries for
