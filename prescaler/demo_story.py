@@ -178,7 +178,7 @@ def story_rows(
             "oracle",
             "oracle",
             "knows every future request, runs the fewest replicas that keep up "
-            "(a cost floor, not an attainment ceiling)",
+            "(a heuristic: neither the cost floor at the target nor an attainment ceiling)",
         )
     )
     rows.append(

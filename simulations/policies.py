@@ -7,11 +7,11 @@
 - ``predictive``: prescaler's own ScaledObject (shaped like the shipped
   ``manifests/vllm/gpu/scaledobject.yaml``), its trigger answered by
   :class:`decision.tracker.Tracker` on what the emulated Prometheus shows.
-- ``oracle``: the only code that sees future arrivals. Every 15 s it sets the
+- ``oracle``: sees future arrivals (as ``hindsight`` does). Every 15 s it sets the
   Deployment to the replicas the true peak token demand over the next
   start-up lead time needs, at the profile's sustainable per-replica rate
   (never scaling in while requests queue), within the same bound as the
-  others: the cost floor the others are measured against. A heuristic: it has no
+  others: ``cost_ratio_to_oracle`` is measured against it. A heuristic: it has no
   spare for a burst inside a step and orders one *average* start-up ahead,
   so it may attain less than a tuned policy; the bound at a stated
   attainment is ``hindsight``.
