@@ -103,8 +103,17 @@ def describe_setting(manifest: Mapping[str, Any] | None) -> str:
     parts.append(f"poll {spec.get('pollingInterval', 30)} s")
     behavior = (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig", {})
     down = (behavior.get("behavior") or {}).get("scaleDown") or {}
+    # prescaler's trigger holds its answer first, then the HPA its window:
+    # the two waits, one after the other, are the ScaledObject's
+    waits = [
+        float((t.get("metadata") or {})["scaleDownStabilizationSeconds"])
+        for t in spec.get("triggers") or []
+        if "scaleDownStabilizationSeconds" in (t.get("metadata") or {})
+    ]
     if "stabilizationWindowSeconds" in down:
-        parts.append(f"scale-in wait {down['stabilizationWindowSeconds']} s")
+        waits.append(float(down["stabilizationWindowSeconds"]))
+    if waits:
+        parts.append(f"scale-in wait {sum(waits):g} s")
     return ", ".join(parts)
 
 

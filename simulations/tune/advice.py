@@ -148,6 +148,10 @@ def printed_sides(result: TuneResult) -> list[str]:
     return have
 
 
+def _replicas(n: int) -> str:
+    return f"{n} replica" if n == 1 else f"{n} replicas"
+
+
 def _month(cost_usd: float, months: float) -> str:
     return f"${cost_usd / months:,.0f}/month" if math.isfinite(cost_usd) else "-"
 
@@ -189,9 +193,9 @@ def verdict(result: TuneResult) -> dict[str, Any]:
         if floor is not None:
             lines.append(
                 f"no side beat a static floor of {floor} here: every side's chosen setting "
-                f"({sides}) held the fleet at {floor} replicas and its triggers never added "
+                f"({sides}) held the fleet at {_replicas(floor)} and its triggers never added "
                 "one; the trace is too short or too flat to tell settings apart. Running "
-                f"{floor} replicas does as well on this trace; tune on a longer or busier "
+                f"{_replicas(floor)} does as well on this trace; tune on a longer or busier "
                 "history before choosing a trigger."
             )
         else:
@@ -236,7 +240,7 @@ def verdict(result: TuneResult) -> dict[str, Any]:
         if static:
             lines.append(
                 "Chosen as a static floor (its triggers never added a replica): "
-                + ", ".join(f"{c.side} ({c.floor} replicas)" for c in static)
+                + ", ".join(f"{c.side} ({_replicas(c.floor)})" for c in static)
                 + "."
             )
     return {

@@ -309,8 +309,9 @@ def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param,
     """``space`` less the keys held at a value; a key conditional on a held
     one is searched unconditionally when the held value meets its condition
     (``nodeLeadTimeSeconds`` with ``prewarm`` held at ``true``), else dropped
-    (the forecast's keys with ``forecast`` held ``off``); a key searched
-    above a held one starts above its value."""
+    (the forecast's keys with ``forecast`` held ``off``, and a key
+    conditional on one of those); a key searched above a held one starts
+    above its value."""
     kept: list[Param] = []
     for p in space:
         if p.key in fixed:
@@ -329,7 +330,9 @@ def _without(space: tuple[Param, ...], fixed: Mapping[str, str]) -> tuple[Param,
                 continue
             p = dataclasses.replace(p, low=low, above=None)
         kept.append(p)
-    return tuple(kept)
+    # a key conditional on one no longer searched (nor held) is never drawn
+    keys = {p.key for p in kept}
+    return tuple(p for p in kept if p.when is None or p.when[0] in keys)
 
 
 def _from_zero(space: tuple[Param, ...]) -> tuple[Param, ...]:
