@@ -127,7 +127,7 @@ def test_the_bound_does_not_fall_as_the_lead_time_grows(
     """Two cold starts on the same part: the longer one's bound costs no less."""
     startups = sorted((LEAD_TIME_PRESETS[p].startup for p in presets), key=lambda s: s.total_s)
     costs = [_bound_cost(part, SimConfig(seed=seed, startup=s), 0.95) for s in startups]
-    assert costs[1] >= costs[0]
+    assert costs[1] >= costs[0] - 1e-9  # equal bills may differ in their last bit
 
 
 @settings(
@@ -139,4 +139,4 @@ def test_the_bound_does_not_fall_as_the_target_rises(
 ) -> None:
     """Two targets on the same part: the higher one's bound costs no less."""
     config = SimConfig(seed=seed)
-    assert _bound_cost(part, config, low + more) >= _bound_cost(part, config, low)
+    assert _bound_cost(part, config, low + more) >= _bound_cost(part, config, low) - 1e-9
