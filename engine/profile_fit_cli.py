@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from engine.bench_result import bench_measurement
 from engine.metrics_reader import ScrapeError, read_pages, scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
 from engine.profile_files import write_profile_file
-from engine.profile_fit import ProfileFit, fit_to_measurements
+from engine.profile_fit import FACTOR_FIELDS, ProfileFit, fit_to_measurements
 from engine.profiles import Profile, get_profile
 
 COMMAND = "prescaler engine fit-profile"
@@ -128,6 +129,14 @@ def _value(profile: Profile, dotted: str) -> Any:
     return node
 
 
+def _uncertainty(fit: ProfileFit, field: str) -> float | None:
+    """The relative 1-sigma uncertainty of a determined field (its factor's), if any."""
+    for factor, fields in FACTOR_FIELDS.items():
+        if field in fields and factor in fit.log_sd:
+            return math.exp(fit.log_sd[factor]) - 1.0
+    return None
+
+
 def fit_report(fit: ProfileFit, *, base: Profile, out: str) -> dict[str, Any]:
     """The JSON report of a fit (docs/contracts.md)."""
     return {
@@ -140,6 +149,7 @@ def fit_report(fit: ProfileFit, *, base: Profile, out: str) -> dict[str, Any]:
                 "base": _value(base, field),
                 "fitted": _value(fit.profile, field),
                 "source": source,
+                "uncertainty": _uncertainty(fit, field),
             }
             for field, source in fit.determined
         ],
@@ -147,6 +157,7 @@ def fit_report(fit: ProfileFit, *, base: Profile, out: str) -> dict[str, Any]:
         "kept_reasons": dict(fit.kept_reasons),
         "warnings": list(fit.warnings),
         "factors": fit.factors,
+        "factor_uncertainty": {f: math.exp(sd) - 1.0 for f, sd in fit.log_sd.items()},
         "targets": [
             {
                 "name": t.name,
@@ -164,9 +175,11 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"wrote {report['out']}: profile {report['profile']} (base {report['base']})"]
     lines.append("determined by the data:")
     for d in report["determined"] or [
-        {"field": "(nothing)", "base": "", "fitted": "", "source": ""}
+        {"field": "(nothing)", "base": "", "fitted": "", "source": "", "uncertainty": None}
     ]:
-        lines.append(f"  {d['field']}: {d['base']} -> {d['fitted']}  [{d['source']}]")
+        sd = d.get("uncertainty")
+        spread = "" if sd is None else f" (x/ {1 + sd:.2f}, 1 sigma)"
+        lines.append(f"  {d['field']}: {d['base']} -> {d['fitted']}{spread}  [{d['source']}]")
     reasons: dict[str, str] = report.get("kept_reasons", {})
     by_reason: dict[str, list[str]] = {}
     for field in report["kept"]:

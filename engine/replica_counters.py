@@ -29,6 +29,7 @@ class ReplicaCounters:
         # out_fixed + k x out_per_token after its step; records carry client times
         self._out_fixed = 0.0
         self._out_per_token = 0.0
+        self._way_out = False  # either is set (one test per finish)
         self._steps_run = 0
         self.events_run = 0
         self.preemptions_total = 0
@@ -55,7 +56,7 @@ class ReplicaCounters:
         if seq.first_sched_s is not None and self._latency:
             self._queue.observe(seq.first_sched_s - req.arrival_s)
         first = seq.first_token_s
-        if (self._out_fixed or self._out_per_token) and reason != "abort":
+        if self._way_out and reason != "abort":
             if first is not None:
                 first += self._out_fixed + self._out_per_token
             t += self._out_fixed + self._out_per_token * seq.generated

@@ -57,6 +57,7 @@ class StepLoop(ReplicaCounters):
         if overhead is not None:
             self._out_fixed = float(overhead.out_fixed_s)
             self._out_per_token = float(overhead.out_per_output_token_s)
+            self._way_out = self._out_fixed > 0.0 or self._out_per_token > 0.0
         self._has_inbound = self._in_fixed > 0.0 or self._in_per_token > 0.0
         self._inbound: list[tuple[float, int, SeqState]] = []
         self._inbound_order = 0

@@ -32,7 +32,11 @@ class ServingLoad:
     ``lengths`` gives each request its own (prompt, output) tokens (then
     ``prompt_tokens`` and ``output_tokens`` are their rounded means) and
     ``send_offsets`` the second each becomes due (a recorded run's), both
-    for all ``num_requests`` requests.
+    for all ``num_requests`` requests. ``think_s`` is a client's mean pause
+    between receiving its last token and sending its next request (spread
+    evenly over 0 to twice that, deterministically): a closed-loop client
+    that sends at once arrives exactly as a step ends, which no real client
+    does.
     """
 
     num_requests: int
@@ -43,6 +47,7 @@ class ServingLoad:
     first_arrivals_over_s: float = 0.0
     lengths: tuple[tuple[int, int], ...] | None = None
     send_offsets: tuple[float, ...] | None = None
+    think_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("lengths", "send_offsets"):
@@ -64,6 +69,8 @@ class ServingLoad:
             raise ValueError(
                 f"ServingLoad: first_arrivals_over_s must be >= 0, got {self.first_arrivals_over_s}"
             )
+        if not self.think_s >= 0:
+            raise ValueError(f"ServingLoad: think_s must be >= 0, got {self.think_s}")
         if self.request_rate is not None and not self.request_rate > 0:
             raise ValueError(f"ServingLoad: request_rate must be > 0, got {self.request_rate}")
 
@@ -139,15 +146,20 @@ def replay_load(
         in_flight[rid] = 0
 
     pending = list(arrivals)
+    thinking: list[float] = []  # when each client between requests sends again
+    finishes = 0
     while pending or ready or in_flight:
         # admit what the clients may send now
         while pending and pending[0] <= now:
             ready.append(pending.pop(0))
-        while ready and len(in_flight) < cap:
+        if thinking:
+            thinking = [x for x in thinking if x > now]
+        while ready and len(in_flight) + len(thinking) < cap:
             ready.pop(0)
             submit(now)
         step_end = replica.next_token_time() if per_token else replica.next_event_time()
-        candidates = [x for x in (step_end, pending[0] if pending else None) if x is not None]
+        wake = min(thinking) if thinking and ready else None
+        candidates = [x for x in (step_end, pending[0] if pending else None, wake) if x is not None]
         if not candidates:
             if pending:
                 now = pending[0]
@@ -176,6 +188,11 @@ def replay_load(
                 decode_time += rec.tpot_s * (rec.output_tokens - 1)
                 decode_gaps += rec.output_tokens - 1
             last_finish = max(last_finish, rec.finish_s)
+            if load.think_s > 0:
+                # this client sends again after its last token and a pause
+                finishes += 1
+                pause = 2.0 * load.think_s * ((finishes * _GOLDEN) % 1.0)
+                thinking.append(max(now, rec.finish_s) + pause)
     duration = last_finish - first_arrival
     total_out = sum(output for _, output in sizes)
     return ServingOutcome(
@@ -191,6 +208,10 @@ def replay_load(
         ttfts=tuple(ttfts) if per_token else (),
         itls=tuple(gaps) if per_token else (),
     )
+
+
+#: The golden ratio's fractional part: k x it mod 1 spreads evenly over [0, 1).
+_GOLDEN = 0.6180339887498949
 
 
 def _note_token(

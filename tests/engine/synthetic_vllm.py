@@ -8,6 +8,7 @@ can be checked against the truth.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from engine.bench_result import bench_result_document
@@ -41,13 +42,19 @@ def synthetic_pages(
     output_tokens: int,
     every_s: float = 1.0,
     join_over_s: float = 5.0,
+    think_s: float = 0.05,
+    seed: int = 0,
 ) -> list[MetricsPage]:
     """/metrics pages every ``every_s`` while closed-loop clients keep ``concurrency``
     requests in flight, phase by phase: ``phases`` is [(concurrency, seconds)].
 
     Clients a phase adds join one by one over ``join_over_s`` (out of step, as
-    in a steady service; the fit assumes so, see ``engine.profile_fit``).
+    in a steady service; the fit assumes so, see ``engine.profile_fit``); a
+    client pauses a random 0 to 2 x ``think_s`` between a response and its
+    next request (a real client's round trip: arrivals fall anywhere in a step).
     """
+    rng = random.Random(seed)
+    thinking: list[float] = []
     replica = Replica(profile)
     server = ServerInfo(
         num_gpu_blocks=profile.kv_blocks,
@@ -69,16 +76,19 @@ def synthetic_pages(
                 joins.pop(0)
                 target_live += 1
             target_live = min(target_live, concurrency)
-            while len(live) < target_live:
+            thinking = [x for x in thinking if x > t]
+            while len(live) + len(thinking) < target_live:
                 rid = f"r{serial}"
                 serial += 1
                 replica.submit(Request(rid, t, prompt_tokens, output_tokens))
                 live.add(rid)
             next_join = joins[0] if joins else None
             step = replica.next_event_time()
-            target = min(x for x in (step, next_page, phase_end, next_join) if x is not None)
+            wake = min(thinking) if thinking else None
+            target = min(x for x in (step, next_page, phase_end, next_join, wake) if x is not None)
             for rec in replica.advance_to(target):
                 live.discard(rec.request_id)
+                thinking.append(max(target, rec.finish_s) + rng.uniform(0.0, 2.0 * think_s))
             t = target
             if t >= next_page:
                 text = render_metrics(

@@ -3,6 +3,7 @@ from an altered profile), so the fit must find a profile that reproduces it."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import io
 import json
@@ -20,6 +21,7 @@ from engine.metrics_reader import read_pages, scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, MetricsPageError, load_windows, page_values
 from engine.profile_files import read_profile_file
 from engine.profile_fit import fit_to_metrics
+from engine.profile_types import RequestOverhead
 from engine.profiles import get_profile
 from engine.serving_replay import ServingLoad, replay_load
 from prescaler.cli import main
@@ -313,3 +315,48 @@ def test_a_kv_capacity_the_pages_do_not_give_is_kept_and_said(tmp_path: Path) ->
     assert "warning: vllm.num_gpu_blocks kept from the base" in stderr
     # every kept field says why
     assert set(report["kept"]) == set(report["kept_reasons"])
+
+
+def test_a_fixed_time_per_request_is_separated_from_prefill(tmp_path: Path) -> None:
+    """A server whose requests spend 80 ms outside the scheduler (a busy API server),
+    scraped at 1, 4 and 16 clients: the fit finds that time (its TTFT does not grow
+    with the batch as a slow prefill's would), says how sure it is, and predicts loads
+    it never saw within 10 %."""
+    truth = dataclasses.replace(
+        true_profile().with_vllm(num_gpu_blocks=2000),
+        request_overhead=RequestOverhead(in_fixed_s=0.08),
+    )
+    pages = synthetic_pages(truth, [(1, 40), (4, 40), (16, 40)], prompt_tokens=512,
+                            output_tokens=128)  # fmt: skip
+    saved = write_pages(pages, tmp_path / "pages.jsonl")
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
+         "--out", str(out), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    fixed = next(d for d in report["determined"] if d["field"] == "request_overhead.in_fixed_s")
+    assert 0.04 < fixed["fitted"] < 0.16 and fixed["uncertainty"] > 0
+    assert all(d["uncertainty"] is None or d["uncertainty"] > 0 for d in report["determined"])
+    fitted = read_profile_file(out)
+    for load in OTHER_LOADS:
+        want, got = replay_load(truth, load), replay_load(fitted, load)
+        assert _close(got.median_ttft_s, want.median_ttft_s, 0.10), load
+        assert want.median_itl_s is not None and got.median_itl_s is not None
+        assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
+
+
+def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
+    tmp_path: Path,
+) -> None:
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
+         "--out", str(tmp_path / "f.yaml"), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    reason = report["kept_reasons"]["request_overhead.in_fixed_s"]
+    assert "several concurrencies or prompt lengths" in reason and "docs/facts.md" in reason
+    assert set(report["factor_uncertainty"]) <= {"bandwidth", "compute", "overhead"}
+    assert read_profile_file(tmp_path / "f.yaml").request_overhead.is_zero
