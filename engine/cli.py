@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from engine.check_cli import register_check
 from engine.load_cli import register_load
 from engine.profile_fit_cli import print_report, register_fit_profile
 from engine.profiles import SUMMARY_BATCHES, SUMMARY_CONTEXT_TOKENS, all_profile_summaries
@@ -39,6 +40,7 @@ def register(subparsers: Any) -> None:
     profiles.set_defaults(func=run_profiles)
     register_fit_profile(engine_sub)
     register_load(engine_sub)
+    register_check(engine_sub)
 
 
 def run_profiles(args: argparse.Namespace) -> int:

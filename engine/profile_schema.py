@@ -15,7 +15,14 @@ from typing import Any
 
 from engine.hardware import HardwareSpec
 from engine.models import ModelSpec
-from engine.profile_types import NO_OVERHEAD, Profile, RequestOverhead, StartupTimes, VllmSettings
+from engine.profile_types import (
+    NO_OVERHEAD,
+    CheckRecord,
+    Profile,
+    RequestOverhead,
+    StartupTimes,
+    VllmSettings,
+)
 
 #: The value of the ``format`` key; a later incompatible layout gets a new one.
 PROFILE_FORMAT = "prescaler-profile/1"
@@ -34,6 +41,7 @@ _TOP_LEVEL: tuple[str, ...] = (
     "vllm",
     "startup",
     "request_overhead",
+    "checked",
 )
 _SECTIONS: dict[str, type[Any]] = {
     "model": ModelSpec,
@@ -44,6 +52,7 @@ _SECTIONS: dict[str, type[Any]] = {
 #: Sections a file may leave out (their dataclass's defaults), with the Profile default.
 _OPTIONAL_SECTIONS: dict[str, tuple[type[Any], Any]] = {
     "request_overhead": (RequestOverhead, NO_OVERHEAD),
+    "checked": (CheckRecord, None),
 }
 
 

@@ -104,6 +104,23 @@ NO_OVERHEAD = RequestOverhead()
 
 
 @dataclass(frozen=True)
+class CheckRecord:
+    """The last check of a profile against a real server (``prescaler engine check --record``).
+
+    ``at``: when (UTC, ISO 8601); ``against``: the result file or server URL;
+    ``max_abs_error``: the worst relative error of TTFT, ITL (p50, p90, p99)
+    and throughput; ``worst_metric`` which one; ``passed``: within the check's
+    tolerance. ``prescaler tune`` reminds a user whose profile has none.
+    """
+
+    at: str
+    against: str
+    max_abs_error: float
+    worst_metric: str = ""
+    passed: bool = False
+
+
+@dataclass(frozen=True)
 class VllmSettings:
     """The vLLM engine arguments that change capacity and speed, validated like vLLM does."""
 
@@ -165,6 +182,8 @@ class Profile:
     notes: str = field(default="", compare=False)
     #: per-request time outside the scheduler (optional in a file; zero: the engine alone)
     request_overhead: RequestOverhead = NO_OVERHEAD
+    #: the last check against a real server (optional; not part of what the profile is)
+    checked: CheckRecord | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:

@@ -281,6 +281,7 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
     result = tune(request, out)
     doc = report_document(result)
     print_report(out, result, doc)
+    _remind_unchecked(request.profile)
     p = result.side("prescaler")
     # prescaler's side decides the exit status when it was tuned, else any side
     met = (p is not None and p.study.best is not None) or (
@@ -305,6 +306,16 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return 0
+
+
+def _remind_unchecked(given: str) -> None:
+    """A line on stderr when the profile under the result was never checked."""
+    from engine.profile_check import check_reminder
+    from engine.profiles import get_profile
+
+    line = check_reminder(get_profile(given), given)
+    if line:
+        print(line, file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
