@@ -13,6 +13,7 @@ it, and the title says how many points are drawn and why.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -95,6 +96,10 @@ def trial_points(trials: Sequence[TrialRecord]) -> Counter[tuple[float, float, b
     )
 
 
+def _points(n: int) -> str:
+    return "1 point" if n == 1 else f"{n} points"
+
+
 def trials_caption(sides: Sequence[SideTrials]) -> str:
     """What the trials picture draws, counted: every trial, those that ran
     to the end and the points they make, those stopped early (not drawn)."""
@@ -103,7 +108,7 @@ def trials_caption(sides: Sequence[SideTrials]) -> str:
     ran = sum(sum(c.values()) for c in points)
     drawn = sum(len(c) for c in points)
     return (
-        f"{total} trials: {ran} ran to the end, drawn at {drawn} points\n(trials that scored "
+        f"{total} trials: {ran} ran to the end, drawn at {_points(drawn)}\n(trials that scored "
         f"the same share one, 'xN' beside it); {total - ran} stopped early, not drawn "
         "(cost unknown)"
     )
@@ -125,15 +130,18 @@ def plot_all_trials(
     per_month = 1.0 / months if months > 0 else 1.0
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
     focus: list[tuple[float, float]] = []
+    picks: dict[tuple[float, float], list[str]] = {}
     for rank, (name, trials, chosen) in enumerate(sides):
         color, marker = side_style(name, rank)
         done = [t for t in trials if t.finished and math.isfinite(t.cost_usd)]
         counts = trial_points(trials)
-        label = (f"{name}: {len(done)} ran to the end at {len(counts)} points, "
+        label = (f"{name}: {len(done)} ran to the end at {_points(len(counts))}, "
                  f"{len(trials) - len(done)} stopped early")  # fmt: skip
         pick = next((t for t in done if t.number == chosen), None)
         if pick is not None:
             focus.append((100 * pick.attainment, pick.cost_usd * per_month))
+            at = (round(pick.attainment, 6), round(pick.cost_usd, 6))
+            picks.setdefault(at, []).append(name)
         for ax in axes:
             for i, ((att, cost, feasible), k) in enumerate(sorted(counts.items())):
                 x, y = 100 * att, cost * per_month
@@ -156,6 +164,10 @@ def plot_all_trials(
         ax.set_xlabel("TTFT SLO attainment on the tuning part (%)")
         ax.set_ylabel("cost (USD per month)")
     axes[0].set_title(trials_caption(sides), fontsize=9)
+    shared = sorted(", ".join(names) for names in picks.values() if len(names) > 1)
+    if shared:
+        _note(axes[1], ["chosen trials at the same point (stars inside one another): "
+                        + "; ".join(shared)])  # fmt: skip
     _zoom(axes[1], focus, 100 * target)
     axes[1].set_title("around the target and the chosen trials (filled: meets it)", fontsize=9)
     return _finish(fig, axes, path)
@@ -221,9 +233,7 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
     notes = [_ratio_text(doc)]
     if shared:
         notes.append("at the same point (rings inside one another): " + "; ".join(shared))
-    axes[1].text(0.02, 0.98, "\n".join(notes), transform=axes[1].transAxes, fontsize=8,
-                 va="top", bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.8"},
-                 zorder=10)  # fmt: skip
+    _note(axes[1], notes)
     axes[0].set_title(f"{result.trace}: cost vs attainment, held-back part (x: as written)",
                       fontsize=9)  # fmt: skip
     _zoom(axes[1], focus, 100 * target)
@@ -232,6 +242,15 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
         fontsize=9,
     )
     return _finish(fig, axes, path)
+
+
+def _note(ax: Any, lines: Sequence[str]) -> None:
+    """Words in the panel's lower left, where a cost-vs-attainment picture
+    seldom has points (cheap and below the target)."""
+    text = "\n".join(textwrap.fill(line, 90) for line in lines)
+    ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=7.5, va="bottom",
+            bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.8"}, zorder=10,
+            wrap=True)  # fmt: skip
 
 
 def _ratio_text(doc: Mapping[str, Any]) -> str:
@@ -254,7 +273,8 @@ def _zoom(ax: Any, points: Sequence[tuple[float, float]], target_x: float) -> No
     x_pad = max(0.5, 0.08 * (x_hi - x_lo))
     y_pad = max(0.05 * abs(y_hi) + 1.0, 0.08 * (y_hi - y_lo))
     ax.set_xlim(x_lo - x_pad, x_hi + x_pad)
-    ax.set_ylim(y_lo - y_pad, y_hi + y_pad)
+    # room at the bottom for the panel's words (:func:`_note`)
+    ax.set_ylim(y_lo - max(y_pad, 0.3 * (y_hi - y_lo)), y_hi + y_pad)
 
 
 def _finish(fig: Any, axes: Sequence[Any], path: str | Path) -> Path:

@@ -157,5 +157,6 @@ def test_the_trials_caption_counts_what_is_drawn(scores: list[tuple[float, float
     points = len({(a, c) for a, c, f in scores if f})
     assert sum(trial_points(trials).values()) == ran and len(trial_points(trials)) == points
     caption = trials_caption([("prescaler", trials, None)])
-    assert caption.startswith(f"{len(trials)} trials: {ran} ran to the end, drawn at {points} ")
+    drawn = f"{len(trials)} trials: {ran} ran to the end, drawn at {points} point"
+    assert caption.startswith(drawn)
     assert f"{len(trials) - ran} stopped early, not drawn" in caption
