@@ -213,7 +213,7 @@ def _side(bound: Bound) -> dict[str, Any]:
         "lead_s": round(bound.timing.lead_s, 3),
         "tail_s": round(bound.timing.tail_s, 3),
         "starts": cal.schedule.starts,
-        "replays": len({(t.factor, t.attainment) for t in cal.trials}),
+        "replays": len({(t.replica_hours, t.attainment) for t in cal.trials}),
     }
 
 
