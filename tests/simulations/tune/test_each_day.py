@@ -21,7 +21,14 @@ from simulations.tune.each_day import (
     judged_days,
     part_attainments,
 )
-from simulations.tune.search import default_bases, score, slice_workload, slo_ceiling
+from simulations.tune.manifest import apply_setting, hpa_scale_down_s
+from simulations.tune.search import (
+    default_bases,
+    format_value,
+    score,
+    slice_workload,
+    slo_ceiling,
+)
 from simulations.tune.study import TuneContext, run_study
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -101,10 +108,16 @@ def test_a_setting_that_misses_one_reachable_day_bar_is_not_chosen(tmp_path: Pat
     bar just above what the written setting attains there: the written
     setting (trial 0) meets the whole part but is infeasible day by day,
     and every finished trial is feasible exactly when it meets the whole
-    part's bar and each day's."""
+    part's bar and each day's. Trial 0 runs the written setting with its two
+    scale-in waits as the trigger's one (the HPA's derived 0)."""
     w = _workload()
     base, _ = default_bases(PROFILE, 8)
-    run = score(base, w, PROFILE, SimConfig())
+    assert base.prescaler_trigger is not None
+    written_wait = float(base.prescaler_trigger.metadata["scaleDownStabilizationSeconds"])
+    wait = format_value(written_wait + hpa_scale_down_s(base))
+    run = score(
+        apply_setting(base, {"scaleDownStabilizationSeconds": wait}), w, PROFILE, SimConfig()
+    )
     assert run.result is not None
     first, second = part_attainments(run.result, w.arrival_s, (0.0, 300.0))
     whole = 0.3
