@@ -291,7 +291,13 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
     unknown = sorted(set(wanted) - set(SIDES))
     if unknown:
         raise ValueError(f"unknown side(s) {', '.join(unknown)} (known: {', '.join(SIDES)})")
-    return tuple(s for s in sides if s.name in wanted)
+    chosen = tuple(s for s in sides if s.name in wanted)
+    if not chosen:
+        raise ValueError(
+            "no side left to tune: the user side is a --scaledobject with prometheus "
+            "triggers (one with prescaler's trigger is the prescaler side's base)"
+        )
+    return chosen
 
 
 def cold_start_s(request: TuneRequest, profile: Profile | str) -> float:

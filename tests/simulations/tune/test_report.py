@@ -160,3 +160,23 @@ def test_the_trials_caption_counts_what_is_drawn(scores: list[tuple[float, float
     drawn = f"{len(trials)} trials: {ran} ran to the end, drawn at {points} point"
     assert caption.startswith(drawn)
     assert f"{len(trials) - ran} stopped early, not drawn" in caption
+
+
+def test_the_user_side_alone_needs_a_prometheus_scaledobject(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--sides user with a ScaledObject whose trigger is prescaler's: that
+    file is the prescaler side's base, so nothing is left to tune; one line
+    says why (exit 2), before any trial."""
+    so = tmp_path / "so.yaml"
+    so.write_text(
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"
+        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 4\n"
+        "  triggers:\n  - type: external\n    metadata:\n"
+        "      prometheusAddress: http://prom:9090\n      profile: llama-3-8b@g5.xlarge\n"
+    )
+    trace = _counts(tmp_path / "flat.csv", [20] * 20)
+    code, doc = _tune(trace, tmp_path, "--sides", "user", "--scaledobject", str(so))
+    assert code == 2 and doc is None
+    err = capsys.readouterr().err.strip()
+    assert "no side left to tune" in err and len(err.splitlines()) == 1
