@@ -52,6 +52,9 @@ class PageValues:
     gen_len_count: float
     num_gpu_blocks: int | None
     block_size: int | None
+    #: cumulative bucket counts (upper bound, count), summed over series; () when absent
+    itl_buckets: tuple[tuple[float, float], ...] = ()
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class LoadWindow:
     ttft_count: float
     mean_prompt_tokens: float | None
     mean_generation_tokens: float | None
+    #: the window's own cumulative bucket counts (differences of its two pages)
+    itl_buckets: tuple[tuple[float, float], ...] = ()
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
 
 
 _SERIES: dict[str, tuple[str, ...]] = {
@@ -94,6 +100,43 @@ _SERIES: dict[str, tuple[str, ...]] = {
     "gen_len_count": ("vllm:request_generation_tokens_count",),
 }
 _REQUIRED = ("prompt_tokens", "generation_tokens", "itl_sum", "itl_count")
+_BUCKETS: dict[str, tuple[str, ...]] = {
+    "itl_buckets": (
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:time_per_output_token_seconds_bucket",
+    ),
+    "ttft_buckets": ("vllm:time_to_first_token_seconds_bucket",),
+}
+
+
+def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
+    """The q-quantile of cumulative ``(upper bound, count)`` buckets, interpolated
+    linearly inside its bucket as Prometheus's ``histogram_quantile`` does; None
+    without observations or when it falls in the open ``+Inf`` bucket."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank and count > below:
+            if upper == float("inf"):
+                return None
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return None
+
+
+def bucket_bounds(buckets: Sequence[tuple[float, float]], q: float) -> tuple[float, float] | None:
+    """The (lower, upper) bounds of the bucket holding the q-quantile."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower = 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            return lower, upper
+        lower = upper
+    return None
 
 
 def page_values(text: str, source: str = "page", model_name: str | None = None) -> PageValues:
@@ -106,6 +149,7 @@ def page_values(text: str, source: str = "page", model_name: str | None = None) 
     blocks: int | None = None
     block_size: int | None = None
     samples: dict[str, float] = {}
+    bucket_counts: dict[str, dict[float, float]] = {}
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -121,6 +165,10 @@ def page_values(text: str, source: str = "page", model_name: str | None = None) 
                     block_size = int(s.labels["block_size"])
                 continue
             samples[s.name] = samples.get(s.name, 0.0) + float(s.value)
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                per = bucket_counts.setdefault(s.name, {})
+                le = float(s.labels["le"])
+                per[le] = per.get(le, 0.0) + float(s.value)
     for key, names in _SERIES.items():
         for name in names:
             if name in samples:
@@ -129,11 +177,28 @@ def page_values(text: str, source: str = "page", model_name: str | None = None) 
     missing = [_SERIES[k][0] for k in _REQUIRED if k not in found]
     if missing:
         raise MetricsPageError(f"{source}: no {', '.join(missing)} (is this a vLLM /metrics page?)")
+    buckets: dict[str, tuple[tuple[float, float], ...]] = {}
+    for key, names in _BUCKETS.items():
+        for name in names:
+            if name in bucket_counts:
+                buckets[key] = tuple(sorted(bucket_counts[name].items()))
+                break
     return PageValues(
         **{key: found.get(key, 0.0) for key in _SERIES},
         num_gpu_blocks=blocks,
         block_size=block_size,
+        itl_buckets=buckets.get("itl_buckets", ()),
+        ttft_buckets=buckets.get("ttft_buckets", ()),
     )
+
+
+def _bucket_delta(
+    a: tuple[tuple[float, float], ...], b: tuple[tuple[float, float], ...]
+) -> tuple[tuple[float, float], ...]:
+    """The observations between two pages' cumulative buckets (same bounds, or none)."""
+    if not a or not b or [u for u, _ in a] != [u for u, _ in b]:
+        return b if not a else ()
+    return tuple((u, max(0.0, cb - ca)) for (u, ca), (_, cb) in zip(a, b, strict=True))
 
 
 def load_windows(
@@ -182,6 +247,8 @@ def load_windows(
                 mean_generation_tokens=_ratio(
                     b.gen_len_sum - a.gen_len_sum, b.gen_len_count - a.gen_len_count
                 ),
+                itl_buckets=_bucket_delta(a.itl_buckets, b.itl_buckets),
+                ttft_buckets=_bucket_delta(a.ttft_buckets, b.ttft_buckets),
             )
         )
         start = end

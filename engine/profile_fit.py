@@ -13,7 +13,7 @@ KV capacity when the server reported it). Two sources:
   of ITL and TTFT and its output throughput are matched;
 - /metrics pages over a period (``engine.metrics_windows``): each window's
   mean inter-token latency and TTFT are matched to a closed-loop replay at
-  that window's mean batch and request lengths (``window_groups``).
+  that window's mean batch and request lengths (``engine.profile_fit_windows``).
 
 The fit is a regularised least squares in log space (``scipy.optimize``): a
 small pull towards the base keeps a factor the data cannot see where it
@@ -36,6 +36,11 @@ from scipy.optimize import least_squares
 
 from engine.hardware import HardwareSpec
 from engine.metrics_windows import LoadWindow, PageValues
+from engine.profile_fit_windows import (
+    MIN_ITL_COUNT,
+    metrics_targets,
+    window_groups,
+)
 from engine.profile_types import Profile
 from engine.serving_replay import ServingLoad, ServingOutcome, replay_load
 
@@ -490,92 +495,6 @@ def fit_to_bench(base: Profile, bench: BenchMeasurement, *, name: str | None = N
 
 # -- from /metrics pages ---------------------------------------------------------
 
-#: Windows with fewer inter-token observations than this are too noisy to use.
-MIN_ITL_COUNT = 20
-#: Windows with fewer first tokens than this do not enter the TTFT match.
-MIN_TTFT_COUNT = 3
-
-
-#: Requests per client in a window's replay: enough for the means to settle.
-REPLAY_REQUESTS_PER_CLIENT = 8
-
-
-@dataclass(frozen=True)
-class WindowGroup:
-    """Windows with one load shape: their closed-loop replay and their pooled means."""
-
-    load: ServingLoad
-    itl_mean_s: float
-    itl_count: float
-    ttft_mean_s: float | None
-    ttft_count: float
-
-
-def window_groups(windows: Sequence[LoadWindow]) -> list[WindowGroup]:
-    """Usable windows pooled by load shape (concurrency, prompt and output lengths).
-
-    Each shape is replayed as closed-loop clients at the window's mean
-    number of running requests, out of step with each other (their first
-    requests spread over one request's decode time; each pauses about one
-    step between requests, so arrivals fall anywhere in a step, as a real
-    client's network round trip makes them), as in a steady service;
-    the means are pooled weighted by their observation counts. TTFT is pooled
-    only from windows where nobody waited for a slot (a queue adds time no
-    step-time figure explains).
-    """
-    pooled: dict[tuple[int, int, int], list[LoadWindow]] = {}
-    for w in usable_windows(windows):
-        key = (
-            max(1, round(w.mean_running)),
-            max(1, round(w.mean_prompt_tokens or 1.0)),
-            max(1, round(w.mean_generation_tokens or 1.0)),
-        )
-        pooled.setdefault(key, []).append(w)
-    groups: list[WindowGroup] = []
-    for (clients, prompt, output), members in sorted(pooled.items()):
-        itl_n = sum(w.itl_count for w in members)
-        itl = sum((w.itl_mean_s or 0.0) * w.itl_count for w in members) / itl_n
-        ttft_members = [w for w in members if w.ttft_mean_s is not None and _ttft_usable(w)]
-        ttft_n = sum(w.ttft_count for w in ttft_members)
-        ttft = (
-            sum((w.ttft_mean_s or 0.0) * w.ttft_count for w in ttft_members) / ttft_n
-            if ttft_n
-            else None
-        )
-        load = ServingLoad(
-            num_requests=clients * REPLAY_REQUESTS_PER_CLIENT,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            max_concurrency=clients,
-            first_arrivals_over_s=itl * output,
-            think_s=itl,
-        )
-        groups.append(WindowGroup(load, itl, itl_n, ttft, ttft_n))
-    return groups
-
-
-def _ttft_usable(w: LoadWindow) -> bool:
-    """TTFT measures the prefill only where requests did not queue for a slot."""
-    return w.ttft_count >= MIN_TTFT_COUNT and w.mean_waiting < 0.5
-
-
-def usable_windows(windows: Sequence[LoadWindow]) -> list[LoadWindow]:
-    """Steady windows with enough decoding to measure and known request lengths.
-
-    Steady: the running count moved by at most one request across the
-    window's pages (a window that spans a change of load mixes two batches).
-    """
-    return [
-        w
-        for w in windows
-        if w.max_running - w.min_running <= 1.0
-        and w.itl_mean_s is not None
-        and w.itl_count >= MIN_ITL_COUNT
-        and w.mean_running >= 0.5
-        and w.mean_prompt_tokens is not None
-        and w.mean_generation_tokens is not None
-    ]
-
 
 def fit_to_metrics(
     base: Profile,
@@ -587,20 +506,6 @@ def fit_to_metrics(
     """Scale the base's step-time figures to the windows' mean ITL and TTFT; KV blocks
     from ``last_page``'s ``vllm:cache_config_info`` (num_gpu_blocks, block_size)."""
     return fit_to_measurements(base, windows=windows, last_page=last_page, name=name)
-
-
-def _metrics_targets(groups: Sequence[WindowGroup]) -> Targets:
-    def targets(profile: Profile) -> list[tuple[str, float, float]]:
-        out: list[tuple[str, float, float]] = []
-        for g in groups:
-            replay = replay_load(profile, g.load, per_token=False)
-            shape = f"{g.load.max_concurrency}x{g.load.prompt_tokens}+{g.load.output_tokens}"
-            out.append((f"mean_itl_s@{shape}", g.itl_mean_s, replay.mean_itl_s))
-            if g.ttft_mean_s is not None:
-                out.append((f"mean_ttft_s@{shape}", g.ttft_mean_s, replay.mean_ttft_s))
-        return out
-
-    return targets
 
 
 def fit_to_measurements(
@@ -619,6 +524,7 @@ def fit_to_measurements(
     parts: list[Targets] = []
     sources: list[str] = []
     extra: dict[str, int] = {}
+    notes_extra: list[str] = []
     if bench is not None:
         parts.append(_bench_targets(bench))
         sources.append(BENCH_SOURCE)
@@ -629,8 +535,18 @@ def fit_to_measurements(
                 f"{METRICS_SOURCE}: no steady window with at least {MIN_ITL_COUNT} inter-token "
                 "observations and known request lengths; scrape for longer or under more load"
             )
-        parts.append(_metrics_targets(groups))
+        parts.append(metrics_targets(groups))
         sources.append(METRICS_SOURCE)
+        tails = [g for g in groups if g.itl_long_tail]
+        if tails:
+            g = tails[0]
+            notes_extra.append(
+                f"the inter-token latency has a long tail at {len(tails)} load shape(s) "
+                f"(e.g. {g.load.max_concurrency} running: mean {g.itl_mean_s * 1e3:.1f} ms, "
+                "above the bucket that holds the median): the fit matches means (vLLM's "
+                "buckets are too coarse to read a median there), so the profile will "
+                "predict median ITL high"
+            )
     notes: dict[str, str] = {}
     if last_page is not None and last_page.num_gpu_blocks is not None:
         extra["num_gpu_blocks"] = last_page.num_gpu_blocks
@@ -647,7 +563,7 @@ def fit_to_measurements(
     def residuals(profile: Profile) -> list[float]:
         return [math.log(model / measured) for _, measured, model in targets(profile)]
 
-    return fit_profile(
+    fit = fit_profile(
         base,
         residuals,
         " + ".join(sources),
@@ -658,6 +574,9 @@ def fit_to_measurements(
         # a capacity nobody measured is worth a warning; one the base file states is not
         warn_kept=() if base.vllm.num_gpu_blocks is not None else tuple(notes),
     )
+    if notes_extra:
+        fit = dataclasses.replace(fit, warnings=(*fit.warnings, *notes_extra))
+    return fit
 
 
 def _kv_note(base: Profile, *, from_pages: bool) -> str:

@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from engine.bench_result import BenchResultError, bench_measurement
 from engine.metrics_reader import read_pages, scrape_pages, write_pages
-from engine.metrics_windows import MetricsPage, MetricsPageError, load_windows, page_values
+from engine.metrics_windows import (
+    LoadWindow,
+    MetricsPage,
+    MetricsPageError,
+    bucket_bounds,
+    bucket_quantile,
+    load_windows,
+    page_values,
+)
 from engine.profile_files import read_profile_file
 from engine.profile_fit import fit_to_metrics
 from engine.profile_types import RequestOverhead
@@ -360,3 +368,45 @@ def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
     assert "several concurrencies or prompt lengths" in reason and "docs/facts.md" in reason
     assert set(report["factor_uncertainty"]) <= {"bandwidth", "compute", "overhead"}
     assert read_profile_file(tmp_path / "f.yaml").request_overhead.is_zero
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=1, max_size=8),
+    q1=st.floats(0.01, 0.99),
+    q2=st.floats(0.01, 0.99),
+)
+def test_a_bucket_quantile_rises_with_q_and_stays_in_its_bucket(
+    counts: list[int], q1: float, q2: float
+) -> None:
+    bounds = [0.01 * 2**i for i in range(len(counts))]
+    cumulative = [float(sum(counts[: i + 1])) for i in range(len(counts))]
+    buckets = tuple(zip(bounds, cumulative, strict=True))
+    lo, hi = sorted((q1, q2))
+    a, b = bucket_quantile(buckets, lo), bucket_quantile(buckets, hi)
+    if cumulative[-1] == 0:
+        assert a is None and b is None
+        return
+    assert a is not None and b is not None and a <= b + 1e-12
+    span = bucket_bounds(buckets, hi)
+    assert span is not None and span[0] - 1e-12 <= b <= span[1] + 1e-12
+
+
+def test_a_long_tail_in_the_itl_histogram_is_said(tmp_path: Path) -> None:
+    """Most gaps under 10 ms, a few slow ones pulling the mean past 10 ms (a busy CPU):
+    the fit matches the mean, and says the profile will predict median ITL high."""
+    truth = true_profile().with_vllm(num_gpu_blocks=2000)
+    pages = synthetic_pages(truth, [(2, 30)], prompt_tokens=512, output_tokens=128)
+    windows, last = load_windows(pages, min_window_s=10)
+
+    def tailed(w: LoadWindow) -> LoadWindow:
+        n = w.itl_count
+        buckets = ((0.01, 0.8 * n), (0.025, 0.9 * n), (float("inf"), n))
+        return dataclasses.replace(w, itl_mean_s=0.011, itl_buckets=buckets)
+
+    tail = [tailed(w) for w in windows]
+    fit = fit_to_metrics(get_profile(BASE), tail, last)
+    assert any("long tail" in w and "median ITL high" in w for w in fit.warnings)
+    assert not any(
+        "long tail" in w for w in fit_to_metrics(get_profile(BASE), windows, last).warnings
+    )
