@@ -80,7 +80,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from stack.processes import StackError
+    from stack.processes import StackError, quiet_grpc_forks
+
+    quiet_grpc_forks()  # before stack.run loads gRPC
     from stack.run import StackOptions, StackRun
 
     try:

@@ -38,6 +38,7 @@ __all__ = [
     "free_port",
     "prescaler_argv",
     "prometheus_binary",
+    "quiet_grpc_forks",
 ]
 
 INSTALL_HINT = (
@@ -65,6 +66,23 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCALHOST, 0))
         return int(sock.getsockname()[1])
+
+
+GRPC_FORK_SUPPORT_ENV = "GRPC_ENABLE_FORK_SUPPORT"
+
+
+def quiet_grpc_forks() -> None:
+    """Turn gRPC's fork support off in this process (and the children it
+    starts), unless the environment says otherwise; call before gRPC loads.
+
+    The stack starts its children with ``fork()`` (the ``preexec_fn`` that
+    ties them to its life rules out ``vfork``) while its own gRPC client is
+    busy in other threads. gRPC's fork handlers exist for a child that goes
+    on using gRPC without ``exec``, which no child here does (each execs at
+    once), and with calls in flight they only print
+    ``fork_posix.cc ... skipping fork() handlers`` on the stack's terminal.
+    """
+    os.environ.setdefault(GRPC_FORK_SUPPORT_ENV, "false")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
