@@ -41,6 +41,8 @@ def register(subparsers: Any) -> None:
     register_fit_profile(engine_sub)
     register_load(engine_sub)
     register_check(engine_sub)
+    # a missing subcommand's one-line error names them all, not the dest
+    engine_sub.metavar = "{" + ",".join(engine_sub.choices) + "}"
 
 
 def run_profiles(args: argparse.Namespace) -> int:
