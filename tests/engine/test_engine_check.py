@@ -10,9 +10,12 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.profile_check import check_profile, load_of
+from engine.profile_check import check_profile, load_of, percentile
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_types import RequestOverhead
 from engine.profiles import get_profile
@@ -153,3 +156,13 @@ def test_the_reminder_tune_prints_follows_the_checked_block() -> None:
     bad = dataclasses.replace(profile, checked=CheckRecord("t", "run.json", 0.4, "ttft_p50_ms"))
     worse = check_reminder(bad, "my.yaml")
     assert worse is not None and "ttft_p50_ms off by 40 %" in worse
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.floats(0.0, 10.0), min_size=1, max_size=40),
+    p=st.sampled_from([50, 90, 99]),
+)
+def test_percentiles_are_the_benchmark_s_own(values: list[float], p: int) -> None:
+    """``vllm bench serve`` takes numpy's default percentile: so does the check."""
+    assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)), abs=1e-12)
