@@ -222,9 +222,8 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         )
     if "user" in args.only_sides and not args.scaledobject:
         raise UsageError("--sides user tunes your --scaledobject FILE as written: give it")
-    if args.cron_window is not None and not set(args.add_sides + args.only_sides) & set(
-        CRON_SIDES
-    ):
+    named = set(args.add_sides) | set(args.only_sides)
+    if args.cron_window is not None and not named & set(CRON_SIDES):
         raise UsageError(
             f"--cron-window writes the window of {', '.join(CRON_SIDES)}: name one in "
             "--add-sides or --sides (a cron trigger in your --scaledobject is tuned from "
