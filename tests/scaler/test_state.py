@@ -205,7 +205,9 @@ async def test_one_read_per_source_per_refresh_for_all_objects() -> None:
 
 
 async def test_register_is_idempotent_and_new_settings_replace_old() -> None:
-    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), queue_of(waiting=12))
+    # All 4 replicas asked for are ready, so the new target's answer is not
+    # held for replicas still starting (decision.policy.queue_hold).
+    source = FakeSource(SourceSpec("prometheus", "http://prom:9090"), queue_of(waiting=12, ready=4))
     state = make_state(source)
     await state.start()
     try:
