@@ -40,6 +40,9 @@ class CommandModuleError(ImportError):
         self.module = module
 
 
+EXIT_INTERRUPTED = 130
+"""The shell's status for a command stopped by SIGINT (128 + 2)."""
+
 _PARSER_ATTR = "_prescaler_parser"
 
 
@@ -98,9 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen subcommand; its result is the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    result = args.func(args)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        result = args.func(args)
+    except KeyboardInterrupt:
+        # a command that can say more on Ctrl-C (tune, stack) says it and
+        # returns; anywhere else (importing, a command without its own
+        # handling) one line, not a traceback, and the shell's status
+        print("prescaler: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return int(result or 0)
 
 

@@ -276,8 +276,21 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
 
 
 def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out: TextIO) -> int:
-    """Tune, report, write; the exit status (0, or :data:`EXIT_SLO_UNMET`)."""
-    result = tune(request, out)
+    """Tune, report, write; the exit status (0, or :data:`EXIT_SLO_UNMET`;
+    130 after Ctrl-C, the trials so far written)."""
+    from simulations.tune.interrupted import (
+        EXIT_INTERRUPTED,
+        TuneInterrupted,
+        so_far_line,
+        write_so_far,
+    )
+
+    try:
+        result = tune(request, out)
+    except TuneInterrupted as stop:
+        written = write_so_far(stop.so_far, json_path, plot_path)
+        print(so_far_line(stop.so_far, written, "prescaler tune"), file=sys.stderr)
+        return EXIT_INTERRUPTED
     doc = report_document(result)
     print_report(out, result, doc)
     _remind_unchecked(request.profile)
@@ -324,6 +337,10 @@ def _run(args: argparse.Namespace) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"prescaler tune: {in_flags(str(msg))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before any study began, or while writing the report
+        print("prescaler tune: interrupted before a trial ran or while writing the "
+              "report; run the same command again to resume", file=sys.stderr)  # fmt: skip
+        return 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -116,18 +116,34 @@ def seed_runs(
 
 def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
     """Every job's Score (:func:`_score_job`), in ``processes`` processes."""
-    if processes > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=min(processes, len(jobs))) as pool:
-            return list(pool.map(_score_job, jobs))
-    return [_score_job(j) for j in jobs]
+    from simulations.tune.interrupts import (
+        interruptible_trials,
+        quiet_worker,
+        run_quietly,
+        wait_for_workers,
+    )
+
+    with interruptible_trials():  # Ctrl-C stops the runs at their next check
+        if processes > 1 and len(jobs) > 1:
+            workers = min(processes, len(jobs))
+            with ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker) as pool:
+                futures = [pool.submit(run_quietly, _score_job, j) for j in jobs]
+                try:
+                    return wait_for_workers(futures)
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=False, cancel_futures=True)  # the runs not begun
+                    raise
+        return [_score_job(j) for j in jobs]
 
 
 def _score_job(args: tuple[Any, ...]) -> Any:
     """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
+    from simulations.tune.interrupts import interrupt_check
     from simulations.tune.search import score
 
     so, workload, profile, config, history = args
-    return score(so, workload, profile, config, history=history)
+    # the Ctrl-C check adds events that change nothing else (score's docstring)
+    return score(so, workload, profile, config, history=history, stop=interrupt_check)
 
 
 def _spread(indices: list[int], k: int) -> list[int]:

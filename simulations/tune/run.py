@@ -262,21 +262,33 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         print(f"warning: {note}", file=out)
     results: list[SideResult] = []
     n_trials = 0
-    for side in sides:
-        side0 = time.perf_counter()
-        study = _run_side(
-            side, request, profile, workload, tune_part, config, bar, tune_history, storage
-        )
-        study_s = time.perf_counter() - side0
-        n_trials += len(study.trials)
-        chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
-        print(f"{side.name}: {len(study.trials)} trials in {study_s:.0f} s "
-              f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
-        scored = rescore(side, study, request, profile, profile.tp, (config, held_config),
-                          tune_part, held, tune_history, held_history)  # fmt: skip
-        results.append(replace(scored, study_wall_s=study_s))
-    results = seed_runs(results, others, request, profile, open_config, inputs)
-    bound = _hindsight(request, profile, held or tune_part, held_config, held_target, inputs)
+    started: list[tuple[Side, str]] = []
+    try:
+        for side in sides:
+            side0 = time.perf_counter()
+            study = _run_side(
+                side, request, profile, workload, tune_part, config, bar, tune_history, storage,
+                started,
+            )  # fmt: skip
+            study_s = time.perf_counter() - side0
+            n_trials += len(study.trials)
+            chose = f"chosen trial {study.best.number}" if study.best else "none met the target"
+            print(f"{side.name}: {len(study.trials)} trials in {study_s:.0f} s "
+                  f"of wall time ({request.jobs} processes), {chose}", file=out)  # fmt: skip
+            scored = rescore(side, study, request, profile, profile.tp, (config, held_config),
+                              tune_part, held, tune_history, held_history)  # fmt: skip
+            results.append(replace(scored, study_wall_s=study_s))
+        results = seed_runs(results, others, request, profile, open_config, inputs)
+        bound = _hindsight(request, profile, held or tune_part, held_config, held_target, inputs)
+    except KeyboardInterrupt:
+        from simulations.tune.interrupted import SoFar, TuneInterrupted
+
+        so_far = SoFar(
+            trace=workload.name, slo_ttft_s=config.slo_ttft_s, target=request.target, bar=bar,
+            months=tune_part.duration_s / 3600 / 730, storage=storage,
+            sides=tuple((side, _read_back(storage, name)) for side, name in started),
+        )  # fmt: skip
+        raise TuneInterrupted(so_far) from None
     months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
     return TuneResult(
         trace=workload.name,
@@ -405,6 +417,20 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def _read_back(storage: str, name: str) -> StudyResult:
+    """What the study ``name`` holds now (every trial it finished); none
+    when it cannot be read (a stopped tune still says what it can)."""
+    import optuna
+
+    from simulations.tune.study import StudyResult, open_storage, read_study
+
+    try:
+        study = optuna.load_study(study_name=name, storage=open_storage(storage))
+        return read_study(study, storage, name)
+    except Exception:  # the storage itself failed: report no trials, not a traceback
+        return StudyResult((), None, None, name, storage)
+
+
 def _profile_key(given: str, profile: Profile) -> str:
     """What a study's fingerprint records of the profile: the name as given
     (as before files were taken), or for a file its name and figures, so
@@ -426,7 +452,10 @@ def _run_side(
     target: float,
     history: DemandHistory | None,
     storage: str,
+    started: list[tuple[Side, str]] | None = None,
 ) -> StudyResult:
+    """Run (or resume) ``side``'s study; its name goes into ``started`` first,
+    so a stopped tune can read back what the study holds."""
     from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
     ctx = TuneContext(
@@ -454,6 +483,8 @@ def _run_side(
     fingerprint = study_fingerprint(parts)
     prefix = request.study or "prescaler-tune"
     name = f"{prefix}-{side.name}" if request.study else f"{prefix}-{side.name}-{fingerprint}"
+    if started is not None:
+        started.append((side, name))
     return run_study(
         ctx, storage=storage, study_name=name, n_trials=request.trials, jobs=request.jobs,
         fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",

@@ -46,6 +46,15 @@ from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
 from simulations.tune.each_day import part_attainments
+from simulations.tune.interrupts import (
+    interrupt_check,
+    interruptible_trials,
+    quiet_optuna,
+    quiet_worker,
+    raise_if_interrupted,
+    run_quietly,
+    wait_for_workers,
+)
 from simulations.tune.manifest import apply_setting, knob_value, manifest_of
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
@@ -235,7 +244,8 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         memo_before = PROCESS_MEMO.stats
         s = score(
             so, ctx.workload, profile, ctx.config, miss_budget=budget,
-            stop=rules, rungs=rungs, history=ctx.history, forecaster=ctx.forecaster,
+            stop=lambda p, rung: interrupt_check(p, rung) or rules(p, rung),  # Ctrl-C first
+            rungs=rungs, history=ctx.history, forecaster=ctx.forecaster,
         )  # fmt: skip
         trial.set_user_attr("metadata", meta)
         # what the trial's forecasts took from earlier trials', and what the
@@ -351,6 +361,7 @@ def _worker(
     import optuna
     from optuna.study import MaxTrialsCallback
 
+    quiet_optuna()  # Ctrl-C is said once, by the command
     store = open_storage(url, grace_s=grace_s)
     probe = _load_study(store, name, 0, fingerprint)
     # optuna's silent-heartbeat rule; a trial that never beat is failed by
@@ -379,6 +390,7 @@ def _worker(
         if sum(1 for t in ahead if t.number < trial.number) >= n_trials:
             trial.set_user_attr("stopped", "the study already holds its trials")
             raise optuna.TrialPruned("the study already holds its trials")
+        raise_if_interrupted()  # Ctrl-C came: no trial begins (this one is failed)
         return objective(trial)
 
     while _counted(study) < n_trials:
@@ -445,8 +457,6 @@ def run_study(
     (up to ``wait_s``; a dead one's is failed once silent for ``grace_s``), then
     read every finished trial back: every process reports the same best."""
 
-    import optuna
-
     if n_trials < 1:
         raise ValueError(f"trials must be >= 1, got {n_trials}")
     if jobs < 1:
@@ -467,6 +477,19 @@ def run_study(
         for label, params in neighbour_params(seed, ctx.space, ctx.max_replicas, limit):
             study.enqueue_trial(params, user_attrs={"seeded": label}, skip_if_exists=True)
     deadline = time.monotonic() + wait_s
+    with interruptible_trials():  # Ctrl-C stops the trials where nothing is half done
+        _rounds(ctx, study, storage, study_name, n_trials, jobs, fingerprint, worker, grace_s,
+                deadline, dead)  # fmt: skip
+    return read_study(study, storage, study_name)
+
+
+def _rounds(
+    ctx: TuneContext, study: Any, storage: str, study_name: str, n_trials: int, jobs: int,
+    fingerprint: str, worker: str, grace_s: int, deadline: float, dead: DeadTrials,
+) -> None:  # fmt: skip
+    """Rounds of workers until the study holds ``n_trials`` (or the deadline)."""
+    import optuna
+
     running = (optuna.trial.TrialState.RUNNING,)
     # rounds: a trial left RUNNING by a killed process counts until it is
     # failed (GRACE_S), then the next round runs its replacement
@@ -474,9 +497,10 @@ def run_study(
         if jobs == 1:
             _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0", 0, grace_s)
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
+            with ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker) as pool:
                 futures = [
                     pool.submit(
+                        run_quietly,
                         _worker,
                         ctx,
                         storage,
@@ -489,14 +513,13 @@ def run_study(
                     )
                     for k in range(jobs)
                 ]
-                for fut in futures:
-                    fut.result()
+                wait_for_workers(futures)
         while study.get_trials(deepcopy=False, states=running) and time.monotonic() < deadline:
+            raise_if_interrupted()
             dead.fail(study)
             time.sleep(1.0)
         if _counted(study) >= n_trials or time.monotonic() >= deadline:
             break
-    return read_study(study, storage, study_name)
 
 
 def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:

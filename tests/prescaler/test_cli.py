@@ -62,3 +62,18 @@ def test_help_still_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit) as done:
         main(["simulate", "--help"])
     assert done.value.code == 0 and "usage: prescaler simulate" in capsys.readouterr().out
+
+
+def test_ctrl_c_anywhere_is_one_line_and_status_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the commands load, or in a command that does not handle it
+    itself, ends with one line and the shell's status for SIGINT."""
+    import prescaler.cli as cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["simulate", "t.csv"]) == 130
+    assert capsys.readouterr().err == "prescaler: interrupted\n"

@@ -1,0 +1,187 @@
+"""Ctrl-C across a tune's processes: one quiet stop, never a traceback or a hang.
+
+A terminal's Ctrl-C reaches every process of its foreground group, so a
+tune with ``--jobs N`` gets it N + 1 times: in the command and in each
+worker, busy in a simulation, in optuna's bookkeeping, or idle in the
+process pool's queue. Left to Python, each raises a KeyboardInterrupt
+wherever it is: every worker prints a traceback, and one raised inside
+optuna's storage code can leave a database transaction open (the next
+write then waits on its own lock) or a heartbeat thread running (the
+process never exits). So while trials run, SIGINT only marks the process
+stopped (:func:`interruptible_trials`, :func:`quiet_worker`), and the stop
+is raised where nothing is half done: as a trial begins
+(:func:`raise_if_interrupted`) and at the simulation's own periodic checks
+(:func:`interrupt_check`, a ``score`` stop rule), so optuna marks the trial
+failed and the same command run again runs it again. A worker's job then
+returns :data:`INTERRUPTED` (:func:`run_quietly`), and the command, which
+waits for its workers while watching the mark (:func:`wait_for_workers`),
+passes the stop on to them if it alone was interrupted (``kill -INT``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from types import FrameType
+from typing import Any, Final
+
+__all__ = [
+    "INTERRUPTED",
+    "interrupt_check",
+    "interruptible_trials",
+    "quiet_optuna",
+    "quiet_worker",
+    "raise_if_interrupted",
+    "run_quietly",
+    "wait_for_workers",
+]
+
+
+class _Interrupted:
+    """What a worker's job returns when Ctrl-C stopped it."""
+
+    def __repr__(self) -> str:
+        return "INTERRUPTED"
+
+    def __reduce__(self) -> str:
+        return "INTERRUPTED"  # the one instance, also after pickling back
+
+
+INTERRUPTED: Final = _Interrupted()
+
+_stopped = False
+"""Ctrl-C came: the simulation running stops at its next check, and no
+further trial begins."""
+
+POLL_S = 0.25
+"""How often the command, waiting for its workers, looks at the mark."""
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    global _stopped
+    _stopped = True
+
+
+def raise_if_interrupted() -> None:
+    """Raise the KeyboardInterrupt Ctrl-C asked for, here where it is safe."""
+    if _stopped:
+        raise KeyboardInterrupt
+
+
+def interrupt_check(progress: object, rung: float | None) -> str | None:
+    """A ``simulations.tune.search.score`` stop rule that stops a run on
+    Ctrl-C (it raises; it never gives a reason to record)."""
+    raise_if_interrupted()
+    return None
+
+
+def quiet_worker() -> None:
+    """A process pool's ``initializer``: SIGINT marks the worker stopped."""
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+@contextlib.contextmanager
+def interruptible_trials() -> Iterator[None]:
+    """Trials (or their workers) run under this, in the main process: Ctrl-C
+    is held as in a worker, and raised after, as a KeyboardInterrupt, once
+    the trials have stopped."""
+    global _stopped
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only: nothing to hold here
+        return
+    _stopped = False
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        stopped, _stopped = _stopped, False
+    if stopped:
+        raise KeyboardInterrupt
+
+
+def run_quietly(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker, or :data:`INTERRUPTED` when Ctrl-C stopped
+    it (or came before it began, or before it ended)."""
+    if _stopped:
+        return INTERRUPTED
+    try:
+        result = fn(*args)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    return INTERRUPTED if _stopped else result
+
+
+def wait_for_workers(futures: Sequence[Future[Any]]) -> list[Any]:
+    """Each worker's return, in order; Ctrl-C (here, or in a worker alone)
+    is passed on to every worker, and raised once they have all returned."""
+    forwarded = False
+    pending: set[Future[Any]] = set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=POLL_S, return_when=FIRST_EXCEPTION)
+        stop = _stopped or any(f.done() and _interrupted(f) for f in futures)
+        if stop and not forwarded:
+            _stop_workers()
+            forwarded = True
+    done = [f.result() for f in futures]  # a worker's error is raised here
+    if forwarded or any(d is INTERRUPTED for d in done):
+        raise KeyboardInterrupt
+    return done
+
+
+def _interrupted(fut: Future[Any]) -> bool:
+    return fut.exception() is None and fut.result() is INTERRUPTED
+
+
+def _stop_workers() -> None:
+    """Pass Ctrl-C on to this process's live children (the pool's workers)."""
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(child.pid, signal.SIGINT)
+
+
+class _NoInterruptedTrials(logging.Filter):
+    """Drops optuna's two warnings about a trial Ctrl-C cut short (the first
+    carries its traceback): the command says it was interrupted, once. The
+    same for a trial another process finished first (SQLite's race on the
+    queued trial, :func:`simulations.tune.study.is_tell_race`): its result
+    is stored, and nothing is wrong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cut: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.exc_info and _quiet(record.exc_info[0]):
+            self._cut.add(text.split(" failed", 1)[0])  # "Trial N"
+            return False
+        head = text.split(" failed with value", 1)
+        if len(head) == 2 and head[0] in self._cut:
+            self._cut.discard(head[0])
+            return False
+        return True
+
+
+def _quiet(kind: type[BaseException] | None) -> bool:
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    return kind is not None and issubclass(kind, (KeyboardInterrupt, UpdateFinishedTrialError))
+
+
+_OPTUNA_RUN_LOGGER = "optuna.study._optimize"
+"""The logger optuna reports a failed trial on (``optuna.study._optimize``)."""
+
+
+def quiet_optuna() -> None:
+    """Keep optuna from logging the trials Ctrl-C cut short (once per process)."""
+    log = logging.getLogger(_OPTUNA_RUN_LOGGER)
+    if not any(isinstance(f, _NoInterruptedTrials) for f in log.filters):
+        log.addFilter(_NoInterruptedTrials())
