@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +138,18 @@ def test_two_profiles_under_one_name_are_refused(fitted: Path, tmp_path: Path) -
     # the same figures under a built-in name are the built-in
     same = write_profile_file(PROFILES[BASE], tmp_path / "same.yaml")
     assert use_profile(str(same)) is PROFILES[BASE]
+
+
+def test_a_users_scaledobject_may_name_the_files_profile(
+    trace: Path, fitted: Path, tmp_path: Path
+) -> None:
+    """The user's own ScaledObject names the profile as the cluster will
+    (``profile: llama-3-8b@my-l4``, the file mounted there): with the file as
+    ``--profile``, that name is the file's profile."""
+    shipped = Path(__file__).parents[2] / "manifests" / "vllm" / "gpu" / "scaledobject.yaml"
+    text = shipped.read_text()
+    assert "profile:" in text
+    mine = tmp_path / "scaledobject.yaml"
+    mine.write_text(re.sub(r"profile: .*", f'profile: "{NAME}"', text))
+    doc = _simulate(trace, str(fitted), tmp_path / "so.json", "--scaledobject", str(mine))
+    assert len(doc["policies"]) == 3 and doc["profile"] == NAME
