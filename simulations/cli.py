@@ -84,8 +84,7 @@ class SimulateOptions:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "simulate",
-        help="replay a trace under static/reactive/predictive/oracle/hindsight scaling "
-        "and compare",
+        help="replay a trace under static/reactive/predictive/oracle/hindsight scaling and compare",
         description="Replay a request trace through emulated vLLM replicas, a Karpenter-like "
         "cluster and KEDA + HPA, under each policy; print a comparison table.",
     )

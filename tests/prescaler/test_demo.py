@@ -15,8 +15,16 @@ from prescaler.demo_tuned import FIXTURE, HOLDOUT, held_back_start, load_fixture
 from simulations.runner import idle_attainment
 from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
 
-LABELS = ("what you run today", "KEDA tuned: queue", "KEDA tuned: queue + KV",
-          "prescaler tuned", "static fleet", "oracle", "hindsight schedule", "best possible")  # fmt: skip
+LABELS = (
+    "what you run today",
+    "KEDA tuned: queue",
+    "KEDA tuned: queue + KV",
+    "prescaler tuned",
+    "static fleet",
+    "oracle",
+    "hindsight schedule",
+    "best possible",
+)
 
 
 def test_demo_scores_the_tuned_setups_on_the_held_back_part(
