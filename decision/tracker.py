@@ -41,7 +41,6 @@ from decision.capacity import capacity_for
 from decision.forecast_ledger import ForecastLedger
 from decision.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
 from decision.policy import (
-    STARTING_PATIENCE,
     Decision,
     DemandForecast,
     Observation,
@@ -57,6 +56,7 @@ from decision.prediction import (
     PredictRequest,
     run_prediction,
 )
+from decision.queue_hold import STARTING_PATIENCE
 from decision.reading import Reading, known_rate
 from decision.seasonal import SeasonalReader, reach_bins
 from decision.settings import ScalerSettings

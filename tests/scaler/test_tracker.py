@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decision.policy import STARTING_PATIENCE, Decision
+from decision.policy import Decision
 from decision.prediction import ForecasterBackend, run_prediction
+from decision.queue_hold import STARTING_PATIENCE
 from decision.reading import Reading
 from decision.settings import ScalerSettings, parse_settings
 from decision.tracker import DEFAULT_LEAD_TIME_S, Tracker

@@ -1,4 +1,4 @@
-"""decision.policy: replicas asked for and still starting count before the
+"""decision.queue_hold through decide(): replicas asked for and still starting count before the
 queue term asks for more (the cold-start stampede)."""
 
 from __future__ import annotations
@@ -9,14 +9,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decision.policy import (
-    STARTING_PATIENCE,
-    Decision,
-    Observation,
-    ReplicaCapacity,
-    decide,
-    queue_hold,
-)
+from decision.policy import Decision, Observation, ReplicaCapacity, decide
+from decision.queue_hold import STARTING_PATIENCE, queue_hold
 from decision.settings import ScalerSettings, parse_settings
 
 BASE = ScalerSettings(prometheus_address="http://p:9090", max_replicas=64)
