@@ -72,7 +72,7 @@ GRPC_FORK_SUPPORT_ENV = "GRPC_ENABLE_FORK_SUPPORT"
 
 
 def quiet_grpc_forks() -> None:
-    """Turn gRPC's fork support off in this process (and the children it
+    """Turn gRPC's fork support off in this process (not in the children it
     starts), unless the environment says otherwise; call before gRPC loads.
 
     The stack starts its children with ``fork()`` (the ``preexec_fn`` that
@@ -82,7 +82,25 @@ def quiet_grpc_forks() -> None:
     once), and with calls in flight they only print
     ``fork_posix.cc ... skipping fork() handlers`` on the stack's terminal.
     """
-    os.environ.setdefault(GRPC_FORK_SUPPORT_ENV, "false")
+    global _CHILD_ENV_DROPS
+    if GRPC_FORK_SUPPORT_ENV not in os.environ:
+        os.environ[GRPC_FORK_SUPPORT_ENV] = "false"
+        # only this process's gRPC client: the children (``prescaler serve``
+        # among them) run with gRPC's settings as production has them
+        _CHILD_ENV_DROPS = frozenset({GRPC_FORK_SUPPORT_ENV})
+
+
+_CHILD_ENV_DROPS: frozenset[str] = frozenset()
+"""Variables this process set for itself that its children must not inherit."""
+
+
+def _child_env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The environment a child starts with: this process's, less what it set
+    for itself alone, plus ``extra`` (None: inherit unchanged)."""
+    if extra is None and not _CHILD_ENV_DROPS:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROPS}
+    return {**env, **(extra or {})}
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -117,7 +135,7 @@ class Child:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
-                env=None if self.env is None else {**os.environ, **self.env},
+                env=_child_env(self.env),
             )
         except OSError as exc:
             raise StackError(f"{self.name}: cannot start {self.argv[0]}: {exc}") from exc

@@ -11,9 +11,11 @@ their absence with it is the fix and not luck.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +64,36 @@ def test_forks_beside_busy_grpc_print_nothing_once_quieted() -> None:
     if _fork_lines("loud") == 0:
         pytest.skip("this gRPC build prints nothing on fork: nothing to quiet")
     assert _fork_lines("quiet") == 0
+
+
+CHILD_ENV_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from stack.processes import Child, quiet_grpc_forks
+    quiet_grpc_forks()
+    import os
+    assert os.environ["GRPC_ENABLE_FORK_SUPPORT"] == "false"
+    log = Path(sys.argv[1])
+    probe = "import os; print(os.environ.get('GRPC_ENABLE_FORK_SUPPORT', 'unset'))"
+    for env in (None, {"EXTRA": "1"}):
+        child = Child("probe", [sys.executable, "-c", probe], log, env=env)
+        child.start()
+        assert child.process is not None and child.process.wait(60) == 0
+    """
+)
+
+
+def test_the_children_keep_grpc_s_own_fork_setting(tmp_path: Path) -> None:
+    """The setting is the stack's own: ``prescaler serve`` and the other
+    children run with gRPC's settings as production has them."""
+    log = tmp_path / "probe.log"
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_ENV_SCRIPT, str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().split() == ["unset", "unset"]
