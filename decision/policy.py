@@ -30,18 +30,14 @@ The rules:
   forecast wakes a fleet at zero even before capacity is known). The bar is
   on the median, not the upper quantile: an upper band that never quite
   reaches zero after a session would keep a replica up all night.
-* Replicas already asked for count before more are asked: while the last
-  answer is not all ready and the fleet is getting there (the answer rose,
-  or a replica became ready, within the last lead time), the queue term is
-  held at that answer (reason ``starting_hold`` when that is what limits
-  it). A queue that grows while replicas start is the backlog those
-  replicas were asked for; sizing for it again each poll asked for the
-  maximum within two minutes of a cold start. Once they are ready, or
-  nothing arrived for two lead times, the queue term is free again (the
-  load, KV and forecast terms are never held). And once they are ready, a
-  queue falling fast enough to be gone within a lead time is left to them
-  (``draining_hold``): replicas asked for then would come to an empty
-  queue. ``countStartingReplicas: "false"`` turns both off.
+* Replicas already asked for count before more are asked
+  (:mod:`decision.queue_hold`): while they are starting, or draining the
+  queue fast enough once ready, the queue term asks no more than the last
+  answer (reasons ``starting_hold``, ``draining_hold``). A queue that grows
+  while replicas start is the backlog they were asked for; sizing for it
+  again each poll asked for the maximum within two minutes of a cold start.
+  The load, KV and forecast terms are never held; ``countStartingReplicas:
+  "false"`` turns the hold off.
 * ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
   is a max, the forecast can only add capacity; scale-in happens only when
   the live signals and the forecast both allow it.

@@ -29,7 +29,7 @@ def queue_hold(
     asked for will serve the queue (None: nothing holds it).
 
     ``starting_hold``: the last fresh answer is above ``ready`` and the fleet
-    made progress towards it (the answer rose, or a replica became ready)
+    made progress towards it (the answer rose, or the ready count reached a new high)
     within the last ``STARTING_PATIENCE`` lead times. Replicas that stop
     arriving for that long may never come (no capacity, a crash loop); one
     lead time is too short, since ``ready`` is read a scrape late and starts
@@ -52,25 +52,31 @@ def queue_hold(
     if requested > ready:
         return (requested, "starting_hold") if _arriving(fresh, ready, now, lead_s) else None
     if _drains_within(fresh, waiting, now, lead_s):
-        return requested, "draining_hold"
+        # never below the ready fleet whose pace the fall was measured at
+        return max(requested, ready), "draining_hold"
     return None
 
 
 def _arriving(fresh: Sequence[Decision], ready: int, now: float, lead_s: float) -> bool:
-    """The answer rose, or a replica became ready, within the patience."""
+    """The answer rose, or the ready count reached a new high, within the
+    patience. Only a new high is an arrival: a count that flaps back (a
+    scrape missed, a crash-looping pod passing its probe again) would
+    otherwise re-arm the hold for ever. The oldest decision kept counts as a
+    rise: with a short history (a cold start, a restart) nothing says the
+    replicas asked for are not on their way."""
     since = now - STARTING_PATIENCE * lead_s
-    later_ready = ready
-    for i in range(len(fresh) - 1, -1, -1):
-        d = fresh[i]
-        if d.time_s <= since:
-            return False
-        if d.ready_replicas >= 0 and later_ready > d.ready_replicas:
-            return True
+    last_event = -math.inf
+    high = -1
+    for i, d in enumerate(fresh):
         if i == 0 or d.replicas > fresh[i - 1].replicas:
-            return True  # the answer rose here (or nothing older is kept: a cold start)
-        if d.ready_replicas >= 0:
-            later_ready = d.ready_replicas
-    return False
+            last_event = d.time_s
+        if d.ready_replicas > high:
+            if high >= 0:
+                last_event = d.time_s
+            high = d.ready_replicas
+    if high >= 0 and ready > high:
+        last_event = now
+    return last_event > since
 
 
 def _drains_within(fresh: Sequence[Decision], waiting: float, now: float, lead_s: float) -> bool:

@@ -105,6 +105,27 @@ def test_replicas_that_never_come_free_the_queue_term_after_the_patience() -> No
     assert made[-1].replicas == freed.replicas and made[-1].reason == "starting_hold"
 
 
+def test_a_ready_count_that_flaps_back_does_not_re_arm_the_hold() -> None:
+    """A pod that passes its probe and fails again (2, 1, 2, 1 ready) is no
+    arrival after the first time: the patience runs from the last new high."""
+    steps = int(STARTING_PATIENCE * LEAD / DT) + 10
+    flapping = [obs(i * DT, 1 + (i // 5) % 2, 24.0 + i) for i in range(steps)]
+    made = run(flapping)
+    first_high = next(d.time_s for d in made if d.ready_replicas == 2)
+    free = [d for d in made if d.time_s > first_high + STARTING_PATIENCE * LEAD]
+    assert free and all(d.replicas > 8 for d in free), [(d.time_s, d.replicas) for d in made]
+
+
+def test_a_draining_hold_never_answers_below_the_ready_fleet() -> None:
+    """Scaling in (the last answer 3, 8 still ready) with a queue that falls
+    fast: the queue term is held at the 8 whose pace drained it, so the HPA
+    removes none of them while a queue is there."""
+    before = [Decision(0.0, 3, "queue", {}, ready_replicas=8, waiting=150.0)]
+    d = decide(obs(10.0, 8, 110.0), None, BASE, before, UNKNOWN, lead_s=LEAD)
+    assert (d.proposals["queue"], d.reason) == (8.0, "draining_hold")
+    assert d.replicas >= 8
+
+
 def test_the_other_terms_are_never_held() -> None:
     """The hold limits the queue term alone: the KV cache still asks for more."""
     first = run(growing_backlog(2, 0.0, 3, 3.0))
