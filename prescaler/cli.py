@@ -40,9 +40,6 @@ class CommandModuleError(ImportError):
         self.module = module
 
 
-EXIT_INTERRUPTED = 130
-"""The shell's status for a command stopped by SIGINT (128 + 2)."""
-
 _PARSER_ATTR = "_prescaler_parser"
 
 
@@ -109,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a command that can say more on Ctrl-C (tune, stack) says it and
         # returns; anywhere else (importing, a command without its own
         # handling) one line, not a traceback, and the shell's status
+        from simulations.tune.interrupts import EXIT_INTERRUPTED
+
         print("prescaler: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return int(result or 0)

@@ -25,6 +25,7 @@ __all__ = [
     "chosen_settings",
     "degenerate_note",
     "floor_of",
+    "month_cost",
     "printed_sides",
     "targets_line",
     "verdict",
@@ -152,13 +153,14 @@ def _replicas(n: int) -> str:
     return f"{n} replica" if n == 1 else f"{n} replicas"
 
 
-def _month(cost_usd: float, months: float) -> str:
+def month_cost(cost_usd: float, months: float) -> str:
+    """A cost over ``months`` as the report prints it (``-`` when not finite)."""
     return f"${cost_usd / months:,.0f}/month" if math.isfinite(cost_usd) else "-"
 
 
 def _held(c: Chosen, months: float) -> str:
     """Its held-back figures and whether it meets the target, seed by seed."""
-    figures = f"{100 * c.attainment:.2f} % at {_month(c.cost_usd, months)}"
+    figures = f"{100 * c.attainment:.2f} % at {month_cost(c.cost_usd, months)}"
     if c.seeds == 1:
         return f"{figures}, {'meets' if c.seeds_met else 'misses'} the held-back target"
     return f"{figures}, meets the held-back target under {c.seeds_met} of {c.seeds} arrival seeds"
@@ -166,18 +168,21 @@ def _held(c: Chosen, months: float) -> str:
 
 def verdict(result: TuneResult) -> dict[str, Any]:
     """The headline, as ``--json`` carries it (``verdict``): ``text`` (the
-    words printed), ``chosen_cost_ratio`` (prescaler's chosen setting over
-    KEDA queue-length's, both as printed, on the held-back part; None
-    unless both sides have one), ``static_floor`` (the replicas every side's
+    words printed, about the sides printed to paste), ``chosen_cost_ratio``
+    (prescaler's chosen setting over the printed KEDA queue block's, on the
+    held-back part: ``keda-queue-kv`` when it was tuned, else ``keda-queue``;
+    ``ratio_side`` names it; None unless both have one), ``static_floor`` (the replicas every side's
     chosen setting sat at, when they all did and agree) and
     ``static_sides`` (the sides whose chosen setting is a static floor)."""
     months = result.months[1]
-    chosen = chosen_settings(result)
+    printed = set(printed_sides(result))
+    chosen = [c for c in chosen_settings(result) if c.side in printed]
     by = {c.side: c for c in chosen}
     static = [c for c in chosen if c.static]
     ratio = None
-    if "prescaler" in by and "keda-queue" in by and by["keda-queue"].cost_usd > 0:
-        ratio = round(by["prescaler"].cost_usd / by["keda-queue"].cost_usd, 4)
+    keda = next((by[k] for k in ("keda-queue-kv", "keda-queue") if k in by), None)
+    if "prescaler" in by and keda is not None and keda.cost_usd > 0:
+        ratio = round(by["prescaler"].cost_usd / keda.cost_usd, 4)
     floors = {c.floor for c in static}
     floor = (
         next(iter(floors)) if chosen and len(static) == len(chosen) and len(floors) == 1 else None
@@ -199,18 +204,19 @@ def verdict(result: TuneResult) -> dict[str, Any]:
                 "history before choosing a trigger."
             )
         else:
-            cheapest = min(
-                (c for c in chosen if c.seeds_met == c.seeds),
-                key=lambda c: c.cost_usd,
-                default=min(chosen, key=lambda c: c.cost_usd),
+            met = [c for c in chosen if c.seeds_met == c.seeds]
+            cheapest = min(met or chosen, key=lambda c: c.cost_usd)
+            which = (
+                "The cheapest that met the held-back target"
+                if met
+                else "None met the held-back target; the cheapest"
             )
             each = ", ".join(f"{c.side} {c.floor}" for c in chosen)
             lines.append(
                 f"no side beat a static floor here: each side's chosen setting held the fleet "
                 f"at its floor ({each}) and its triggers never added a replica; the trace is "
-                "too short or too flat to tell settings apart. The cheapest that met the "
-                f"held-back target: a floor of {cheapest.floor} "
-                f"({_month(cheapest.cost_usd, months)})."
+                f"too short or too flat to tell settings apart. {which}: a floor of "
+                f"{cheapest.floor} ({month_cost(cheapest.cost_usd, months)})."
             )
     else:
         ok = [c for c in chosen if c.seeds_met == c.seeds]
@@ -248,4 +254,5 @@ def verdict(result: TuneResult) -> dict[str, Any]:
         "chosen_cost_ratio": ratio,
         "static_floor": floor,
         "static_sides": [c.side for c in static],
+        "ratio_side": None if ratio is None or keda is None else keda.side,
     }

@@ -278,12 +278,8 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
 def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out: TextIO) -> int:
     """Tune, report, write; the exit status (0, or :data:`EXIT_SLO_UNMET`;
     130 after Ctrl-C, the trials so far written)."""
-    from simulations.tune.interrupted import (
-        EXIT_INTERRUPTED,
-        TuneInterrupted,
-        so_far_line,
-        write_so_far,
-    )
+    from simulations.tune.interrupted import TuneInterrupted, so_far_line, write_so_far
+    from simulations.tune.interrupts import EXIT_INTERRUPTED
 
     try:
         result = tune(request, out)

@@ -1,6 +1,8 @@
 """A tune stopped by Ctrl-C: what its trials found so far, written as promised.
 
-``--json`` and ``--plot`` are written on every exit. A stopped tune has no
+On Ctrl-C, ``--json`` and ``--plot`` are written from the trials so far
+(a finished tune writes its own, and one whose prescaler side met no
+target, exit status 3, writes its plots and no JSON). A stopped tune has no
 held-back scores (those come after every side's study), so what it writes
 is the tuning part's: each side's trials so far and the cheapest one that
 met the target there. The trials themselves stay in the study storage, and
@@ -27,16 +29,12 @@ if TYPE_CHECKING:
     from simulations.tune.study import StudyResult
 
 __all__ = [
-    "EXIT_INTERRUPTED",
     "SoFar",
     "TuneInterrupted",
     "interrupted_document",
     "so_far_line",
     "write_so_far",
 ]
-
-EXIT_INTERRUPTED = 130
-"""The shell's status for a command stopped by SIGINT (128 + 2)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ def interrupted_document(so_far: SoFar) -> dict[str, Any]:
             else {
                 "slo_attainment": best.attainment,
                 "cost_usd": best.cost_usd,
-                "cost_per_month_usd": best.cost_usd / so_far.months,
+                "cost_per_month_usd": best.cost_usd / so_far.months if so_far.months > 0 else None,
             },
         }
 

@@ -32,6 +32,7 @@ from types import FrameType
 from typing import Any, Final
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "INTERRUPTED",
     "interrupt_check",
     "interruptible_trials",
@@ -41,6 +42,11 @@ __all__ = [
     "run_quietly",
     "wait_for_workers",
 ]
+
+
+EXIT_INTERRUPTED = 130
+"""The shell's status for a command stopped by SIGINT (128 + 2): any
+``prescaler`` command's, and a tune's after it wrote its trials so far."""
 
 
 class _Interrupted:

@@ -340,17 +340,33 @@ FRACTION_METRICS = (
 )
 """vLLM's metrics that read a fraction, 0 to 1 (``_perc`` notwithstanding)."""
 
-_SUMMED = re.compile(r"\b(sum|count)\s*(by|without)?\s*(\([^)]*\))?\s*\(")
+_GROUPING = r"(?:\s*(?:by|without)\s*\([^()]*\))?"
+_PER_REPLICA = re.compile(
+    r"^(?:avg|max|min|(?:avg|max|min)_over_time)" + _GROUPING + r"\s*\((.*)\)" + _GROUPING + r"$",
+    re.DOTALL,
+)
+_QUANTILE = re.compile(
+    r"^quantile(?:_over_time)?" + _GROUPING + r"\s*\(\s*[0-9.]+\s*,(.*)\)" + _GROUPING + r"$",
+    re.DOTALL,
+)
+_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{[^{}]*\})?\s*(?:\[[^\[\]]*\])?$")
 
 
 def metric_ceiling(query: str) -> float | None:
     """The most a trigger's ``query`` can read: 1 for a vLLM fraction
-    (:data:`FRACTION_METRICS`) read per replica (``avg``, ``max``, ``min``, a
-    quantile: anything but a ``sum`` or ``count`` across them); None when
-    unbounded or unknown. A threshold searched above it could never fire."""
-    if not any(m in query for m in FRACTION_METRICS) or _SUMMED.search(query):
-        return None
-    return 1.0
+    (:data:`FRACTION_METRICS`) read per replica, plainly (the series, or an
+    ``avg``, ``max``, ``min`` or quantile of it, over replicas or time, and
+    nothing else); None otherwise, unbounded or unknown: a ``sum`` or
+    ``count`` across replicas, or any arithmetic on it (``* 100`` reads 0
+    to 100). A threshold searched above the ceiling could never fire."""
+    inner = query.strip()
+    while True:
+        peeled = _PER_REPLICA.match(inner) or _QUANTILE.match(inner)
+        if peeled is None:
+            break
+        inner = peeled.group(1).strip()
+    series = _SERIES.match(inner)
+    return 1.0 if series is not None and series.group(1) in FRACTION_METRICS else None
 
 
 KEDA_DEFAULTS: dict[str, str] = {

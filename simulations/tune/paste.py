@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from simulations.tune.advice import floor_of
+
 if TYPE_CHECKING:
     from simulations.tune.run import TuneRequest
 
@@ -200,10 +202,7 @@ def window_notes(doc: Mapping[str, Any]) -> list[str]:
     (the HPA takes the largest proposal): said so, since tune does not
     search one but a ScaledObject may be written with one."""
     spec = doc.get("spec", {})
-    floor = int(spec.get("minReplicaCount", 0) or 0)
-    for trig in spec.get("triggers") or []:
-        if trig.get("type") in _PRESCALER:
-            floor = max(floor, int((trig.get("metadata") or {}).get("minReplicas", 0) or 0))
+    floor = floor_of(doc)
     notes: list[str] = []
     for i, trig in enumerate(spec.get("triggers") or []):
         if trig.get("type") != "cron":
@@ -237,9 +236,9 @@ def paste_manifest(
         doc = apply_to_manifest(doc, fields)
         missing.extend(needs)
         for trig in doc["spec"]["triggers"]:
-            address = str((trig.get("metadata") or {}).get("prometheusAddress", ""))
-            if trig.get("type") in _PRESCALER and is_loopback(address):
-                missing.append(_loopback_note("prometheusAddress", address))
+            written = str((trig.get("metadata") or {}).get("prometheusAddress", ""))
+            if trig.get("type") in _PRESCALER and is_loopback(written):
+                missing.append(_loopback_note("prometheusAddress", written))
     missing.extend(_server_addresses(doc, address))
     gateway = gateway_note(doc)
     if gateway:

@@ -256,10 +256,12 @@ def _note(ax: Any, lines: Sequence[str]) -> None:
 def _ratio_text(doc: Mapping[str, Any]) -> str:
     """The headline ratio as the report prints it: the chosen (printed)
     settings', not the frontier's."""
-    ratio = (doc.get("verdict") or {}).get("chosen_cost_ratio")
+    verdict = doc.get("verdict") or {}
+    ratio = verdict.get("chosen_cost_ratio")
     if ratio is None:
         return "no prescaler / KEDA queue-length ratio: it needs both sides' chosen settings"
-    return f"prescaler / KEDA queue-length, the chosen settings as printed: {ratio:.2f}x"
+    side = verdict.get("ratio_side") or "keda-queue"
+    return f"prescaler / {side}, the chosen settings as printed: {ratio:.2f}x"
 
 
 def _zoom(ax: Any, points: Sequence[tuple[float, float]], target_x: float) -> None:

@@ -14,7 +14,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from simulations.tune.advice import degenerate_note, printed_sides, targets_line, verdict
+from simulations.tune.advice import (
+    degenerate_note,
+    month_cost,
+    printed_sides,
+    targets_line,
+    verdict,
+)
 
 if TYPE_CHECKING:
     from simulations.tune.run import FrontierPoint, TuneRequest, TuneResult
@@ -28,10 +34,6 @@ share on the held-back part is flagged adverse (less is billing noise)."""
 
 def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
-
-
-def _month(cost_usd: float, months: float) -> str:
-    return "-" if not math.isfinite(cost_usd) else f"${cost_usd / months:,.0f}/month"
 
 
 def cost_at_target(points: Sequence[FrontierPoint], target: float) -> float | None:
@@ -179,9 +181,9 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
         for x in s.frontier:
             mark = "meets" if x.attainment >= held_target else "misses"
             print(f"    trial {x.trial:>4}  {_pct(x.attainment):>9}  "
-                  f"{_month(x.cost_usd, months):>16}  {mark}", file=out)  # fmt: skip
+                  f"{month_cost(x.cost_usd, months):>16}  {mark}", file=out)  # fmt: skip
         b = s.baseline
-        print(f"    as written  {_pct(b.attainment):>9}  {_month(b.cost_usd, months):>16}  "
+        print(f"    as written  {_pct(b.attainment):>9}  {month_cost(b.cost_usd, months):>16}  "
               f"{'meets' if b.attainment >= held_target else 'misses'}", file=out)  # fmt: skip
     for s in result.sides:
         if s.tuned is None or s.holdout is None:
@@ -193,7 +195,7 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                       "no trial completed", file=out)  # fmt: skip
                 continue
             reached = (
-                f"was {_pct(c.attainment)} at {_month(c.cost_usd, result.months[0])}"
+                f"was {_pct(c.attainment)} at {month_cost(c.cost_usd, result.months[0])}"
                 if c.finished
                 else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
             )
@@ -204,9 +206,9 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
             continue
         print(f"\n{s.side.name}: chosen trial {s.study.best.number if s.study.best else '-'}: "
               f"tuning part {_pct(s.tuned['slo_attainment'])} at "
-              f"{_month(s.tuned['cost_usd'], result.months[0])}, held back "
+              f"{month_cost(s.tuned['cost_usd'], result.months[0])}, held back "
               f"{_pct(s.holdout['slo_attainment'])} at "
-              f"{_month(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
+              f"{month_cost(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
         if len(s.holdout_seeds) > 1:
             met = sum(1 for _, a, _ in s.holdout_seeds if a >= held_target)
             seeds = ", ".join(str(k) for k, _, _ in s.holdout_seeds)

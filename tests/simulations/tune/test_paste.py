@@ -294,3 +294,38 @@ def test_a_window_below_the_floor_is_said_to_change_nothing() -> None:
     )
     notes = window_notes(doc)
     assert len(notes) == 1 and "not above the floor of 3" in notes[0]
+
+
+def test_a_mixed_manifest_writes_the_prometheus_address_on_every_trigger() -> None:
+    """A prescaler trigger followed by a KEDA prometheus trigger (a user's
+    --scaledobject as prescaler's base): --prometheus-address lands on both,
+    the prometheus trigger's ``serverAddress`` too."""
+    mixed = yaml.safe_load(
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mixed}\n"
+        "spec:\n  scaleTargetRef: {name: vllm}\n  minReplicaCount: 1\n  maxReplicaCount: 6\n"
+        "  triggers:\n  - type: external\n    metadata:\n"
+        "      scalerAddress: prescaler:9090\n      prometheusAddress: http://prometheus:9090\n"
+        "      minReplicas: '1'\n      maxReplicas: '6'\n"
+        "  - type: prometheus\n    metadata:\n      serverAddress: http://prometheus:9090\n"
+        "      query: sum(vllm:num_requests_waiting)\n      threshold: '3'\n"
+    )
+    url = "http://prometheus-operated.monitoring:9090"
+    doc, missing = paste_manifest(_request(prometheus_address=url), mixed)
+    triggers = doc["spec"]["triggers"]
+    assert triggers[0]["metadata"]["prometheusAddress"] == url
+    assert triggers[1]["metadata"]["serverAddress"] == url
+    assert not any("placeholder" in n for n in missing), missing
+
+
+def test_a_kv_fraction_scaled_to_percent_is_not_capped_at_one() -> None:
+    """Only a plain avg/max/min of the 0-1 metric reads at most 1: the
+    same metric times 100 (a 0-100 signal) or with other arithmetic on it
+    has no ceiling of 1."""
+    assert metric_ceiling("avg(vllm:kv_cache_usage_perc)") == 1.0
+    assert metric_ceiling('min(vllm:cpu_cache_usage_perc{model_name="m"})') == 1.0
+    assert metric_ceiling("max by (pod) (vllm:gpu_cache_usage_perc)") == 1.0
+    assert metric_ceiling("avg(vllm:kv_cache_usage_perc) * 100") is None
+    assert metric_ceiling("100 * max(vllm:kv_cache_usage_perc)") is None
+    assert metric_ceiling("avg(vllm:kv_cache_usage_perc * 100)") is None
+    assert metric_ceiling("avg(vllm:kv_cache_usage_perc) / 0.8") is None
+    assert metric_ceiling("avg(vllm:kv_cache_usage_perc) + avg(vllm:num_requests_waiting)") is None

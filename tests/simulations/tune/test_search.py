@@ -292,7 +292,9 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
         "hindsight", "verdict",
     ]  # fmt: skip
     verdict = doc["verdict"]
-    assert list(verdict) == ["text", "chosen_cost_ratio", "static_floor", "static_sides"]
+    assert list(verdict) == [
+        "text", "chosen_cost_ratio", "static_floor", "static_sides", "ratio_side",
+    ]  # fmt: skip
     assert verdict["text"] in text  # the headline printed is the one written
     # the bound on the held-back part: it meets that part's target, and each
     # side's held-back cost is given as a multiple of it
