@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
         "--prometheus",
         help="Prometheus URL this machine reaches (default: the trigger's prometheusAddress)",
     )
-    p.add_argument("--scaler", help="the scaler's gRPC address, host:port (plaintext)")
+    p.add_argument("--scaler", help="the scaler's host:port, for --scaler-metrics' default "
+                   "(its gRPC is never called: that would register the object)")  # fmt: skip
     p.add_argument(
         "--scaler-metrics",
         help="the scaler's /metrics URL (default: http://<--scaler host>:9091/metrics)",

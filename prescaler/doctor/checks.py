@@ -74,9 +74,9 @@ class ScalerAnswer:
     tracked: bool
     """Its ``/metrics`` carries the object (KEDA has asked it)."""
     value: float | None = None
-    """GetMetrics' value; None when the call failed or was not made."""
+    """Its ``prescaler_desired_replicas`` on ``/metrics`` (what GetMetrics answers)."""
     error: str | None = None
-    """The failed call's status and message, or why the scaler could not be read."""
+    """Why the scaler could not be read, or a GetMetrics error where one was seen."""
     active: bool | None = None
     reasons: Mapping[str, float] = field(default_factory=dict)
     """Decisions made for the object by reason over the last ``settle_s`` seconds."""
@@ -94,8 +94,8 @@ def check_answer(trigger: TriggerView, obj: ObjectView, ans: ScalerAnswer) -> Fi
             "answer",
             label,
             f"cannot read the scaler: {ans.error}",
-            "give --scaler host:port and --scaler-metrics URL it answers on "
-            "(kubectl -n prescaler port-forward deploy/prescaler 9090 9091)",
+            "give --scaler-metrics the scaler's /metrics URL "
+            "(kubectl -n prescaler port-forward deploy/prescaler 9091)",
         )
     if not ans.tracked:
         return Finding(

@@ -1,4 +1,7 @@
-"""``prescaler doctor``'s I/O: Prometheus' HTTP API, the scaler's gRPC and ``/metrics``.
+"""``prescaler doctor``'s I/O: Prometheus' HTTP API and the scaler's ``/metrics``.
+
+Never the scaler's gRPC: it registers the object on every call, so a file
+that differs from what KEDA sends would retune or replace the live tracker.
 
 Thin and synchronous (a command run by hand): every call has a timeout, and
 a failure becomes :class:`FetchError` with one line naming what failed, which
@@ -8,21 +11,18 @@ the checks turn into a finding rather than a traceback.
 from __future__ import annotations
 
 import json
-import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "FetchError",
-    "GrpcAnswer",
     "PromClient",
     "Sample",
     "parse_exposition",
-    "probe_scaler",
     "read_url",
 ]
 
@@ -108,51 +108,3 @@ def parse_exposition(text: str) -> list[tuple[str, dict[str, str], float]]:
     except ValueError as exc:
         raise FetchError(f"not a Prometheus exposition: {exc}") from exc
     return out
-
-
-@dataclass(frozen=True)
-class GrpcAnswer:
-    value: float | None
-    active: bool | None
-    error: str | None
-
-
-def probe_scaler(
-    address: str,
-    namespace: str,
-    name: str,
-    metadata: Mapping[str, str],
-    metric_name: str,
-    timeout_s: float = 5.0,
-) -> GrpcAnswer:
-    """GetMetrics and IsActive for one object, as KEDA calls them (plaintext gRPC)."""
-    import grpc
-
-    from protos import externalscaler_pb2 as pb
-    from protos import externalscaler_pb2_grpc as pb_grpc
-
-    ref = pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=dict(metadata))
-    channel = grpc.insecure_channel(address)
-    try:
-        stub = pb_grpc.ExternalScalerStub(channel)
-        try:
-            got = stub.GetMetrics(
-                pb.GetMetricsRequest(scaledObjectRef=ref, metricName=metric_name),
-                timeout=timeout_s,
-            )
-            values: Sequence[Any] = got.metricValues
-            value = None
-            if values:
-                mv = values[0]
-                value = (
-                    float(mv.metricValueFloat) if mv.metricValueFloat > 0 else float(mv.metricValue)
-                )
-                value = value if math.isfinite(value) else None
-            active = bool(stub.IsActive(ref, timeout=timeout_s).result)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None
-            detail = exc.details() if hasattr(exc, "details") else str(exc)
-            return GrpcAnswer(None, None, f"{getattr(code, 'name', code)}: {detail}")
-        return GrpcAnswer(value, active, None)
-    finally:
-        channel.close()

@@ -16,7 +16,7 @@ from pathlib import Path
 from decision.settings import ScalerSettings, SettingsError, parse_settings
 from prescaler.doctor import checks
 from prescaler.doctor.checks import Finding, ScalerAnswer
-from prescaler.doctor.fetch import FetchError, PromClient, probe_scaler, read_url
+from prescaler.doctor.fetch import FetchError, PromClient, read_url
 from prescaler.doctor.gather import (
     ScalerMetrics,
     answer_history,
@@ -224,7 +224,7 @@ def _prescaler_trigger(
     )
 
     def after() -> list[Finding]:
-        answer = _answer(opts, obj, trigger, settings, scaler)
+        answer = _answer(settings, scaler)
         found = [checks.check_answer(trigger, obj, answer)]
         if hpa is not None:
             found.append(checks.check_hpa(trigger, hpa, answer.value))
@@ -238,13 +238,8 @@ def _prescaler_trigger(
     return out, after
 
 
-def _answer(
-    opts: DoctorOptions,
-    obj: ObjectView,
-    trigger: TriggerView,
-    settings: ScalerSettings,
-    scaler: _Scaler,
-) -> ScalerAnswer:
+def _answer(settings: ScalerSettings, scaler: _Scaler) -> ScalerAnswer:
+    """The scaler's answer for the object as its ``/metrics`` shows it."""
     if scaler.url is None:
         return ScalerAnswer(tracked=False, error="no --scaler or --scaler-metrics given")
     before, after = scaler.before, scaler.after
@@ -257,26 +252,14 @@ def _answer(
         if settings.prometheus_address
         else ("scrape" if settings.metrics_urls else "kubernetes")
     )
-    value, active, error = after.desired, None, None
-    if opts.scaler:
-        # Only for an object the scaler already tracks: with the metadata KEDA
-        # sends, this is one more poll, never a new registration.
-        got = probe_scaler(
-            opts.scaler,
-            obj.namespace,
-            obj.name,
-            trigger.metadata,
-            checks.METRIC_NAME,
-            opts.timeout_s,
-        )
-        value, active, error = got.value, got.active, got.error
+    # Only /metrics, never GetMetrics: the scaler registers on every call, so
+    # metadata that differs from KEDA's would retune or replace the live tracker.
+    value = after.desired if after.tracked else before.desired
     return ScalerAnswer(
         tracked=True,
         value=value,
-        error=error,
-        active=active,
         reasons=decision_deltas(before, after),
-        settle_s=opts.settle_s,
+        settle_s=scaler.opts.settle_s,
         source=source,
         source_up=after.source_up.get(source),
     )

@@ -6,7 +6,9 @@ child process, gRPC and ``/metrics`` over sockets): a healthy one, one whose
 ``minReplicas`` from "fresh" data: the inert autoscaler), and one whose only
 pod stops answering its scrape (the scaler holds). The test plays KEDA (it
 polls each object over gRPC) and checks that the doctor passes the first
-and names the cause of the other two.
+and names the cause of the other two, reading the scaler's ``/metrics``
+only: a file that differs from what KEDA sends leaves the live tracker as
+it was.
 
 The movement check needs an hour: Prometheus starts on an hour of history
 written with ``promtool tsdb create-blocks-from openmetrics`` (vLLM's
@@ -25,12 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 
 from prescaler.cli import main
-from prescaler.doctor.fetch import probe_scaler, read_url
+from prescaler.doctor.fetch import read_url
 from prescaler.doctor.gather import read_scaler_metrics
+from protos import externalscaler_pb2 as pb
+from protos import externalscaler_pb2_grpc as pb_grpc
 from stack.processes import ScalerProcess
 from tests.scaler.conftest import Engine, FakeVllm
 from tests.support.prometheus import PrometheusServer, Target, backfill_openmetrics
@@ -135,11 +140,21 @@ class Loop:
         """One KEDA poll of ``name``: its answer, None while UNAVAILABLE."""
         so = yaml.safe_load(self.files[name].read_text())
         trigger = so["spec"]["triggers"][0]
-        got = probe_scaler(
-            self.scaler.address, so["metadata"]["namespace"], name, trigger["metadata"],
-            "prescaler-desired-replicas",
-        )  # fmt: skip
-        return got.value if got.error is None else None
+        ref = pb.ScaledObjectRef(
+            name=name, namespace=so["metadata"]["namespace"], scalerMetadata=trigger["metadata"]
+        )
+        request = pb.GetMetricsRequest(scaledObjectRef=ref, metricName="prescaler-desired-replicas")
+        with grpc.insecure_channel(self.scaler.address) as channel:
+            try:
+                got = pb_grpc.ExternalScalerStub(channel).GetMetrics(request, timeout=5.0)
+            except grpc.RpcError:
+                return None
+        return float(got.metricValues[0].metricValueFloat) if got.metricValues else None
+
+    def scraped(self, namespace: str, name: str) -> tuple[float | None, float]:
+        """The object's ``prescaler_desired_replicas`` and its decisions so far."""
+        found = read_scaler_metrics(read_url(self.metrics_url, 5.0), namespace, name)
+        return found.desired, sum(found.decisions.values())
 
     def reasons(self, namespace: str, name: str) -> dict[str, float]:
         text = read_url(self.metrics_url, 5.0)
@@ -313,6 +328,34 @@ def test_stale_target_fails_naming_the_hold(loop: Loop, capsys: pytest.CaptureFi
     series = lines["series"]
     assert series.startswith("FAIL") and "fail their scrape" in series, out
     assert loop.stale_pod.address in series
+
+
+def test_doctor_leaves_the_live_tracker_as_it_was(
+    loop: Loop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file whose minReplicas (9) differs from what KEDA sends (1): if the
+    doctor asked the scaler over gRPC, the scaler would take the file's
+    settings and answer at least 9 from its next decision on."""
+    so = yaml.safe_load(loop.files["healthy"].read_text())
+    so["spec"]["minReplicaCount"] = 9
+    so["spec"]["triggers"][0]["metadata"]["minReplicas"] = "9"
+    edited = loop.workdir / "healthy-edited.yaml"
+    edited.write_text(yaml.safe_dump(so))
+    loop.files["healthy-edited"] = edited
+    loop.poll("healthy")
+    desired, _ = loop.scraped("llm", "healthy")
+    assert desired is not None and desired < 9
+    warming = loop.reasons("llm", "healthy").get("warming_up", 0)
+    main(loop.doctor("healthy-edited"))
+    out = capsys.readouterr().out
+    # the answer is the scaler's own (from /metrics), below the file's minReplicas
+    assert _lines(out)["answer"].startswith("OK"), out
+    assert _lines(out)["bounds"].startswith("OK"), out
+    _, decided = loop.scraped("llm", "healthy")
+    _wait("two more decisions", lambda: loop.scraped("llm", "healthy")[1] >= decided + 2)
+    after, _ = loop.scraped("llm", "healthy")
+    assert after is not None and after < 9, f"the doctor changed the live tracker: {after}"
+    assert loop.reasons("llm", "healthy").get("warming_up", 0) == warming
 
 
 def test_unreachable_scaler_fails_with_the_fix(
