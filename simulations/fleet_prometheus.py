@@ -10,6 +10,7 @@ generations' counter spellings) and :mod:`simulations.fleet_trace`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import urllib.error
@@ -119,7 +120,8 @@ def fetch_fleet_trace(
         if not res:
             raise ValueError(f"prometheus {url}: no {metric}_bucket series match {labels or 'any'}")
         hists.append(bucket_counts(res))
-    return build_fleet_trace(rate, float(series.step_s), hists[0], hists[1], seed=seed)
+    trace = build_fleet_trace(rate, float(series.step_s), hists[0], hists[1], seed=seed)
+    return dataclasses.replace(trace, start_s=float(series.start_s))
 
 
 def write_fleet_trace(trace: FleetTrace, directory: Path, stem: str) -> tuple[Path, Path]:

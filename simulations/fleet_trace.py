@@ -140,6 +140,9 @@ class FleetTrace:
     """``TIMESTAMP,ContextTokens,GeneratedTokens``: the Azure per-request layout."""
     minutes: int
     requests: float
+    start_s: float | None = None
+    """Unix time of the first minute, where the history has one (Prometheus
+    returns samples only from where the series begin, maybe after the range's start)."""
 
 
 def build_fleet_trace(

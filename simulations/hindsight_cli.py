@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulations.cli_types import fraction_flag, number_flag
+from simulations.cli_types import count_flag, fraction_flag, number_flag
 
 __all__ = ["SERIES", "main", "openmetrics", "register"]
 
@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--factor", type=number_flag("--factor"), default=None,
                    help="plan at this capacity factor instead of calibrating by replay "
                    "(a simulate or tune JSON's capacity_factor)")  # fmt: skip
-    p.add_argument("--max-replicas", type=int, default=None,
+    p.add_argument("--max-replicas", type=count_flag("--max-replicas"), default=None,
                    help="the fleet's maxReplicaCount (default: unbounded)")  # fmt: skip
     p.add_argument("--namespace", required=True, help="the series' namespace label")
     p.add_argument("--scaledobject", required=True, help="the series' scaledobject label")
@@ -130,7 +130,9 @@ def _workload(args: argparse.Namespace, tmp: Path) -> tuple[Any, float]:
         )  # fmt: skip
         counts, tokens = write_fleet_trace(fleet, tmp, "fleet")
         workload = load_workload(counts, TrafficOptions(tokens_from=tokens))
-        return workload, end - since
+        # the workload starts at the first sample returned, not at end - since: a
+        # fleet younger than --since, or a shorter retention, starts later
+        return workload, fleet.start_s if fleet.start_s is not None else end - since
     workload = load_workload(args.trace)
     start = time.time() - workload.duration_s if args.trace_start is None else args.trace_start
     return workload, start

@@ -126,3 +126,48 @@ def test_the_schedule_is_backfilled_beside_the_live_fleet(tmp_path: Path) -> Non
             time=f"{end - 300:.3f}",
         )
     assert ratio["result"] and float(ratio["result"][0]["value"][1]) > 0
+
+
+@pytest.mark.integration
+def test_a_history_shorter_than_since_is_stamped_from_its_own_start(tmp_path: Path) -> None:
+    """Prometheus holds 3 h and ``--since`` asks for 5 h: the series begin where
+    the fleet's history does (its first rate), not 5 h before ``--end``, so
+    the backfill lines up with the live fleet's series."""
+    from tests.support.prometheus import backfill_openmetrics, running_prometheus
+
+    end = math.floor(time.time() / 60) * 60 - 120
+    om = tmp_path / "history.om.txt"
+    _history(om, end, rps=3.0)
+    prom_dir = tmp_path / "prom"
+    prom_dir.mkdir()
+    backfill_openmetrics(om, prom_dir / "data")
+    out = tmp_path / "schedule.om"
+    with running_prometheus([], workdir=prom_dir) as prom:
+        code = prescaler_main([
+            "hindsight", "--prometheus", prom.url, "--selector", "namespace=llm",
+            "--since", "5h", "--end", str(end), "--factor", "1", "--namespace", "llm",
+            "--scaledobject", "vllm", "--out", str(out),
+        ])  # fmt: skip
+    assert code == 0
+    stamps = sorted(
+        float(line.rsplit(" ", 1)[1])
+        for line in out.read_text().splitlines()
+        if line.startswith(SERIES[0] + "{")
+    )
+    first_sample = end - HISTORY_S
+    # the first rate needs two samples in its window: a step or two after the first sample
+    assert first_sample <= stamps[0] <= first_sample + 300, stamps[0] - first_sample
+    # and end within the trace's last minute (its resolution) of --end
+    assert end - 60 <= stamps[-1] <= end + 60, stamps[-1] - end
+
+
+def test_max_replicas_below_one_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        prescaler_main(["hindsight", "--prometheus", "http://127.0.0.1:9",
+                        "--max-replicas", "0", "--namespace", "llm", "--scaledobject", "vllm",
+                        "--out", str(tmp_path / "x.om")])  # fmt: skip
+    assert done.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "--max-replicas must be >= 1, got 0" in lines[0], lines
