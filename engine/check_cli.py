@@ -136,6 +136,10 @@ def record_check(path: str, record: CheckRecord) -> Profile:
     return profile
 
 
+def _unmeasured(report: dict[str, Any], metric: str) -> bool:
+    return any(r["metric"] == metric and r["measured"] is None for r in report["rows"])
+
+
 def format_check(report: dict[str, Any]) -> str:
     load = report["load"]
     how = (
@@ -146,8 +150,18 @@ def format_check(report: dict[str, Any]) -> str:
     lines = [
         f"profile {report['profile']} against {report['source']}: {load['requests']} requests "
         f"of {load['mean_prompt_tokens']} + {load['mean_output_tokens']} tokens (mean), {how}",
-        f"{'':22s}{'measured':>12s}{'predicted':>12s}{'error':>9s}",
     ]
+    if load.get("cut"):
+        note = (
+            " (output_tokens_per_s unmeasured: the file has no start_times)"
+            if _unmeasured(report, "output_tokens_per_s")
+            else ""
+        )
+        lines.append(
+            f"replayed the first {load['requests']} of the run's {load['requests_in_run']} "
+            f"successful requests; every measured figure is theirs{note}"
+        )
+    lines.append(f"{'':22s}{'measured':>12s}{'predicted':>12s}{'error':>9s}")
     for row in report["rows"]:
         measured = "-" if row["measured"] is None else f"{row['measured']:.2f}"
         error = "-" if row["error"] is None else f"{100 * row['error']:+.1f} %"

@@ -10,12 +10,16 @@ import json
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from engine.profile_check import check_profile, load_of, percentile
+from engine.check_cli import format_check
+from engine.percentile import percentile
+from engine.profile_check import (
+    NothingToCompareError,
+    check_document,
+    check_profile,
+    load_of,
+)
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_types import RequestOverhead
 from engine.profiles import get_profile
@@ -133,6 +137,73 @@ def test_check_errors_are_one_line(tmp_path: Path) -> None:
     assert code == 2 and "--record" in err and err.count("\n") == 1
 
 
+def test_a_check_that_compared_nothing_exits_2_and_records_nothing(tmp_path: Path) -> None:
+    """A run whose every request failed (each listed with an error, or with no first
+    token as an older ``engine load`` wrote a token-less stream) compares nothing: one
+    line naming why, exit 2, and ``--record`` leaves the profile file as it was."""
+    doc = json.loads(FIXTURE.read_text())
+    doc["ttfts"] = [0.0] * len(doc["ttfts"])  # errors all "": the old token-less streams
+    doc["itls"] = [[] for _ in doc["itls"]]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(doc))
+    path = write_profile_file(get_profile(FIXTURE_PROFILE), tmp_path / "p.yaml", "mine")
+    before = path.read_text()
+    code, out, err = _run(["engine", "check", "--profile", str(path), "--bench-result",
+                           str(run), "--record", "--json"])  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "nothing to compare" in err and "no request in the run succeeded" in err
+    assert path.read_text() == before
+
+
+def test_a_cut_replay_without_any_measured_figure_has_no_verdict() -> None:
+    """Per-request lengths but no per-request times nor send times, replay cut: the
+    file's own percentiles and throughput are the whole run's, so none is compared,
+    and the error says so rather than passing with an error of 0."""
+    doc = json.loads(FIXTURE.read_text())
+    for key in ("ttfts", "itls", "start_times"):
+        del doc[key]
+    with pytest.raises(NothingToCompareError, match="on the 8 replayed requests of 24"):
+        check_profile(get_profile(FIXTURE_PROFILE), doc, "run.json", max_requests=8)
+    whole = check_profile(get_profile(FIXTURE_PROFILE), doc, "run.json")
+    assert not whole.cut and whole.worst is not None  # uncut: the file's own figures
+
+
+def test_a_cut_replay_is_compared_with_the_same_requests() -> None:
+    """Replay cut to the first 8 of 24 requests sent: every measured figure is those 8
+    requests' own (TTFT, ITL from their lists; tokens/s from their send times and
+    token times), the report says it was cut, and the text says so in a line."""
+    doc = json.loads(FIXTURE.read_text())
+    order = sorted(range(len(doc["start_times"])), key=lambda i: doc["start_times"][i])[:8]
+    check = check_profile(get_profile(FIXTURE_PROFILE), doc, "run.json", max_requests=8)
+    rows = {r.metric: r for r in check.rows}
+    assert check.cut and check.load.num_requests == 8 and check.requests_in_run == 24
+    first_ttfts = [doc["ttfts"][i] for i in order]
+    first_gaps = [g for i in order for g in doc["itls"][i]]
+    for p in (50, 90, 99):
+        assert rows[f"ttft_p{p}_ms"].measured == pytest.approx(percentile(first_ttfts, p) * 1e3)
+        assert rows[f"itl_p{p}_ms"].measured == pytest.approx(percentile(first_gaps, p) * 1e3)
+    # the whole run's p99 TTFT is another figure: comparing with it would mix two loads
+    assert rows["ttft_p99_ms"].measured != pytest.approx(doc["p99_ttft_ms"])
+    ends = [doc["start_times"][i] + doc["ttfts"][i] + sum(doc["itls"][i]) for i in order]
+    tokens = sum(doc["output_lens"][i] for i in order)
+    span = max(ends) - min(doc["start_times"][i] for i in order)
+    assert rows["output_tokens_per_s"].measured == pytest.approx(tokens / span)
+    report = check_document(check, source="run.json", tolerance=0.25)
+    assert report["load"]["cut"] and report["load"]["requests_in_run"] == 24
+    assert "replayed the first 8 of the run's 24 successful requests" in format_check(report)
+    del doc["start_times"]
+    unsent = check_profile(get_profile(FIXTURE_PROFILE), doc, "run.json", max_requests=8)
+    assert {r.metric: r for r in unsent.rows}["output_tokens_per_s"].measured is None
+    text = format_check(check_document(unsent, source="run.json", tolerance=0.25))
+    assert "output_tokens_per_s unmeasured: the file has no start_times" in text
+    uncut = check_document(
+        check_profile(get_profile(FIXTURE_PROFILE), json.loads(FIXTURE.read_text()), "r"),
+        source="r",
+        tolerance=0.25,
+    )
+    assert not uncut["load"]["cut"] and "replayed the first" not in format_check(uncut)
+
+
 if __name__ == "__main__":
     # regenerate the fixture against a fresh emulator
     with emulator_process(profile=FIXTURE_PROFILE) as server:
@@ -156,13 +227,3 @@ def test_the_reminder_tune_prints_follows_the_checked_block() -> None:
     bad = dataclasses.replace(profile, checked=CheckRecord("t", "run.json", 0.4, "ttft_p50_ms"))
     worse = check_reminder(bad, "my.yaml")
     assert worse is not None and "ttft_p50_ms off by 40 %" in worse
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    values=st.lists(st.floats(0.0, 10.0), min_size=1, max_size=40),
-    p=st.sampled_from([50, 90, 99]),
-)
-def test_percentiles_are_the_benchmark_s_own(values: list[float], p: int) -> None:
-    """``vllm bench serve`` takes numpy's default percentile: so does the check."""
-    assert percentile(values, p) == pytest.approx(float(np.percentile(values, p)), abs=1e-12)
