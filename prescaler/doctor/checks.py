@@ -182,6 +182,7 @@ def check_movement(
     *,
     seen: Series | None = None,
     answer_is_query: bool = False,
+    answer_series: int = 1,
 ) -> Finding:
     """Over the window, did the trigger follow the fleet's ``demand``?
 
@@ -192,12 +193,22 @@ def check_movement(
     Without it, a flat answer while demand moved is only a warning.
     ``answer_is_query``: the answer is a KEDA trigger's own query (no
     history there means the trigger read nothing, not that Prometheus skips
-    the scaler)."""
+    the scaler). ``answer_series``: how many series the query returned over
+    the window; more than one is read too much, not nothing."""
     label = trigger.label
     minutes = f"{window_s / 60:g} min"
     d = [v for _, v in demand if math.isfinite(v)]
     a = [v for _, v in answer if math.isfinite(v)]
     s = [v for _, v in seen or () if math.isfinite(v)]
+    if answer_is_query and answer_series > 1:
+        return Finding(
+            "FAIL",
+            "movement",
+            label,
+            f"the query returned {answer_series} series over the last {minutes}, not one: "
+            "the trigger read too much, and KEDA refuses more than one series",
+            "aggregate it to one series (sum(...)), or narrow its label matchers",
+        )
     if not a:
         if answer_is_query:
             return Finding(

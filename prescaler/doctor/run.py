@@ -296,6 +296,7 @@ def _keda_trigger(
             demand_what,
             "the query",
             answer_is_query=True,
+            answer_series=len(answer),
         )
     )
     if hpa is not None:

@@ -235,6 +235,15 @@ def test_no_answer_history_is_a_warning_for_the_scaler_and_a_failure_for_a_query
     assert query.level == "FAIL"
 
 
+def test_a_query_with_several_series_is_read_too_much_not_nothing() -> None:
+    d = [(0.0, 1.0), (1.0, 4.0), (2.0, 1.0)]
+    found = check_movement(
+        QUEUE, d, [], 3600, "demand", "the query", answer_is_query=True, answer_series=3
+    )
+    assert found.level == "FAIL" and "3 series" in found.cause, found
+    assert "read nothing" not in found.cause and "sum(" in found.fix
+
+
 @pytest.mark.parametrize(
     ("reasons", "level", "words"),
     [

@@ -318,6 +318,32 @@ def test_broken_selector_fails_naming_the_label(
     assert queue["movement"].startswith("FAIL") and "read nothing" in queue["movement"], out
 
 
+def test_a_keda_query_with_several_series_fails_as_reading_too_much(
+    loop: Loop, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unaggregated, the query returns one series per pod (two in namespace llm)."""
+    so = yaml.safe_load(loop.files["healthy"].read_text())
+    query = f'vllm:num_requests_running{{namespace="llm",model_name="{MODEL}"}}'
+    so["spec"]["triggers"].append(
+        {
+            "type": "prometheus",
+            "name": "running",
+            "metadata": {"serverAddress": loop.prom.url, "query": query, "threshold": "3"},
+        }
+    )
+    path = loop.workdir / "healthy-unaggregated.yaml"
+    path.write_text(yaml.safe_dump(so))
+    loop.files["healthy-unaggregated"] = path
+    code = main(loop.doctor("healthy-unaggregated"))
+    out = capsys.readouterr().out
+    assert code == 1, out
+    running = _lines(out, "running")
+    assert running["series"].startswith("FAIL") and "returns 2 series" in running["series"], out
+    movement = running["movement"]
+    assert movement.startswith("FAIL") and "2 series" in movement, out
+    assert "read nothing" not in movement and "read too much" in movement, out
+
+
 def test_stale_target_fails_naming_the_hold(loop: Loop, capsys: pytest.CaptureFixture[str]) -> None:
     loop.poll("stale")
     code = main(loop.doctor("stale"))
