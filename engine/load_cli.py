@@ -102,4 +102,9 @@ def summary(doc: dict[str, Any]) -> str:
             f"  {metric.upper():4} ms: median {doc[f'median_{metric}_ms']:.2f}  "
             f"p90 {doc[f'p90_{metric}_ms']:.2f}  p99 {doc[f'p99_{metric}_ms']:.2f}"
         )
+    if doc.get("output_token_counts", "usage") != "usage":
+        lines.append(
+            "note: the server sent no usage for some requests: their output tokens were "
+            "counted one per streamed chunk (too few where it sends several tokens in one)"
+        )
     return "\n".join(lines) + "\n"

@@ -9,7 +9,10 @@ ids (distinct, so no prefix cache helps) and an exact output length
 most N concurrent clients. The result is a document in the field names of
 ``vllm bench serve --save-result --save-detailed`` (``engine.bench_result``
 reads either), with the actual send times added (``start_times``, seconds
-from the first) so a replay can send the same load at the same moments.
+from the first) so a replay can send the same load at the same moments, and
+where the output lengths came from (``output_token_counts``: the server's
+usage, as the benchmark reads it, or one per streamed chunk where it sends
+none). A request whose stream brings no token is failed, with the reason.
 
 I/O only at the edge: the statistics are ``result_document``, pure.
 """
@@ -26,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from engine.percentile import percentile
 
 #: Percentiles written for TTFT, TPOT, ITL and e2e latency (vLLM's ``p{N}_{metric}_ms``).
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
@@ -84,17 +89,8 @@ class RequestOutcome:
     latency_s: float = 0.0
     output_tokens: int = 0
     error: str = ""
-
-
-def _percentile(values: Sequence[float], p: float) -> float:
-    """numpy's default (linear) percentile, as vLLM's benchmark computes it."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    k = (len(ordered) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    #: ``output_tokens`` is the server's own count (its usage); else one per streamed chunk
+    tokens_from_usage: bool = False
 
 
 def _stats(prefix: str, values_s: Sequence[float]) -> dict[str, float]:
@@ -104,7 +100,7 @@ def _stats(prefix: str, values_s: Sequence[float]) -> dict[str, float]:
         f"median_{prefix}_ms": statistics.median(ms) if ms else 0.0,
         f"std_{prefix}_ms": statistics.pstdev(ms) if len(ms) > 1 else 0.0,
     }
-    out.update({f"p{p}_{prefix}_ms": _percentile(ms, p) for p in PERCENTILES})
+    out.update({f"p{p}_{prefix}_ms": percentile(ms, p) if ms else 0.0 for p in PERCENTILES})
     return out
 
 
@@ -151,7 +147,18 @@ def result_document(
         "itls": [o.itls for o in outcomes],
         "errors": [o.error for o in outcomes],
         "start_times": [o.start_s - first for o in outcomes],
+        "output_token_counts": token_counts(done),
     }
+
+
+def token_counts(done: Sequence[RequestOutcome]) -> str:
+    """Where the output lengths came from: ``usage`` (the server's count, for every
+    successful request), ``chunks`` (one per streamed chunk: the server sent no
+    usage), or ``mixed``."""
+    from_usage = sum(o.tokens_from_usage for o in done)
+    if from_usage == len(done):
+        return "usage"
+    return "chunks" if from_usage == 0 else "mixed"
 
 
 async def _model_id(session: aiohttp.ClientSession, url: str) -> str:
@@ -172,12 +179,24 @@ async def _one(
     output: int,
     out: RequestOutcome,
 ) -> None:
+    """Stream one completion into ``out``.
+
+    Each streamed chunk with a choice is one arrival (TTFT, then one gap each),
+    as ``vllm bench serve`` times them; the output length is the server's
+    ``usage.completion_tokens`` (asked for with ``stream_options``, as the
+    benchmark does), since a server may put several tokens in one chunk. A
+    server that sends no usage gets one token counted per chunk (too few
+    where it coalesces). A stream that ends without a token, or carries an
+    error event, is a failed request, never one with a TTFT of 0.
+    """
     body = {
         "model": model, "prompt": prompt, "max_tokens": output, "ignore_eos": True,
-        "stream": True, "temperature": 0.0,
+        "stream": True, "temperature": 0.0, "stream_options": {"include_usage": True},
     }  # fmt: skip
     start = time.perf_counter()
     last: float | None = None
+    chunks = 0
+    usage_tokens: int | None = None
     try:
         async with session.post(url + "/v1/completions", json=body) as resp:
             if resp.status != 200:
@@ -188,18 +207,36 @@ async def _one(
                 if not line.startswith("data:") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[5:])
+                if not isinstance(chunk, dict):
+                    continue
+                if "error" in chunk:
+                    out.error = f"error event in the stream: {_error_message(chunk['error'])}"
+                    continue
+                usage = chunk.get("usage")
+                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+                    usage_tokens = usage["completion_tokens"]
                 if not chunk.get("choices"):
-                    continue  # a usage chunk
+                    continue  # the usage chunk
                 now = time.perf_counter()
                 if last is None:
                     out.ttft_s = now - start
                 else:
                     out.itls.append(now - last)
                 last = now
-                out.output_tokens += 1
+                chunks += 1
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         out.error = f"{type(exc).__name__}: {exc}"
     out.latency_s = time.perf_counter() - start
+    out.output_tokens = chunks if usage_tokens is None else usage_tokens
+    out.tokens_from_usage = usage_tokens is not None
+    if not out.error and out.ttft_s is None:
+        out.error = "HTTP 200 but the stream carried no token"
+
+
+def _error_message(error: Any) -> str:
+    if isinstance(error, dict) and "message" in error:
+        return str(error["message"])[:200]
+    return str(error)[:200]
 
 
 async def run_load(url: str, spec: LoadSpec, model: str | None = None) -> dict[str, Any]:
