@@ -425,9 +425,10 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
     """``doc`` with a search setting applied: metadata keys on prescaler's
     trigger (``leadTimeSeconds`` from its mode, ``nodeLeadTimeSeconds``
     dropped with prewarm off, ``fallbackReplicas`` raised to a higher
-    floor), knob keys on the manifest. A tuned ``minReplicas`` becomes the
-    ScaledObject's ``minReplicaCount`` too (unless the user scales to zero),
-    so KEDA's floor and the trigger's say the same. A tuned
+    floor), knob keys on the manifest. prescaler's ``minReplicas`` is the
+    ScaledObject's ``minReplicaCount`` too, so KEDA's floor and the
+    trigger's say the same (a ``minReplicas`` above a ``minReplicaCount`` of
+    0 keeps IsActive true and never reaches zero; at 0 both scale to zero). A tuned
     ``scaleDownStabilizationSeconds`` is the ScaledObject's one scale-in
     wait: the HPA's scale-down window is written 0 beside it
     (:data:`PRESCALER_BEHAVIOR_SPACE`). ``fallback.replicas`` follows the
@@ -437,13 +438,15 @@ def apply_to_manifest(doc: Mapping[str, Any], picked: Mapping[str, str]) -> dict
     spec = out.setdefault("spec", {})
     triggers = spec.get("triggers") or []
     meta_keys = {k: v for k, v in picked.items() if not k.startswith(KNOB_PREFIXES)}
-    if meta_keys:
-        for trig in triggers:
-            if trig.get("type") in ("external", "external-push"):
+    for trig in triggers:
+        if trig.get("type") in ("external", "external-push"):
+            if meta_keys:
                 trig["metadata"] = merged_metadata(trig.get("metadata") or {}, meta_keys)
-                floor = trig["metadata"].get("minReplicas")
-                if floor is not None and spec.get("minReplicaCount", 0) != 0:
-                    spec["minReplicaCount"] = int(floor)
+            floor = (trig.get("metadata") or {}).get("minReplicas")
+            if floor is not None:
+                # one floor: a trigger minReplicas above a minReplicaCount of
+                # 0 keeps IsActive true, so that block never reaches zero
+                spec["minReplicaCount"] = int(floor)
     windows: dict[int, dict[str, str]] = {}
     for key, value in picked.items():
         if key.startswith("spec."):

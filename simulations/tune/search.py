@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from decision.settings import ScalerSettings, parse_settings
+from decision.settings import parse_settings
 from engine.profiles import Profile, use_profile
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
@@ -72,7 +72,6 @@ __all__ = [
     "search_reactive",
     "slice_workload",
     "split_workload",
-    "timing_floors",
 ]
 
 
@@ -169,48 +168,6 @@ scale-in wait of a prescaler ScaledObject: the HPA's own window is written
 0, :func:`simulations.tune.manifest.apply_to_manifest`), the floor, and
 node pre-warming (which needs the forecast). ``minReplicas`` is capped at
 ``maxReplicas`` by :func:`sample_metadata`."""
-
-WANDER_KEY = "seasonalWanderSeconds"
-FIXED_LEAD_KEY = f"{LEAD_MODE}:fixed"
-MAX_LEAD_S = 86_400.0
-"""The longest ``leadTimeSeconds`` the trigger's parser takes."""
-
-
-def timing_floors(
-    space: tuple[Param, ...], settings: ScalerSettings, start_s: float
-) -> tuple[Param, ...]:
-    """``space`` with the timing keys searched only wider than written, on a
-    grid from the written value (so the first trial, the trigger as written,
-    is on it): the wander from the trigger's own (its default when
-    unwritten); a fixed lead time from the trigger's fixed value, or with
-    ``auto`` from the fleet's stated cold start ``start_s``, up to the space's
-    top or twice the floor, whichever is higher. One tuning day shows what a
-    narrower window saves on that day, not how far the next day's sessions
-    move nor how long its pods take, so narrowing is left to whoever writes
-    the trigger. A key whose floor leaves no room is dropped (held as
-    written), the lead time's mode with its fixed value."""
-    floors = {
-        WANDER_KEY: settings.seasonal_wander_seconds,
-        FIXED_LEAD_KEY: start_s
-        if settings.lead_time_seconds is None
-        else settings.lead_time_seconds,
-    }
-    out: list[Param] = []
-    for p in space:
-        if p.key not in floors:
-            out.append(p)
-            continue
-        step = p.step or 1.0
-        low = float(math.ceil(floors[p.key]))
-        top = min(max(p.high, 2 * low), MAX_LEAD_S) if p.key == FIXED_LEAD_KEY else p.high
-        high = low + step * math.floor((top - low) / step)
-        if high > low:
-            out.append(replace(p, low=low, high=high))
-    if not any(p.key == FIXED_LEAD_KEY for p in out):
-        # no fixed value left to pick: the lead time is held as written
-        out = [p for p in out if p.key != LEAD_MODE]
-    return tuple(out)
-
 
 REACTIVE_THRESHOLDS: tuple[float, ...] = (
     0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0,

@@ -37,7 +37,8 @@ written into) and the knobs searched. The family:
   way. The KEDA set-up with the same information as ``prescaler-cron``.
 - ``prescaler-gateway`` (asked for by name): prescaler's trigger given the
   same gateway series (``gatewayRateQuery``), ``minReplicaCount`` 0 and
-  ``minReplicas`` searched from 0: prescaler scaling to zero and waking on
+  ``minReplicas`` searched from 0 (``minReplicaCount`` follows it: a trial
+  at 1 or more holds that floor): prescaler scaling to zero and waking on
   the gateway's rate or its forecast. The ``prescaler`` side searches
   ``minReplicas`` from 0 too when its ScaledObject has the key.
 - ``prescaler-cron`` (asked for by name): ``prescaler-gateway`` with the
@@ -82,8 +83,8 @@ from simulations.tune.search import (
     PREDICTIVE_SPACE,
     Param,
     default_bases,
-    timing_floors,
 )
+from simulations.tune.timing_floors import timing_floors
 
 if TYPE_CHECKING:
     from decision.settings import ScalerSettings

@@ -83,6 +83,9 @@ def _contradictions(doc: Mapping[str, Any]) -> list[str]:
     if waits and down.get("stabilizationWindowSeconds") != 0:
         assert meta is not None
         found.append(f"two scale-in waits: {meta['scaleDownStabilizationSeconds']} and {down}")
+    if meta is not None and "minReplicas" in meta and int(meta["minReplicas"]) != floor:
+        # above a minReplicaCount of 0 it keeps IsActive true: never zero
+        found.append(f"minReplicas {meta['minReplicas']} != minReplicaCount {floor}")
     fallback = spec.get("fallback") or {}
     if "replicas" in fallback:
         if fallback["replicas"] < floor:

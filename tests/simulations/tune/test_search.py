@@ -35,11 +35,11 @@ from simulations.tune.search import (
     sample_metadata,
     score,
     split_workload,
-    timing_floors,
 )
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import WrittenCron
 from simulations.tune.study import TuneContext, run_study
+from simulations.tune.timing_floors import timing_floors
 
 PROFILE = "llama-3-8b@g5.xlarge"
 SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}
