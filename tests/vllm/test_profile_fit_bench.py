@@ -36,7 +36,8 @@ import pytest
 from engine.load_client import LoadSpec, run_load
 from engine.metrics_reader import scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
-from engine.profile_check import check_document, check_profile, percentile
+from engine.percentile import percentile
+from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import BenchMeasurement, ProfileFit, fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
