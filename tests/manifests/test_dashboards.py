@@ -333,6 +333,53 @@ def test_forecast_actual_is_the_gateway_rate_where_known_else_vllms(tmp_path: Pa
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_fleet_over_hindsight_compares_only_where_both_exist(tmp_path: Path) -> None:
+    """The schedule was backfilled for the last hour of a 6 h range only: the
+    ratio is the live fleet's mean over that hour (6) against the schedule's
+    (3), not the live fleet's mean over 6 h (mostly 12) against the schedule's
+    hour; evaluated by Prometheus' own engine (``promtool test rules``), with
+    the live series labelled as a scraped scaler exports them."""
+    promtool = need_tool("promtool")
+    d = load(GRAFANA / "dashboards" / "fleet.json")
+    (ratio,) = [
+        t["expr"]
+        for p in panels(d)
+        if p.get("title") == "Live fleet / hindsight schedule"
+        for t in p.get("targets", [])
+    ]
+    so = 'namespace="llm-serving",scaledobject="vllm-llama3-8b"'
+    series = [
+        # one sample a minute: 12 ready for 5 h, then 6 for the last hour
+        (f'prescaler_ready_replicas{{job="prescaler",instance="a:9091",{so}}}', "12x299 6x60"),
+        # backfilled for the last hour only, without job or instance
+        (f"prescaler_hindsight_ready_replicas{{{so}}}", "_x300 3x60"),
+    ]
+    unit = tmp_path / "ratio.test.yml"
+    unit.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [{"series": s, "values": v} for s, v in series],
+                        "promql_expr_test": [
+                            {
+                                "expr": substitute(ratio),
+                                "eval_time": "360m",
+                                "exp_samples": [{"labels": f"{{{so}}}", "value": 2}],
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    done = promtool_run(promtool, "test", "rules", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_fleet_panels() -> None:
     d = load(GRAFANA / "dashboards" / "fleet.json")
     titles = " | ".join(_titles("fleet.json"))

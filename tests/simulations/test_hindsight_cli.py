@@ -82,6 +82,23 @@ def _history(path: Path, end_s: float, rps: float) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _dashboard_ratio(namespace: str, scaledobject: str, range_: str) -> str:
+    """The fleet dashboard's "Live fleet / hindsight schedule" query, as Grafana sends it."""
+    board = Path(__file__).parents[2] / "manifests" / "grafana" / "dashboards" / "fleet.json"
+    panels = json.loads(board.read_text())["panels"]
+    panels += [q for p in panels for q in p.get("panels", [])]
+    (expr,) = [
+        t["expr"]
+        for p in panels
+        if p.get("title") == "Live fleet / hindsight schedule"
+        for t in p.get("targets", [])
+    ]
+    for name, value in (("$namespace", namespace), ("$scaledobject", scaledobject),
+                        ("$__range", range_), ("$__interval", "60s")):  # fmt: skip
+        expr = expr.replace(name, value)
+    return str(expr)
+
+
 @pytest.mark.integration
 def test_the_schedule_is_backfilled_beside_the_live_fleet(tmp_path: Path) -> None:
     """Against a real Prometheus holding a fleet's vLLM history: the command
@@ -120,10 +137,7 @@ def test_the_schedule_is_backfilled_beside_the_live_fleet(tmp_path: Path) -> Non
         got = prom.api("query", query=f'{SERIES[0]}{{scaledobject="vllm"}}', time=f"{at:.3f}")
         assert float(got["result"][0]["value"][1]) == values[at]
         ratio = prom.api(
-            "query",
-            query='avg_over_time(prescaler_ready_replicas{scaledobject="vllm"}[30m]) / '
-            'avg_over_time(prescaler_hindsight_ready_replicas{scaledobject="vllm"}[30m])',
-            time=f"{end - 300:.3f}",
+            "query", query=_dashboard_ratio("llm", "vllm", "30m"), time=f"{end - 300:.3f}"
         )
     assert ratio["result"] and float(ratio["result"][0]["value"][1]) > 0
 

@@ -72,6 +72,10 @@ def _summary_stats() -> list[Any]:
 HINDSIGHT = "prescaler_hindsight_ready_replicas"
 """The hindsight schedule's Ready replicas, backfilled by ``prescaler hindsight``
 (no scaler serves it: it exists only for the ranges it was computed for)."""
+LIVE = f"max by (namespace, scaledobject) (prescaler_ready_replicas{{{SO}}})"
+PLAN = f"max by (namespace, scaledobject) ({HINDSIGHT}{{{SO}}})"
+"""The live fleet's and the schedule's Ready replicas on the same labels (one
+series each, whichever scaler replica or job exported them), so they compare."""
 
 
 def _bound() -> list[Any]:
@@ -99,14 +103,17 @@ def _bound() -> list[Any]:
             (6, 8),
             [
                 (
-                    f"avg_over_time(prescaler_ready_replicas{{{SO}}}[$__range]) / "
-                    f"avg_over_time({HINDSIGHT}{{{SO}}}[$__range])",
+                    f"avg_over_time(({LIVE} and on(namespace, scaledobject) {PLAN})"
+                    "[$__range:$__interval]) / "
+                    f"avg_over_time(({PLAN} and on(namespace, scaledobject) {LIVE})"
+                    "[$__range:$__interval])",
                     "ready replicas, as a multiple",
                 )
             ],
             description=(
-                "Mean Ready replicas of the live fleet over the dashboard's range, as a multiple "
-                "of the hindsight schedule's over the same range: 1 is the bound."
+                "Mean Ready replicas of the live fleet as a multiple of the hindsight "
+                "schedule's, both over the steps of the dashboard's range where both exist "
+                "(the schedule may cover only part of it): 1 is the bound."
             ),
             instant=True,
         ),
