@@ -53,6 +53,7 @@ from simulations.backfill import DemandHistory
 from simulations.capacity_belief import BelievingTracker
 from simulations.events import PRIORITY_CONTROL
 from simulations.forecast_memo import PROCESS_MEMO, ForecastMemo
+from simulations.hindsight_controller import HindsightController
 from simulations.hpa import Hpa
 from simulations.keda import Keda
 from simulations.scaledobject import ScaledObjectSpec, prescaler_scaledobject, seeds_reactive
@@ -66,7 +67,6 @@ __all__ = [
     "OPENING_WINDOW_S",
     "ORACLE_STEP_S",
     "ORACLE_UTILIZATION",
-    "HindsightController",
     "OracleController",
     "PolicySpec",
     "ScaledObjectController",
@@ -372,47 +372,6 @@ class OracleController:
             sim.scale_deployment(t, self._desired)
         if t < sim.workload.duration_s:
             sim.queue.schedule(t + ORACLE_STEP_S, PRIORITY_CONTROL, self._tick)
-
-    def timeline_extra(self) -> dict[str, float]:
-        return {"desired": float(self._desired)}
-
-
-class HindsightController:
-    """Writes a precomputed schedule into the Deployment, step by step.
-
-    The schedule (``PolicySpec.schedule``) already orders each replica one
-    start-up ahead; the controller only replays it, so what the simulator
-    measures is the schedule's own attainment and bill. It opens with the
-    schedule's first step (perfect foresight holds what the window needs,
-    not the opening fleet the causal policies are handed)."""
-
-    def __init__(self, name: str, schedule: tuple[int, ...], step_s: float) -> None:
-        self.name = name
-        self.schedule = schedule
-        self.step_s = step_s
-        self._desired = 0
-        self._sim: Simulation | None = None
-
-    def _at(self, t: float) -> int:
-        if not self.schedule:
-            return 0
-        return self.schedule[min(len(self.schedule) - 1, max(0, int(t // self.step_s)))]
-
-    def initial_replicas(self, sim: Simulation) -> int:
-        return self._at(0.0)
-
-    def start(self, sim: Simulation) -> None:
-        self._sim = sim
-        self._tick(sim.queue.now)
-
-    def _tick(self, t: float) -> None:
-        sim = self._sim
-        assert sim is not None
-        self._desired = self._at(t)
-        if sim.cluster.spec_replicas != self._desired:
-            sim.scale_deployment(t, self._desired)
-        if t < sim.workload.duration_s:
-            sim.queue.schedule(t + self.step_s, PRIORITY_CONTROL, self._tick)
 
     def timeline_extra(self) -> dict[str, float]:
         return {"desired": float(self._desired)}
