@@ -250,7 +250,10 @@ async def run_load(url: str, spec: LoadSpec, model: str | None = None) -> dict[s
     offsets = spec.send_offsets()
     cap = asyncio.Semaphore(spec.max_concurrency or spec.num_requests)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # no pool limit (aiohttp's default is 100 connections): the semaphore is the only cap,
+    # so "all at once" is all at once, as in vllm bench serve
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         model_id = model or await _model_id(session, base)
         outcomes: list[RequestOutcome] = []
         started = time.perf_counter()

@@ -4,6 +4,7 @@ no usage, a 200 that brings no token), which the emulator never does."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import statistics
@@ -125,3 +126,42 @@ async def test_without_usage_the_output_is_counted_per_chunk_and_the_summary_say
         doc = await run_load(url, spec)
     assert doc["output_lens"] == [3, 3] and doc["output_token_counts"] == "chunks"
     assert "counted one per streamed chunk" in summary(doc)
+
+
+async def test_all_at_once_means_every_request_in_flight_together() -> None:
+    """No hidden cap (aiohttp's pool holds 100 connections by default): 150 requests
+    without ``max_concurrency`` are all open on the server at the same moment."""
+    n = 150
+    state = {"open": 0, "peak": 0}
+    everyone = asyncio.Event()
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m"}]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        state["open"] += 1
+        state["peak"] = max(state["peak"], state["open"])
+        if state["open"] == n:
+            everyone.set()
+        with contextlib.suppress(TimeoutError):  # a cap would stall here: fail, not hang
+            await asyncio.wait_for(everyone.wait(), 10.0)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        chunk = {"choices": [{"index": 0, "text": "a"}], "usage": {"completion_tokens": 1}}
+        await resp.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+        state["open"] -= 1
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        doc = await run_load(url, LoadSpec(num_requests=n, prompt_tokens=4, output_tokens=1))
+    finally:
+        await runner.cleanup()
+    assert state["peak"] == n and doc["completed"] == n
