@@ -1,7 +1,10 @@
 """Faults injected into a live stack run, one at a time, at separate trace times.
 
-One run (150 s of trace at ``--speed 10``, two ``prescaler serve`` replicas
-behind KEDA's round-robin channel) carries every fault; each test checks one:
+One run (200 s of trace at ``--speed 10``, two ``prescaler serve`` replicas
+behind KEDA's round-robin channel) carries every fault; each test checks one.
+The last fault's checks end at t=130 s: the 70 s after them (7 s of wall
+time) are room for a slow Prometheus restart, since the faults' coroutine is
+cancelled when the trace ends:
 
 - Prometheus is killed during load at t=30 s and restarted on the same port
   and data at t=60 s: the scaler answers from memory (a failing source gives
@@ -150,7 +153,7 @@ def chaos() -> Iterator[Observed]:
     for t in threads:
         t.start()
     slow, garbage = (f"127.0.0.1:{s.server_address[1]}" for s in servers)
-    run = short_run(speed=SPEED, duration_s=150.0, scaler_replicas=2, rate_window_s=RATE_WINDOW_S)
+    run = short_run(speed=SPEED, duration_s=200.0, scaler_replicas=2, rate_window_s=RATE_WINDOW_S)
     obs = Observed(run)
     original_start = run._start
 
@@ -238,4 +241,4 @@ def test_addresses_are_printed_at_start(chaos: Observed) -> None:
         assert f"scaler gRPC      {scaler.address}" in head
         assert f"http://{scaler.metrics_address}/metrics" in head
     assert "warming up:" in head and "work directory" in head
-    assert "replaying 150 s of trace at x10" in text
+    assert "replaying 200 s of trace at x10" in text
