@@ -162,6 +162,17 @@ _PROFILE_BLAME: tuple[tuple[str, str], ...] = (
 )
 
 
+def _section(source: str, section: str, cls: Any, raw: Any) -> Any:
+    """One section of a profile file built as ``cls``, every error naming
+    the file and the key it blames."""
+    types = _field_types(cls)
+    kwargs = _fields_of(source, f"{section}.", _mapping(source, section, raw), types)
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ProfileFileError(source, _blame(section, tuple(types), str(exc)), str(exc)) from None
+
+
 def profile_from_document(doc: Any, source: str) -> Profile:
     """The validated ``Profile`` a parsed profile file describes.
 
@@ -181,25 +192,10 @@ def profile_from_document(doc: Any, source: str) -> Profile:
     for section, cls in _SECTIONS.items():
         if section not in top:
             raise ProfileFileError(source, section, "missing")
-        types = _field_types(cls)
-        kwargs = _fields_of(source, f"{section}.", _mapping(source, section, top[section]), types)
-        try:
-            sections[section] = cls(**kwargs)
-        except ValueError as exc:
-            raise ProfileFileError(
-                source, _blame(section, tuple(types), str(exc)), str(exc)
-            ) from None
+        sections[section] = _section(source, section, cls, top[section])
     for section, (cls, _default) in _OPTIONAL_SECTIONS.items():
-        if section not in top:
-            continue
-        types = _field_types(cls)
-        kwargs = _fields_of(source, f"{section}.", _mapping(source, section, top[section]), types)
-        try:
-            sections[section] = cls(**kwargs)
-        except ValueError as exc:
-            raise ProfileFileError(
-                source, _blame(section, tuple(types), str(exc)), str(exc)
-            ) from None
+        if section in top:
+            sections[section] = _section(source, section, cls, top[section])
     scalar_types = _field_types(Profile, skip=frozenset({*_SECTIONS, *_OPTIONAL_SECTIONS}))
     raw_scalars = {k: v for k, v in top.items() if k in scalar_types}
     scalars = _fields_of(source, "", raw_scalars, scalar_types)
