@@ -463,9 +463,9 @@ def decide(
     held_queue: str | None = None
     if _finite(obs.waiting):
         queue = _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
-        hold = (
+        hold = (  # an empty queue has nothing to hold: no pass over the history
             queue_hold(history, ready, obs.waiting, t, lead_s)
-            if lead_s is not None and settings.count_starting_replicas
+            if queue > 0 and lead_s is not None and settings.count_starting_replicas
             else None
         )
         if hold is not None and queue > hold[0]:

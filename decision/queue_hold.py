@@ -18,10 +18,6 @@ STARTING_PATIENCE = 2.0
 them arrives (see :func:`queue_hold`)."""
 
 
-def _finite(x: float) -> bool:
-    return math.isfinite(x)
-
-
 def queue_hold(
     history: Sequence[Decision], ready: int, waiting: float, now: float, lead_s: float
 ) -> tuple[int, str] | None:
@@ -83,12 +79,12 @@ def _drains_within(fresh: Sequence[Decision], waiting: float, now: float, lead_s
     """The queue fell since the last different reading of it (within a lead
     time: a scrape repeats a value between samples) at a rate that empties
     it within ``lead_s``."""
-    if not (_finite(waiting) and waiting > 0):
+    if not (math.isfinite(waiting) and waiting > 0):
         return False
     for d in reversed(fresh):
         if now - d.time_s > lead_s:
             return False
-        if _finite(d.waiting) and d.waiting != waiting and now > d.time_s:
+        if math.isfinite(d.waiting) and d.waiting != waiting and now > d.time_s:
             fall = (d.waiting - waiting) / (now - d.time_s)
             return fall > 0 and waiting / fall <= lead_s
     return False
