@@ -113,9 +113,7 @@ def replay_load(
         else sorted(load.send_offsets)
     )
     sizes = load.lengths or ((load.prompt_tokens, load.output_tokens),) * load.num_requests
-    overhead = getattr(profile, "request_overhead", None)
-    out_fixed = 0.0 if overhead is None else overhead.out_fixed_s
-    out_per = 0.0 if overhead is None else overhead.out_per_output_token_s
+    out_fixed, out_per = replica.way_out_s
     if load.first_arrivals_over_s > 0 and load.max_concurrency is not None:
         spread = load.first_arrivals_over_s / load.max_concurrency
         # the first request of client i at i x spread; later ones wait for a slot

@@ -105,10 +105,8 @@ def hold_short_gaps(need: IntArray, gap_steps: int) -> IntArray:
     pad = np.zeros(w + 1, dtype=np.int64)
     padded = np.concatenate([x, pad])  # the running min ahead sees the trailing zeros
     dilated = _running(padded, w, ahead=False)
-    closed = minimum_filter1d(dilated, size=w + 1, mode="constant", cval=0, origin=-((w + 1) // 2))[
-        : x.size
-    ]
-    return np.maximum(closed.astype(np.int64), x)
+    closed = _running(dilated, w, ahead=True, low=True)[: x.size]
+    return np.maximum(closed, x)
 
 
 def _ahead_max(x: IntArray, steps: int) -> IntArray:
@@ -155,14 +153,6 @@ class Schedule:
         if self.orders.size < 2:
             return 0
         return int(np.clip(np.diff(self.orders), 0, None).sum())
-
-    def at(self, t: float) -> int:
-        """The Deployment's replicas at ``t`` seconds into the window (the
-        last step's after the end, the first's before the start)."""
-        if self.orders.size == 0:
-            return 0
-        i = min(self.orders.size - 1, max(0, int(t // self.step_s)))
-        return int(self.orders[i])
 
 
 def plan(
@@ -219,7 +209,6 @@ class Trial:
     factor: float
     attainment: float
     replica_hours: float
-    replayed_gpu_hours: float | None = None
 
 
 @dataclass(frozen=True)
@@ -251,8 +240,8 @@ def replay_need(
         key = sched.orders.tobytes()
         if key not in seen:
             seen[key] = replay(sched)
-        att, gpu_h = seen[key]
-        trials.append(Trial(sched.factor, att, sched.replica_hours, gpu_h))
+        att, _gpu_hours = seen[key]
+        trials.append(Trial(sched.factor, att, sched.replica_hours))
         results.append((sched, att))
         return att
 

@@ -150,13 +150,8 @@ class PolicySpec:
 
 # --------------------------------------------------------------- capacity
 def step_load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
-    """Replicas' worth of demand in each ``step_s`` bin at the sustainable
-    per-replica rate (what the oracle and the hindsight schedule size from)."""
-    return _load(workload, profile, step_s)
-
-
-def _load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
-    """Replicas' worth of demand in each ``step_s`` bin.
+    """Replicas' worth of demand in each ``step_s`` bin (what the oracle and
+    the hindsight schedule size from).
 
     Requests the model must reject load nothing. Prefill and decode are
     separate resources of one replica: a bin needs
@@ -184,7 +179,7 @@ def _load(workload: Workload, profile: Profile, step_s: float) -> np.ndarray:
 def oracle_need(workload: Workload, profile: Profile, step_s: float = ORACLE_STEP_S) -> np.ndarray:
     """Replicas needed at each ``step_s`` tick: the true peak load over
     ``[t, t + lead]`` (lead = node + image pull + model load), see :func:`_load`."""
-    load = _load(workload, profile, step_s)
+    load = step_load(workload, profile, step_s)
     lead_bins = max(1, math.ceil(profile.startup.total_s / step_s))
     n = load.size
     if n > lead_bins:
@@ -219,7 +214,7 @@ def opening_fleet(prior: Workload, profile: Profile) -> int:
     at the oracle's utilization; at least 1."""
     if len(prior) == 0:
         return 1
-    load = _load(prior, profile, ORACLE_STEP_S)
+    load = step_load(prior, profile, ORACLE_STEP_S)
     tail = load[-max(1, math.ceil(OPENING_WINDOW_S / ORACLE_STEP_S)) :]
     return max(1, math.ceil(float(tail.max()) / ORACLE_UTILIZATION - 1e-9))
 

@@ -77,7 +77,6 @@ class ScalerAnswer:
     """Its ``prescaler_desired_replicas`` on ``/metrics`` (what GetMetrics answers)."""
     error: str | None = None
     """Why the scaler could not be read, or a GetMetrics error where one was seen."""
-    active: bool | None = None
     reasons: Mapping[str, float] = field(default_factory=dict)
     """Decisions made for the object by reason over the last ``settle_s`` seconds."""
     settle_s: float = 0.0

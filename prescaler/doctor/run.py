@@ -85,10 +85,9 @@ class _Scaler:
         self.opts, self.obj = opts, obj
         self.url = _metrics_url(opts)
         self.error: str | None = None
-        self.before: ScalerMetrics | None = None
         self.after: ScalerMetrics | None = None
         self.started = time.monotonic()
-        self.before = self._scrape()
+        self.before: ScalerMetrics | None = self._scrape()
 
     def _scrape(self) -> ScalerMetrics | None:
         if self.url is None:

@@ -206,6 +206,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
     import simulations.router
     from engine.profiles import use_profile
     from prescaler_native.loader import compiled_warning
+    from simulations.report import HOURS_PER_MONTH
     from simulations.sim_types import replay_config
     from simulations.tune.held_back import rescore, seed_runs
     from simulations.tune.search import slo_ceiling, split_workload
@@ -244,6 +245,7 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
         held_target = request.target * slo_ceiling(held, profile, config.slo_ttft_s)
     sides = make_sides(request, profile, inputs.max_replicas)
     storage = request.storage or default_storage()
+    tune_months = tune_part.duration_s / 3600 / HOURS_PER_MONTH
     print(f"{workload.name}: tuning on {len(tune_part):,} requests "
           f"({tune_part.duration_s / 3600:.2f} h), holding back "
           f"{0 if held is None else len(held):,} ({request.holdout:.0%}); "
@@ -285,11 +287,11 @@ def tune(request: TuneRequest, out: TextIO) -> TuneResult:
 
         so_far = SoFar(
             trace=workload.name, slo_ttft_s=config.slo_ttft_s, target=request.target, bar=bar,
-            months=tune_part.duration_s / 3600 / 730, storage=storage,
+            months=tune_months, storage=storage,
             sides=tuple((side, _read_back(storage, name)) for side, name in started),
         )  # fmt: skip
         raise TuneInterrupted(so_far) from None
-    months = (tune_part.duration_s / 3600 / 730, (held_s or tune_part.duration_s) / 3600 / 730)
+    months = (tune_months, (held_s or tune_part.duration_s) / 3600 / HOURS_PER_MONTH)
     return TuneResult(
         trace=workload.name,
         slo_ttft_s=config.slo_ttft_s,
