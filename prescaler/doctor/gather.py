@@ -209,7 +209,10 @@ def answer_history(
     """From Prometheus (which scrapes the scaler): ``prescaler_desired_replicas``,
     ``prescaler_demand{signal=seen_signal}`` and the ``max_replicas`` decisions."""
     start_s, end_s, step_s = window
-    labels = f'namespace="{_escape(namespace)}",scaledobject="{_escape(name)}"'
+    labels = ",".join(
+        LabelMatcher(k, "=", v).promql()
+        for k, v in (("namespace", namespace), ("scaledobject", name))
+    )
     found = prom.query_range(f"max(prescaler_desired_replicas{{{labels}}})", start_s, end_s, step_s)
     series = found[0][1] if found else []
     seen_q = prom.query_range(
@@ -224,7 +227,3 @@ def answer_history(
     )
     capped = capped_q[0].value if capped_q else None
     return AnswerHistory(series, seen, max(finite) if finite else None, capped)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
