@@ -302,6 +302,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     """Load, run every policy, print the table, write JSON/plots; returns the summary."""
     out = sys.stdout if out is None else out
     from engine.profiles import use_profile
+    from simulations.autoscaling.scaledobject import load_scaledobject
     from simulations.lead_time import with_startup
     from simulations.policies import (
         PolicySpec,
@@ -312,7 +313,6 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     )
     from simulations.report import plot, summary, table
     from simulations.runner import run_policies
-    from simulations.scaledobject import load_scaledobject
     from simulations.sim_inputs import SimInputs, window_start
     from simulations.sim_types import replay_config
     from simulations.traffic import TrafficOptions, load_workload

@@ -3,7 +3,7 @@
 - ``static``: a fixed replica count all along (default: the smallest count
   whose run meets the SLO target, found by search over full runs).
 - ``reactive``: the seeds' queue-length ScaledObject
-  (:func:`simulations.scaledobject.seeds_reactive`) through KEDA and the HPA.
+  (:func:`simulations.autoscaling.scaledobject.seeds_reactive`) through KEDA and the HPA.
 - ``predictive``: prescaler's own ScaledObject (shaped like the shipped
   ``manifests/vllm/gpu/scaledobject.yaml``), its trigger answered by
   :class:`decision.tracker.Tracker` on what the emulated Prometheus shows.
@@ -49,17 +49,21 @@ from decision.tracker_data import TrackerConfig
 from engine.profiles import Profile
 from forecasting import make_forecaster
 from forecasting.registry import BASELINES
+from simulations.autoscaling.hpa import Hpa
+from simulations.autoscaling.keda import Keda
+from simulations.autoscaling.scaledobject import (
+    ScaledObjectSpec,
+    prescaler_scaledobject,
+    seeds_reactive,
+)
+from simulations.autoscaling.trigger_state import PrescalerHook, TriggerState
 from simulations.backfill import DemandHistory
 from simulations.capacity_belief import BelievingTracker
 from simulations.events import PRIORITY_CONTROL
 from simulations.forecast_memo import PROCESS_MEMO, ForecastMemo
 from simulations.hindsight_controller import HindsightController
-from simulations.hpa import Hpa
-from simulations.keda import Keda
-from simulations.scaledobject import ScaledObjectSpec, prescaler_scaledobject, seeds_reactive
 from simulations.simulation import Simulation, servable, workload_capacity
 from simulations.traffic import Workload
-from simulations.trigger_state import PrescalerHook, TriggerState
 
 __all__ = [
     "DEFAULT_MAX_REPLICAS",
@@ -467,7 +471,7 @@ class ScaledObjectController:
             )
 
     # -- the trigger --------------------------------------------------------
-    # (the other triggers: simulations.trigger_state)
+    # (the other triggers: simulations.autoscaling.trigger_state)
     def _prescaler_value(self) -> float | None:
         assert self.tracker is not None
         decision = self.tracker.decision

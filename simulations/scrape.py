@@ -18,7 +18,7 @@ requests that reached the gateway (it exists at zero replicas, so a trigger
 on its rate can wake a fleet at zero, as the KEDA HTTP add-on does), and
 the fleet's ``vllm:time_to_first_token_seconds`` histogram buckets, when the
 simulation supplies them. Queries with their own rate window
-(:mod:`simulations.promql`) make the view keep samples for that window too
+(:mod:`simulations.autoscaling.promql`) make the view keep samples for that window too
 (:meth:`PrometheusView.retain`).
 
 Arrivals are read the way ``scaler.sources`` reads them: completions per

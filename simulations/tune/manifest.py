@@ -6,7 +6,7 @@ the HPA give every ScaledObject (a prometheus trigger's ``threshold`` and
 ``activationThreshold``, ``minReplicaCount``, ``pollingInterval``, the HPA
 ``behavior`` policies and stabilization windows). Each candidate is built the
 way a person would build it, by editing the manifest, and is parsed back by
-:func:`simulations.scaledobject.parse_scaledobject`, the simulator's own
+:func:`simulations.autoscaling.scaledobject.parse_scaledobject`, the simulator's own
 reader, so what is scored is exactly what is printed. ``maxReplicaCount`` is
 never searched: it is the user's budget, not a knob.
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from simulations.keda import KedaConfig
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.autoscaling.keda import KedaConfig
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.search import Param, format_value, merged_metadata
 
 __all__ = [
@@ -109,7 +109,7 @@ HPA_DEFAULTS: dict[str, str] = {
 """The knobs' values when a ScaledObject writes no behavior: the
 autoscaling/v2 API defaults (scale-up Pods 4 and Percent 100 per 15 s, no
 window; scale-down Percent 100, the controller's 5-minute window)
-(:meth:`simulations.hpa_config.HpaBehavior.from_spec`). The first trial starts
+(:meth:`simulations.autoscaling.hpa_config.HpaBehavior.from_spec`). The first trial starts
 from them; written out (scale-down per 60 s, the knob's period) they are
 close to, not the same as, no behavior, so the ScaledObject as written is
 scored as its own baseline."""
@@ -125,7 +125,7 @@ def triggers_of(spec: ScaledObjectSpec) -> tuple[Any, ...]:
 def load_manifest(path: str | Path) -> dict[str, Any]:
     """The ScaledObject document of a YAML file, as written (other documents
     skipped); checked by the simulator's reader first, so errors are its."""
-    from simulations.scaledobject import load_scaledobject
+    from simulations.autoscaling.scaledobject import load_scaledobject
 
     load_scaledobject(path)
     docs = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if d]
@@ -376,7 +376,7 @@ KEDA_DEFAULTS: dict[str, str] = {
     "activationThreshold": "0",
 }
 """What KEDA runs for a knob the ScaledObject leaves out (its CRD's
-defaults, as :class:`simulations.keda.KedaConfig` holds them; a trigger's
+defaults, as :class:`simulations.autoscaling.keda.KedaConfig` holds them; a trigger's
 ``activationThreshold`` is 0): the first trial is the ScaledObject as it
 runs, as prescaler's trigger keys left out are seeded with theirs."""
 

@@ -42,11 +42,11 @@ import numpy as np
 
 from decision.settings import parse_settings
 from engine.profiles import Profile, use_profile
+from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.backfill import DemandHistory
 from simulations.events import PRIORITY_SCRAPE
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
 from simulations.runner import Outcome, attainment, idle_attainment
-from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetExceeded
 from simulations.traffic import Workload
 

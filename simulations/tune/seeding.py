@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from decision.settings import METADATA_KEYS, metadata_value
-from simulations.scaledobject import ScaledObjectSpec
+from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.tune.manifest import (
     HPA_SCALE_DOWN_WINDOW,
     TRIGGER_SCALE_DOWN_WINDOW,

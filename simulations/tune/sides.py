@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.tune.manifest import (
     COOLDOWN_PERIOD,
     PRESCALER_BEHAVIOR_SPACE,
@@ -144,7 +144,7 @@ class Side:
 def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tuple[Side, ...]:
     """The sides for ``request``: prescaler's and plain KEDA's, plus the
     user's own when ``--scaledobject`` is a prometheus-trigger one."""
-    from simulations.scaledobject import load_scaledobject, seeds_reactive
+    from simulations.autoscaling.scaledobject import load_scaledobject, seeds_reactive
 
     p_base, _ = default_bases(profile, bound)
     p_doc: Mapping[str, Any] = manifest_of(p_base)

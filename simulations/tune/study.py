@@ -40,9 +40,9 @@ from typing import Any, Literal
 
 from engine.profiles import Profile, use_profile
 from forecasting.baselines import BASELINES
+from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.backfill import DemandHistory
 from simulations.forecast_memo import PROCESS_MEMO
-from simulations.scaledobject import ScaledObjectSpec
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
 from simulations.tune.each_day import part_attainments

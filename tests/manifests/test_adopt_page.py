@@ -285,7 +285,7 @@ def test_reactive_trigger_patch_validates(
     patched = dict(so, spec=dict(so["spec"], triggers=op["value"]))
     assert validate_objects([patched], crds) == []
     # The simulator reads the same ScaledObject (prescaler simulate/tune --scaledobject).
-    from simulations.scaledobject import parse_scaledobject
+    from simulations.autoscaling.scaledobject import parse_scaledobject
 
     spec = parse_scaledobject(yaml.safe_dump(patched), "reactive-trigger.yaml")
     assert spec.trigger.kind == "prometheus" and spec.trigger.threshold == 3

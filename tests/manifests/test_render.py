@@ -204,7 +204,7 @@ def test_schedule_overlay_keeps_a_cron_window_beside_prescaler(
     the tuner tunes the window's knobs with prescaler's in one side."""
     import yaml
 
-    from simulations.scaledobject import parse_scaledobject
+    from simulations.autoscaling.scaledobject import parse_scaledobject
     from simulations.tune.run import TuneRequest
     from simulations.tune.sides import make_sides
 

@@ -25,8 +25,8 @@ from prescaler.demo_tuned import (
     load_fixture,
     retune_request,
 )
+from simulations.autoscaling.scaledobject import parse_scaledobject
 from simulations.cli import DEFAULT_PROFILE
-from simulations.scaledobject import parse_scaledobject
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workload
 from simulations.tune.manifest import apply_to_manifest, triggers_of

@@ -32,8 +32,12 @@ import pytest
 import yaml
 
 from engine.profiles import get_profile
+from simulations.autoscaling.scaledobject import (
+    ScaledObjectSpec,
+    parse_scaledobject,
+    seeds_reactive,
+)
 from simulations.regimes import regime_counts
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject, seeds_reactive
 from simulations.sim_inputs import SimInputs, window_start
 from simulations.sim_types import COMPLETED, REJECTED, TIMED_OUT, SimConfig
 from simulations.traffic import TrafficOptions, load_workload

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.profiles import get_profile
+from simulations.autoscaling.scaledobject import load_scaledobject
 from simulations.backfill import scraped_history
 from simulations.policies import (
     PolicySpec,
@@ -20,7 +21,6 @@ from simulations.policies import (
     with_history,
 )
 from simulations.runner import attainment, run_policies, run_policy, search_static
-from simulations.scaledobject import load_scaledobject
 from simulations.simulation import COMPLETED, SimConfig, Simulation
 from simulations.traffic import Workload, synthetic_workload
 

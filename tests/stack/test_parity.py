@@ -1,7 +1,7 @@
 """Live versus simulated: one trace window through the real stack and through the simulator.
 
-The stack runs the simulator's own KEDA (``simulations.keda``), HPA
-(``simulations.hpa``) and cluster (``simulations.cluster.pods``) rules, but the
+The stack runs the simulator's own KEDA (``simulations.autoscaling.keda``), HPA
+(``simulations.autoscaling.hpa``) and cluster (``simulations.cluster.pods``) rules, but the
 trigger's value, the replicas' timing and the requests are real processes
 (``prescaler serve``, ``prescaler emulate``, Prometheus, HTTP). If the
 simulator models what those processes do, the two agree: the Deployment's

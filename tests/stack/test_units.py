@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from decision.settings import parse_settings
 from prescaler.cli import build_parser
-from simulations.scaledobject import load_scaledobject
+from simulations.autoscaling.scaledobject import load_scaledobject
 from simulations.simulation import COMPLETED, REJECTED
 from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload
 from stack.loadgen import STOPPED, Clock, LoadGenerator

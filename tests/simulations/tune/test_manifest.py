@@ -13,7 +13,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject, seeds_reactive
+from simulations.autoscaling.scaledobject import (
+    ScaledObjectSpec,
+    parse_scaledobject,
+    seeds_reactive,
+)
 from simulations.simulation import SimConfig
 from simulations.traffic import synthetic_workload
 from simulations.tune.manifest import (

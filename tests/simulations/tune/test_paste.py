@@ -183,7 +183,7 @@ def _threshold_params(side: Side) -> list[tuple[Mapping[str, Any], Any]]:
 def test_a_user_kv_threshold_above_its_range_is_searched_inside_it() -> None:
     """A user who wrote 5.4 on the KV-cache fraction (a threshold that never
     fires) gets a search within (0, 1], not around 5.4."""
-    from simulations.scaledobject import parse_scaledobject
+    from simulations.autoscaling.scaledobject import parse_scaledobject
 
     doc = yaml.safe_load(
         "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: mine}\n"

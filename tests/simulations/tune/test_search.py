@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decision.settings import ScalerSettings, parse_settings
+from simulations.autoscaling.scaledobject import seeds_reactive
 from simulations.backfill import DemandHistory
-from simulations.scaledobject import seeds_reactive
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload
 from simulations.tune.cli import EXIT_SLO_UNMET, main, request_from

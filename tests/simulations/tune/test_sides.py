@@ -14,8 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.cron import parse_cron
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.autoscaling.cron import parse_cron
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload, synthetic_workload

@@ -44,9 +44,9 @@ import yaml
 
 from engine.profiles import get_profile
 from forecasting.prescaler.model import PrescalerForecaster
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.backfill import DemandHistory
 from simulations.forecast_memo import PROCESS_MEMO
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload

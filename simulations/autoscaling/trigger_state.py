@@ -6,7 +6,7 @@ value of ``useCachedMetrics``, the composite metric of
 ``scalingModifiers``) are KEDA's, not the simulation's, and are tested here
 without a run. The prescaler trigger's value comes from the caller (its
 tracker lives in the controller); ``prometheus`` triggers read the emulated
-Prometheus through :mod:`simulations.promql`; ``cron`` triggers read the
+Prometheus through :mod:`simulations.autoscaling.promql`; ``cron`` triggers read the
 clock.
 
 A ``prometheus`` trigger errors when its result is empty, NaN or Inf and
@@ -34,11 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from decision.reading import Reading, known_rate
-from simulations.keda import Keda, TriggerPoll
-from simulations.promql import PromExpr, evaluate, parse_promql, rate_windows
-from simulations.scaledobject import ScaledObjectSpec
+from simulations.autoscaling.keda import Keda, TriggerPoll
+from simulations.autoscaling.promql import PromExpr, evaluate, parse_promql, rate_windows
+from simulations.autoscaling.scaledobject import ScaledObjectSpec
+from simulations.autoscaling.triggers import TriggerSpec
 from simulations.scrape import PrometheusView
-from simulations.triggers import TriggerSpec
 
 __all__ = ["PrescalerHook", "TriggerReading", "TriggerState"]
 

@@ -3,14 +3,14 @@
 One job: turn each entry of ``spec.triggers`` into a :class:`TriggerSpec`
 with KEDA's defaults and validation, failing with a message that names the
 trigger and the key. How the simulator evaluates them is
-:mod:`simulations.trigger_state`; the PromQL is :mod:`simulations.promql`,
-the cron schedule :mod:`simulations.cron`.
+:mod:`simulations.autoscaling.trigger_state`; the PromQL is :mod:`simulations.autoscaling.promql`,
+the cron schedule :mod:`simulations.autoscaling.cron`.
 
 - ``external`` / ``external-push``: the prescaler. Its metadata is parsed by
   :func:`decision.settings.parse_settings`, the function the live scaler
   uses, so bad metadata fails here with the same error. The metric is the
   desired replica count with an AverageValue target of 1.
-- ``prometheus``: ``query`` (see :mod:`simulations.promql` for what
+- ``prometheus``: ``query`` (see :mod:`simulations.autoscaling.promql` for what
   evaluates), ``threshold`` (the HPA target), ``activationThreshold``
   (default 0), ``ignoreNullValues`` (default true: an empty result, NaN or
   Inf reads 0; false: an error, which counts toward fallback).
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from decision.settings import ScalerSettings, parse_settings
-from simulations.cron import CronWindow, parse_cron
-from simulations.promql import PromExpr, parse_promql, rate_windows
+from simulations.autoscaling.cron import CronWindow, parse_cron
+from simulations.autoscaling.promql import PromExpr, parse_promql, rate_windows
 
 __all__ = [
     "COUNTER_METRICS",
@@ -71,7 +71,7 @@ TriggerKind = Literal["prescaler", "prometheus", "cron"]
 class PromQuery:
     """A simple prometheus trigger query: ``aggregation(metric{labels})`` or
     ``sum(rate(metric{labels}[window]))`` (kept for callers that read its
-    parts; every query also has a :data:`~simulations.promql.PromExpr`).
+    parts; every query also has a :data:`~simulations.autoscaling.promql.PromExpr`).
     Labels are kept as text: the simulator runs one Deployment, so they
     select nothing."""
 

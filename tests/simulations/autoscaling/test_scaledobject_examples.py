@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from prescaler.cli import main
-from simulations.scaledobject import load_scaledobject
+from simulations.autoscaling.scaledobject import load_scaledobject
 from simulations.traffic import DEFAULT_TOKENS_TRACE
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "simulations" / "data" / "scaledobjects"
+EXAMPLES = Path(__file__).resolve().parents[3] / "simulations" / "data" / "scaledobjects"
 
 
 def test_examples_parse_with_the_triggers_they_advertise() -> None:

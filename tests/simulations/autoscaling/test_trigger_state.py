@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 
 from engine.profiles import get_profile
-from simulations.hpa import Hpa
-from simulations.keda import Keda
+from simulations.autoscaling.hpa import Hpa
+from simulations.autoscaling.keda import Keda
+from simulations.autoscaling.promql import evaluate
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.autoscaling.trigger_state import PrescalerHook, TriggerState
 from simulations.policies import make_controller, predictive_spec, scaledobject_spec
-from simulations.promql import evaluate
 from simulations.runner import run_policy
-from simulations.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.scrape import PrometheusView, ScrapeSample
 from simulations.sim_types import COMPLETED, SimConfig
 from simulations.simulation import Simulation
 from simulations.traffic import Workload
-from simulations.trigger_state import PrescalerHook, TriggerState
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.hpa import Hpa
-from simulations.hpa_config import HpaBehavior, HpaConfig, HpaPolicy, HpaRules
-from simulations.keda import Keda, KedaConfig, TriggerPoll
+from simulations.autoscaling.hpa import Hpa
+from simulations.autoscaling.hpa_config import HpaBehavior, HpaConfig, HpaPolicy, HpaRules
+from simulations.autoscaling.keda import Keda, KedaConfig, TriggerPoll
 
 SEEDS_BEHAVIOR = HpaBehavior(
     scale_up=HpaRules(0.0, "Max", (HpaPolicy("Percent", 100, 15.0),)),

@@ -2,7 +2,7 @@
 behavior rules and policies, metric targets, the API's defaults and their
 validation (kubernetes/kubernetes ``pkg/apis/autoscaling/v2/defaults.go``).
 
-Apart from the controller (``simulations.hpa``) so the ScaledObject reader
+Apart from the controller (``simulations.autoscaling.hpa``) so the ScaledObject reader
 and the tuner build and check configurations without the controller's state.
 """
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.metrics import TTFT_BUCKETS_V1
-from simulations.promql import (
+from simulations.autoscaling.promql import (
     Aggregate,
     Binary,
     CounterRate,

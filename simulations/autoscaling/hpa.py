@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from simulations.hpa_config import (
+from simulations.autoscaling.hpa_config import (
     LEGACY_UP_FACTOR,
     LEGACY_UP_MINIMUM,
     NS_PER_S,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.cron import DEFAULT_EPOCH, CronWindow, parse_cron
+from simulations.autoscaling.cron import DEFAULT_EPOCH, CronWindow, parse_cron
 
 HOUR = 3600.0
 

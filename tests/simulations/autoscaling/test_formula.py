@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.formula import parse_formula
+from simulations.autoscaling.formula import parse_formula
 
 NAMES = frozenset({"queue", "kv", "rate"})
 

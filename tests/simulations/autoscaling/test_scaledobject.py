@@ -1,4 +1,4 @@
-"""ScaledObject manifests -> simulator policies (simulations.scaledobject)."""
+"""ScaledObject manifests -> simulator policies (simulations.autoscaling.scaledobject)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from decision.settings import SettingsError, parse_settings
-from simulations.hpa_config import HpaBehavior
-from simulations.scaledobject import (
+from simulations.autoscaling.hpa_config import HpaBehavior
+from simulations.autoscaling.scaledobject import (
     PromQuery,
     load_scaledobject,
     parse_query,
@@ -19,8 +19,8 @@ from simulations.scaledobject import (
     seeds_reactive,
 )
 
-DATA = Path(__file__).resolve().parent / "data"
-REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parents[1] / "data"
+REPO = Path(__file__).resolve().parents[3]
 BLOG_A = DATA / "eks-vllm-keda-blog-a.yaml"
 BLOG_B = DATA / "eks-vllm-keda-blog-b.yaml"
 GPU_MANIFEST = REPO / "manifests" / "vllm" / "gpu" / "scaledobject.yaml"

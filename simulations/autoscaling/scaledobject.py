@@ -10,16 +10,16 @@ minReplicaCount`` if that is > 0, else 1, and copies
 ``advanced.horizontalPodAutoscalerConfig.behavior`` as given (absent: the
 HPA's legacy defaults). A trigger's ``metricType`` defaults to AverageValue.
 
-Several triggers are supported (:mod:`simulations.triggers`: the prescaler's
+Several triggers are supported (:mod:`simulations.autoscaling.triggers`: the prescaler's
 ``external``/``external-push``, ``prometheus`` and ``cron``): KEDA gives the
 HPA one External metric per trigger, each with its own target (``threshold``
 for prometheus, 1 otherwise), or one composite metric when
-``advanced.scalingModifiers`` is set (:mod:`simulations.formula`).
+``advanced.scalingModifiers`` is set (:mod:`simulations.autoscaling.formula`).
 
 Cron triggers need a wall clock: simulated t = 0 is the time in the
 annotation ``simulation.prescaler.io/start`` (ISO 8601 with a zone, e.g.
 ``2023-11-16T18:15:46Z``, or Unix seconds) and
-:data:`simulations.cron.DEFAULT_EPOCH` (Monday 2024-01-01 00:00 UTC) without
+:data:`simulations.autoscaling.cron.DEFAULT_EPOCH` (Monday 2024-01-01 00:00 UTC) without
 it. KEDA ignores the annotation.
 
 Anything else is a ``ValueError`` naming what is not supported.
@@ -37,11 +37,11 @@ from typing import Any
 import yaml
 
 from decision.settings import parse_settings
-from simulations.cron import DEFAULT_EPOCH
-from simulations.formula import ScalingModifiers, parse_formula
-from simulations.hpa_config import HpaBehavior, HpaConfig, HpaMetric
-from simulations.keda import FallbackBehavior, KedaConfig
-from simulations.triggers import (
+from simulations.autoscaling.cron import DEFAULT_EPOCH
+from simulations.autoscaling.formula import ScalingModifiers, parse_formula
+from simulations.autoscaling.hpa_config import HpaBehavior, HpaConfig, HpaMetric
+from simulations.autoscaling.keda import FallbackBehavior, KedaConfig
+from simulations.autoscaling.triggers import (
     COUNTER_METRICS,
     GAUGE_METRICS,
     PromQuery,

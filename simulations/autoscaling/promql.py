@@ -34,7 +34,7 @@ from typing import Literal
 import promql_parser as pp
 
 from engine.metrics import TTFT_BUCKETS_V1
-from simulations.formula import float64_arith
+from simulations.autoscaling.formula import float64_arith
 from simulations.scrape import COUNTERS, GATEWAY_COUNTER, GAUGES, PrometheusView
 
 __all__ = [

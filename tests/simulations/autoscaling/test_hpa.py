@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.hpa import Hpa
-from simulations.hpa_config import (
+from simulations.autoscaling.hpa import Hpa
+from simulations.autoscaling.hpa_config import (
     DEFAULT_SCALE_DOWN_POLICIES,
     DEFAULT_SCALE_UP_POLICIES,
     HpaBehavior,

@@ -1,0 +1,1 @@
+"""KEDA and the HPA as the simulator runs them: a ScaledObject, its triggers, their controllers."""
