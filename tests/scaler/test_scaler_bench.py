@@ -157,22 +157,10 @@ async def _serve(port: int, metrics_port: int, status_path: Path | None) -> None
 
 # ------------------------------------------------------------------ client
 
-LOADGEN_DIR = Path(__file__).resolve().parent / "loadgen"
-LOADGEN = ROOT / "bench-results" / "keda-loadgen"
-
-
-def _loadgen() -> Path:
-    """KEDA's own client stack (grpc-go), built once; the Python client costs
-    as much CPU per RPC as the server it would be measuring."""
-    source = LOADGEN_DIR / "main.go"
-    if not LOADGEN.exists() or LOADGEN.stat().st_mtime < source.stat().st_mtime:
-        LOADGEN.parent.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run(
-            ["sh", str(LOADGEN_DIR / "build.sh"), str(LOADGEN)], capture_output=True, text=True
-        )
-        if built.returncode != 0:
-            pytest.fail(f"building keda-loadgen failed:\n{built.stderr[-2000:]}")
-    return LOADGEN
+LOADGEN = [sys.executable, "-m", "tests.scaler.keda_loadgen"]
+"""KEDA's poll pattern over one grpcio channel, in its own process
+(``tests/scaler/keda_loadgen.py``): its CPU never shares a GIL with the
+server's, and the floor (a no-op server under the same load) shows its cost."""
 
 
 def _interval_s() -> float:
@@ -233,7 +221,7 @@ def _plan(port: int, prometheus: str, objects: int, seconds: float, start_at: fl
 
 def _start_loadgen(plan: str, out: Path) -> subprocess.Popen[bytes]:
     with out.open("wb") as sink:  # the child keeps its own copy of the descriptor
-        process = subprocess.Popen([str(_loadgen())], stdin=subprocess.PIPE, stdout=sink, cwd=ROOT)
+        process = subprocess.Popen(LOADGEN, stdin=subprocess.PIPE, stdout=sink, cwd=ROOT)
     assert process.stdin is not None
     process.stdin.write(plan.encode())
     process.stdin.close()
@@ -589,7 +577,6 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
     fitted_expected = 0 if os.environ.get("BENCH_SCALER_FORECAST") == "off" else objects
     kill_decider_s = float(os.environ.get("BENCH_SCALER_KILL_DECIDER_S", "nan"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    _loadgen()  # build (or fail) before anything starts
     floor = _latency_floor(objects, env, tmp_path)
 
     history_end = time.time() - 2.0
@@ -742,7 +729,7 @@ def test_thousand_scaled_objects(tmp_path: Path) -> None:
         "seconds": seconds,
         "poll_interval_s": _interval_s(),
         "wall_s": round(wall, 1),
-        "client": "keda-loadgen: grpc-go (KEDA's client stack), one connection",
+        "client": "keda_loadgen: grpcio (grpc.aio) in its own process, one channel",
         "server": "Python grpc.aio answering from the decider process's table",
         "load_average_1_5_15_before": [round(x, 2) for x in load_before],
         "load_average_1_5_15_after": [round(x, 2) for x in load_after],
