@@ -1,8 +1,7 @@
-"""One forecast a tracker asks for, as plain data, and computing it in process.
+"""The forecaster a tracker drives, and one forecast it asks for.
 
-A request is data rather than a call so the live loop can send the forecasts
-of many objects to the forecast worker in one round trip; the simulator
-computes them in process with :func:`run_prediction` (pure: no I/O, no clock).
+A request is plain data (what to fit, what to condition on, how far to
+predict) so :func:`run_prediction` is a pure function of it.
 """
 
 from __future__ import annotations
@@ -79,8 +78,8 @@ class PredictRequest:
 
 
 def run_prediction(request: PredictRequest) -> Any:
-    """Compute ``request`` in process: the forecast, or the exception it raised
-    (handed to ``Tracker.finish_prediction`` either way)."""
+    """The forecast ``request`` asks for, or the exception it raised (the
+    tracker drops a failed forecast and refits at the next bin)."""
     try:
         if request.fit_y is not None:
             request.forecaster.fit(request.fit_y, request.step_s)

@@ -1,29 +1,9 @@
 """One ScaledObject's path from a reading to a Decision (pure: no I/O, no clock).
 
-``scaler.state`` runs the live loop (sources, backfill, the forecast worker,
-telemetry, balloons) and calls a :class:`Tracker` per ScaledObject; the
-simulator calls the very same ``Tracker`` on virtual time, so what is tuned
-offline is what runs in production. Time only enters as arguments (``t``,
-the grid time a reading is for, and ``now_s``, when it is evaluated).
-
-What a tracker keeps: the demand series in forecast bins, per-replica
-capacity learned at saturated moments, the decision history the policy's
-stabilization window needs, the last observations, the forecaster with its
-latest prediction, and a ledger of forecasts to settle against what
-happened. One step has phases so a caller can batch the forecasts of many
-objects into one round trip (``scaler.state`` sends them to a worker
-process)::
-
-    pending = tracker.ingest(t, reading, now_s)      # None if t is not new
-    request = tracker.prediction_request(pending)    # a forecast bin closed?
-    if request is not None:
-        tracker.finish_prediction(request, run_prediction(request))
-    step = tracker.conclude(pending)
-
-``Tracker.step`` runs all of them in process.
-
-Its plain data types live in ``decision.tracker_data`` and the forecast
-requests in ``decision.prediction``; both are re-exported here.
+The live scaler and the simulator call the same :meth:`Tracker.step`, so what
+is tuned offline is what runs in production. It keeps the demand series in
+forecast bins, learned per-replica capacity, the decision history the policy
+reads, the forecaster and its latest prediction, and a forecast accuracy ledger.
 """
 
 from __future__ import annotations
@@ -33,7 +13,7 @@ import logging
 import math
 import zlib
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -60,12 +40,7 @@ from decision.queue_hold import STARTING_PATIENCE
 from decision.reading import Reading, known_rate
 from decision.seasonal import SeasonalReader, reach_bins
 from decision.settings import ScalerSettings
-from decision.tracker_data import (
-    MIN_FIT_BINS,
-    Pending,
-    TrackerConfig,
-    TrackerStep,
-)
+from decision.tracker_data import MIN_FIT_BINS, TrackerConfig, TrackerStep
 
 __all__ = [
     "DEFAULT_LEAD_TIME_S",
@@ -97,6 +72,15 @@ def _in_process(method: str) -> ForecasterBackend:
     from forecasting import make_forecaster
 
     return make_forecaster(method)
+
+
+class _Taken(NamedTuple):
+    """A reading taken into the history, waiting for its decision."""
+
+    t: float
+    observation: Observation | None
+    lead_s: float
+    settled: bool  # the accuracy ledger settled forecasts
 
 
 def _nan(value: float | None) -> float:
@@ -217,7 +201,6 @@ class Tracker:
         self.active: bool = active if active is not None else settings.min_replicas > 0
         self.forecast: DemandForecast | None = None
         self._decisions: deque[Decision] = deque()
-        self._last_obs: Observation | None = None
         self._last_fresh_obs: Observation | None = None
         self._vanished_since_s: float | None = None
         self._last_time_s: float | None = None
@@ -301,30 +284,38 @@ class Tracker:
         self._last_time_s = float(times[-1])
 
     # ---------------------------------------------------------------- a step
-    def step(self, t: float, reading: Reading | None, now_s: float) -> TrackerStep:
-        """All phases in process: the decision at grid time ``t`` from
-        ``reading`` (None: the source failed) evaluated at ``now_s``.
-        ``t`` must be later than the previous step's."""
-        pending = self.ingest(t, reading, now_s)
-        if pending is None:
-            raise ValueError(f"t={t} is not after the last step at {self._last_time_s}")
-        request = self.prediction_request(pending)
-        if request is not None:
-            self.finish_prediction(request, run_prediction(request))
-        step = self.conclude(pending)
-        assert step is not None
-        return step
+    @overload
+    def step(self, t: float, reading: Reading | None, now_s: float) -> TrackerStep: ...
 
-    def ingest(
+    @overload
+    def step(
+        self, t: float, reading: Reading | None, now_s: float, *, decide: bool
+    ) -> TrackerStep | None: ...
+
+    def step(
         self, t: float, reading: Reading | None, now_s: float, *, decide: bool = True
-    ) -> Pending | None:
-        """Take one reading into the history; ``None`` if ``t`` is not new.
-
-        ``decide`` False (an old replayed step) feeds the history only.
-        """
-        settings = self._settings
+    ) -> TrackerStep | None:
+        """The decision at grid time ``t`` from ``reading`` (None: the source
+        failed) evaluated at ``now_s``; ``t`` must be later than the last step's.
+        ``decide`` False (replayed history too old to matter) only feeds the
+        history and returns None."""
         if self._last_time_s is not None and t <= self._last_time_s:
-            return None
+            raise ValueError(f"t={t} is not after the last step at {self._last_time_s}")
+        taken = self._take(t, reading, now_s)
+        if self._settings.forecast == "off":
+            self._prediction = None
+        elif decide:
+            last_bin = self.series.last_end
+            if last_bin is not None and self._predicted_bin != last_bin:
+                request = self._predict_request(last_bin, taken.lead_s)
+                if request is not None:
+                    self._keep_prediction(request, run_prediction(request))
+        self.forecast = self.demand_forecast(t, taken.lead_s)
+        return self._decide(taken) if decide else None
+
+    def _take(self, t: float, reading: Reading | None, now_s: float) -> _Taken:
+        """Take one reading into the history."""
+        settings = self._settings
         self._last_time_s = t
         obs = observation_from(reading, now_s) if reading is not None else None
         obs = self._unless_vanished(t, obs)
@@ -360,19 +351,9 @@ class Tracker:
             for b in self.series.add(t, arrival, tokens):
                 if self._ledger.settle(SIGNAL, b.end_s, b.requests_per_s):
                     settled = True
-        return Pending(t, obs, lead, settled, decide)
+        return _Taken(t, obs, lead, settled)
 
-    def prediction_request(self, pending: Pending) -> PredictRequest | None:
-        """The forecast to compute now (a bin closed since the last one), if any."""
-        if self._settings.forecast == "off":
-            self._prediction = None
-            return None
-        last_bin = self.series.last_end
-        if pending.decide and last_bin is not None and self._predicted_bin != last_bin:
-            return self._predict_request(last_bin, pending.lead_s)
-        return None
-
-    def finish_prediction(self, request: PredictRequest, result: Any) -> None:
+    def _keep_prediction(self, request: PredictRequest, result: Any) -> None:
         """Keep a forecast (and book it in the accuracy ledger), or drop the
         prediction and refit next bin if it failed (``result`` an exception)."""
         q, step = request.quantile, self._step_s
@@ -398,14 +379,10 @@ class Tracker:
             )
         self._ledger.add(SIGNAL, step, q, origin_s, float(median[0]), float(upper[0]))
 
-    def conclude(self, pending: Pending) -> TrackerStep | None:
-        """Decide at ``pending.t`` from its observation and the latest
-        prediction (None when ``pending`` was ingested with ``decide`` False)."""
-        settings, t, obs, lead = self._settings, pending.t, pending.observation, pending.lead_s
-        forecast = self.demand_forecast(t, lead)
-        self.forecast = forecast
-        if not pending.decide:
-            return None
+    def _decide(self, taken: _Taken) -> TrackerStep:
+        """Decide at ``taken.t`` from its observation and the latest forecast."""
+        settings, t, obs, lead = self._settings, taken.t, taken.observation, taken.lead_s
+        forecast = self.forecast
         capacity = self.capacity(t)
         decision = decide(obs, forecast, settings, self._decisions, capacity, now=t, lead_s=lead)
         self._decisions.append(decision)
@@ -424,9 +401,10 @@ class Tracker:
             )
         if obs is not None:
             self._last_fresh_obs = obs
-        self._last_obs = obs
         self.decision = decision
-        return TrackerStep(decision, forecast, self.active, burst, lead, capacity, obs)
+        return TrackerStep(
+            decision, forecast, self.active, burst, lead, capacity, obs, taken.settled
+        )
 
     # -------------------------------------------------------------- pieces
     def lead_time(self) -> float:

@@ -2,8 +2,7 @@
 
 Kept apart from the tracker's state machine so the live loop, the simulator
 and the tests share frozen, plain types: cadences in (readings are
-``decision.reading.Reading``), a pending reading and the step's outcome out
-(pure: no I/O, no clock).
+``decision.reading.Reading``) and the step's outcome out.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 
 from decision.policy import Decision, DemandForecast, Observation, ReplicaCapacity
 
-__all__ = ["DEFAULT_FIT_WINDOW_S", "MIN_FIT_BINS", "Pending", "TrackerConfig", "TrackerStep"]
+__all__ = ["DEFAULT_FIT_WINDOW_S", "MIN_FIT_BINS", "TrackerConfig", "TrackerStep"]
 
 MIN_FIT_BINS = 8
 """Fewer closed bins than this and no forecast is made (the policy then
@@ -86,22 +85,6 @@ class TrackerConfig:
 
 # ------------------------------------------------------------------ data out
 @dataclass(frozen=True)
-class Pending:
-    """A reading taken in, waiting for its decision (``Tracker.conclude``).
-
-    ``settled`` says the accuracy ledger settled forecasts (export it);
-    ``decide`` is False for replayed steps older than the stabilization
-    window, which only feed the history.
-    """
-
-    t: float
-    observation: Observation | None
-    lead_s: float
-    settled: bool
-    decide: bool
-
-
-@dataclass(frozen=True)
 class TrackerStep:
     """The outcome of one step: the decision and what it was made from.
 
@@ -117,3 +100,5 @@ class TrackerStep:
     lead_s: float
     capacity: ReplicaCapacity
     observation: Observation | None
+    settled: bool = False
+    """The accuracy ledger settled forecasts at this step (export them)."""

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from decision.history import BinnedSeries
 from decision.policy import DemandForecast, Observation, ReplicaCapacity, decide
-from decision.prediction import run_prediction
 from decision.reading import Reading
 from decision.settings import parse_settings
 from decision.tracker import Tracker
@@ -139,11 +138,8 @@ def _event_days(
 def _forecast_at(tracker: Tracker, times: np.ndarray, rate: np.ndarray, t: float) -> Any:
     n = times.size
     tracker.load_history(times, rate, rate * 500, np.zeros(n), np.zeros(n), rate)
-    pending = tracker.ingest(t, Reading(t, 0, 0.0, 0.0, arrival_rate_rps=0.0), t)
-    assert pending is not None
-    request = tracker.prediction_request(pending)
-    assert request is not None
-    tracker.finish_prediction(request, run_prediction(request))
+    tracker.step(t, Reading(t, 0, 0.0, 0.0, arrival_rate_rps=0.0), t)
+    assert tracker.prediction is not None
     return tracker.demand_forecast(t, 900.0)
 
 

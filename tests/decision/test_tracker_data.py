@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -14,20 +17,35 @@ from forecasting.forecast import daily_period
 SETTINGS = parse_settings({"prometheusAddress": "http://prom:9090", "maxReplicas": "16"})
 
 
+class _FitSize:
+    """A forecaster that records the size of each fit and predicts nothing."""
+
+    def __init__(self, fitted: list[int]) -> None:
+        self.fitted = fitted
+
+    def fit(self, y: np.ndarray, step_s: float) -> None:
+        self.fitted.append(int(y.size))
+
+    def update(self, y: np.ndarray) -> None:
+        pass
+
+    def predict(self, horizon_steps: int, quantiles: Sequence[float] = ()) -> Any:
+        raise RuntimeError("not needed")
+
+
 def _fit_request_size(config: TrackerConfig, history_s: float) -> int:
     """Bins the first refit after backfilling ``history_s`` of history fits on."""
     step = config.step_s
     times = np.arange(step, history_s + step / 2, step)
     n = times.size
     rate = 1.0 + np.sin(2 * np.pi * times / 86400.0)
-    tracker = Tracker(("ns", "llm"), SETTINGS, config)
+    fitted: list[int] = []
+    tracker = Tracker(("ns", "llm"), SETTINGS, config, lambda _method: _FitSize(fitted))
     tracker.load_history(times, rate, rate * 500, np.ones(n), np.zeros(n), rate)
     t = float(times[-1] + step)
-    pending = tracker.ingest(t, Reading(t, 1, 0.0, 0.0, arrival_rate_rps=1.0), t)
-    assert pending is not None
-    request = tracker.prediction_request(pending)
-    assert request is not None and request.fit_y is not None
-    return int(request.fit_y.size)
+    tracker.step(t, Reading(t, 1, 0.0, 0.0, arrival_rate_rps=1.0), t)
+    (size,) = fitted
+    return size
 
 
 def test_the_default_window_fits_on_the_two_full_days_the_daily_season_needs() -> None:

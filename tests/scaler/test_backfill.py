@@ -244,7 +244,7 @@ def test_a_backfilled_tracker_holds_the_gateway_demand_live_readings_give(
                 arrival_rate_rps=None if math.isnan(arrival) else arrival,
                 gateway_rate_rps=gateway_rate(vector)[0],
             )
-        live.ingest(t, reading, t, decide=False)
+        live.step(t, reading, t, decide=False)
     assert live.series.requests().tolist() == backfilled.series.requests().tolist()
     assert np.all(np.isfinite(backfilled.series.requests()))
 

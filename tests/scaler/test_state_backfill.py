@@ -145,7 +145,7 @@ def tracker_demand(url: str, fill: History | Sequence[tuple[float, Reading | Non
         )
     else:
         for t, reading in fill:
-            tracker.ingest(t, reading, t, decide=False)
+            tracker.step(t, reading, t, decide=False)
     return tracker.series.requests().tolist()
 
 

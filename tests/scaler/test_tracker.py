@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decision.policy import Decision
-from decision.prediction import ForecasterBackend, run_prediction
+from decision.prediction import ForecasterBackend
 from decision.queue_hold import STARTING_PATIENCE
 from decision.reading import Reading
 from decision.settings import ScalerSettings, parse_settings
@@ -339,47 +339,38 @@ def test_refits_happen_at_staggered_boundaries_and_updates_in_between() -> None:
 
 
 def test_a_failed_forecast_is_dropped_and_refit_at_the_next_bin() -> None:
-    """A forecaster error (or a lost worker) never reaches the decision: the
-    prediction is dropped and the next closed bin refits from scratch."""
+    """A forecaster error never reaches the decision: the prediction is
+    dropped and the next closed bin refits from scratch."""
     calls: list[tuple[str, int]] = []
+    failing = [False]
+
+    class Flaky(RecordingForecaster):
+        def predict(self, horizon_steps: int, quantiles: Sequence[float] = (0.5, 0.9)) -> Any:
+            if failing[0]:
+                failing[0] = False
+                raise RuntimeError("forecaster broke")
+            return super().predict(horizon_steps, quantiles)
+
     config = TrackerConfig(refresh_interval_s=5.0, refit_interval_s=600.0, forecast_step_s=15.0)
     tracker = Tracker(
-        ("ns", "so"),
-        settings_for(forecast="holt_winters"),
-        config,
-        lambda method: RecordingForecaster(calls),
+        ("ns", "so"), settings_for(forecast="holt_winters"), config, lambda method: Flaky(calls)
     )
     t = 0.0
     while not tracker.fitted:
         t += 5.0
         tracker.step(t, _fresh(t), t)
     fits = sum(1 for c in calls if c[0] == "fit")
-    while True:  # the next closed bin, by phases, with a failing forecast
+    failing[0] = True
+    while failing[0]:  # the next closed bin, with a failing forecast
         t += 5.0
-        pending = tracker.ingest(t, _fresh(t), t)
-        assert pending is not None
-        request = tracker.prediction_request(pending)
-        if request is None:
-            tracker.conclude(pending)
-            continue
-        assert request.fit_y is None  # between refits: update only
-        tracker.finish_prediction(request, RuntimeError("worker lost"))
-        step = tracker.conclude(pending)
-        assert step is not None and step.forecast is None and not tracker.fitted
-        assert "forecast" not in step.decision.proposals
-        break
-    while True:
+        step = tracker.step(t, _fresh(t), t)
+    assert calls[-1][0] == "update"  # between refits: update only
+    assert step.forecast is None and not tracker.fitted
+    assert "forecast" not in step.decision.proposals
+    while not tracker.fitted:
         t += 5.0
-        pending = tracker.ingest(t, _fresh(t), t)
-        assert pending is not None
-        request = tracker.prediction_request(pending)
-        if request is not None:
-            assert request.fit_y is not None  # a refit
-            tracker.finish_prediction(request, run_prediction(request))
-            tracker.conclude(pending)
-            break
-        tracker.conclude(pending)
-    assert tracker.fitted and sum(1 for c in calls if c[0] == "fit") == fits + 1
+        tracker.step(t, _fresh(t), t)
+    assert sum(1 for c in calls if c[0] == "fit") == fits + 1
 
 
 def test_lead_time_auto_uses_measured_starts_then_the_profile_then_the_default() -> None:
@@ -414,7 +405,8 @@ def test_config_and_steps_are_validated() -> None:
     tracker.step(T0, _fresh(T0), T0)
     with pytest.raises(ValueError, match="not after"):
         tracker.step(T0, _fresh(T0), T0)
-    assert tracker.ingest(T0 - DT, _fresh(T0 - DT), T0) is None
+    with pytest.raises(ValueError, match="not after"):
+        tracker.step(T0 - DT, _fresh(T0 - DT), T0)
 
 
 @settings(max_examples=60, deadline=None)
