@@ -109,23 +109,6 @@ _BUCKETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def bucket_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
-    """The q-quantile of cumulative ``(upper bound, count)`` buckets, interpolated
-    linearly inside its bucket as Prometheus's ``histogram_quantile`` does; None
-    without observations or when it falls in the open ``+Inf`` bucket."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank and count > below:
-            if upper == float("inf"):
-                return None
-            return lower + (upper - lower) * (rank - below) / (count - below)
-        lower, below = upper, count
-    return None
-
-
 def bucket_bounds(buckets: Sequence[tuple[float, float]], q: float) -> tuple[float, float] | None:
     """The (lower, upper) bounds of the bucket holding the q-quantile."""
     if not buckets or buckets[-1][1] <= 0:

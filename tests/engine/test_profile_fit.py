@@ -22,8 +22,6 @@ from engine.metrics_windows import (
     LoadWindow,
     MetricsPage,
     MetricsPageError,
-    bucket_bounds,
-    bucket_quantile,
     load_windows,
     page_values,
 )
@@ -368,28 +366,6 @@ def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
     assert "several concurrencies or prompt lengths" in reason and "docs/facts.md" in reason
     assert set(report["factor_uncertainty"]) <= {"bandwidth", "compute", "overhead"}
     assert read_profile_file(tmp_path / "f.yaml").request_overhead.is_zero
-
-
-@settings(max_examples=50, deadline=None)
-@given(
-    counts=st.lists(st.integers(0, 50), min_size=1, max_size=8),
-    q1=st.floats(0.01, 0.99),
-    q2=st.floats(0.01, 0.99),
-)
-def test_a_bucket_quantile_rises_with_q_and_stays_in_its_bucket(
-    counts: list[int], q1: float, q2: float
-) -> None:
-    bounds = [0.01 * 2**i for i in range(len(counts))]
-    cumulative = [float(sum(counts[: i + 1])) for i in range(len(counts))]
-    buckets = tuple(zip(bounds, cumulative, strict=True))
-    lo, hi = sorted((q1, q2))
-    a, b = bucket_quantile(buckets, lo), bucket_quantile(buckets, hi)
-    if cumulative[-1] == 0:
-        assert a is None and b is None
-        return
-    assert a is not None and b is not None and a <= b + 1e-12
-    span = bucket_bounds(buckets, hi)
-    assert span is not None and span[0] - 1e-12 <= b <= span[1] + 1e-12
 
 
 def test_a_long_tail_in_the_itl_histogram_is_said(tmp_path: Path) -> None:
