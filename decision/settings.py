@@ -25,12 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from decision.methods import FORECAST_METHODS
 from decision.selectors import LabelMatcher, parse_selector, re2_problem, validate_pod_selector
-
-# Imported here, at module import, not in the RPC path: ``forecasting`` pulls
-# in pandas and statsmodels (~0.6 s), which must never run inside a gRPC
-# handler on the event loop. METHODS is the one list of method names.
-from forecasting import METHODS as FORECAST_METHODS
 
 __all__ = [
     "FORECAST_METHODS",
