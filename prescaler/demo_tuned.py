@@ -255,7 +255,7 @@ def parse_fixture(doc: Any, source: str) -> TunedFixture:
     """:class:`TunedFixture` from its YAML document; each tuned manifest is
     read by the simulator's ScaledObject reader, so a fixture the demo
     cannot run is refused here."""
-    from simulations.scaledobject import parse_scaledobject
+    from simulations.autoscaling.scaledobject import parse_scaledobject
 
     if not isinstance(doc, Mapping):
         raise ValueError(f"{source}: expected a mapping at the top level")

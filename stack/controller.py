@@ -4,8 +4,8 @@ Nothing here re-implements a rule. The cluster is the simulator's own
 :class:`simulations.cluster.pods.Cluster` (Karpenter v1 provisioning, node and pod
 start-up times from :mod:`simulations.cluster.config`, consolidation, cost)
 driven by an event queue that is advanced to the trace time now, every few
-wall milliseconds; KEDA's polling loop is :class:`simulations.keda.Keda` and
-the HPA is :class:`simulations.hpa.Hpa`, each called at its own interval of
+wall milliseconds; KEDA's polling loop is :class:`simulations.autoscaling.keda.Keda` and
+the HPA is :class:`simulations.autoscaling.hpa.Hpa`, each called at its own interval of
 trace time. What is real: the trigger's value comes from ``prescaler serve``
 over gRPC (the prescaler trigger: :mod:`stack.keda_client`) or from a PromQL
 query to the real Prometheus (a prometheus trigger, like KEDA's Prometheus
@@ -37,12 +37,12 @@ import grpc
 import numpy as np
 
 from engine.profiles import Profile
+from simulations.autoscaling.hpa import Hpa
+from simulations.autoscaling.keda import Keda
+from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.cluster.pods import Cluster, ClusterConfig
 from simulations.events import PRIORITY_SCRAPE, EventQueue
 from simulations.fleet_ledger import FleetLedger, append_row, fleet_row
-from simulations.hpa import Hpa
-from simulations.keda import Keda
-from simulations.scaledobject import ScaledObjectSpec
 from stack.keda_client import KedaScalerClient
 from stack.loadgen import Clock
 from stack.processes import EmulatorProcess, PrometheusProcess

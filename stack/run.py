@@ -46,11 +46,11 @@ import yaml
 
 from decision.tracker_data import DEFAULT_FIT_WINDOW_S
 from engine.profiles import Profile, get_profile
+from simulations.autoscaling.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive
 from simulations.cluster.pods import ClusterConfig
 from simulations.fleet_ledger import timeline_arrays
 from simulations.policies import DEFAULT_MAX_REPLICAS
 from simulations.runner import Outcome
-from simulations.scaledobject import ScaledObjectSpec, load_scaledobject, seeds_reactive
 from simulations.sim_inputs import SimInputs, window_start
 from simulations.sim_types import DEFAULT_INITIAL_REPLICAS, SimConfig
 from simulations.simulation import SimResult, workload_capacity
@@ -59,6 +59,7 @@ from stack.controller import ControlPlane
 from stack.keda_client import KedaScalerClient
 from stack.loadgen import STOPPED, Clock, LoadGenerator
 from stack.processes import PrometheusProcess, ScalerProcess, StackError
+from stack.view import LiveView, render
 from stack.warmup import ANSWER_WALL_S, WarmupDeadline
 
 __all__ = [
@@ -332,6 +333,18 @@ class StackRun:
         assert self.control is not None
         return list(self.control.routable())
 
+    def view_lines(self) -> list[str]:
+        """The live view's lines for the run's state now."""
+        opts = self.opts
+        return render(
+            self.loadgen,
+            self.control,
+            self.clock,
+            policy=opts.policy,
+            speed=opts.speed,
+            duration_s=self.workload.duration_s,
+        )
+
     async def wait_routable(self, timeout_s: float) -> bool:
         assert self.control is not None
         return await self.control.wait_routable(timeout_s)
@@ -418,9 +431,7 @@ class StackRun:
         drain = opts.drain_s if opts.drain_s is not None else opts.timeout_s + 60.0
         end_s = self.workload.duration_s
         control = asyncio.create_task(self.control.run(clock, stop, end_s))
-        from stack.view import LiveView
-
-        view = LiveView(self, enabled=opts.view)
+        view = LiveView(self.view_lines, enabled=opts.view)
         view_task = asyncio.create_task(view.run(stop))
         hooks = [asyncio.create_task(_call(h, self)) for h in self.during]
         lg_stop = asyncio.Event()

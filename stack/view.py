@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 import math
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from stack.run import StackRun
+    from stack.controller import ControlPlane
+    from stack.loadgen import Clock, LoadGenerator
 
 __all__ = ["LiveView", "render"]
 
@@ -30,9 +32,16 @@ def _f(value: float, digits: int = 1) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
-def render(run: StackRun) -> list[str]:
+def render(
+    lg: LoadGenerator | None,
+    control: ControlPlane | None,
+    clock: Clock | None,
+    *,
+    policy: str,
+    speed: float,
+    duration_s: float,
+) -> list[str]:
     """The view's lines for the run's state now."""
-    lg, control, clock = run.loadgen, run.control, run.clock
     if lg is None or control is None or clock is None:
         return ["starting..."]
     now = clock.now()
@@ -45,11 +54,10 @@ def render(run: StackRun) -> list[str]:
     recent = [v for t, v in lg.recent_ttft if t >= now - TTFT_WINDOW_S]
     p99 = float(np.percentile(recent, 99)) if recent else math.nan
     done = lg.done
-    policy = run.opts.policy
     desired = control.desired if policy == "predictive" else float(cluster.spec_replicas)
     lines = [
-        f"prescaler stack  {policy}  x{run.opts.speed:g}  "
-        f"t={now:7.1f} s / {run.workload.duration_s:.0f} s  (Ctrl-C stops and summarizes)",
+        f"prescaler stack  {policy}  x{speed:g}  "
+        f"t={now:7.1f} s / {duration_s:.0f} s  (Ctrl-C stops and summarizes)",
         f"  demand      {_f(demand, 2):>8} req/s   arrived {lg.arrived:6d}  ended {done:6d}"
         f"  in flight {lg.inflight:4d}",
         f"  queue       {_f(control.waiting, 0):>8} waiting in vLLM   "
@@ -75,16 +83,22 @@ def render(run: StackRun) -> list[str]:
 
 
 class LiveView:
-    """Redraws :func:`render` in place on a TTY."""
+    """Redraws ``lines()`` (the run's :func:`render`) in place on a TTY."""
 
-    def __init__(self, run: StackRun, *, enabled: bool | None = None, out: TextIO | None = None):
-        self.run_ = run
+    def __init__(
+        self,
+        lines: Callable[[], list[str]],
+        *,
+        enabled: bool | None = None,
+        out: TextIO | None = None,
+    ):
+        self.lines = lines
         self.out = sys.stdout if out is None else out
         self.enabled = bool(self.out.isatty()) if enabled is None else enabled
         self._drawn = 0
 
     def draw(self) -> None:
-        lines = render(self.run_)
+        lines = self.lines()
         up = f"\x1b[{self._drawn}F" if self._drawn else ""
         self.out.write(up + "".join(f"\x1b[2K{line}\n" for line in lines))
         self.out.flush()

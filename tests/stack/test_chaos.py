@@ -43,7 +43,6 @@ from simulations.simulation import COMPLETED, PENDING, REJECTED, TIMED_OUT
 from stack.loadgen import STOPPED
 from stack.processes import free_port
 from stack.run import StackRun
-from stack.view import render
 from tests.stack.support import short_run
 
 SPEED = 10.0
@@ -110,7 +109,7 @@ async def _chaos(obs: Observed, slow: str, garbage: str) -> None:
     assert prom is not None and control is not None
     # Prometheus down during load, then back on the same port and data
     await _until(run, PROM_DOWN_S)
-    obs.view = render(run)
+    obs.view = run.view_lines()
     obs.desired_before_gap = control.desired
     prom.kill()
     t_up = PROM_UP_S
