@@ -16,6 +16,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,14 @@ from simulations.fleet_trace import (
     histogram_query,
 )
 
-__all__ = ["MAX_POINTS", "fetch_fleet_trace", "parse_since", "write_fleet_trace"]
+__all__ = [
+    "MAX_POINTS",
+    "PrometheusError",
+    "fetch_fleet_trace",
+    "parse_since",
+    "prometheus_api",
+    "write_fleet_trace",
+]
 
 MAX_POINTS = 11_000
 """Prometheus refuses a range query of more than 11,000 points per series."""
@@ -51,19 +59,32 @@ def parse_since(text: str) -> float:
     return value
 
 
-def _get(base: str, path: str, params: dict[str, str], timeout_s: float) -> Any:
+class PrometheusError(ValueError):
+    """Prometheus could not be reached or refused the query; the message says which."""
+
+
+def prometheus_api(base: str, path: str, params: Mapping[str, str], timeout_s: float) -> Any:
+    """The ``data`` of a GET on Prometheus' HTTP API ``/api/v1/<path>``."""
     url = f"{base.rstrip('/')}/api/v1/{path}?{urllib.parse.urlencode(params)}"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            body = json.load(resp)
+            text = resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:300]
-        raise ValueError(f"prometheus {base}: HTTP {exc.code} for {path}: {detail}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise ValueError(f"prometheus {base}: cannot reach it ({exc})") from None
+        raise PrometheusError(f"prometheus {base}: HTTP {exc.code} for {path}: {detail}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise PrometheusError(f"prometheus {base}: cannot reach it ({exc})") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        raise PrometheusError(f"prometheus {base}: not Prometheus' API (not JSON)") from None
     if body.get("status") != "success":
-        raise ValueError(f"prometheus {base}: {body.get('error', body)}")
-    return body["data"]["result"]
+        raise PrometheusError(f"prometheus {base}: {body.get('error', body)}")
+    return body["data"]
+
+
+def _result(base: str, path: str, params: Mapping[str, str], timeout_s: float) -> Any:
+    return prometheus_api(base, path, params, timeout_s)["result"]
 
 
 def fetch_fleet_trace(
@@ -82,7 +103,7 @@ def fetch_fleet_trace(
     start_s = end_s - since_s
     window_s = max(int(2 * step_s), 60)
     query = build_query("requests_per_s", labels, rate_window_s=window_s)
-    result = _get(
+    result = _result(
         url,
         "query_range",
         {"query": query, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}s"},
@@ -94,7 +115,7 @@ def fetch_fleet_trace(
         count = build_query("requests_per_s", labels, rate_window_s=int(since_s)).replace(
             "sum(rate(", "sum(count_over_time("
         )
-        found = _get(url, "query", {"query": count, "time": f"{end_s:.3f}"}, timeout_s)
+        found = _result(url, "query", {"query": count, "time": f"{end_s:.3f}"}, timeout_s)
         samples = sum(float(item["value"][1]) for item in found)
         if samples > 0:
             raise ValueError(
@@ -111,7 +132,7 @@ def fetch_fleet_trace(
     rate = np.asarray(series.values, dtype=np.float64)
     hists = []
     for metric in (PROMPT_HISTOGRAM, GENERATION_HISTOGRAM):
-        res = _get(
+        res = _result(
             url,
             "query",
             {"query": histogram_query(metric, labels, int(since_s)), "time": f"{end_s:.3f}"},

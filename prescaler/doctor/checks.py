@@ -76,7 +76,7 @@ class ScalerAnswer:
     value: float | None = None
     """Its ``prescaler_desired_replicas`` on ``/metrics`` (what GetMetrics answers)."""
     error: str | None = None
-    """Why the scaler could not be read, or a GetMetrics error where one was seen."""
+    """Why the scaler's ``/metrics`` could not be read (the object is then untracked)."""
     reasons: Mapping[str, float] = field(default_factory=dict)
     """Decisions made for the object by reason over the last ``settle_s`` seconds."""
     settle_s: float = 0.0
@@ -105,13 +105,6 @@ def check_answer(trigger: TriggerView, obj: ObjectView, ans: ScalerAnswer) -> Fi
             "check scalerAddress, the scaler's NetworkPolicy (gRPC from namespace keda) "
             "and the KEDA operator's log for this ScaledObject",
         )
-    if ans.error:
-        fix = (
-            "correct the key it names"
-            if "INVALID_ARGUMENT" in ans.error
-            else "see the cause: the scaler has no data for it, KEDA holds the current count"
-        )
-        return Finding("FAIL", "answer", label, f"GetMetrics: {ans.error}", fix)
     held = {r: n for r, n in ans.reasons.items() if r in HELD_REASONS and n > 0}
     now = "" if ans.value is None else f"answers {ans.value:g}"
     source = ""

@@ -10,13 +10,13 @@ the checks turn into a finding rather than a traceback.
 
 from __future__ import annotations
 
-import json
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from simulations.fleet_prometheus import PrometheusError, prometheus_api
 
 __all__ = [
     "FetchError",
@@ -57,15 +57,10 @@ class PromClient:
         self.timeout_s = timeout_s
 
     def _get(self, path: str, **params: str) -> Any:
-        query = urllib.parse.urlencode(params)
-        text = read_url(f"{self.url}/api/v1/{path}?{query}", self.timeout_s)
         try:
-            body = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise FetchError(f"{self.url}: not Prometheus' API (not JSON)") from exc
-        if body.get("status") != "success":
-            raise FetchError(f"{self.url}: {body.get('error', body)}")
-        return body["data"]
+            return prometheus_api(self.url, path, params, self.timeout_s)
+        except PrometheusError as exc:
+            raise FetchError(str(exc)) from exc
 
     def query(self, expr: str, at_s: float | None = None) -> list[Sample]:
         """An instant query's vector (a scalar answer is one sample without labels)."""

@@ -260,11 +260,11 @@ def test_answer_freshness(reasons: dict[str, float], level: str, words: str) -> 
     assert finding.level == level and words in finding.cause
 
 
-def test_untracked_object_and_unavailable_answer_fail() -> None:
+def test_untracked_object_and_unreadable_scaler_fail() -> None:
     untracked = check_answer(PRESCALER, obj(), ScalerAnswer(tracked=False))
     assert untracked.level == "FAIL" and "KEDA has not asked it" in untracked.cause
-    unavailable = ScalerAnswer(tracked=True, error="UNAVAILABLE: no data yet for llm/so")
-    assert check_answer(PRESCALER, obj(), unavailable).level == "FAIL"
+    unreadable = ScalerAnswer(tracked=False, error="connection refused")
+    assert "cannot read the scaler" in check_answer(PRESCALER, obj(), unreadable).cause
 
 
 def hpa_view(
