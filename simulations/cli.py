@@ -416,10 +416,9 @@ def _run(args: argparse.Namespace) -> int:
         opts = options_from(args)
         simulate(opts)
     except (ValueError, KeyError, OSError) as exc:
-        from simulations.cli_messages import in_flags
+        from simulations.cli_messages import in_flags, message_of
 
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"prescaler simulate: {in_flags(str(msg))}", file=sys.stderr)
+        print(f"prescaler simulate: {in_flags(message_of(exc))}", file=sys.stderr)
         return 2
     return 0
 

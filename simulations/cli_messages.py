@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["REPLAY_FLAGS", "WINDOW_FLAGS", "in_flags"]
+__all__ = ["REPLAY_FLAGS", "WINDOW_FLAGS", "in_flags", "message_of"]
 
 WINDOW_FLAGS: Mapping[str, str] = {
     "start_s": "--start",
@@ -45,3 +45,8 @@ def in_flags(message: str, flags: Mapping[str, str] = REPLAY_FLAGS) -> str:
         return message
     pattern = re.compile(r"(?<![\w./-])(" + "|".join(map(re.escape, flags)) + r")(?![\w/-])")
     return pattern.sub(lambda m: flags[m[1]], message)
+
+
+def message_of(exc: BaseException) -> str:
+    """``exc``'s message; a ``KeyError``'s without the quotes its ``str`` adds."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
