@@ -1,32 +1,12 @@
 """The demand history a live scaler would have backfilled before a simulated window.
 
-``prescaler serve`` does not start a ScaledObject from nothing: on its first
-poll it reads the last hours of arrival and token rates from Prometheus and
-fits its forecaster on them. A simulated window that starts inside a trace
-(``--start``) has that history in the trace itself, so the predictive
-policy's tracker is given it too; otherwise every window would begin with a
-cold forecaster that production never has. A window at the trace's start
-has no history, as a fresh deployment has none.
-
-The same rule holds wherever a run starts inside a trace: ``prescaler
-simulate --start``, and ``prescaler tune``'s trials (history before
-``--start``) and its held-back re-runs (history up to the cut, which is the
-tuning part's demand: the live scaler would have had it, as it has last
-week's). :func:`window_history` is that rule for one window.
-
-What the tracker is given is what the emulated Prometheus would have
-scraped (:func:`scraped_history`): the requests before the window (drawn from
-the trace by the same traffic options as the window, ending exactly where it
-starts) counted into vLLM's counters, scraped every scrape interval and read
-at each bin end through :class:`simulations.scrape.PrometheusView`, the path
-the live trigger reads: rates over the rate window, so the history lags
-demand as the live one does, and not one sample from inside the window.
-:func:`demand_before` and :func:`window_history`, the trace's rate curve at
-the window's mean tokens per request, are kept for callers that have only a
-rate series.
-
-Pure: the caller reads the trace and passes the requests (or the rate
-series) in.
+``prescaler serve`` fits its forecaster on the last hours of Prometheus
+history on its first poll, so a window that starts inside a trace (``simulate
+--start``, ``tune``'s trials and held-back re-runs) hands the tracker the
+history before it; a window at the trace's start has none, as a fresh
+deployment has none. :func:`scraped_history` gives it as the emulated
+Prometheus would have scraped it (lagging demand as live, nothing from inside
+the window). Pure: the caller passes the requests or rate series in.
 """
 
 from __future__ import annotations

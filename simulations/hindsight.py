@@ -1,32 +1,12 @@
 """The hindsight schedule: the cheapest replica schedule perfect foresight could run.
 
-The yardstick every set-up is measured against: given the demand per step
-(in replicas' worth at the engine's sustainable per-replica rate), the
-cold start a new replica takes and how long a released replica's node stays
-billed, this is the schedule that knows the whole future yet still has to
-order each replica one start-up ahead and pays for it from its node's
-launch. Pure: arrays in, arrays out; the replay that calibrates it against
-the simulator is handed in as a function (:func:`calibrate`), so this module
-runs no simulation, reads no file and no clock.
-
-The model is exact for a fluid fleet: at capacity factor ``f`` step ``i``
-needs ``ceil(load[i] / f)`` replicas Ready. Each capacity level ``k`` (the
-k-th replica) is needed over some runs of steps; between two runs it is
-either held (costs the gap) or released and started again (costs the node's
-billed tail after release plus a start-up before the next run). So the gap
-is held when it is shorter than ``lead_s + tail_s`` and released otherwise.
-Per level that is a binary morphological closing; because the levels nest,
-all of them at once is one grey-scale closing of the need (a running max,
-then a running min), O(steps) whatever the fleet's size. A replica must be
-ordered ``lead_s`` before it is first Ready, so the Deployment's replicas
-are the running max of the Ready plan over the next ``lead_s``, and a node
-bills from its launch until ``tail_s`` after its replica leaves: the running
-max of the orders over the last ``tail_s``.
-
-Replayed through the simulator, a fluid schedule at ``f = 1`` misses some of
-the SLO (a step's Poisson peak, a queue, a node slower than its mean) or
-beats it with room to spare; :func:`calibrate` bisects ``f`` until the
-replayed attainment meets the target (within ``tol_points`` above it).
+The yardstick every set-up is measured against. It knows the whole future
+but still orders each replica one start-up ahead and pays for its node from
+launch to the billed tail after release, so a gap in need is held when
+shorter than ``lead_s + tail_s``; over all capacity levels that is one
+grey-scale closing of the need, O(steps). :func:`calibrate` bisects the
+capacity factor until the replayed attainment meets the target. Pure: the
+replay is handed in, so this module runs no simulation and reads no file.
 """
 
 from __future__ import annotations

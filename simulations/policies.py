@@ -1,37 +1,14 @@
 """The scaling policies a simulation can run, as picklable specs and live controllers.
 
-- ``static``: a fixed replica count all along (default: the smallest count
-  whose run meets the SLO target, found by search over full runs).
-- ``reactive``: the seeds' queue-length ScaledObject
-  (:func:`simulations.autoscaling.scaledobject.seeds_reactive`) through KEDA and the HPA.
-- ``predictive``: prescaler's own ScaledObject (shaped like the shipped
-  ``manifests/vllm/gpu/scaledobject.yaml``), its trigger answered by
-  :class:`decision.tracker.Tracker` on what the emulated Prometheus shows.
-- ``oracle``: sees future arrivals (as ``hindsight`` does). Every 15 s it sets the
-  Deployment to the replicas the true peak token demand over the next
-  start-up lead time needs, at the profile's sustainable per-replica rate
-  (never scaling in while requests queue), within the same bound as the
-  others: ``cost_ratio_to_oracle`` is measured against it. A heuristic: it has no
-  spare for a burst inside a step and orders one *average* start-up ahead,
-  so it may attain less than a tuned policy; the bound at a stated
-  attainment is ``hindsight``.
-- ``hindsight``: the cheapest schedule perfect foresight could run that
-  meets the target attainment when replayed (:mod:`simulations.hindsight`,
-  calibrated by :mod:`simulations.hindsight_run`): the yardstick the
-  reports measure every set-up against.
-- any user ScaledObject (``--scaledobject FILE``), named by its metadata.name.
-
-No policy but the oracle and the hindsight schedule knows anything production
-would not: the built-in ones share one stated maximum
-(:data:`DEFAULT_MAX_REPLICAS` unless the run states another), a user
-ScaledObject keeps its own maxReplicaCount, and every autoscaled policy
-opens with the same fleet, ``SimConfig.initial_replicas`` (sized by
-``simulate`` from the traffic before the window,
-:func:`opening_fleet`), never from the window itself.
-
-A :class:`PolicySpec` is plain data (it crosses process boundaries for
-``--jobs``); :func:`make_controller` turns it into the object a
-:class:`~simulations.simulation.Simulation` drives.
+``static`` (a fixed count), ``reactive`` (the seeds' queue-length
+ScaledObject), ``predictive`` (prescaler's own ScaledObject answered by
+:class:`decision.tracker.Tracker`), ``oracle`` (sees future arrivals; the
+reference of ``cost_ratio_to_oracle``), ``hindsight`` (the cheapest schedule
+that meets the target, :mod:`simulations.hindsight`) and any user
+ScaledObject. Only the oracle and hindsight know anything production would
+not: the others share one stated maximum and one opening fleet
+(:func:`opening_fleet`). A :class:`PolicySpec` is plain data so it crosses
+``--jobs`` processes; :func:`make_controller` makes it live.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """The emulated Prometheus: what an autoscaler can know about the fleet, and when.
 
-A policy in production never reads a replica directly: Prometheus scrapes
-each vLLM ``/metrics`` every scrape interval (15 s by default), and queries
-see the value of the last scrape. Rates come from counter samples over a
-window, like PromQL ``rate(x[W])``: the increase between the first and the
-last sample inside the window divided by the time between them (PromQL also
-extrapolates to the window's edges; with a steady scrape interval the result
-is the same up to a few percent). ``delta(gauge[W])`` is last minus first.
-
-Counters are kept as fleet totals that never go down: a replica that goes
-away leaves its final counts behind. Prometheus forgets a vanished series'
-increase once it goes stale, so this view slightly over-counts completions
-in a window that saw a pod removed; that is one request or two per removal.
-
-Two series come from in front of vLLM: ``gateway_requests_total``, the
-requests that reached the gateway (it exists at zero replicas, so a trigger
-on its rate can wake a fleet at zero, as the KEDA HTTP add-on does), and
-the fleet's ``vllm:time_to_first_token_seconds`` histogram buckets, when the
-simulation supplies them. Queries with their own rate window
-(:mod:`simulations.autoscaling.promql`) make the view keep samples for that window too
-(:meth:`PrometheusView.retain`).
-
-Arrivals are read the way ``scaler.sources`` reads them: completions per
-second plus the growth of waiting + running over the window divided by the
-window (requests held at the gateway, invisible to vLLM, are invisible here
-too).
-
-Prometheus itself can be down (:meth:`PrometheusView.set_up`): while it is,
-it scrapes nothing, every query raises :class:`PrometheusDown` (what a KEDA
-``prometheus`` trigger gets as an HTTP error) and :meth:`PrometheusView.reading`
-is None (what ``scaler.sources`` hands the tracker when its read fails).
-Once back, queries see what it scraped before and after; a rate window
-that straddles the gap has fewer samples, as it would live.
+A policy in production never reads a replica: it reads the last scrape of
+each vLLM ``/metrics``. So queries here see scraped counter totals (a
+vanished pod's counts stay, as they do until Prometheus marks it stale),
+rates are PromQL's ``rate(x[W])`` without the edge extrapolation, arrivals
+are read as ``scaler.sources`` reads them, and ``gateway_requests_total``
+exists at zero replicas. While Prometheus is down (:meth:`PrometheusView.set_up`)
+queries raise :class:`PrometheusDown` and :meth:`PrometheusView.reading` is None.
 """
 
 from __future__ import annotations

@@ -1,36 +1,14 @@
 """Request workloads for the simulator: replayed traces, generated curves, synthetic tests.
 
-A :class:`Workload` is what the simulator consumes: sorted arrival times from 0
-and the prompt/output token counts of each request, as numpy arrays.
-
-Where they come from (the file format is detected by :mod:`forecasting.readers`,
-the same code the forecaster uses, so both read a file the same way):
-
-- **Per-request traces** (Azure LLM inference CSV, BurstGPT, Mooncake JSONL) are
-  replayed as recorded: times relative to the earliest request, shifted by
-  ``start_s`` and cut to ``duration_s``, with their own token counts. A token
-  count of 0 (the readers already reject negative ones) becomes 1, because an
-  engine cannot serve an empty request; how many were raised is kept in
-  :attr:`Workload.clamped_tokens` rather than dropping those requests.
-- **Rate and count curves** (ServeGen rate CSV, per-minute and 10-second counts,
-  plain rate CSV) say how many requests a window held, not when. Arrivals are
-  drawn inside each window: a Poisson process at the window's rate, or with
-  ``arrivals="gamma"`` a gamma renewal process with coefficient of variation
-  ``cv`` (burstier than Poisson when ``cv > 1``), run in the time scale where
-  the rate is 1 and mapped back through the cumulative rate so it follows the
-  curve. Token counts are drawn jointly (prompt and output of one real request
-  together, keeping their correlation) from the per-request trace
-  ``tokens_from``; when a ServeGen ``*_tokens_*.csv`` file sits beside the rate
-  file, each draw is rescaled so its window's mean matches that file.
-
-``rate_scale`` multiplies the load: a curve's rate is multiplied; a per-request
-trace is thinned (each request kept with probability ``rate_scale``) below 1,
-and above 1 it is the superposition of ``ceil(rate_scale)`` copies, each
-thinned to ``rate_scale / ceil(rate_scale)`` and shifted by a uniform jitter of
-up to :data:`JITTER_S` seconds so copies do not arrive in lockstep.
-
-Everything is drawn from one ``numpy.random.Generator`` seeded by
-``TrafficOptions.seed``: the same file and options give the same workload.
+A :class:`Workload` holds sorted arrival times from 0 and each request's
+prompt and output tokens. Files are read by :mod:`forecasting.readers`, the
+forecaster's own code, so both see a file alike. Per-request traces are
+replayed as recorded (a 0-token count becomes 1, counted in
+:attr:`Workload.clamped_tokens`); rate and count curves get Poisson or gamma
+arrivals inside each window and tokens drawn jointly from ``tokens_from``.
+``rate_scale`` multiplies a curve, or thins and superposes jittered copies
+of a trace. One generator seeded by ``TrafficOptions.seed`` draws everything,
+so the same file and options give the same workload.
 """
 
 from __future__ import annotations

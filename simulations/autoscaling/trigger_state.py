@@ -1,30 +1,13 @@
 """A ScaledObject's triggers at run time: what KEDA's poll and the HPA's metric reads see.
 
-Why apart from the controller: the rules for several triggers (one HPA
-metric each, activity as the OR, a failure count per trigger, the cached
-value of ``useCachedMetrics``, the composite metric of
-``scalingModifiers``) are KEDA's, not the simulation's, and are tested here
-without a run. The prescaler trigger's value comes from the caller (its
-tracker lives in the controller); ``prometheus`` triggers read the emulated
-Prometheus through :mod:`simulations.autoscaling.promql`; ``cron`` triggers read the
-clock.
-
-A ``prometheus`` trigger errors when its result is empty, NaN or Inf and
-``ignoreNullValues`` is false (KEDA's prometheus scaler); with the default
-true that reads 0. While Prometheus is down every ``prometheus`` trigger
-errors, whatever ``ignoreNullValues`` says: the scaler's HTTP query failed,
-which is not a null result. The prescaler trigger errors when the tracker
-has no answer (the live scaler's UNAVAILABLE): KEDA's poll calls GetMetrics
-before IsActive in one GetMetricsAndActivity, so the poll fails as the HPA's
-read does, and both count toward fallback. A Prometheus outage reaches the
-prescaler trigger only through its tracker (readings fail; it holds, then
-answers its own ``fallbackReplicas``), as it does live.
-
-A prescaler trigger with ``gatewayRateQuery`` has its query evaluated on the
-same emulated Prometheus as a ``prometheus`` trigger's
-(:meth:`TriggerState.prescaler_reading`), so the tracker sees the gateway's
-rate (``gateway_requests_total``) at zero replicas as it would live; an
-empty, NaN or failed answer is an unknown rate, as in ``scaler.sources``.
+Apart from the controller because the rules for several triggers (one HPA
+metric each, activity as the OR, per-trigger failure counts,
+``useCachedMetrics``, ``scalingModifiers``) are KEDA's and are tested here
+without a run. A ``prometheus`` trigger errors on a failed query, and on an
+empty or non-finite result unless ``ignoreNullValues``; the prescaler trigger
+errors when its tracker has no answer (the live UNAVAILABLE), and both count
+toward fallback. A Prometheus outage reaches the prescaler trigger only
+through its tracker, as it does live.
 """
 
 from __future__ import annotations
