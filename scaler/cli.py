@@ -79,25 +79,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gatewayRateQuery); off by default so one tenant cannot scale on another's load",
     )
     p.add_argument(
+        "--decider-process",
         "--forecast-worker",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="run the live loop (sources, trackers, forecasts) in a child process, the "
-        "decider, so its work never delays an RPC (default on; --no-forecast-worker "
-        "keeps one process)",
+        "decider, so its work never delays an RPC (default on; --no-decider-process "
+        "keeps one process; --forecast-worker is the old name)",
     )
-    p.add_argument(
-        "--front",
-        choices=["auto", "on", "off"],
-        default=None,
-        help="deprecated, ignored: the compiled gRPC front is gone; Python gRPC serves "
-        "KEDA from the decider's table",
-    )
-    p.add_argument(
-        "--front-binary",
-        default=None,
-        help="deprecated, ignored (see --front)",
-    )
+    for removed in ("--front", "--front-binary"):
+        p.add_argument(removed, nargs="?", action=_Removed, help=argparse.SUPPRESS)
     p.add_argument(
         "--log-level",
         default="info",
@@ -105,6 +96,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="log level (default info)",
     )
     p.set_defaults(func=serve_command)
+
+
+REMOVED_FRONT = (
+    "--front and --front-binary were removed with the compiled gRPC front: "
+    "Python gRPC serves KEDA directly; drop the flag"
+)
+
+
+class _Removed(argparse.Action):
+    """A removed flag: one line saying so, exit status 2."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"prescaler serve: {REMOVED_FRONT}", file=sys.stderr)
+        sys.exit(2)
 
 
 def _is_multiple(value: float, of: float) -> bool:
@@ -174,10 +185,6 @@ def serve_command(
     from scaler.server import run_server
     from scaler.tls import TlsError, load_server_tls
 
-    if args.front is not None or args.front_binary is not None:
-        logging.getLogger(__name__).warning(
-            "--front and --front-binary are deprecated and ignored: Python gRPC serves KEDA"
-        )
     tls = None
     if args.tls_cert:
         try:
@@ -208,12 +215,12 @@ def _live_state(
     args: argparse.Namespace, state_factory: StateFactory | None, speed: float = 1.0
 ) -> tuple[Any, Any]:
     """The state the service answers from, and the telemetry it exports: the
-    decider process (``--forecast-worker``, the default), or the live loop in
-    this process (``--no-forecast-worker``, or ``state_factory``)."""
+    decider process (``--decider-process``, the default), or the live loop in
+    this process (``--no-decider-process``, or ``state_factory``)."""
     from scaler.telemetry import ScalerTelemetry
 
     step = args.forecast_step_seconds
-    if state_factory is None and args.forecast_worker:
+    if state_factory is None and args.decider_process:
         from scaler.decider_process import DeciderProcess
         from scaler.decider_wire import DeciderConfig
 

@@ -381,9 +381,8 @@ async def test_sigterm_drains_and_exits_zero() -> None:
     )
 
 
-async def test_prescaler_serve_with_the_decider_ignores_the_front_flags() -> None:
-    """`prescaler serve` as shipped (the decider process behind Python gRPC);
-    the compiled front's flags are still accepted, and said to be ignored."""
+async def test_prescaler_serve_with_the_decider_process() -> None:
+    """`prescaler serve` as shipped: the decider process behind Python gRPC."""
     await _sigterm_drains(
         [
             sys.executable,
@@ -398,13 +397,39 @@ async def test_prescaler_serve_with_the_decider_ignores_the_front_flags() -> Non
             "-1",
             "--grace-seconds",
             "1",
-            "--front",
-            "on",
-            "--front-binary",
-            "/nonexistent/prescaler-front",
+            "--decider-process",
         ],
-        logged="--front and --front-binary are deprecated and ignored",
     )
+
+
+def test_the_front_flags_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The compiled front is gone: its flags exit 2 saying what serves KEDA
+    now; --forecast-worker stays the decider switch's old name."""
+    import argparse
+
+    from scaler.cli import REMOVED_FRONT, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    for argv in (
+        ["serve", "--front", "on"],
+        ["serve", "--front=off"],
+        ["serve", "--front-binary", "/opt/prescaler-front"],
+        ["serve", "--port", "0", "--front"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args(argv)
+        assert exit_.value.code == 2, argv
+        err = capsys.readouterr().err
+        assert err == f"prescaler serve: {REMOVED_FRONT}\n", argv
+        assert "Python gRPC serves KEDA directly" in err
+    for argv, decider in (
+        (["serve"], True),
+        (["serve", "--no-decider-process"], False),
+        (["serve", "--no-forecast-worker"], False),
+        (["serve", "--forecast-worker"], True),
+    ):
+        assert parser.parse_args(argv).decider_process is decider, argv
 
 
 def test_serve_flag_errors() -> None:

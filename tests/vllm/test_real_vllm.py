@@ -254,7 +254,7 @@ async def test_never_read_fleet_is_unavailable_beside_a_real_one(real_vllm: Real
     proc, port, _ = _spawn([
         sys.executable, "-m", "prescaler.cli", "serve", "--host", "127.0.0.1", "--port", "0",
         "--metrics-port", "-1", "--refresh-seconds", "1", "--grace-seconds", "1",
-        "--no-forecast-worker", "--front", "off",
+        "--no-decider-process",
     ])  # fmt: skip
     good = ref("real", "llm", {"metricsUrls": real_vllm.metrics_url, "model": MODEL_NAME,
                                "minReplicas": "1", "maxReplicas": "20"})  # fmt: skip
