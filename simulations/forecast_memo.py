@@ -1,26 +1,12 @@
 """An exact, bounded memo of forecasting work, shared by every run in a process.
 
-Why: ``prescaler tune`` replays one window through the simulator once per
-trial, and a prescaler trigger's tracker refits its forecaster every refit
-interval and predicts at every closed bin. Arrivals are exogenous, so most
-trials hand their forecaster byte-for-byte the same history as earlier
-trials did and pay again for the same fits. A :class:`MemoizedForecaster`
-answers from what an earlier run computed when it was given exactly the
-same inputs, and computes otherwise, so a run's results are bit-identical
-with the memo and without it.
-
-What a forecast is keyed by: the method's name, class and ``config``
-(``repr``), the step, the exact bytes of the history the last ``fit`` got,
-the exact bytes of the history the last ``update`` got, the horizon and the
-quantiles. A ``fit`` is only recorded; it runs when a ``predict`` misses
-(restored from a stored fitted model when that fit was run before, or run
-and stored), so a refit whose every prediction hits is never computed.
-
-Exactness rests on the method: its forecast must be a function of those
-inputs alone (``fit`` resets every state a prediction reads, ``update``
-only replaces the history, anything ``predict`` keeps is an exact cache).
-:data:`MEMOIZABLE` names the methods read to hold it; any other method runs
-unwrapped. Both stores are LRU and bounded in bytes (:class:`ForecastMemo`).
+``prescaler tune`` replays one window once per trial, and arrivals are
+exogenous, so most trials hand their forecaster byte-for-byte the history
+earlier trials did. A :class:`MemoizedForecaster` answers from an earlier
+run given exactly the same inputs (method, config, step, history bytes,
+horizon, quantiles) and computes otherwise, so results are bit-identical with
+the memo and without it. That rests on the method's forecast being a function
+of those inputs alone: :data:`MEMOIZABLE` names the methods read to hold it.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The load generator: a trace replayed over HTTP against the live replicas.
 
-Each request of the workload is sent at its arrival time (trace seconds / K
-on the wall clock) as a streaming ``/v1/completions`` call with exactly its
-prompt length (token ids) and output length (``max_tokens``), to the Ready
-replica with the fewest outstanding requests (the simulator's router); with
-none Ready it waits at the gateway. Outcomes follow the simulator's rules:
-
-- a client gives up ``timeout_s`` after arrival without a first token
-  (the connection is closed, so the replica aborts it): timed out;
-- vLLM's 400 for a request it cannot hold: rejected, with its message;
-- a replica that dies or is removed mid-request (connection reset, stream
-  cut, engine error): sent again once from the gateway, keeping its first
-  arrival time for TTFT, and failed (rejected, with a reason) the second time.
-
-A request still in flight when the run stops (Ctrl-C, or the end of the
-drain after the trace) ends as ``STOPPED``: it had no outcome, so it is
-counted apart from the rejections and left out of the summary's outcomes.
-Each request ends exactly once; :meth:`LoadGenerator.check` raises
-otherwise. Times recorded are trace seconds (wall x K).
+Each request is sent at its arrival time (trace seconds / K) as a streaming
+``/v1/completions`` call of exactly its token lengths to the Ready replica
+with the fewest outstanding requests, or waits at the gateway. Outcomes
+follow the simulator's rules (timed out, rejected, retried once after a
+replica dies); a request in flight when the run stops is ``STOPPED``, apart
+from the outcomes. :meth:`LoadGenerator.check` raises unless each request ended
+exactly once. Times are trace seconds.
 """
 
 from __future__ import annotations

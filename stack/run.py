@@ -1,28 +1,12 @@
 """One stack run: start everything, replay the trace, stop everything, summarize.
 
-Time compression (``speed`` K) is applied the same way everywhere: the trace
-is sent K times faster; each replica's engine runs K times faster
-(:mod:`stack.speed`), so in wall seconds its rates are K x the trace's, and
-the scaler takes a replica's profile capacity as K x (:mod:`stack.speed`);
-Prometheus
-scrapes every 15 / K s with a lookback of 300 / K s; the controller's KEDA
-poll, HPA sync and cluster start-up times are in trace seconds (wall x K);
-``prescaler serve`` gets its intervals divided by K (``--refresh-seconds``,
-``--refit-seconds``, ``--forecast-step-seconds``, ``--fit-window-seconds``,
-``--rate-window-seconds``)
-and so do the ScaledObject's time-valued trigger keys (``leadTimeSeconds``,
-``scaleDownStabilizationSeconds``, ``staleAfterSeconds``,
-``fallbackAfterSeconds``, ``nodeLeadTimeSeconds``; ``leadTimeSeconds: auto``
-becomes what ``auto`` resolves to without Kubernetes, the profile's cold
-start, over K). Everything else in the trigger metadata is the manifest's.
-
-What a run is told rather than shown is what ``prescaler simulate`` is told
-(:class:`simulations.sim_inputs.SimInputs`): the fleet's bound is the
-ScaledObject's ``maxReplicaCount`` (the reactive one's is ``max_replicas``,
-the shipped GPU ScaledObject's by default), and the fleet Ready as the window
-opens is ``initial_replicas`` if stated, else what the traffic before the
-window needs (:func:`simulations.sim_inputs.window_start`); neither looks
-inside the window.
+Time compression (``speed`` K) is one clock everywhere (docs/stack.md,
+"``--speed K``"): the trace and the engines run K times faster
+(:mod:`stack.speed`), Prometheus and the scaler's intervals and the
+trigger's time-valued keys are divided by K, and the controller's loops run
+in trace seconds. A run is told what ``prescaler simulate`` is told
+(:class:`simulations.sim_inputs.SimInputs`), never anything from inside the
+window.
 """
 
 from __future__ import annotations

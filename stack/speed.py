@@ -1,27 +1,12 @@
 """``prescaler emulate`` and ``prescaler serve`` in a world running ``K`` times faster.
 
 Neither command has a speed flag, so ``python -m stack.speed --speed K
-emulate|serve ARGS...`` parses the very same flags and runs the very same
-command with the speed given as a parameter each takes from its caller:
-
-- ``emulate``: the replica driver's :class:`engine.emulator.driver.ModelClock`
-  is ``K`` x the wall clock, so a replica serves a trace-second's work in
-  ``1/K`` wall seconds, and it wakes at the engine's own events or every
-  ``STREAM_QUANTUM_S`` wall seconds to stream the tokens due, rather than at
-  every decode step. Its metrics are left as they are: in wall seconds every
-  rate is ``K`` x the trace's (latency histograms are in model seconds).
-- ``serve``: the trackers' :class:`decision.tracker_data.TrackerConfig` has
-  ``speed`` K, so a replica's capacity from its profile is ``K`` x the
-  profile's, as it is in wall seconds, and demand over capacity, and so
-  every decision, is the trace world's. (Scaling the replicas' counters down
-  by ``K`` instead would not do: the scaler also reads arrivals from the
-  growth of the queue gauges per second, which no exposition can rescale.)
-  The scaler's intervals and its trigger's time-valued keys are divided by
-  ``K`` by the caller (:mod:`stack.run`). The speed is ``serve``'s own
-  ``speed`` parameter, which reaches its decider process, so the stack runs
-  the serving path that ships.
-
-With ``--speed 1`` both are the plain commands (emulate with event wake-ups).
+emulate|serve ARGS...`` parses their very flags and runs the shipped command
+with the speed as the parameter each takes from its caller: the emulator's
+:class:`engine.emulator.driver.ModelClock` runs K x the wall clock, and the
+trackers' capacity is K x the profile's (rescaling the replicas' counters
+instead would miss the queue gauges' growth per second). With ``--speed 1``
+both are the plain commands.
 """
 
 from __future__ import annotations

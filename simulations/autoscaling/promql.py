@@ -1,28 +1,12 @@
 """The PromQL of a KEDA ``prometheus`` trigger, parsed once, evaluated on the emulated Prometheus.
 
-Why a real parser: users write ``histogram_quantile(0.9, sum by (le)
-(rate(...[1m])))``, ``sum(A) / sum(B)`` or ``2 * avg(...)``, and a regular
-expression either refuses them or misreads them. The text is parsed by
-``promql-parser`` (Python bindings of GreptimeTeam's Rust PromQL parser) and
-turned into the small, picklable tree below; anything outside it is a
-:class:`PromQLError` naming the construct.
-
-What evaluates, over the series the simulator emulates
-(:mod:`simulations.scrape`):
-
-- ``sum|avg|max|count(G{...})`` for a vLLM gauge ``G`` (one series per Ready
-  pod: an empty vector at zero pods);
-- ``sum(rate(C{...}[w]))`` / ``sum(increase(C{...}[w]))`` for a vLLM counter
-  or the gateway's ``gateway_requests_total`` (which may also go unaggregated:
-  it is one series);
-- ``histogram_quantile(q, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[w])))``;
-- numbers, unary minus, parentheses and ``+ - * /`` between them, with
-  PromQL's rules: an operation with an empty vector is empty, ``x / 0`` is
-  ±Inf or NaN.
-
-Label matchers are kept as text and select nothing: the simulator runs one
-Deployment. The query is evaluated at the view's last scrape, like an
-instant query a moment after it.
+A real parser (``promql-parser``) because users write
+``histogram_quantile(0.9, sum by (le) (rate(...[1m])))`` or ``sum(A) /
+sum(B)``, which a regular expression refuses or misreads. The text becomes
+the small picklable tree below; what evaluates is listed in
+docs/simulator.md, and anything else is a :class:`PromQLError` naming the
+construct. Label matchers select nothing (one Deployment), and the query is
+evaluated at the view's last scrape, like an instant query.
 """
 
 from __future__ import annotations

@@ -2,27 +2,12 @@
 
 The simulator replays what KEDA and the HPA would do for a user's own
 ScaledObject, so the manifest is read with KEDA's defaults and rules
-(keda.sh docs, "ScaledObject specification"; kedacore/keda
-``apis/keda/v1alpha1/scaledobject_types.go`` and ``controllers/keda/hpa.go``):
-``pollingInterval`` 30 s, ``cooldownPeriod`` 300 s, ``minReplicaCount`` 0,
-``maxReplicaCount`` 100; the HPA KEDA creates has ``minReplicas =
-minReplicaCount`` if that is > 0, else 1, and copies
-``advanced.horizontalPodAutoscalerConfig.behavior`` as given (absent: the
-HPA's legacy defaults). A trigger's ``metricType`` defaults to AverageValue.
-
-Several triggers are supported (:mod:`simulations.autoscaling.triggers`: the prescaler's
-``external``/``external-push``, ``prometheus`` and ``cron``): KEDA gives the
-HPA one External metric per trigger, each with its own target (``threshold``
-for prometheus, 1 otherwise), or one composite metric when
-``advanced.scalingModifiers`` is set (:mod:`simulations.autoscaling.formula`).
-
-Cron triggers need a wall clock: simulated t = 0 is the time in the
-annotation ``simulation.prescaler.io/start`` (ISO 8601 with a zone, e.g.
-``2023-11-16T18:15:46Z``, or Unix seconds) and
-:data:`simulations.autoscaling.cron.DEFAULT_EPOCH` (Monday 2024-01-01 00:00 UTC) without
-it. KEDA ignores the annotation.
-
-Anything else is a ``ValueError`` naming what is not supported.
+(``scaledobject_types.go``, ``controllers/keda/hpa.go``): one External
+metric per trigger (:mod:`simulations.autoscaling.triggers`) or one
+composite under ``scalingModifiers`` (:mod:`simulations.autoscaling.formula`).
+Cron triggers take t = 0 from the annotation ``simulation.prescaler.io/start``
+(else :data:`simulations.autoscaling.cron.DEFAULT_EPOCH`). Anything else is a
+``ValueError`` naming what is not supported.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """A ScaledObject's triggers, parsed: the prescaler, ``prometheus`` and ``cron``.
 
-One job: turn each entry of ``spec.triggers`` into a :class:`TriggerSpec`
-with KEDA's defaults and validation, failing with a message that names the
-trigger and the key. How the simulator evaluates them is
-:mod:`simulations.autoscaling.trigger_state`; the PromQL is :mod:`simulations.autoscaling.promql`,
-the cron schedule :mod:`simulations.autoscaling.cron`.
-
-- ``external`` / ``external-push``: the prescaler. Its metadata is parsed by
-  :func:`decision.settings.parse_settings`, the function the live scaler
-  uses, so bad metadata fails here with the same error. The metric is the
-  desired replica count with an AverageValue target of 1.
-- ``prometheus``: ``query`` (see :mod:`simulations.autoscaling.promql` for what
-  evaluates), ``threshold`` (the HPA target), ``activationThreshold``
-  (default 0), ``ignoreNullValues`` (default true: an empty result, NaN or
-  Inf reads 0; false: an error, which counts toward fallback).
-- ``cron``: ``timezone``, ``start``, ``end``, ``desiredReplicas``; target 1.
-
-Every trigger takes ``name`` (for ``scalingModifiers``), ``metricType``
-(AverageValue or Value) and ``useCachedMetrics`` (not for cron, as KEDA).
+One job: each entry of ``spec.triggers`` becomes a :class:`TriggerSpec` with
+KEDA's defaults and validation, failing with a message naming the trigger and
+the key. The prescaler's metadata goes through
+:func:`decision.settings.parse_settings`, the live scaler's own parser, so bad
+metadata fails here with the same error. Evaluation is
+:mod:`simulations.autoscaling.trigger_state`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """The vLLM Deployment on a Karpenter v1 cluster: pods, balloons, kube-scheduler, spot, cost.
 
-Why a model of its own: a replica's lead time (batch window, node launch,
-image pull, model load) and what a node costs are what make predictive
-scaling worth it, and they come from the cluster, not the replica. This
-module is the pods' side: the ReplicaSet controller (which pod a scale-in
-deletes), kube-scheduler (preemption, image locality; the ranking rules in
-:mod:`simulations.cluster.placement`) and pod start-up. The nodes' side,
-Karpenter's provisioning, spot interruption, consolidation and billing, is
-:mod:`simulations.cluster.karpenter`.
-
-Simplifications (see docs/control-plane.md, "Karpenter"): one instance type
-per run; only empty-node consolidation (the shipped NodePools use
-``WhenEmpty``); no insufficient-capacity errors, drift or expiry; a deleted
-pod that is not Ready disappears at once; an empty node is terminated the
-moment Karpenter deletes it.
-
-Listener callbacks (vLLM pods only; balloons are never reported):
-``pod_ready`` when a pod passes its readiness probe; ``pod_stopping`` when a
-Ready pod gets its deletionTimestamp (scale-in or spot notice), with the
-instant its grace period ends; ``pod_gone`` when the listener reports it
-drained (:meth:`Cluster.pod_drained`: vLLM exits once its requests are done,
-and the pod's slot, and with the last pod the node, is free from then on, as
-Karpenter's termination waits only for the pods to be gone), at the end of
-the grace period, or when its node is reclaimed first, whichever comes
-first. A pod deleted before it was Ready gets no callback.
+Its own model because a replica's lead time and a node's cost, what make
+predictive scaling pay, come from the cluster. This is the pods' side (the
+ReplicaSet's scale-in choice, kube-scheduler, pod start-up); the nodes' side
+is :mod:`simulations.cluster.karpenter`; the simplifications are in
+docs/control-plane.md, "Karpenter". Listeners hear ``pod_ready``,
+``pod_stopping`` (with its grace period's end) and ``pod_gone`` (drained,
+grace over or node reclaimed) for vLLM pods that became Ready.
 """
 
 from __future__ import annotations
