@@ -1,18 +1,12 @@
 """`prescaler demo`: what `make demo` runs.
 
-By default it replays the held-back part of the shipped trace (the last 30 %
-of the Azure LLM inference 2023 conversation trace's hour) through the
-simulator for llama-3-8b on g5.xlarge and tells the fair story: the recipe's
-queue-length ScaledObject as written (what teams run today), plain KEDA
-tuned, prescaler's trigger tuned the same way, a static fleet, the oracle
-and the best attainment any fleet could reach, with the cost ratio of
-prescaler to the best tuned KEDA in plain words. The tuned settings come
-from a fixture (:mod:`prescaler.demo_tuned`) that ``--retune`` regenerates,
-so the demo only scores and stays well under two minutes on two cores. It
-writes the plots, the tuned ScaledObjects and the summary JSON to
-``./demo-results/`` (``--out``).
-
-``prescaler demo --emulator`` is the earlier demo (:mod:`prescaler.demo_emulator`).
+It replays the held-back part of the shipped trace for llama-3-8b on
+g5.xlarge and tells the fair story: the recipe's ScaledObject as written,
+KEDA tuned, prescaler tuned the same way, a static fleet, the oracle, and
+the cost ratio of prescaler to the best tuned KEDA in plain words. The
+tuned settings come from a fixture (:mod:`prescaler.demo_tuned`) that
+``--retune`` regenerates, so the demo only scores. ``--emulator`` runs
+:mod:`prescaler.demo_emulator` instead.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """A replayable trace from a fleet's own vLLM metrics (pure: no I/O).
 
-``prescaler tune --prometheus URL`` tunes on the traffic a user's fleet
-actually served. Prometheus holds what is needed, aggregated:
-
-- the arrival rate: the rate of ``vllm:request_success_total`` (and its
-  spellings, :data:`forecasting.prometheus_series.SIGNAL_COUNTERS`) summed
-  over pods, one value per step (a per-minute count curve);
-- token lengths: the ``vllm:request_prompt_tokens`` and
-  ``vllm:request_generation_tokens`` histograms (vLLM's V0 and V1 metrics
-  both export them under these names; V1 adds an ``engine`` label, which
-  ``sum by (le)`` folds away), their bucket counts increased over the window.
-
-Prometheus keeps no per-request pairs, so prompt and output lengths are
-drawn independently, each uniformly within its bucket (the +Inf bucket is
-drawn up to twice the last finite bound). The result is two CSV texts the
-simulator's own readers load: a per-minute count curve and an Azure-layout
-per-request token file for ``--tokens-from``.
+``prescaler tune --prometheus URL`` tunes on the traffic the fleet served:
+the arrival rate from ``vllm:request_success_total`` (and its other
+spellings) and token lengths from the prompt and generation histograms.
+Prometheus keeps no per-request pairs, so each length is drawn uniformly
+within its bucket, independently. The result is the two CSV texts the
+simulator's readers load: a per-minute count curve and a token file for
+``--tokens-from``.
 """
 
 from __future__ import annotations

@@ -273,21 +273,12 @@ def calibrate(
 ) -> Calibrated:
     """The cheapest schedule ``build(factor)`` whose ``replay`` meets ``target``.
 
-    Attainment falls as the factor rises (fewer replicas), so the factor is
-    bisected between ``factors``: from 1 (the fluid need), up while the
-    replay meets the target, down while it does not; it stops once a
-    schedule meets the target by at most ``tol_points`` points, once the
-    bracket is narrower than :data:`FACTOR_TOL`, or after ``max_replays``.
-    A replica more or less over a burst moves attainment by more than
-    ``tol_points``, so with ``rebuild`` (a schedule from a need) the last
-    bracket is then refined step by step: from the cheapest schedule that
-    meets the target, the steps where the next one that fails needs fewer
-    replicas take its need, earliest first, bisecting on how many
-    (``max_replays`` more replays at most).
-    Schedules that come out the same (a factor too close to change a step's
-    rounding) are replayed once. None meeting the target: the one that came
-    closest (the densest among equals), ``met`` False.
-    """
+    Attainment falls as the factor rises, so the factor is bisected until a
+    schedule meets the target by at most ``tol_points``, the bracket is under
+    :data:`FACTOR_TOL`, or ``max_replays`` ran. A replica over a burst moves
+    attainment by more than that, so with ``rebuild`` the last bracket is then
+    refined step by step, earliest first. Identical schedules replay once. None
+    meeting the target: the closest (densest among equals), ``met`` False."""
     if not 0.0 <= target <= 1.0:
         raise ValueError(f"target must be within [0, 1], got {target!r}")
     seen: dict[bytes, tuple[float, float | None]] = {}

@@ -1,21 +1,11 @@
 """The request path of one run: gateway, router, replica events, client time-outs.
 
-The router sends each request to the Ready replica with the fewest
-outstanding requests; with none Ready it waits at the gateway, first come
-first served. A client gives up ``timeout_s`` after arrival without a first
-token (the request is aborted on its replica). A request the model cannot
-hold is rejected with vLLM's own message. A pod that stops (scale-in, spot
-notice, consolidation) takes no new requests; when it is gone, requests
-still in flight on it are sent again from the gateway once (keeping their
-first arrival time for TTFT) and fail the second time.
-
-Why a class of its own: this is the simulator's hot path (a few calls per
-request), so it keeps its state in plain attributes and lists on one
-object; :class:`~simulations.simulation.Simulation` wires it to the
-cluster, the Prometheus view and the policy, which act every few seconds.
-
-Conservation: each request ends exactly once as completed, timed out or
-rejected (with a reason); :meth:`Router.replay` raises if any did not.
+Fewest-outstanding routing to Ready replicas, first come first served at
+the gateway with none Ready, client time-outs, vLLM's rejections, and one
+retry from the gateway for requests on a pod that is gone. A class of its
+own because it is the simulator's hot path (a few calls per request), so
+its state is plain attributes on one object. :meth:`Router.replay` raises
+unless each request ended exactly once.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """One simulated run: a trace through a router, replicas, a cluster and a policy.
 
-Everything lives on one :class:`Simulation` (its own event queue, cluster,
-router and replicas, Prometheus view and records), so two runs in one
-process share nothing. Time advances by events: replicas by the engine's own
-``next_event_time``/``advance_to`` (a replica's event is rescheduled when its
-batch changes and the stale one cancelled), control loops every few seconds,
-arrivals straight from the sorted trace (merged with the heap, never pushed
-onto it: after infrastructure and replica events at the same instant).
-
-The request path (routing, time-outs, pod loss, conservation) is
-:mod:`simulations.router`; this module wires it to the cluster
-(:mod:`simulations.cluster.pods`), the Prometheus view and the policy, and keeps
-the fleet's accounting for the result. The run's data types live in
-:mod:`simulations.sim_types` and are re-exported here.
+Everything lives on one :class:`Simulation`, so two runs in one process
+share nothing. Time advances by events: the engine's own for replicas, a few
+seconds for control loops, and arrivals merged from the sorted trace after
+same-instant infrastructure events. The request path is
+:mod:`simulations.router`; the data types are :mod:`simulations.sim_types`,
+re-exported here.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The local control plane: KEDA, the HPA and Karpenter on the wall clock.
 
-Nothing here re-implements a rule. The cluster is the simulator's own
-:class:`simulations.cluster.pods.Cluster` (Karpenter v1 provisioning, node and pod
-start-up times from :mod:`simulations.cluster.config`, consolidation, cost)
-driven by an event queue that is advanced to the trace time now, every few
-wall milliseconds; KEDA's polling loop is :class:`simulations.autoscaling.keda.Keda` and
-the HPA is :class:`simulations.autoscaling.hpa.Hpa`, each called at its own interval of
-trace time. What is real: the trigger's value comes from ``prescaler serve``
-over gRPC (the prescaler trigger: :mod:`stack.keda_client`) or from a PromQL
-query to the real Prometheus (a prometheus trigger, like KEDA's Prometheus
-scaler), and every vLLM pod the cluster makes Ready is a ``prescaler
-emulate`` process, scraped by Prometheus from then until the pod stops.
-
-Emulator processes take a second or two to start, which at ``--speed 20``
-would be half a minute of trace time, so a few are kept started and idle
-(not scraped, not routed): a pod that becomes Ready takes one. The pod's
-start-up time is the cluster model's, exactly; only the process is reused
-from a pool, as a node's pre-pulled image would be.
+Nothing here re-implements a rule: the cluster, KEDA and the HPA are the
+simulator's own (:class:`simulations.cluster.pods.Cluster`,
+:class:`simulations.autoscaling.keda.Keda`,
+:class:`simulations.autoscaling.hpa.Hpa`) advanced to the trace time now.
+What is real is the trigger's value (``prescaler serve`` over gRPC, or a
+PromQL query to the real Prometheus) and every Ready pod, a ``prescaler
+emulate`` process. Those processes start slowly, so a few idle ones are
+kept for pods to take, as a node's pre-pulled image would be; the pod's
+start-up time stays the cluster model's.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 #!/usr/bin/env python3
 """Generate prescaler's two Grafana dashboards as JSON, with Grafana's own SDK.
 
-Why a script: the two dashboards share variables, label filters and panel
-styling, and the metric names must match the scaler's contract
-(docs/contracts.md) exactly. Why ``grafana-foundation-sdk`` (Grafana's typed
-builders, a dev extra): the panel, target and variable fields are checked by
-types generated from Grafana's own schema instead of hand-written JSON. The
-JSON output is committed next to this script (kustomize turns it into
-ConfigMaps) and a test checks that it is what this script produces.
+A script because the dashboards share variables and styling and must match
+the scaler's metric names (docs/contracts.md) exactly; the SDK's types,
+generated from Grafana's schema, check what hand-written JSON would not.
+The committed JSON is checked against this script by a test; the
+dashboards are built by ``prescaler_dashboards`` beside it.
 
     python manifests/grafana/generate.py          # rewrite dashboards/*.json
     python manifests/grafana/generate.py --check  # exit 1 if they differ
-
-The dashboards themselves are built by the ``prescaler_dashboards`` package
-beside this script (one module per dashboard). No datasource uid is
-hard-coded: every panel, target and variable uses the ``${datasource}``
-variable, whose initial value is the import input ``DS_PROMETHEUS`` (declared
-in ``__inputs``, which the SDK does not model), so Grafana's Import asks for
-the Prometheus data source.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """KEDA's part of a ScaledObject: activation (0 <-> N), cooldown, idle, fallback.
 
-Why it is separate from the HPA: KEDA writes the scale subresource directly
-for 0 <-> max(min, 1), idle and cooldown, bypassing the HPA's behavior and
-stabilization, while everything between min and max is the HPA's. The rules
-follow kedacore/keda ``pkg/scaling/executor/scale_scaledobjects.go``
-(``RequestScale``, ``scaleFromZeroOrIdle``, ``scaleToZeroOrIdle``),
-``pkg/fallback/fallback.go`` (``GetMetricsWithFallback``, ``doFallback``) and
-``pkg/scaling/scale_handler.go`` (the polling loop and external-push);
-docs/control-plane.md states them in words with worked examples.
-
-A ScaledObject may have several triggers: each has its own failure count
-(KEDA's ``status.health[metric]``), a poll is active when any trigger is
-active (or in fallback) and errored when any trigger errored outside
-fallback (``getScaledObjectState``). The single-trigger methods act on
-trigger 0. Times are seconds of simulated time, compared as integer
-nanoseconds like Go's ``time.Time``.
+Apart from the HPA because KEDA writes the scale subresource itself for 0 <->
+max(min, 1), idle and cooldown, bypassing the HPA's behavior. The rules
+follow kedacore/keda's ``scale_scaledobjects.go``, ``fallback.go`` and
+``scale_handler.go``; docs/control-plane.md states them with worked examples.
+Each trigger has its own failure count; a poll is active when any trigger is.
+Times compare as integer nanoseconds, like Go's ``time.Time``.
 """
 
 from __future__ import annotations

@@ -232,23 +232,12 @@ class ClusterConfig:
     ) -> ClusterConfig:
         """A cluster for ``profile``, with NodePools shaped like manifests/karpenter.
 
-        Prices are the whole instance's (engine.hardware: on-demand from the
-        Karpenter price table, spot = on-demand x (1 - Spot Advisor savings));
-        a node holds ``devices // tp`` replicas. ``node_ready_s`` is the
-        symmetric triangle (0.5 v, v, 1.5 v) around the profile's value v,
-        so its mean is v (60 s gives 30-90 s: the 30-40 s best case to the
-        slow end of 60-120 s GPU nodes). The spot rate is the Advisor band
-        midpoint as a per-hour hazard (:func:`interruptions_per_hour`).
-
-        Pools: ``spot=False`` gives one on-demand pool without limit.
-        ``spot=True, spot_first=True`` gives a spot pool (weight 50, the
-        shipped spot limit) and an unlimited on-demand fallback (weight 10).
-        ``spot=True, spot_first=False`` is the shipped GPU layout exactly:
-        on-demand baseline (weight 50, 4 GPUs) then spot burst (weight 10,
-        32 GPUs). consolidateAfter and budgets are the shipped ones (GPU:
-        on-demand 10 min / 1 node, spot 2 min / 20 %; inf2: 5 min / 10 %).
-        ``overrides`` replace any field afterwards and are validated.
-        """
+        Prices are the whole instance's (:mod:`engine.hardware`); ``node_ready_s``
+        is a symmetric triangle around the profile's value, so its mean is that
+        value. ``spot=False`` is one on-demand pool; ``spot=True`` puts a spot pool
+        first with on-demand fallback, or with ``spot_first=False`` is the shipped
+        GPU layout (on-demand baseline, spot burst). ``overrides`` replace any field
+        afterwards and are validated."""
         inst = INSTANCES.get(profile.instance_type)
         if inst is not None:
             devices = inst.devices
