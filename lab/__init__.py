@@ -1,5 +1,6 @@
-"""Code only the benchmarks use (the engine's calibration points, the quantile
-blends a backtest row is compared with), kept out of the product packages so
-nothing shipped depends on it. It sits above every package in `.importlinter`:
-it may import them all, none may import it.
+"""The lab: experiments on the product (regime sweeps, ablations, the fit
+window) and the regime generator they run on, kept out of the product so
+nothing shipped depends on it. `.importlinter` forbids every product package
+to import it; it may import them all. Its sweeps read a YAML config
+(lab/configs/, :mod:`lab.config`).
 """

@@ -1,36 +1,24 @@
 """The forecaster's fit window: what three days of history buy over two hours, and cost.
 
-prescaler's forecaster adds its daily seasonal terms only when the history
-it is fitted on holds two full days (:mod:`forecasting.prescaler.model`).
-The regimes (:mod:`simulations.regimes`) are built around once-a-day events
-(a 09:00 ramp, a 02:00 batch, working sessions at set hours), which a
+prescaler's forecaster adds its daily seasonal terms only when its history
+holds two full days (:mod:`forecasting.prescaler.model`), and the regimes
+(:mod:`lab.regime_generator`) are built around once-a-day events a
 forecaster that sees two hours cannot know are coming. This bench compares
 a tracker's forecaster fitted on the last 2 h with one fitted on the last
-3 days (``decision.tracker_data.DEFAULT_FIT_WINDOW_S``), on what the
-tracker sees: each regime's requests (the sweep's trace: history days, the
-tuning day, the held-back day) scraped and read through the emulated
-Prometheus at the 15 s forecast bins the live scaler and the simulator use
-(:func:`simulations.backfill.scraped_history`).
-
-- Accuracy: a rolling-origin backtest (:func:`forecasting.backtest.backtest`,
-  refitted at every origin as the tracker refits at a boundary) over the
-  held-back day's focus hours, every ``origin_every_s``: MAE of the median
-  and pinball loss at 0.9 at the lead-time horizons 2.5, 5, 10 and 15 min.
-- Refit cost: seconds of one refit as the tracker pays it (``fit``, then
-  the first ``predict`` of the horizons a 15 min lead needs, which fits the
-  longer horizons lazily) and of a steady ``update`` + ``predict``, median of
-  ``repeats``.
-- Memory: bytes one tracker holds after loading its window and forecasting
-  (traced allocations, numpy's included), and so for 1,000 ScaledObjects.
-
-The test ``tests/benchmarks/test_fit_window_bench.py`` runs it and writes
-``bench-results/fit_window.json``.
+3 days, on each regime's requests as the tracker reads them through the
+emulated Prometheus (:func:`simulations.backfill.scraped_history`): accuracy
+(a rolling-origin backtest over the held-back day's focus hours: MAE and
+pinball at 0.9 at the 2.5 to 15 min lead times), refit cost (one refit and
+a steady update + predict, median of ``repeats``) and a tracker's memory.
+``python -m lab.fit_window CONFIG.yaml`` runs it (lab/tests/test_fit_window_bench.py too).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -41,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.regimes import SweepConfig, write_regime_trace
-from decision.prediction import run_prediction
 from decision.reading import Reading
 from decision.settings import parse_settings
 from decision.tracker import Tracker
@@ -51,13 +37,16 @@ from forecasting.backtest import backtest
 from forecasting.forecast import DEFAULT_QUANTILES, Forecast
 from forecasting.registry import make_forecaster
 from forecasting.series import DemandSeries
+from lab.config import ConfigError, load_section
+from lab.regime_config import SweepConfig
+from lab.regime_generator import REGIMES
+from lab.regimes import write_regime_trace
 from simulations.backfill import scraped_history
 from simulations.policies import REFRESH_S
-from simulations.regimes import REGIMES
 from simulations.sim_types import SimConfig
 from simulations.traffic import TrafficOptions, load_workload
 
-__all__ = ["HORIZONS_MIN", "WINDOWS_S", "FitWindowConfig", "run"]
+__all__ = ["HORIZONS_MIN", "WINDOWS_S", "FitWindowConfig", "run", "run_recorded"]
 
 WINDOWS_S: dict[str, float] = {"2h": 7200.0, "3d": DEFAULT_FIT_WINDOW_S}
 """The windows compared: the old default and the new one."""
@@ -76,6 +65,20 @@ class FitWindowConfig:
     origin_every_s: float = 1200.0
     repeats: int = 3
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.regimes if r not in REGIMES]
+        if unknown:
+            known = ", ".join(REGIMES)
+            raise ConfigError("regimes", f"unknown regime(s) {unknown} (known: {known})")
+
+    @classmethod
+    def load(cls, path: Path) -> FitWindowConfig:
+        """The ``fit_window`` section of the lab config at ``path`` (its
+        ``regimes``; every regime when absent)."""
+        s = load_section(path, "fit_window", ("regimes",))
+        with s.fields():
+            return cls(regimes=s.strs("regimes", tuple(REGIMES)))
 
 
 class WindowedForecaster:
@@ -207,12 +210,8 @@ def _loaded_tracker(times: np.ndarray, y: np.ndarray, origin: int, window_s: flo
     tracker.load_history(times[:n], y[:n], y[:n] * 500.0, np.ones(n), zeros, y[:n])
     t = float(times[n])
     reading = Reading(t, 1, 0.0, 0.0, arrival_rate_rps=float(y[n]), completion_rate_rps=0.0)
-    pending = tracker.ingest(t, reading, t)
-    assert pending is not None
-    request = tracker.prediction_request(pending)
-    assert request is not None
-    tracker.finish_prediction(request, run_prediction(request))
-    tracker.conclude(pending)
+    tracker.step(t, reading, t)
+    assert tracker.prediction is not None
     return tracker
 
 
@@ -282,3 +281,34 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"{c['seasonal_periods_bins'] or '-'} | {row[label]['tracker_bytes'] / 1e6:.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def run_recorded(config: FitWindowConfig, results: Path) -> dict[str, Any]:
+    """Run the bench and write ``fit_window.json`` and ``.md`` under ``results``."""
+    doc = run(config)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "fit_window.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (results / "fit_window.md").write_text(markdown(doc))
+    return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lab.fit_window CONFIG.yaml [--results DIR]``: the bench over
+    the regimes a lab config's ``fit_window`` section names."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m lab.fit_window")
+    parser.add_argument("config", type=Path, help="a lab config (lab/configs/)")
+    parser.add_argument("--results", type=Path, default=Path("bench-results"))
+    args = parser.parse_args(argv)
+    try:
+        config = FitWindowConfig.load(args.config)
+    except ConfigError as exc:
+        print(f"python -m lab.fit_window: {exc}", file=sys.stderr)
+        return 2
+    print(markdown(run_recorded(config, args.results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,9 @@
 """Forecast ablation: what prescaler's forecast alone buys, untuned.
 
-The regime sweep (:mod:`benchmarks.regimes`) tunes every side, so a small
+The regime sweep (:mod:`lab.regimes`) tunes every side, so a small
 budget decides its figures; this replays the settings as shipped instead,
 with the same ScaledObject at ``forecast: off`` as the ablation. Each cell is
-one regime (:mod:`simulations.regimes`) at one lead-time preset
+one regime (:mod:`lab.regime_generator`) at one lead-time preset
 (:mod:`simulations.lead_time`): a 5-day trace whose day 4 (or its focus
 hours) is scored, with everything before it as the trace's past, the
 tracker backfilled with what the emulated Prometheus scraped over it
@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -29,11 +30,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from benchmarks.regimes import LEAD_TIMES
 from engine.profiles import get_profile
-from simulations.cron import DEFAULT_EPOCH
-from simulations.regimes import REGIMES, regime_counts
-from simulations.scaledobject import (
+from lab.config import ConfigError, load_section
+from lab.regime_config import LEAD_TIMES
+from lab.regime_generator import REGIMES, regime_counts
+from simulations.autoscaling.cron import DEFAULT_EPOCH
+from simulations.autoscaling.scaledobject import (
     START_ANNOTATION,
     ScaledObjectSpec,
     parse_scaledobject,
@@ -103,42 +105,51 @@ class AblationConfig:
     def __post_init__(self) -> None:
         for regime in self.regimes:
             if regime not in REGIMES:
-                raise ValueError(f"unknown regime {regime!r} (known: {', '.join(REGIMES)})")
+                known = ", ".join(REGIMES)
+                raise ConfigError("regimes", f"unknown regime {regime!r} (known: {known})")
         for lead in self.leads_min:
             if lead not in LEAD_TIMES:
-                raise ValueError(
+                raise ConfigError(
+                    "leads_min",
                     f"lead time {lead:g} min has no preset (known: "
-                    f"{', '.join(f'{k:g}' for k in LEAD_TIMES)})"
+                    f"{', '.join(f'{k:g}' for k in LEAD_TIMES)})",
                 )
         for side in self.sides:
             if side not in SIDES:
-                raise ValueError(f"unknown side {side!r} (known: {', '.join(SIDES)})")
+                raise ConfigError("sides", f"unknown side {side!r} (known: {', '.join(SIDES)})")
         if self.jobs < 1:
-            raise ValueError(f"jobs must be >= 1, got {self.jobs}")
+            raise ConfigError("jobs", f"must be >= 1, got {self.jobs}")
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AblationConfig:
-        """The grid from ``PRESCALER_ABLATION_{REGIMES,LEADS,SIDES,FOCUS,JOBS}``
-        (comma lists; FOCUS 0 or 1), each unset one at its default."""
-        kw: dict[str, Any] = {}
-        if raw := env.get("PRESCALER_ABLATION_REGIMES"):
-            kw["regimes"] = tuple(s.strip() for s in raw.split(","))
-        if raw := env.get("PRESCALER_ABLATION_LEADS"):
-            try:
-                kw["leads_min"] = tuple(float(s) for s in raw.split(","))
-            except ValueError:
-                raise ValueError(f"PRESCALER_ABLATION_LEADS={raw!r}: not numbers") from None
-        if raw := env.get("PRESCALER_ABLATION_SIDES"):
-            kw["sides"] = tuple(s.strip() for s in raw.split(","))
-        if raw := env.get("PRESCALER_ABLATION_FOCUS"):
-            if raw not in ("0", "1"):
-                raise ValueError(f"PRESCALER_ABLATION_FOCUS={raw!r}: expected 0 or 1")
-            kw["focus"] = raw == "1"
-        if raw := env.get("PRESCALER_ABLATION_JOBS"):
-            if not raw.isdigit():
-                raise ValueError(f"PRESCALER_ABLATION_JOBS={raw!r}: expected an integer")
-            kw["jobs"] = int(raw)
-        return cls(**kw)
+    def load(cls, path: Path) -> AblationConfig:
+        """The ``forecast_ablation`` section of the lab config at ``path``,
+        every key absent at its default."""
+        s = load_section(path, "forecast_ablation", CONFIG_KEYS)
+        default = cls()
+        with s.fields():
+            return cls(
+                regimes=s.strs("regimes", default.regimes),
+                leads_min=s.floats("leads_min", default.leads_min),
+                sides=s.strs("sides", default.sides),
+                focus=s.get_bool("focus", default.focus),
+                jobs=s.get_int("jobs", default.jobs),
+            )
+
+
+CONFIG_KEYS = ("regimes", "leads_min", "sides", "focus", "jobs")
+"""The keys of a lab config's ``forecast_ablation`` section."""
+
+
+def run_recorded(config: AblationConfig, results: Path, scratch: Path) -> dict[str, Any]:
+    """Run the grid and write ``forecast_ablation.json`` and ``.md`` under
+    ``results`` (``forecast_ablation_day.*`` when whole days are scored)."""
+    doc = run_ablation(config, scratch)
+    doc["load_average"] = list(os.getloadavg())
+    results.mkdir(parents=True, exist_ok=True)
+    stem = "forecast_ablation" if config.focus else "forecast_ablation_day"
+    (results / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
+    (results / f"{stem}.md").write_text(markdown_table(doc), encoding="utf-8")
+    return doc
 
 
 def _window(regime: str, focus: bool) -> tuple[float, float]:
@@ -358,13 +369,30 @@ def markdown_table(doc: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.forecast_ablation RESULTS.json``: print the table
-    of a finished run (what the bench wrote beside it as ``.md``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m benchmarks.forecast_ablation RESULTS.json", file=sys.stderr)
-        return 2
-    print(markdown_table(json.loads(Path(args[0]).read_text(encoding="utf-8"))), end="")
+    """``python -m lab.forecast_ablation CONFIG.yaml [--results DIR]`` runs the
+    grid a lab config asks for; ``--report RESULTS.json`` prints the table of
+    a finished run again (what the run wrote beside it as ``.md``)."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m lab.forecast_ablation")
+    parser.add_argument("config", type=Path, nargs="?", help="a lab config (lab/configs/)")
+    parser.add_argument("--results", type=Path, default=Path("bench-results"))
+    parser.add_argument("--report", type=Path, metavar="RESULTS.json")
+    args = parser.parse_args(argv)
+    if (args.config is None) == (args.report is None):
+        parser.error("give a CONFIG.yaml to run, or --report RESULTS.json")
+    if args.report is not None:
+        doc = json.loads(args.report.read_text(encoding="utf-8"))
+    else:
+        try:
+            config = AblationConfig.load(args.config)
+        except ConfigError as exc:
+            print(f"python -m lab.forecast_ablation: {exc}", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory(prefix="lab-ablation-") as scratch:
+            doc = run_recorded(config, args.results, Path(scratch))
+    print(markdown_table(doc), end="")
     return 0
 
 

@@ -7,7 +7,7 @@ ScaledObjects to the end on the same parts, against the same targets, says
 whether a tuned side did better than not tuning at all, and whether a
 setting the study passed over was within reach.
 
-``python -m benchmarks.regime_bases sparse-bursts --leads 2.5,15 --target 0.85``;
+``python -m lab.regime_bases sparse-bursts --leads 2.5,15 --target 0.85``;
 ``--trials N`` also tunes each side with N trials, as the sweep does (a
 budget probe: what a larger budget finds for one side, without the sweep's
 other sides).
@@ -25,17 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.regimes import (
-    KEDA_SIDES,
-    LEAD_TIMES,
-    PROFILE,
-    RegimeCell,
-    SweepConfig,
-    build_cell,
-    study_side,
-    write_regime_trace,
-)
-from simulations.regimes import REGIMES
+from lab.regime_config import KEDA_SIDES, LEAD_TIMES, PROFILE, SweepConfig
+from lab.regime_generator import REGIMES
+from lab.regimes import RegimeCell, build_cell, study_side, write_regime_trace
 from simulations.runner import met_slo
 from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimResult
@@ -188,7 +180,7 @@ def markdown(rows: Sequence[BaseScore]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.regime_bases")
+    parser = argparse.ArgumentParser(prog="python -m lab.regime_bases")
     parser.add_argument("regime")
     parser.add_argument("--leads", default="2.5,15", help="minutes, comma-separated")
     parser.add_argument("--target", type=float, default=0.95)

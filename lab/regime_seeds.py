@@ -5,7 +5,7 @@ many requests each brings), the arrivals inside it and the sampler's seed,
 so one seed's sweep judges one tuning day and one held-back day. A chosen
 setting that meets the held-back target by luck of that day's sessions
 misses on the next pair, and a ratio from one seed says little. This runs
-the same sweep (:mod:`benchmarks.regimes`) for each seed, every cell of
+the same sweep (:mod:`lab.regimes`) for each seed, every cell of
 every seed in one process pool, and reports per cell the ratios under each
 seed and how many seeds each side's chosen setting held out under.
 """
@@ -17,7 +17,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.regimes import SweepConfig, cost_text, ratio_text, run_sweeps, targets_met
+from lab.regime_config import SweepConfig
+from lab.regimes import run_sweeps
+from lab.regimes_report import cost_text, ratio_text, targets_met
 
 __all__ = ["markdown_seeds", "run_seeds", "seeds_summary"]
 
@@ -72,7 +74,7 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     KEDA side that met the held-back target, prescaler's forecast on and off,
     their ratios. Per side, the seeds under which its chosen setting met the
     held-back target (a missed study counts as a miss). And each target of
-    :func:`benchmarks.regimes.targets_met` judged under every seed: never
+    :func:`lab.regimes_report.targets_met` judged under every seed: never
     worse only if it holds under each; somewhere much better only in a cell
     where it holds under each."""
     cells: dict[str, list[dict[str, Any]]] = {}
@@ -119,7 +121,7 @@ def seeds_summary(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _forecasters(row: Mapping[str, Any]) -> list[str]:
     """The further forecasters a prescaler row was tuned with
-    (:attr:`benchmarks.regimes.SweepConfig.forecasters`), in run order."""
+    (:attr:`lab.regime_config.SweepConfig.forecasters`), in run order."""
     return [
         k.removeprefix("forecast-")
         for k in row

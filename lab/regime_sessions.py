@@ -6,7 +6,7 @@ between idle ones) shows whether the day that was missed held an event the
 days before it did not: a session larger than any before it at its hour,
 or one that starts earlier.
 
-``python -m benchmarks.regime_sessions sparse-bursts --days 5 --seed 1``
+``python -m lab.regime_sessions sparse-bursts --days 5 --seed 1``
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulations.regimes import DAY_MIN, REGIMES, regime_counts
+from lab.regime_generator import DAY_MIN, REGIMES, regime_counts
 
 __all__ = ["Session", "day_sessions", "main", "markdown"]
 
@@ -62,7 +62,7 @@ def markdown(sessions: Sequence[Session]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.regime_sessions")
+    parser = argparse.ArgumentParser(prog="python -m lab.regime_sessions")
     parser.add_argument("regime")
     parser.add_argument("--days", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,70 +1,40 @@
 """Where prediction pays: prescaler tuned against the best tuned KEDA set-up, per regime.
 
-For each traffic regime (:mod:`simulations.regimes`), replica lead time
-(:mod:`simulations.lead_time` presets, 2.5 to 15 minutes) and node
-pre-warming on or off, every side is tuned the same way, by the study
-``prescaler tune`` runs (:func:`simulations.tune.study.run_study`: optuna
-TPE, its stop rules, the same trial budget and seed, the side's
-ScaledObject as written as its first trial), on one day, and its chosen
-setting is scored on the next, held back, at 0.95 of what an idle fleet
-attains on each day. The regime's trace starts ``history_days`` (3) days
-before the tuning day, so each part starts as ``prescaler tune`` starts
-one inside a trace (:mod:`simulations.tune.inputs`): the fleet the day
-before left, and prescaler's tracker backfilled with what the emulated
-Prometheus scraped over the days before that part (the tuning day: the
-history days; the held-back day: the tuning day and the history days before
-it), never a sample from the part itself. The forecaster's daily seasonal
-terms need two full days of it (:data:`decision.tracker_data.DEFAULT_FIT_WINDOW_S`).
-The KEDA sides get no history: they keep none in production either.
-
-- prescaler's trigger with the forecast on (``forecast: auto``) and with it
-  off (``forecast: off``), each with ``prewarm`` held at ``true`` or
-  ``false``; by default as the ``prescaler-gateway`` side (the gateway's
-  request rate as demand, ``minReplicas`` searched from 0), the
-  information of the ``keda-gateway`` side; ``prescaler_side``
-  ``prescaler-cron`` adds the written cron window, the information of the
-  ``keda-gateway-cron`` side, and ``prescaler`` reads vLLM's metrics alone;
-- the KEDA set-ups a competent engineer would run: the queue trigger, queue
-  plus KV cache, the same plus a daily ``cron`` window, scale to zero on
-  the gateway's request rate, and all of those in one ScaledObject at a
-  floor of 0 (pre-warming is prescaler's: the KEDA studies do not depend
-  on it and run once per regime and lead time).
-
-A side's figure is its chosen setting's cost on the held-back day when it
-meets the held-back target there, else "missed"; a cell's ratio is
-prescaler's over the cheapest KEDA side's. Unlike ``prescaler tune``, only
-the chosen setting is re-scored (not up to four points of the Pareto set:
-a sixth of the simulations). A sweep of only each regime's focus hours
-(``focus``) tunes on the tuning day's focus hours and scores the held-back
-day's; with ``history_days`` each part starts as a ``prescaler simulate``
-window inside the whole-day trace starts (the fleet and the backfill from
-the trace before the part's first hour, :func:`simulations.sim_inputs.window_start`),
-about a quarter of a whole day's simulation per trial; without, the focus
-hours are cut from each day and joined, and nothing is backfilled (one
-day's focus hours are not what precedes the next day's). The bench test
-(``tests/benchmarks/test_regimes_bench.py``) runs the sweep and writes JSON,
-a table and a plot; this module holds the sweep and the verdicts
-(``python -m benchmarks.regimes FILE.json`` prints them again).
+For each regime (:mod:`lab.regime_generator`), replica lead time and node
+pre-warming setting, every side (prescaler's trigger with the forecast on
+and off, and the KEDA set-ups a competent engineer would run) is tuned by
+the study ``prescaler tune`` runs (:func:`simulations.tune.study.run_study`)
+on one day and its chosen setting scored on the next, held back, at the
+config's target of what an idle fleet attains. Each part opens as
+``prescaler tune`` opens one inside a trace (:mod:`simulations.tune.inputs`):
+the fleet the day before left and prescaler's tracker backfilled with the
+history days before it; KEDA's sides get no history, as in production.
+A cell's ratio is prescaler's held-back cost over the cheapest KEDA side's.
+``python -m lab.regimes CONFIG.yaml`` runs the sweep a lab config asks for
+(:mod:`lab.regime_config`); the verdicts are :mod:`lab.regimes_report`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from decision.settings import SettingsError, parse_settings
 from engine.profiles import get_profile
-from forecasting import METHODS as FORECAST_METHODS
 from forecasting.baselines import BASELINES
+from lab.config import ConfigError
+from lab.regime_config import LEAD_TIMES, PROFILE, RegimesRun, SweepConfig, load_run
+from lab.regime_generator import REGIMES, regime_counts
+from lab.regimes_report import markdown_table, plot_sweep, targets_met
 from simulations.backfill import DemandHistory
-from simulations.regimes import REGIMES, regime_counts
 from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs, WindowStart, window_start
 from simulations.simulation import SimConfig
@@ -78,163 +48,21 @@ from simulations.tune.sides import Side, WrittenCron, make_sides
 from simulations.tune.study import TuneContext, run_study, study_fingerprint
 
 __all__ = [
-    "KEDA_SIDES",
-    "LEAD_TIMES",
-    "PRESCALER_SIDES",
-    "PROFILE",
     "RegimeCell",
-    "SweepConfig",
     "build_cell",
     "busier_tuning_part",
-    "cost_text",
     "focus_parts",
     "focus_window",
-    "ratio_text",
+    "run_recorded",
     "run_sweep",
     "run_sweeps",
     "split_days",
     "study_side",
-    "targets_met",
     "write_regime_trace",
 ]
 
-PROFILE = "llama-3-8b@g5.xlarge"
-LEAD_TIMES: dict[float, str] = {
-    2.5: "8b-cached",
-    5.0: "8b-cold-engine",
-    10.0: "8b-uncached-image",
-    15.0: "70b-uncached",
-}
-"""Minutes from a replica asked for to it Ready -> the lead-time preset of that length."""
-KEDA_SIDES = (
-    "keda-queue",
-    "keda-queue-kv",
-    "keda-queue-kv-cron",
-    "keda-gateway",
-    "keda-gateway-cron",
-)
-"""The KEDA family every cell tunes (``keda_sides``), one study a side: a
-cell's "best tuned KEDA" is the cheapest of the sides it ran, so two
-sweeps compare only over the same family."""
-PRESCALER_SIDES = ("prescaler-gateway", "prescaler", "prescaler-cron")
-"""The prescaler sides the sweep can tune as its forecast on/off variants."""
 VARIANTS: tuple[tuple[str, str], ...] = (("on", "auto"), ("off", "off"))
 """(forecast label, the ``forecast`` value held)."""
-NEVER_WORSE = 1.0
-MUCH_BETTER = 0.8
-FORECAST_PAYS = 0.85
-LONG_LEAD_MIN = 10.0
-MISSED_Y = 1.2
-"""Where the plot marks a cell prescaler's chosen setting missed (no ratio)."""
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """The grid and the budget: every side gets ``trials`` trials; ``jobs``
-    cells run at once."""
-
-    regimes: tuple[str, ...] = tuple(REGIMES)
-    leads_min: tuple[float, ...] = tuple(LEAD_TIMES)
-    prewarm: tuple[bool, ...] = (True, False)
-    trials: int = 40
-    days: int = 2
-    """Days after the history: the tuning part, then one held back. With more
-    than one tuning day a chosen setting must meet the target on each of them
-    (:mod:`simulations.tune.each_day`), for every side alike."""
-    seed: int = 0
-    jobs: int = 2
-    keda_sides: tuple[str, ...] = KEDA_SIDES
-    target: float = 0.95
-    focus: bool = False
-    """Only each regime's focus hours of each day (:mod:`simulations.regimes`)."""
-    history_days: int = 3
-    """Days of the regime before the tuning day, backfilled into prescaler's
-    tracker (at most :data:`simulations.backfill.BACKFILL_S` before a part)."""
-    prescaler_side: str = "prescaler-gateway"
-    """Which of :data:`PRESCALER_SIDES` the forecast on/off variants tune."""
-    margin: float = 0.0
-    """Points of attainment above the tuning day's target a chosen setting
-    must reach there (``prescaler tune --margin``), for every side alike:
-    a setting that meets the target by a hair on one day can miss it on
-    the next."""
-    busier: float = 0.0
-    """Percent more traffic on the tuning day than the trace holds (its
-    rate scaled by ``1 + busier / 100``), for every side alike: a setting
-    chosen for a busier day than the one at hand holds on a day that grows,
-    where one chosen for the day itself may fit only its sessions. The
-    held-back day and every backfill are the trace's own."""
-    capacity_error: float = 0.0
-    """prescaler believes each replica carries (1 + e) x the profile's
-    capacity (``prescaler simulate --capacity-error``): below 0 the fleet it
-    sizes from the forecast is larger by 1 / (1 + e), headroom against an
-    event bigger than the days it has seen. KEDA's sides ignore it."""
-    prescaler_set: tuple[tuple[str, str], ...] = ()
-    """Trigger keys held at a value on every prescaler trial (forecast on
-    and off alike), beside ``prewarm``: a default under test, which the
-    tuner does not search. KEDA's sides ignore it."""
-    forecasters: tuple[str, ...] = ()
-    """Further forecasters, each tuned as one more prescaler variant beside
-    forecast on (``auto``) and off, to compare forecasters by the cost each
-    buys: a method of the trigger's ``forecast:`` key, or statsforecast's
-    ``sf_*`` (simulation only: the tracker forecasts with it, the key
-    stays ``auto``)."""
-    sampler_offset: int = 0
-    """Added to ``seed`` for every study's sampler (the traces keep
-    ``seed``): another TPE path over the same parts, for every side alike,
-    to measure how far one study's path moves a result."""
-
-    def __post_init__(self) -> None:
-        unknown = [r for r in self.regimes if r not in REGIMES]
-        if unknown:
-            raise ValueError(f"unknown regime(s) {unknown} (known: {', '.join(REGIMES)})")
-        leads = [x for x in self.leads_min if x not in LEAD_TIMES]
-        if leads:
-            raise ValueError(f"lead time(s) {leads} min have no preset (known: {list(LEAD_TIMES)})")
-        if self.trials < 1 or self.days < 2 or self.jobs < 1:
-            raise ValueError(
-                f"trials and jobs must be >= 1 and days >= 2 (one to tune, one held back), "
-                f"got trials={self.trials}, days={self.days}, jobs={self.jobs}"
-            )
-        if self.prescaler_side not in PRESCALER_SIDES:
-            raise ValueError(
-                f"prescaler_side {self.prescaler_side!r} is not one of {', '.join(PRESCALER_SIDES)}"
-            )
-        if self.history_days < 0:
-            raise ValueError(f"history_days must be >= 0, got {self.history_days}")
-        if self.focus and self.days > 2:
-            raise ValueError("a focus sweep tunes on one day's focus hours: days must be 2")
-        if not 0.0 <= self.margin < 100.0:
-            raise ValueError(f"margin must be in [0, 100) points, got {self.margin}")
-        if not (math.isfinite(self.capacity_error) and self.capacity_error > -1.0):
-            raise ValueError(f"capacity_error must be > -1, got {self.capacity_error}")
-        if not 0.0 <= self.busier <= 100.0:
-            raise ValueError(f"busier must be in [0, 100] percent, got {self.busier}")
-        # "prescaler" is what forecast on (auto) runs: the same study twice
-        known = (*(m for m in FORECAST_METHODS if m != "prescaler"), *BASELINES)
-        odd = [m for m in self.forecasters if m not in known]
-        if odd or len(set(self.forecasters)) != len(self.forecasters):
-            raise ValueError(
-                f"forecasters must be distinct, of {', '.join(known)}; got {list(self.forecasters)}"
-            )
-        held = dict(self.prescaler_set)
-        for key, knob in (("prewarm", "prewarm"), ("forecast", "forecast on/off variants")):
-            if key in held:
-                raise ValueError(f"prescaler_set cannot hold {key}: the sweep's {knob} set it")
-        try:
-            parse_settings({"prometheusAddress": "http://prometheus:9090", **held})
-        except SettingsError as exc:
-            raise ValueError(f"prescaler_set: {exc}") from exc
-
-    @property
-    def joined_focus(self) -> bool:
-        """The trace holds only the focus hours, joined day after day (focus
-        without history); else whole days."""
-        return self.focus and not self.history_days
-
-    @property
-    def trace_days(self) -> int:
-        """Days in a regime's trace: the history, then the tuning and held-back days."""
-        return self.history_days + self.days
 
 
 def write_regime_trace(regime: str, config: SweepConfig, directory: Path) -> Path:
@@ -351,7 +179,7 @@ dashboard's ``rate(...[5m])``."""
 def cron_window(regime: str, lead_min: float, focus: bool = False) -> tuple[int, int]:
     """(start, end) minutes of the day of the cron window a team writes for
     ``regime``: the hours it knows its traffic comes in
-    (:attr:`simulations.regimes.Regime.hours`), opened one replica lead time
+    (:attr:`lab.regime_generator.Regime.hours`), opened one replica lead time
     early, on the quarter hour at or before, as a team that knows its cold
     start opens it. In the parts' clock: a focus part's t = 0 is its first
     hour, read as midnight."""
@@ -637,170 +465,59 @@ def run_sweeps(sweeps: Sequence[tuple[SweepConfig, Path]]) -> list[dict[str, Any
     return docs
 
 
-def _rows(doc: Mapping[str, Any]) -> list[tuple[str, float, str, Mapping[str, Any]]]:
-    return [
-        (regime, cell["lead_time_min"], label, row)
-        for regime, body in doc["regimes"].items()
-        for cell in body["cells"]
-        for label, row in cell["prescaler"].items()
-    ]
+def run_recorded(run: RegimesRun, results: Path, scratch: Path) -> list[dict[str, Any]]:
+    """Run ``run``'s sweep once per seed and write what a record cites under
+    ``results``: ``regimes.json``, ``.md`` and ``.png`` (the first seed's
+    sweep) and, with several seeds, ``regimes-seeds.json`` and ``.md``
+    (:mod:`lab.regime_seeds`). Traces and studies go to ``run.directory``,
+    else ``scratch``. Every seed's sweep document, in seed order."""
+    from lab.regime_seeds import markdown_seeds, run_seeds  # it imports this module
 
-
-def targets_met(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The two targets, judged on the sweep's figures:
-
-    (a) never worse: prescaler tuned (the cheaper of forecast on and off)
-    costs at most the best tuned KEDA set-up in every cell where both met
-    the target; a cell where prescaler met it and KEDA did not counts for
-    it, the reverse against it.
-    (b) somewhere much better: in some cell at a lead time of 10 minutes or
-    more, prescaler with the forecast on costs at most 0.8 x the best KEDA
-    set-up and at most 0.85 x prescaler with the forecast off."""
-    worse: list[str] = []
-    better: list[str] = []
-    unjudged: list[str] = []
-    for regime, lead, label, row in _rows(doc):
-        name = f"{regime} @ {lead:g} min, {label}"
-        ratios = [row["ratio_on_vs_best_keda"], row["ratio_off_vs_best_keda"]]
-        known = [r for r in ratios if r is not None]
-        p_met = any(
-            row[v]["cost_at_target_usd"] is not None for v in ("forecast-on", "forecast-off")
-        )
-        k_met = _best_keda(doc, regime, lead) is not None
-        if known:
-            if min(known) > NEVER_WORSE:
-                worse.append(name)
-        elif k_met and not p_met:
-            worse.append(name)
-        elif not k_met and not p_met:
-            unjudged.append(name)
-        on_keda, on_off = row["ratio_on_vs_best_keda"], row["ratio_forecast_on_vs_off"]
-        if (
-            lead >= LONG_LEAD_MIN
-            and on_keda is not None
-            and on_keda <= MUCH_BETTER
-            and on_off is not None
-            and on_off <= FORECAST_PAYS
-        ):
-            better.append(name)
-    return {
-        "never_worse": {"met": not worse, "worse_cells": worse, "unjudged_cells": unjudged},
-        "somewhere_much_better": {"met": bool(better), "cells": better},
-    }
-
-
-def _best_keda(doc: Mapping[str, Any], regime: str, lead: float) -> float | None:
-    for cell in doc["regimes"][regime]["cells"]:
-        if cell["lead_time_min"] == lead:
-            value = cell["best_keda_cost_usd"]
-            return None if value is None else float(value)
-    return None
-
-
-def plot_sweep(doc: Mapping[str, Any], path: Path) -> None:
-    """Cost ratio (prescaler tuned / best tuned KEDA) against lead time, one
-    line per regime, forecast on solid and off dashed, one panel per
-    pre-warming setting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = sorted({label for _, _, label, _ in _rows(doc)})
-    fig, axes = plt.subplots(1, max(1, len(labels)), figsize=(6 * max(1, len(labels)), 4.5))
-    axes_list: Sequence[Any] = list(np.atleast_1d(axes))
-    for ax, label in zip(axes_list, labels, strict=False):
-        for k, regime in enumerate(doc["regimes"]):
-            color = f"C{k}"
-            for variant, style in (("on", "-"), ("off", "--")):
-                pts = [
-                    (lead, row[f"ratio_{variant}_vs_best_keda"])
-                    for r, lead, lab, row in _rows(doc)
-                    if r == regime and lab == label and row[f"ratio_{variant}_vs_best_keda"]
-                ]
-                if pts:
-                    xs, ys = zip(*pts, strict=True)
-                    ax.plot(xs, ys, style, marker="o", color=color,
-                            label=f"{regime}, forecast {variant}")  # fmt: skip
-                missed = [
-                    lead
-                    for r, lead, lab, row in _rows(doc)
-                    if r == regime and lab == label
-                    and row[f"forecast-{variant}"]["cost_at_target_usd"] is None
-                ]  # fmt: skip
-                if missed:
-                    ax.plot(missed, [MISSED_Y] * len(missed), "x", color=color, ms=9)
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.axhline(MUCH_BETTER, color="grey", lw=0.8, ls=":")
-        ax.text(0.01, 0.99, f"x at {MISSED_Y:g}: prescaler missed the held-back target",
-                transform=ax.transAxes, va="top", fontsize=7)  # fmt: skip
-        ax.set_xlabel("replica lead time (min)")
-        ax.set_ylabel("cost ratio: prescaler tuned / best tuned KEDA")
-        ax.set_title(label)
-        if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=7)
-        else:  # no ratio to draw: say why rather than leave an empty panel
-            ax.text(0.5, 0.5, "no ratio: no tuned KEDA side met the held-back target\n"
-                    "(or none was tuned)", transform=ax.transAxes, ha="center",
-                    va="center", fontsize=9)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def cost_text(x: float | None) -> str:
-    """A held-back cost for a table: "missed" where the setting missed the target."""
-    return "missed" if x is None else f"${x:,.2f}"
-
-
-def ratio_text(x: float | None) -> str:
-    """A cost ratio for a table: "-" where either side missed."""
-    return "-" if x is None else f"{x:.2f}x"
-
-
-def markdown_table(doc: Mapping[str, Any]) -> str:
-    """The sweep as a Markdown table: per cell, each KEDA side's held-back
-    cost at the target ("missed": its tuned setting missed the held-back
-    target), prescaler's with the forecast on and off, and the ratios."""
-    keda_names = list(doc["config"]["keda_sides"])
-    head = [
-        "regime", "lead", "pre-warm", *keda_names,
-        "prescaler fc on", "fc off", "on / best KEDA", "off / best KEDA", "on / off",
-    ]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for regime, body in doc["regimes"].items():
-        for cell in body["cells"]:
-            keda = [cost_text(cell["keda"][n]["cost_at_target_usd"]) for n in keda_names]
-            for label, row in cell["prescaler"].items():
-                lines.append(
-                    "| " + " | ".join([
-                        regime, f"{cell['lead_time_min']:g} min", label.removeprefix("prewarm-"),
-                        *keda,
-                        cost_text(row["forecast-on"]["cost_at_target_usd"]),
-                        cost_text(row["forecast-off"]["cost_at_target_usd"]),
-                        ratio_text(row["ratio_on_vs_best_keda"]),
-                        ratio_text(row["ratio_off_vs_best_keda"]),
-                        ratio_text(row["ratio_forecast_on_vs_off"]),
-                    ]) + " |"
-                )  # fmt: skip
-    return "\n".join(lines) + "\n"
+    directory = run.directory or scratch
+    results.mkdir(parents=True, exist_ok=True)
+    if len(run.seeds) > 1:
+        many = run_seeds(run.sweep, run.seeds, directory)
+        (results / "regimes-seeds.json").write_text(json.dumps(many, indent=2) + "\n")
+        (results / "regimes-seeds.md").write_text(markdown_seeds(many))
+        docs: list[dict[str, Any]] = many["sweeps"]
+    else:
+        docs = [run_sweep(dataclasses.replace(run.sweep, seed=run.seeds[0]), directory)]
+    doc = docs[0]
+    (results / "regimes.json").write_text(json.dumps(doc, indent=2) + "\n")
+    plot_sweep(doc, results / "regimes.png")
+    (results / "regimes.md").write_text(markdown_table(doc))
+    return docs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.regimes bench-results/regimes.json [PLOT.png]``:
-    the table and the verdicts of a sweep's JSON (and its plot, again)."""
+    """``python -m lab.regimes CONFIG.yaml [--results DIR]`` runs the sweep the
+    config asks for; ``python -m lab.regimes --report FILE.json [--plot PNG]``
+    prints a recorded sweep's table and verdicts (and draws its plot) again."""
     import argparse
-    import json
+    import tempfile
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.regimes")
-    parser.add_argument("json_path", type=Path)
-    parser.add_argument("plot_path", type=Path, nargs="?")
+    parser = argparse.ArgumentParser(prog="python -m lab.regimes")
+    parser.add_argument("config", type=Path, nargs="?", help="a lab config (lab/configs/)")
+    parser.add_argument("--results", type=Path, default=Path("bench-results"))
+    parser.add_argument("--report", type=Path, metavar="FILE.json", help="a sweep's JSON")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="with --report: draw it")
     args = parser.parse_args(argv)
-    doc = json.loads(args.json_path.read_text(encoding="utf-8"))
+    if (args.config is None) == (args.report is None):
+        parser.error("give a CONFIG.yaml to run, or --report FILE.json")
+    if args.report is not None:
+        doc = json.loads(args.report.read_text(encoding="utf-8"))
+    else:
+        try:
+            run = load_run(args.config)
+        except ConfigError as exc:
+            print(f"python -m lab.regimes: {exc}", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory(prefix="lab-regimes-") as scratch:
+            doc = run_recorded(run, args.results, Path(scratch))[0]
     print(markdown_table(doc))
     print(json.dumps(targets_met(doc), indent=2))
-    if args.plot_path is not None:
-        plot_sweep(doc, args.plot_path)
+    if args.plot is not None:
+        plot_sweep(doc, args.plot)
     return 0
 
 

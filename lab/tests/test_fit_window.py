@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.fit_window import STEP_S, WindowedForecaster, focus_origins
 from forecasting.registry import make_forecaster
+from lab.fit_window import STEP_S, WindowedForecaster, focus_origins
 
 
 def test_a_windowed_forecaster_sees_only_its_last_bins() -> None:

@@ -3,19 +3,22 @@ fleet gained a replica for it, and the grid read from the environment."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.forecast_ablation import (
+from lab.config import ConfigError
+from lab.forecast_ablation import (
     SIDES,
     AblationConfig,
     markdown_table,
     onset_minutes,
     replica_lead,
 )
-from simulations.regimes import regime_counts
+from lab.regime_generator import regime_counts
 
 
 def test_sparse_bursts_sessions_start_where_the_rate_leaves_zero() -> None:
@@ -61,15 +64,20 @@ def test_the_added_replica_is_the_first_above_the_low_point(counts: list[int], a
     assert found["low_before"] is not None and ready[k] > found["low_before"]
 
 
-def test_grid_from_the_environment_names_a_bad_value() -> None:
-    config = AblationConfig.from_env(
-        {"PRESCALER_ABLATION_REGIMES": "business-hours", "PRESCALER_ABLATION_LEADS": "15"}
-    )
+def test_grid_from_a_lab_config_names_a_bad_key(tmp_path: Path) -> None:
+    path = tmp_path / "lab.yaml"
+    path.write_text("forecast_ablation:\n  regimes: [business-hours]\n  leads_min: [15]\n")
+    config = AblationConfig.load(path)
     assert config.regimes == ("business-hours",) and config.leads_min == (15.0,)
-    with pytest.raises(ValueError, match="PRESCALER_ABLATION_LEADS"):
-        AblationConfig.from_env({"PRESCALER_ABLATION_LEADS": "soon"})
-    with pytest.raises(ValueError, match="lead time 7 min"):
-        AblationConfig.from_env({"PRESCALER_ABLATION_LEADS": "7"})
+    path.write_text("forecast_ablation:\n  leads_min: [soon]\n")
+    with pytest.raises(ConfigError, match=r"forecast_ablation\.leads_min: expected a finite"):
+        AblationConfig.load(path)
+    path.write_text("forecast_ablation:\n  leads_min: [7]\n")
+    with pytest.raises(ConfigError, match=r"forecast_ablation\.leads_min: lead time 7 min"):
+        AblationConfig.load(path)
+    path.write_text("forecast_ablation:\n  focus: 1\n")
+    with pytest.raises(ConfigError, match=r"lab\.yaml: forecast_ablation\.focus: expected true"):
+        AblationConfig.load(path)
     with pytest.raises(ValueError, match="unknown side"):
         AblationConfig(sides=("keda-cpu",))
 

@@ -1,35 +1,26 @@
-"""Benchmark (``-m bench``): the forecast ablation grid (:mod:`benchmarks.forecast_ablation`).
+"""Benchmark (``-m bench``): the forecast ablation grid (:mod:`lab.forecast_ablation`).
 
-The grid comes from ``PRESCALER_ABLATION_{REGIMES,LEADS,SIDES,FOCUS,JOBS}``;
+The grid is the lab config's ``forecast_ablation`` section (``--lab-config``);
 writes ``bench-results/forecast_ablation.json`` and ``forecast_ablation.md``
-(``forecast_ablation_day.*`` when whole days are scored, FOCUS 0).
+(``forecast_ablation_day.*`` when whole days are scored, ``focus: false``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
-from benchmarks.forecast_ablation import AblationConfig, markdown_table, run_ablation
+from lab.forecast_ablation import AblationConfig, markdown_table, run_recorded
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(7200)]
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
 
 
-def test_forecast_ablation(tmp_path: Path) -> None:
-    config = AblationConfig.from_env(os.environ)
-    doc = run_ablation(config, tmp_path)
-    doc["load_average"] = list(os.getloadavg())
-    RESULTS.mkdir(exist_ok=True)
-    stem = "forecast_ablation" if config.focus else "forecast_ablation_day"
-    (RESULTS / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n", "utf-8")
-    table = markdown_table(doc)
-    (RESULTS / f"{stem}.md").write_text(table, encoding="utf-8")
-    print(table)
+def test_forecast_ablation(tmp_path: Path, lab_config: Path) -> None:
+    doc = run_recorded(AblationConfig.load(lab_config), RESULTS, tmp_path)
+    print(markdown_table(doc))
     for cell in doc["cells"]:
         for row in cell["sides"].values():
             # every request accounted for

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting.backtest import pinball
+from lab.quantile_blend import hindsight_blend, walk_forward_blend
 
 
 def test_an_exact_mix_of_two_forecasts_is_found() -> None:
@@ -66,7 +66,7 @@ def test_walk_forward_uses_only_targets_already_seen(refit_every: int) -> None:
         out = walk_forward_blend(pushed, f, targets, h, 0.9, refit_every=refit_every, min_past=5)
         assert out.forecast[j] == base.forecast[j], j
     moved = []
-    for j in np.flatnonzero(base.blended):
+    for j in np.flatnonzero(base.blended).tolist():
         last_seen = targets == origins[j] - 1
         pushed = np.where(last_seen, 1e6, actual)
         out = walk_forward_blend(pushed, f, targets, h, 0.9, refit_every=refit_every, min_past=5)

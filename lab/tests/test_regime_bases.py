@@ -1,4 +1,4 @@
-"""Each side's written ScaledObject on a sweep's parts (``benchmarks.regime_bases``)."""
+"""Each side's written ScaledObject on a sweep's parts (``lab.regime_bases``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.regime_bases import (
+from lab.regime_bases import (
     BaseScore,
     main,
     markdown,
@@ -14,7 +14,7 @@ from benchmarks.regime_bases import (
     regime_cells,
     score_bases,
 )
-from benchmarks.regimes import SweepConfig
+from lab.regime_config import SweepConfig
 
 
 def test_written_scaledobjects_are_scored_on_both_parts_against_the_sweeps_targets(

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulations.regimes import REGIMES, regime_counts
+from lab.regime_generator import REGIMES, regime_counts
 
 RPS_PER_REPLICA = 0.6
 """About what one default-profile replica serves of the shipped trace's lengths."""

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.regime_seeds import markdown_seeds, run_seeds, seeds_summary
-from benchmarks.regimes import SweepConfig, run_sweeps
+from lab.regime_config import SweepConfig
+from lab.regime_seeds import markdown_seeds, run_seeds, seeds_summary
+from lab.regimes import run_sweeps
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

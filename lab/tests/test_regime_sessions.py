@@ -1,12 +1,12 @@
-"""A regime's sessions, day by day (``benchmarks.regime_sessions``)."""
+"""A regime's sessions, day by day (``lab.regime_sessions``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from benchmarks.regime_sessions import Session, day_sessions, main, markdown
-from simulations.regimes import regime_counts
+from lab.regime_generator import regime_counts
+from lab.regime_sessions import Session, day_sessions, main, markdown
 
 
 def test_sparse_bursts_give_four_sessions_a_day_holding_every_request() -> None:

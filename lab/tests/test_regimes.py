@@ -10,23 +10,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from benchmarks.regimes import (
-    SweepConfig,
+from engine.profiles import get_profile
+from lab.regime_config import SweepConfig
+from lab.regimes import (
     build_cell,
     busier_tuning_part,
     cron_window,
     focus_parts,
     keda_sides,
-    markdown_table,
     peak_replicas,
-    plot_sweep,
     prescaler_variant,
     split_days,
-    targets_met,
     write_regime_trace,
     written_cron,
 )
-from engine.profiles import get_profile
+from lab.regimes_report import markdown_table, plot_sweep, targets_met
 from simulations.backfill import BACKFILL_S
 from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs
@@ -186,7 +184,7 @@ def test_a_sampler_offset_gives_every_study_another_path_and_name(
 ) -> None:
     """The parts stay the seed's; each study's sampler seed is moved by the
     offset and its name says so, so it never joins the seed's own study."""
-    import benchmarks.regimes as regimes
+    import lab.regimes as regimes
 
     seen: list[tuple[int, str]] = []
 
@@ -214,7 +212,7 @@ def test_a_sampler_offset_gives_every_study_another_path_and_name(
 def test_a_further_forecaster_must_be_one_the_simulator_runs(
     forecasters: tuple[str, ...],
 ) -> None:
-    with pytest.raises(ValueError, match="forecasters must be distinct"):
+    with pytest.raises(ValueError, match="forecasters: must be distinct"):
         SweepConfig(forecasters=forecasters)
     assert SweepConfig(forecasters=("seasonal_naive", "sf_autoets")).forecasters == (
         "seasonal_naive",
@@ -248,7 +246,7 @@ def test_focus_parts_open_with_what_came_before_each_first_hour(tmp_path: Path) 
             len(part) > 0 and 0.0 <= part.arrival_s.min() <= part.arrival_s.max() < part.duration_s
         )
     for opened in (starts.tuning, starts.held):
-        assert opened.history is not None
+        assert opened is not None and opened.history is not None
         times = opened.history.times_s
         assert times[-1] <= 0.0  # nothing from the part itself
         assert times[-1] - times[0] >= BACKFILL_S - 3600.0
@@ -272,7 +270,7 @@ def test_a_busier_tuning_day_has_more_requests_on_the_same_span(
     assert busy.duration_s == plain.duration_s
     # 10 requests a minute: Poisson counts, so within a few percent of 1.25x
     assert len(busy) / len(plain) == pytest.approx(1.25, rel=0.03)
-    with pytest.raises(ValueError, match="busier must be in"):
+    with pytest.raises(ValueError, match="busier: must be in"):
         SweepConfig(busier=-5.0)
 
 
@@ -333,7 +331,7 @@ def test_a_held_key_the_trigger_refuses_is_refused_at_once(
 
 
 def test_a_sweep_asked_for_no_keda_side_tunes_none() -> None:
-    """An empty ``PRESCALER_REGIMES_KEDA`` reruns prescaler's columns alone
+    """An empty ``keda_sides`` reruns prescaler's columns alone
     (KEDA's read nothing prescaler's held keys change)."""
     assert keda_sides(SweepConfig(keda_sides=())) == {}
     named = keda_sides(SweepConfig(keda_sides=("keda-queue-kv", "keda-gateway")))

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.engine_calibration import (
+from engine.hardware import HARDWARE
+from tests.support.engine_calibration import (
     VIDUR_A100_LINEAR_MS,
     calibration_points,
     fit_efficiency,
     held_out_errors,
 )
-from engine.hardware import HARDWARE
 from tests.support.reference import reference_path
 
 ROOT = Path(__file__).resolve().parents[2]

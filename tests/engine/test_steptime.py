@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.engine_calibration import calibration_points
 from engine.profiles import get_profile, profile_names
 from engine.steptime import StepTimer, soft_max, step_time_s, weight_bytes
 from engine.throughput import RequestMix, closed_loop_ms_per_token, saturated_throughput
+from tests.support.engine_calibration import calibration_points
 
 NAMES = profile_names()
 counts = st.integers(min_value=0, max_value=20_000)

@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.quantile_blend import hindsight_blend, walk_forward_blend
 from forecasting import ANCHORS, METHODS, make_forecaster
 from forecasting.backtest import BacktestResult, backtest, pinball
 from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
 from forecasting.significance import mae_ratios, pinball_ratios
+from lab.quantile_blend import hindsight_blend, walk_forward_blend
 from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]

@@ -2,7 +2,7 @@
 
 A fleet at zero replicas has no vLLM series, so a trigger on vLLM's metrics
 cannot see the first request after idle. This replays the ``sparse-bursts``
-regime (:mod:`simulations.regimes`: four working sessions a day, idle hours
+regime (:mod:`lab.regime_generator`: four working sessions a day, idle hours
 between them) over its focus hours of day 1 (07:00-13:00, two sessions),
 with day 0 as the traffic before it (the tracker's backfill and the opening
 fleet, as ``prescaler simulate`` reads them), and scores four ScaledObjects,
@@ -32,12 +32,12 @@ import pytest
 import yaml
 
 from engine.profiles import get_profile
+from lab.regime_generator import regime_counts
 from simulations.autoscaling.scaledobject import (
     ScaledObjectSpec,
     parse_scaledobject,
     seeds_reactive,
 )
-from simulations.regimes import regime_counts
 from simulations.sim_inputs import SimInputs, window_start
 from simulations.sim_types import COMPLETED, REJECTED, TIMED_OUT, SimConfig
 from simulations.traffic import TrafficOptions, load_workload
