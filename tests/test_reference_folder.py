@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.reference import ENV
+from tests.support.reference import OPTION
 
 ROOT = Path(__file__).resolve().parents[1]
 # The tests that compare shipped data with its reference original.
@@ -22,13 +22,13 @@ PROVENANCE_K = "test_fixture_is_the_reference_calibration_csv or test_seeds.py"
 
 def _pytest(*args: str, ci: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    env[ENV] = ""  # hide the reference folder
     if ci is not None:
         env["CI"] = ci
     # addopts is replaced, so the suite's plugin blocks are repeated (pyproject.toml)
     blocked = ["-p", "no:cacheprovider", "-p", "no:fugue_test", "-p", "no:fugue_test_fixtures"]
     return subprocess.run(
-        [sys.executable, "-m", "pytest", *blocked, "-o", "addopts=-q -rs", *args],
+        # an empty --reference-dir hides the reference folder
+        [sys.executable, "-m", "pytest", *blocked, "-o", "addopts=-q -rs", f"{OPTION}=", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

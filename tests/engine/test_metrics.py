@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from engine.metrics import (
     render_metrics,
     request_token_buckets,
 )
+from tests.support.options import suite_options
 
 DATA = Path(__file__).parent / "data"
 
@@ -69,7 +69,7 @@ def test_golden_metrics_text(version: str, created: float | None) -> None:
         created=created,
     )  # fmt: skip
     golden = DATA / f"metrics_{version}.txt"
-    if os.environ.get("PRESCALER_UPDATE_GOLDEN"):
+    if suite_options().update_golden:
         golden.write_bytes(text)
     assert text == golden.read_bytes()
 

@@ -42,6 +42,7 @@ from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
 from forecasting.significance import mae_ratios, pinball_ratios
 from lab.quantile_blend import hindsight_blend, walk_forward_blend
+from tests.support.options import suite_options
 from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]
@@ -211,8 +212,8 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
 @pytest.mark.bench
 @pytest.mark.timeout(3600)  # rows in 2 processes
 def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every method on every row, rows in ``PRESCALER_BACKTEST_JOBS`` (2)
-    processes; the table is printed and written in ``CASES`` order."""
+    """Every method on every row, rows in ``--bench-jobs`` (2) processes;
+    the table is printed and written in ``CASES`` order."""
     if not TRACES.is_dir():
         pytest.skip(f"{TRACES} not found (traces live beside the checkout)")
     OUT.mkdir(exist_ok=True)
@@ -225,7 +226,7 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     holdout = {name for name, *_ in HOLDOUT}
     rows = CASES + HOLDOUT
-    jobs = int(os.environ.get("PRESCALER_BACKTEST_JOBS", "2"))
+    jobs = suite_options().bench_jobs or 2
     t0 = time.perf_counter()
     # fresh interpreters with one BLAS thread each (numpy reads it at import):
     # two rows on two cores, where a second thread per process would only contend

@@ -6,17 +6,16 @@ It checks the regenerated fixture has the documented protocol (every side
 the same trials, seed and held-back share) and the same sides as the shipped
 one, and records each side's chosen setting, its tuning-part and held-back
 figures, whether it equals the shipped fixture's (the study runs in
-``PRESCALER_DEMO_RETUNE_JOBS`` processes, default 2, whose interleaving can
+``--bench-jobs`` processes, default 2, whose interleaving can
 change what TPE samples, so equality is recorded, not required), the demo's
-verdict and the wall time. ``PRESCALER_DEMO_RETUNE_TRIALS`` (default the
-documented 100) narrows the budget for a quick look. Writes
+verdict and the wall time. ``--bench-trials`` (default the documented 100)
+narrows the budget for a quick look. Writes
 ``bench-results/demo_retune.json``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 
 from prescaler.cli import main
 from prescaler.demo_tuned import FIXTURE, HOLDOUT, PRUNE, SEED, TRIALS, load_fixture
+from tests.support.options import suite_options
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(2 * 3600)]
 
@@ -31,8 +31,8 @@ RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
 
 
 def test_retune_regenerates_the_fixture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trials = int(os.environ.get("PRESCALER_DEMO_RETUNE_TRIALS", TRIALS))
-    jobs = int(os.environ.get("PRESCALER_DEMO_RETUNE_JOBS", "2"))
+    trials = suite_options().bench_trials or TRIALS
+    jobs = suite_options().bench_jobs or 2
     path = tmp_path / "demo_tuned.yaml"
     wall0 = time.perf_counter()
     code = main(["demo", "--retune", "--tuned", str(path), "--trials", str(trials),

@@ -14,9 +14,8 @@ the target at no more than 1.1x the e = 0 cost.
 
 The histories and opening fleets follow ``prescaler simulate``'s rules (the
 scraped traffic before each part, the fleet it leaves). The budget is
-``PRESCALER_CAPACITY_BENCH_TRIALS`` trials per belief (default 8) in
-``PRESCALER_CAPACITY_BENCH_JOBS`` processes (default 1), pruned ``exact``
-(see :data:`PRUNE`). Writes
+``--bench-trials`` trials per belief (default 8) in ``--bench-jobs``
+processes (default 1), pruned ``exact`` (see :data:`PRUNE`). Writes
 ``bench-results/capacity_error_tuned.json``.
 """
 
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +38,7 @@ from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, load_workl
 from simulations.tune.manifest import apply_setting
 from simulations.tune.search import default_bases, score, slo_ceiling, split_workload
 from simulations.tune.study import TuneContext, run_study
+from tests.support.options import suite_options
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3 * 3600)]
 
@@ -49,10 +48,8 @@ HOLDOUT = 0.3
 TARGET = 0.95
 """``tune``'s default ``--target``: 0.95 of what an idle fleet attains."""
 COST_GOAL = 1.1
-PRUNE: Literal["pace", "exact"] = (
-    "pace" if os.environ.get("PRESCALER_CAPACITY_BENCH_PRUNE") == "pace" else "exact"
-)
-"""``tune --prune exact`` unless ``PRESCALER_CAPACITY_BENCH_PRUNE=pace``: this
+PRUNE: Literal["pace", "exact"] = suite_options().bench_prune
+"""``tune --prune exact`` unless ``--bench-prune pace``: this
 window's misses come in its first minutes, so the default pace rule stops
 every trial at an early rung and none is feasible."""
 BELIEFS: tuple[tuple[float, bool], ...] = (
@@ -115,8 +112,8 @@ def _tuned_case(e: float, learned: bool, trials: int, jobs: int, storage: str) -
 
 
 def test_bench_capacity_error_tuned(tmp_path: Path) -> None:
-    trials = int(os.environ.get("PRESCALER_CAPACITY_BENCH_TRIALS", "8"))
-    jobs = int(os.environ.get("PRESCALER_CAPACITY_BENCH_JOBS", "1"))
+    trials = suite_options().bench_trials or 8
+    jobs = suite_options().bench_jobs or 1
     storage = f"sqlite:///{tmp_path / 'capacity.db'}"
     t0 = time.perf_counter()
     rows = [_tuned_case(e, learned, trials, jobs, storage) for e, learned in BELIEFS]

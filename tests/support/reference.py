@@ -9,25 +9,25 @@ the reason; in CI (``tests.support.ci``) it fails, because there the check
 is expected to run. The tests that need only the shipped copies never call it,
 so ``make test`` passes on a clone with nothing beside it.
 
-``PRESCALER_REFERENCE_DIR`` points elsewhere; set it to an empty string to
-hide the folder (the tests of this module do, to prove the skip).
+``pytest --reference-dir PATH`` points elsewhere; ``--reference-dir=``
+hides the folder (tests/test_reference_folder.py does, to prove the skip).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from tests.support.ci import fail_in_ci_else_skip
+from tests.support.options import suite_options
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = "PRESCALER_REFERENCE_DIR"
+OPTION = "--reference-dir"
 DEFAULT = ROOT.parent / "shared"
 
 
 def reference_dir() -> Path | None:
-    """The folder if present (``$PRESCALER_REFERENCE_DIR``, else the default), else None."""
-    configured = os.environ.get(ENV)
+    """The folder if present (``--reference-dir``, else the default), else None."""
+    configured = suite_options().reference_dir
     folder = DEFAULT if configured is None else (Path(configured) if configured else None)
     return folder if folder is not None and folder.is_dir() else None
 
@@ -37,7 +37,7 @@ def reference_path(*parts: str) -> Path:
     folder = reference_dir()
     if folder is None:
         fail_in_ci_else_skip(
-            f"reference folder not found (set {ENV}; a fresh clone has none): "
+            f"reference folder not found (give {OPTION}; a fresh clone has none): "
             f"cannot compare with the original of {'/'.join(parts)}"
         )
     path = folder.joinpath(*parts)

