@@ -1,14 +1,10 @@
 """The tuned set-ups `prescaler demo` scores, kept in a fixture.
 
-Tuning every side takes minutes; the demo has to stay well under two minutes
-on two cores, so it only scores settings tuned ahead of time. `prescaler demo
---retune` regenerates the fixture with :func:`simulations.tune.run.tune`:
-every side (prescaler's trigger and each plain-KEDA side) gets the same
-optimizer, trial budget, seed and protocol (tune on the first part of the
-shipped trace, hold the rest back). The demo then scores the chosen settings
-on the held-back part beside the recipe as written, a static fleet and the
-oracle. The fixture also records what tune itself measured, so a reader can
-see the tuning-part figures the choice was made on.
+Tuning takes minutes and the demo must stay under two, so it scores settings
+tuned ahead of time; `prescaler demo --retune` regenerates them with
+:func:`simulations.tune.run.tune`, every side under the same optimizer,
+budget, seed and protocol. The fixture also records what tune measured, so a
+reader sees the figures the choice was made on.
 """
 
 from __future__ import annotations

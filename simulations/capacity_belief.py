@@ -1,15 +1,10 @@
 """The predictive scaler's per-replica capacity as a belief, apart from the engine's truth.
 
-In production the scaler sizes the fleet with the profile's capacity, and the
-profile is a model: against published vLLM runs the engine model's
-throughput is off by tens of percent. In the simulator the profile the
-scaler reads and the engine that serves are the same model, so the scaler's
-capacity would be exact by construction. :class:`BelievingTracker` makes the
-error an input: the scaler believes the configured capacity x (1 +
-``capacity_error``) while the replicas run the truth. With
-``learned_capacity`` it sizes with what it learned at saturated moments
-instead (what the tracker does live when no profile is given), whatever the
-profile says.
+In the simulator the scaler's profile and the serving engine are the same
+model, so its capacity would be exact by construction, while live the
+profile is off by tens of percent. :class:`BelievingTracker` makes that
+error an input (``capacity_error``), or sizes with what it learned at
+saturated moments (``learned_capacity``), while the replicas run the truth.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """What a simulation is told rather than shown: bounds, opening fleet, capacity belief, lead time.
 
-The edge of ``prescaler simulate`` and ``prescaler tune`` for the inputs that
-production would have to state too: the built-in policies' maxReplicaCount
-(``--max-replicas``), the opening fleet (``--initial-replicas``, else sized
-from the traffic before the window), the predictive scaler's capacity error
-(``--capacity-error``, ``--learned-capacity``) and a replica's cold start
-(``--lead-time-preset``, ``--node-ready-s``, ``--image-pull-s``,
-``--model-load-s``). Flags are parsed and validated here once;
-:func:`window_start` reads the traffic before a window (I/O: the trace) and
-hands back the tracker's backfill and the opening fleet, neither of which
-looks inside the window. Without a capacity or lead-time flag those parts of
-a run are the profile's, bit for bit.
+The inputs production would have to state too (``--max-replicas``,
+``--initial-replicas``, ``--capacity-error``, ``--learned-capacity``, the
+lead-time flags), parsed and validated once for ``simulate`` and ``tune``.
+:func:`window_start` reads the traffic before a window for the tracker's
+backfill and the opening fleet; nothing looks inside the window. Without a
+capacity or lead-time flag a run is the profile's, bit for bit.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The scaler's warm-up before a stack run's trace clock starts: how long, and why it failed.
 
-A stack run first lets Prometheus scrape one rate window (so the scaler's
-first answer reads rates as a scaler that has run a while would), then
-polls the scaler until every replica behind the round robin has answered.
-Both budgets are wall seconds and the first one grows as the speed falls
-(120 s of rate window at ``--speed 1``, 240 s at 0.5), so the deadline is
-counted from the end of the settling wait, never from its start: one fixed
-deadline over both made every speed below 1.25 fail before the first poll.
-Pure: the clock is given, the caller does the waiting and the polling.
+Prometheus first scrapes one rate window, then every scaler replica must
+answer a poll. The first wait grows as the speed falls, so the poll's
+deadline counts from its end (one deadline over both failed every speed
+below 1.25). Pure: the clock is given; the caller waits and polls.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """KEDA's ``cron`` trigger: a fixed replica count inside a daily (or weekly) window.
 
-The rules are kedacore/keda ``pkg/scalers/cron_scaler.go`` (main @8b4f083)
-over robfig/cron/v3's standard five-field parser (minute, hour, day of
-month, month, day of week; no seconds, no ``@`` descriptors), see
-docs/simulator.md. At each evaluation KEDA computes the next start and the
-next end strictly after now (robfig's ``Schedule.Next``); the trigger is
-inside its window when the next end does not come after the next start.
-So the window is ``[start, end)`` in whole minutes, and one that spans
-midnight works. Inside, the value is ``desiredReplicas`` (target 1) and the
-trigger is active; outside, 0 and inactive.
-
-Simulated time has no wall clock of its own: the caller gives the Unix time
-of simulated t = 0 (see :data:`DEFAULT_EPOCH`).
+The rules are KEDA's ``cron_scaler.go`` over robfig/cron's five-field parser
+(docs/simulator.md): inside ``[start, end)``, in whole minutes and possibly
+across midnight, the value is ``desiredReplicas`` and the trigger is active;
+outside, 0 and inactive. The caller gives the Unix time of simulated t = 0
+(:data:`DEFAULT_EPOCH`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The Kubernetes HorizontalPodAutoscaler (autoscaling/v2), over External metrics.
 
-Why a faithful emulation rather than "ceil(usage / target)": the replica count
-an autoscaler reaches, and when, depends on details such as which replica
-count the ratio divides by (status, not ready pods), inclusive tolerance
-bounds, strict stabilization windows, float64 rounding of Percent policies and
-the difference between ``behavior: nil`` and a defaulted behavior. Each rule
-here follows kubernetes/kubernetes ``pkg/controller/podautoscaler/
-horizontal.go`` and ``replica_calculator.go``, and
-``pkg/apis/autoscaling/v2/defaults.go`` for the API defaults; docs/control-plane.md
-states them in words with worked examples.
-
-Times are seconds of simulated time; internally they are compared as integer
-nanoseconds, as Go's ``time.Time`` does, so window boundaries are exact.
+Faithful rather than "ceil(usage / target)" because when and where an
+autoscaler lands depends on details (the status replica count, inclusive
+tolerance, strict stabilization windows, Percent rounding, ``behavior: nil``).
+The rules follow kubernetes' ``horizontal.go``, ``replica_calculator.go`` and
+the v2 defaults; docs/control-plane.md states them with worked examples.
+Times compare as integer nanoseconds, like Go's ``time.Time``.
 """
 
 from __future__ import annotations
