@@ -1,24 +1,14 @@
-"""How much combining the methods' quantile forecasts could buy, with and
-without hindsight.
+"""How much combining the methods' quantile forecasts could buy, with and without hindsight.
 
-Why: a backtest row where another method beats prescaler's 0.9 quantile asks
-whether some mix of the field's methods (prescaler among them) would beat
-both. Two answers bound it:
-
-- :func:`hindsight_blend`: the convex weights over the methods' quantile
-  forecasts with the lowest pinball loss on the scored origins, chosen after
-  seeing every actual (quantile regression averaging, Nowotarski & Weron
-  2015, solved exactly as a linear program). No forecaster can choose this
-  blend; it is an optimistic bound on what combining could reach.
-- :func:`walk_forward_blend`: the same weights chosen as a forecaster would,
-  at each origin on the origins whose targets it has already seen, refitted
-  on a cadence like the backtest's models; until enough targets are seen it
-  is one method alone (:attr:`WalkForward.blended` says where). What the
-  hindsight blend gains and this one does not is what only knowing the
-  scored actuals buys (and, on the first origins, the method it starts from).
-
-Pure numpy and scipy (:mod:`scipy.optimize` imported on first use). Only the
-backtest bench uses it, so it lives in ``benchmarks`` rather than the product.
+A backtest row where another method beats prescaler's 0.9 quantile asks
+whether some mix of the field's methods would beat both. Two answers bound
+it: :func:`hindsight_blend`, the convex weights with the lowest pinball loss
+chosen after seeing every actual (quantile regression averaging, Nowotarski
+& Weron 2015, an exact linear program), which no forecaster can choose; and
+:func:`walk_forward_blend`, the same weights chosen as a forecaster would,
+from the origins whose targets it has already seen. The gap between them is
+what only knowing the scored actuals buys. Only the backtest bench uses it,
+so it lives in the lab rather than the product.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Traffic regimes where a scaler's lead time matters: per-minute demand curves, seeded.
 
 A smooth daily cycle gives a reactive trigger time to follow it, so a
-forecast buys little there. The regimes below are the shapes where live
-signals come too late: a model idle for hours that gets a few bursts a day
-(scale to zero pays, but the first request after idle waits a whole
-replica start), a business-hours step (near nothing at night, a steep ramp
-at 09:00), and a scheduled batch (a large job at a fixed time every night).
-The daily cycle is kept as the control.
-
-Each regime is a function of time of day plus seeded day-to-day variation
-(burst times and sizes move, a ramp starts a few minutes early or late,
-levels vary by a few percent), so day 2 is not day 1 replayed and settings
-tuned on one day are scored on a day they have not seen. The curve is the
-expected number of requests per minute; the replay draws Poisson arrivals
-inside each minute and token lengths from a real trace
-(:func:`simulations.traffic.load_workload` of a ``minute_start_s,requests``
-file). Simulated t = 0 is midnight (the cron trigger's default epoch is
-Monday 00:00 UTC), so day ``d`` covers ``[86400 d, 86400 (d + 1))``.
-
-Rates are in requests per second, sized for the default profile (one
-``llama-3-8b@g5.xlarge`` replica serves about 0.6 requests/s of the shipped
-conversation trace's lengths), and stay below 16 replicas, the simulator's
-default ``maxReplicaCount``.
+forecast buys little there (it is kept as the control). The other regimes
+are the shapes where live signals come too late: a model idle for hours
+that gets a few bursts a day, a business-hours step with a steep 09:00 ramp,
+and a large nightly batch. Each is a function of time of day plus seeded
+day-to-day variation, so settings tuned on one day are scored on a day they
+have not seen. The curve is the expected requests per minute, replayed by
+:func:`simulations.traffic.load_workload` from a ``minute_start_s,requests``
+file; t = 0 is midnight (Monday 00:00 UTC for the cron trigger). Rates are
+sized for ``llama-3-8b@g5.xlarge`` (about 0.6 requests/s a replica) and stay
+below 16 replicas, the simulator's default ``maxReplicaCount``.
 """
 
 from __future__ import annotations

@@ -1,50 +1,48 @@
 """Published measurements the engine model is calibrated against, and the model's values.
 
-Every reference here is a figure of ``docs/facts.md`` (with its public
-source), labelled as there: [M] measured by a third party, [D] derived from
-measurements. ``calibration_points()`` evaluates the model at each point; the
-bench (``tests/engine/test_calibration_bench.py``) writes the table and
-requires every error within 15 %.
-
-The efficiency factors of ``engine.hardware`` were fitted to these same
-points, so an in-sample error within 15 % says little about a new workload.
-``held_out_errors()`` answers that: it refits the factors by the rule of
-``fit_efficiency()`` without one source (a publication, with every figure
-derived from it), then scores that source's points. The bench reports both
-errors side by side.
-
-Workload assumptions, stated once:
-
-- A10G TGI (philschmid/text-generation-inference-tests): k6 closed loop, N
-  users, ``max_new_tokens`` 50, prompts from the repository's ShareGPT
-  ``samples.json`` taken in order (mean 230 prompt tokens over the first 49).
-  The CSV's "ms/token" is TGI's inference time / generated tokens, so it
-  includes the request's own prefill and the prefills of the other users that
-  interrupt it (TGI runs prefills as separate forward passes); see
-  ``engine.throughput.closed_loop_ms_per_token``. We model Llama-2-7B
-  directly (it is a profile); the x1.19 rescaled Llama-3-8B curve is also
-  checked, since its prefill interference scales with the weights as well.
-- H100 vLLM 0.21 bf16 "chatbot-short": c1 and c4 only (c16 mixes in
-  prefill, c64 queues). Decode at 320 tokens of context per sequence
-  (assumed short chat). The NIM table is not used: its precision and even
-  hardware are not shown in the excerpt, 4.6 ms is below the bf16 floor, and
-  its high-concurrency ITLs include TensorRT-LLM's in-flight prefills.
-- A100 Vidur: the model's linear-ops-only kernel time against
-  ``per_iteration_32_layers_ms`` at the powers of two the calibration notes
-  quote (the CSV's in-between sizes step with GEMM tile quantisation, which
-  a smooth model does not follow), plus the long-prefill ceiling rows.
-- Saturated ShareGPT runs (arc53/llm-price-compass, vLLM, 1000 prompts at
-  rate infinity): the mixes are the runs' own ratios, 215 prompt tokens per
-  request in both, 197 output tokens on L4 and 43 on 2 x A10G. Output lengths
-  are heavy-tailed (coefficient of variation 1.2 assumed). These are 2024
-  runs, when vLLM ran without chunked prefill by default, so prefills are
-  separate forward passes; see ``engine.throughput.saturated_throughput``.
-- Derived ranges of docs/facts.md (prefill rates, L4 batch-1 ITL): the
-  middle of the range is the reference.
-- KV capacity: docs/facts.md's derived ranges (their middle as the reference)
-  and one measured anchor, Llama-2-7B on one A100-80GB with 7,351 blocks
-  (https://github.com/vllm-project/vllm/pull/2031, max_model_len 4096).
+Every reference is a figure of ``docs/facts.md`` (with its public source),
+labelled as there: [M] measured by a third party, [D] derived from
+measurements. ``calibration_points()`` evaluates the model at each point;
+the bench (``tests/engine/test_calibration_bench.py``, run by ``make
+bench``) requires every error within 15 %. The factors of
+``engine.hardware`` were fitted to these same points, so
+``held_out_errors()`` refits them without one source (``fit_efficiency()``'s
+rule) and scores that source's points: the error on a workload not fitted.
+It is the product's accuracy check, so it stays beside the product's tests
+(not in the lab). The workload assumptions are the comment below.
 """
+
+# Workload assumptions, stated once:
+#
+# - A10G TGI (philschmid/text-generation-inference-tests): k6 closed loop, N
+#   users, ``max_new_tokens`` 50, prompts from the repository's ShareGPT
+#   ``samples.json`` taken in order (mean 230 prompt tokens over the first 49).
+#   The CSV's "ms/token" is TGI's inference time / generated tokens, so it
+#   includes the request's own prefill and the prefills of the other users that
+#   interrupt it (TGI runs prefills as separate forward passes); see
+#   ``engine.throughput.closed_loop_ms_per_token``. We model Llama-2-7B
+#   directly (it is a profile); the x1.19 rescaled Llama-3-8B curve is also
+#   checked, since its prefill interference scales with the weights as well.
+# - H100 vLLM 0.21 bf16 "chatbot-short": c1 and c4 only (c16 mixes in
+#   prefill, c64 queues). Decode at 320 tokens of context per sequence
+#   (assumed short chat). The NIM table is not used: its precision and even
+#   hardware are not shown in the excerpt, 4.6 ms is below the bf16 floor, and
+#   its high-concurrency ITLs include TensorRT-LLM's in-flight prefills.
+# - A100 Vidur: the model's linear-ops-only kernel time against
+#   ``per_iteration_32_layers_ms`` at the powers of two the calibration notes
+#   quote (the CSV's in-between sizes step with GEMM tile quantisation, which
+#   a smooth model does not follow), plus the long-prefill ceiling rows.
+# - Saturated ShareGPT runs (arc53/llm-price-compass, vLLM, 1000 prompts at
+#   rate infinity): the mixes are the runs' own ratios, 215 prompt tokens per
+#   request in both, 197 output tokens on L4 and 43 on 2 x A10G. Output lengths
+#   are heavy-tailed (coefficient of variation 1.2 assumed). These are 2024
+#   runs, when vLLM ran without chunked prefill by default, so prefills are
+#   separate forward passes; see ``engine.throughput.saturated_throughput``.
+# - Derived ranges of docs/facts.md (prefill rates, L4 batch-1 ITL): the
+#   middle of the range is the reference.
+# - KV capacity: docs/facts.md's derived ranges (their middle as the reference)
+#   and one measured anchor, Llama-2-7B on one A100-80GB with 7,351 blocks
+#   (https://github.com/vllm-project/vllm/pull/2031, max_model_len 4096).
 
 from __future__ import annotations
 
