@@ -70,3 +70,15 @@ def test_keys_read_into_the_sweep(tmp_path: Path) -> None:
 def test_every_error_names_the_file_and_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _load(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((DEFAULT.parent).glob("*.yaml")),
+    ids=lambda p: p.name,
+)
+def test_every_shipped_config_loads_in_every_section_it_has(path: Path) -> None:
+    """A record names its config: one that stops matching the schema fails here."""
+    load_run(path)
+    AblationConfig.load(path)
+    FitWindowConfig.load(path)
