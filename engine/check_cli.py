@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.bench_result import BenchResultError
+from engine.cli_shell import read_json, run_reported, write_json
 from engine.load_cli import add_load_arguments, put_load
 from engine.load_client import LoadError
 from engine.profile_check import DEFAULT_TOLERANCE, check_document, check_profile
 from engine.profile_files import read_profile_file, write_profile_file
-from engine.profile_fit_cli import print_report
 from engine.profile_schema import ProfileFileError
 from engine.profile_types import CheckRecord, Profile
 from engine.profiles import get_profile, is_profile_path
@@ -67,23 +65,16 @@ def register_check(engine_sub: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    try:
-        report = _check(args)
-    except (ValueError, LoadError) as exc:
-        sys.stderr.write(f"{COMMAND}: {exc}\n")
+    errors = (ValueError, LoadError)
+    report = run_reported(COMMAND, errors, lambda: _check(args), format_check, args.json)
+    if report is None:
         return 2
-    print_report(report, args.json, format_check)
     return 0 if report["passed"] else 1
 
 
 def _result_doc(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.bench_result:
-        try:
-            doc = json.loads(Path(args.bench_result).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(f"{args.bench_result}: cannot read ({exc.strerror})") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{args.bench_result}: not JSON ({exc})") from None
+        doc = read_json(args.bench_result)
         if not isinstance(doc, dict):
             raise BenchResultError(args.bench_result, "(document)", "expected a JSON object")
         return doc, args.bench_result
@@ -91,7 +82,7 @@ def _result_doc(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         raise ValueError("with --url, give the load: --input-len and --output-len at least")
     doc = put_load(args.url, args)
     if args.save_result:
-        Path(args.save_result).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_json(args.save_result, doc)
     return doc, args.url
 
 

@@ -12,8 +12,9 @@ import argparse
 from typing import Any
 
 from engine.check_cli import register_check
+from engine.cli_shell import print_report
 from engine.load_cli import register_load
-from engine.profile_fit_cli import print_report, register_fit_profile
+from engine.profile_fit_cli import register_fit_profile
 from engine.profiles import SUMMARY_BATCHES, SUMMARY_CONTEXT_TOKENS, all_profile_summaries
 
 

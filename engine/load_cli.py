@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
+from engine.cli_shell import run_reported, write_json
 from engine.load_client import LoadError, LoadSpec, run_load
 
 COMMAND = "prescaler engine load"
@@ -81,15 +79,15 @@ def register_load(engine_sub: Any) -> None:
 
 
 def run_load_command(args: argparse.Namespace) -> int:
-    try:
-        doc = put_load(args.url, args)
-    except (ValueError, LoadError) as exc:
-        sys.stderr.write(f"{COMMAND}: {exc}\n")
-        return 2
+    doc = run_reported(COMMAND, (ValueError, LoadError), lambda: _load(args), summary)
+    return 2 if doc is None else 0
+
+
+def _load(args: argparse.Namespace) -> dict[str, Any]:
+    doc = put_load(args.url, args)
     if args.save_result:
-        Path(args.save_result).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    sys.stdout.write(summary(doc))
-    return 0
+        write_json(args.save_result, doc)
+    return doc
 
 
 def summary(doc: dict[str, Any]) -> str:

@@ -9,14 +9,12 @@ data determined and which were kept from the base.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from engine.bench_result import bench_measurement
+from engine.cli_shell import read_json, run_reported
 from engine.metrics_reader import ScrapeError, read_pages, scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
 from engine.profile_files import write_profile_file
@@ -24,15 +22,6 @@ from engine.profile_fit import FACTOR_FIELDS, ProfileFit, fit_to_measurements
 from engine.profiles import Profile, get_profile
 
 COMMAND = "prescaler engine fit-profile"
-
-
-def print_report(report: Any, as_json: bool, text: Callable[[Any], str]) -> None:
-    """Every ``prescaler engine`` report: indented JSON with ``--json``, else ``text(report)``."""
-    if as_json:
-        json.dump(report, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(text(report))
 
 
 def register_fit_profile(engine_sub: Any) -> None:
@@ -75,12 +64,10 @@ def register_fit_profile(engine_sub: Any) -> None:
 
 
 def run_fit_profile(args: argparse.Namespace) -> int:
-    try:
-        report = _fit(args)
-    except (ValueError, ScrapeError) as exc:
-        sys.stderr.write(f"{COMMAND}: {exc}\n")
+    errors = (ValueError, ScrapeError)
+    report = run_reported(COMMAND, errors, lambda: _fit(args), format_report, args.json)
+    if report is None:
         return 2
-    print_report(report, args.json, format_report)
     for warning in report["warnings"]:
         sys.stderr.write(f"{COMMAND}: warning: {warning}\n")
     return 0
@@ -94,13 +81,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     base = get_profile(args.base)
     bench = None
     if args.bench_result:
-        try:
-            doc = json.loads(Path(args.bench_result).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(f"{args.bench_result}: cannot read ({exc.strerror})") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{args.bench_result}: not JSON ({exc})") from None
-        bench = bench_measurement(doc, args.bench_result)
+        bench = bench_measurement(read_json(args.bench_result), args.bench_result)
     pages: list[MetricsPage] | None = None
     if args.metrics_url:
         pages = scrape_pages(args.metrics_url, duration_s=args.duration, interval_s=args.interval)
