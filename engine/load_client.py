@@ -1,20 +1,13 @@
 """A `vllm bench serve`-like client: put a load on a server, measure what its clients see.
 
-What `prescaler engine load` runs, and what `prescaler engine check --url`
-puts on a server before comparing it with the replica model: a fixed number
-of streamed ``/v1/completions`` requests, each with a prompt of random token
-ids (distinct, so no prefix cache helps) and an exact output length
-(``max_tokens`` with ``ignore_eos``), sent all at once, at a request rate
-(Poisson arrivals, as the benchmark's default burstiness 1), or through at
-most N concurrent clients. The result is a document in the field names of
-``vllm bench serve --save-result --save-detailed`` (``engine.bench_result``
-reads either), with the actual send times added (``start_times``, seconds
-from the first) so a replay can send the same load at the same moments, and
-where the output lengths came from (``output_token_counts``: the server's
-usage, as the benchmark reads it, or one per streamed chunk where it sends
-none). A request whose stream brings no token is failed, with the reason.
-
-I/O only at the edge: the statistics are ``result_document``, pure.
+Behind `prescaler engine load` and `prescaler engine check --url`: streamed
+``/v1/completions`` requests of random, distinct token ids (no prefix cache
+helps) and exact output lengths (``ignore_eos``), all at once, at a Poisson
+rate or through at most N clients. The result document has the field names
+of ``vllm bench serve --save-result --save-detailed`` plus the send times
+(``start_times``, so a replay can send the same load at the same moments)
+and where output lengths came from (``output_token_counts``). A stream with
+no token is a failed request. The statistics (``result_document``) are pure.
 """
 
 from __future__ import annotations

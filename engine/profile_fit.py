@@ -1,27 +1,15 @@
 """Fit a profile to measurements: the step-time factors the data determine, the rest kept.
 
-A profile's speed comes from three figures of its device (``HardwareSpec``):
-the effective memory bandwidth (``bandwidth_gbps x eta_mem``), the effective
-compute (``*_tflops x eta_compute``) and the fixed cost of a scheduler step
-(``step_overhead_s``). A fit starts from a base profile and scales those
-three so that the engine model reproduces what a real server measured; the
-model's shape, the vLLM settings and the prices stay the base's (except the
-KV capacity when the server reported it). Two sources:
-
-- a ``vllm bench serve`` result (``engine.bench_result``): the load is
-  replayed through the engine (``engine.serving_replay``) and its medians
-  of ITL and TTFT and its output throughput are matched;
-- /metrics pages over a period (``engine.metrics_windows``): each window's
-  mean inter-token latency and TTFT are matched to a closed-loop replay at
-  that window's mean batch and request lengths (``engine.profile_fit_windows``).
-
-The fit is a regularised least squares in log space (``scipy.optimize``): a
-small pull towards the base keeps a factor the data cannot see where it
-was. A factor counts as *determined* when moving it changes some matched
-figure (``DETERMINED_SENSITIVITY``); the others are reset to the base and
-reported as kept. Effective rates above the base's peak figures raise the
-peak (``eta`` capped at 1), so a faster device than the base fits too.
-Pure: no I/O, no clock.
+A profile's speed comes from three figures of its device: effective memory
+bandwidth, effective compute and a scheduler step's fixed cost. A fit scales
+those three from a base profile until the engine model reproduces what a
+real server measured, in a ``vllm bench serve`` result (its load replayed,
+medians of ITL and TTFT and output throughput matched) and/or /metrics
+windows (each window's mean ITL and TTFT matched at its mean batch,
+``engine.profile_fit_windows``); shape, vLLM settings and prices stay the
+base's. A regularised least squares in log space pulls a factor the data
+cannot see back to the base; a factor is *determined* when moving it changes
+a matched figure (``DETERMINED_SENSITIVITY``), else reported as kept. Pure.
 """
 
 from __future__ import annotations
@@ -485,27 +473,6 @@ def _bench_targets(bench: BenchMeasurement) -> Targets:
         ]
 
     return targets
-
-
-def fit_to_bench(base: Profile, bench: BenchMeasurement, *, name: str | None = None) -> ProfileFit:
-    """Scale the base's step-time figures until the replayed load measures what the
-    benchmark did (median ITL and TTFT, output tokens/s)."""
-    return fit_to_measurements(base, bench=bench, name=name)
-
-
-# -- from /metrics pages ---------------------------------------------------------
-
-
-def fit_to_metrics(
-    base: Profile,
-    windows: Sequence[LoadWindow],
-    last_page: PageValues | None = None,
-    *,
-    name: str | None = None,
-) -> ProfileFit:
-    """Scale the base's step-time figures to the windows' mean ITL and TTFT; KV blocks
-    from ``last_page``'s ``vllm:cache_config_info`` (num_gpu_blocks, block_size)."""
-    return fit_to_measurements(base, windows=windows, last_page=last_page, name=name)
 
 
 def fit_to_measurements(

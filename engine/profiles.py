@@ -1,26 +1,12 @@
 """Replica profiles: a model on an instance type, with vLLM settings, prices and start-up.
 
-A profile is everything the simulator, the emulator and the scaler need to
-know about one replica: how long a scheduler iteration takes for a given
-batch (``step_time_s``), how many KV tokens fit (``kv_blocks``), what an hour
-costs (on-demand and spot) and how long a cold start takes.
-
-A profile is data: a YAML file (``engine.profile_schema``, docs/profiles.md).
-``get_profile`` resolves, in order: a path to a profile file (a value ending
-in ``.yaml``/``.yml`` or holding a ``/``); a built-in name (the files shipped
-in ``engine/profile_data``); a name this process was given as a profile
-(``use_profile``: the simulator's and the tuner's ``--profile FILE``); a name
-from a directory in ``PRESCALER_PROFILE_DIR``; a name of the catalogue's form
-built on demand.
-
-Naming: ``<model>[-<precision>][-tp<N>]@<instance type>``. The precision
-suffix is absent for bf16; the ``-tp<N>`` suffix appears only where a replica
-uses fewer devices than the instance has and could be confused with another
-layout (``llama-3-8b-tp2@g5.12xlarge``). Single-device replicas on 8-GPU
-instances (p4de, p5) are priced per device: instance price / 8 x tp.
-Names not in the catalogue but of that form are built on demand, so
-``llama-3-70b@g5.12xlarge`` fails with the reason (bf16 70B does not fit in
-4 x 24 GB) instead of "unknown".
+A profile is all the simulator, the emulator and the scaler know of one
+replica: a scheduler step's time for a batch, its KV capacity, its hourly
+prices and its cold start. It is data, a YAML file (``engine.profile_schema``);
+``get_profile`` resolves a path, a built-in name, a name given this process
+(``use_profile``), a name in ``PRESCALER_PROFILE_DIR`` or a name of the
+catalogue's form ``<model>[-<precision>][-tp<N>]@<instance type>``, built on
+demand so that an impossible one fails with the reason (docs/profiles.md).
 """
 
 from __future__ import annotations

@@ -1,64 +1,17 @@
 """One vLLM replica as a pure discrete-event model (no I/O, no wall clock).
 
-Three modules hold it, one job each: this one the public surface (request
-checks, submission, abort, the clock's queries, the metrics snapshot),
-`engine.replica_loop` the step loop (scheduling and applying steps),
-`engine.replica_counters` vLLM's counters and histograms, with the state
-they share in `engine.replica_state`.
+The scheduler follows vLLM V1 (`vllm/v1/core/sched/scheduler.py`): running
+requests first (a decode token or the next prefill chunk), then waiting ones
+first-come-first-served within `max_num_batched_tokens` and `max_num_seqs`
+(a prompt only whole without chunked prefill); KV blocks are allocated as
+tokens are computed, and a shortage preempts the newest running request by
+recompute (that step admits nobody). No prefix caching, speculative decoding
+or priorities.
 
-The scheduler follows vLLM V1 (`vllm/v1/core/sched/scheduler.py`):
-
-- every step first serves the *running* requests in admission order (a
-  decode is one token; a request still in prefill gets its next chunk), then
-  admits *waiting* requests first-come-first-served while the token budget
-  (`max_num_batched_tokens`) and `max_num_seqs` allow; with chunked prefill
-  on, the last admitted prompt may get a partial chunk; with it off, a prompt
-  is admitted only whole;
-- KV memory is paged in blocks of `block_size` tokens, allocated as tokens
-  are computed; when a running request cannot get a block, the NEWEST running
-  request is preempted (recompute: its blocks are freed, it goes back to the
-  front of the waiting queue and later recomputes prompt + tokens generated so
-  far); a step that preempted admits nobody;
-- the step that finishes a request's prefill samples its first token; each
-  decode step samples one token; a request finishes at the end of the step
-  that sampled its last token and frees its blocks.
-- Prefix caching, speculative decoding and priorities are not modelled.
-
-Time advances by events. A step that starts at time s sees every request
-submitted at or before s, except that a step is planned (and fixed) the first
-time `next_event_time()` / `next_token_time()` is asked at s or time moves
-past s: a caller that has several arrivals at the very same instant should
-submit them all before asking for the next event. When the batch is steady
-(only decodes, nobody admitted, nobody preempted) it stays identical until a
-request finishes or the free KV blocks run out, so the replica plans all
-those k steps as ONE event.
-Step times inside such a jump change as contexts grow: they are modelled as an
-arithmetic series between the profile's step time at the first and at the
-last step of the jump (exact when the step time is affine in context tokens);
-when the profile's step time at the jump's middle step differs from that line
-by more than `engine.replica_loop.STEP_TIME_RTOL` (a roofline knee inside the
-jump), the jump is halved until it does not. So token times are within that
-tolerance (0.1 %) of stepping one by one.
-
-Public API (all times on the replica's own clock, in seconds):
-
-- `submit(request)`: a new request, arriving at `request.arrival_s >= now`.
-  With a profile's `request_overhead`, it joins the scheduler after its way
-  in (until then it is outstanding, not waiting), and its record's first
-  token and finish are when the client gets them (after the way out);
-  vLLM's histograms stay the engine's own (arrival to the step's end).
-- `next_event_time()`: when the batch next changes (a completion, a prefill
-  chunk's end, a KV shortage), None when idle. A simulator jumps there.
-- `next_token_time()`: the end of the step in flight (the next instant any
-  request may get a token). The emulator wakes there to stream tokens.
-- `advance_to(t)`: run every step that ends at or before t; returns the
-  records of requests that finished (each exactly once).
-- `tokens_generated(request_id)`: tokens a live request has produced by now.
-- `abort(request_id)`: the client went away; returns its record.
-- `metrics_snapshot()`: vLLM's counters, gauges and histograms now
-  (`Replica(..., latency_histograms=False)` keeps the latency histograms
-  empty, for a simulator that never reads them: they cost a large share of
-  its time; records, counters and gauges are the same either way).
+Time advances by events: a step is fixed when the clock is first asked about
+it, so submit simultaneous arrivals before asking. A steady decode batch is
+one jump whose step times follow an arithmetic series, halved until within
+`engine.replica_loop.STEP_TIME_RTOL` of stepping one by one (the step loop).
 """
 
 from __future__ import annotations
@@ -183,7 +136,9 @@ class Replica(StepLoop):
 
     # ------------------------------------------------------------ operations
     def submit(self, request: Request) -> None:
-        """Queue `request` at its arrival time (advancing there first if needed)."""
+        """Queue `request` at its arrival time (advancing there first if needed). With a
+        profile's `request_overhead` it reaches the scheduler after its way in, and its
+        record's times are the client's; vLLM's histograms stay the engine's own."""
         if request.request_id in self._live:
             raise ValueError(f"request id {request.request_id!r} is already in flight")
         if request.arrival_s < self._now:

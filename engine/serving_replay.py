@@ -21,32 +21,25 @@ from engine.scheduler import ProfileLike
 
 @dataclass(frozen=True)
 class ServingLoad:
-    """One benchmark run: ``num_requests`` alike requests.
-
-    ``request_rate`` None sends them all at once (the benchmark's ``inf``);
-    otherwise one every ``1 / request_rate`` seconds. ``max_concurrency``
-    caps requests in flight (a client waits for a slot), None is no cap.
-    ``first_arrivals_over_s`` spreads the first ``max_concurrency`` arrivals
-    evenly over that many seconds instead of sending them at once: clients
-    of a steady service are out of step, a benchmark's start together.
-    ``lengths`` gives each request its own (prompt, output) tokens (then
-    ``prompt_tokens`` and ``output_tokens`` are their rounded means) and
-    ``send_offsets`` the second each becomes due (a recorded run's), both
-    for all ``num_requests`` requests. ``think_s`` is a client's mean pause
-    between receiving its last token and sending its next request (spread
-    evenly over 0 to twice that, deterministically): a closed-loop client
-    that sends at once arrives exactly as a step ends, which no real client
-    does.
-    """
+    """One benchmark run: ``num_requests`` alike requests."""
 
     num_requests: int
     prompt_tokens: int
     output_tokens: int
+    #: requests in flight at most (a client waits for a slot); None: no cap
     max_concurrency: int | None = None
+    #: one request every ``1 / request_rate`` s; None: all at once (the benchmark's ``inf``)
     request_rate: float | None = None
+    #: the first ``max_concurrency`` arrivals spread evenly over this many seconds
+    #: (a steady service's clients are out of step; a benchmark's start together)
     first_arrivals_over_s: float = 0.0
+    #: each request's own (prompt, output) tokens (``prompt_tokens`` and
+    #: ``output_tokens`` are then their rounded means)
     lengths: tuple[tuple[int, int], ...] | None = None
+    #: the second each request becomes due (a recorded run's)
     send_offsets: tuple[float, ...] | None = None
+    #: a client's mean pause before its next request, spread evenly over 0 to twice
+    #: it (one that sends at once arrives exactly as a step ends: no real client does)
     think_s: float = 0.0
 
     def __post_init__(self) -> None:

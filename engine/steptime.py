@@ -1,17 +1,14 @@
 """Roofline step-time model of one vLLM scheduler iteration.
 
-One iteration streams the weights (and the KV cache its attention reads)
-from device memory and does the batch's FLOPs; whichever takes longer bounds
-the step. Real kernels do not switch sharply from one regime to the other
-(the Vidur A100 profile bends smoothly between 64 and 256 batched tokens), so
-the two terms are joined by a soft maximum, ``(m^k + c^k)^(1/k)``: it is the
-hard ``max`` of the textbook roofline as ``k`` grows, and with ``k = 2`` it
-reproduces the Vidur knee within a few per cent (see the calibration bench).
+One iteration streams the weights (and the KV cache its attention reads) from
+device memory and does the batch's FLOPs; the slower bounds the step. Real
+kernels bend smoothly between the two regimes (Vidur's A100 profile, between
+64 and 256 batched tokens), so they are joined by a soft maximum
+``(m^k + c^k)^(1/k)``; ``k = 2`` reproduces that knee within a few per cent:
 
     t = overhead + softmax_k(compute, memory) + tensor-parallel all-reduces
-
-memory  = (weights/tp + KV read + KV written + activations) / (eta_mem * BW)
-compute = (linear + LM head + attention FLOPs) / tp / (eta_compute * TFLOP/s)
+    memory  = (weights/tp + KV read + KV written + activations) / (eta_mem * BW)
+    compute = (linear + LM head + attention FLOPs) / tp / (eta_compute * TFLOP/s)
 
 Every term is non-decreasing in prefill tokens, decode sequences and context
 tokens, so the step time is too (a property test checks it).

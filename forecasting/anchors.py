@@ -1,23 +1,14 @@
 """The anchors' forecasting methods, as the field ships them (point forecasts).
 
-These are baselines, reproduced faithfully rather than improved:
-- ``last_value``: the constant predictor (Dynamo planner's ``constant``).
-- ``seasonal_naive``: the value one week ago where a week of history exists,
-  else one day ago, else the last value.
-- ``holt_winters``: statsmodels ``ExponentialSmoothing`` (additive trend and
-  daily season), as the Predictive HPA does, on its ``storedSeasons`` (4) of
-  history; Holt's linear trend when less than two seasons exist.
-- ``arima``: statsmodels ARIMA of small fixed order (1,1,1) on a recent window,
-  as Dynamo's planner.
-- ``kalman``: a local-linear-trend state-space model (statsmodels
-  ``UnobservedComponents``) fitted by maximum likelihood on a recent window.
-- ``fft_max``: Crane's EffectiveHPA predictor: dominant FFT periods of the
-  history, the periodic reconstruction extended over the prediction window,
-  then the window's maximum plus a margin (constant over the window).
-
-Every method returns a :func:`point_forecast`: all quantiles equal the point.
-statsmodels warnings (convergence, non-invertible starts) are silenced inside
-the fits because the anchors are scored as they ship, warnings included.
+Baselines reproduced faithfully rather than improved: ``last_value``
+(Dynamo planner's ``constant``), ``seasonal_naive`` (a week ago, else a day
+ago, else the last value), ``holt_winters`` (the Predictive HPA's additive
+ExponentialSmoothing on its four stored seasons), ``arima`` (Dynamo's fixed
+(1,1,1) on a recent window), ``kalman`` (a local-linear-trend state-space
+model) and ``fft_max`` (Crane's EffectiveHPA: the dominant FFT periods
+extended, then the window's maximum plus a margin). Each returns a
+:func:`point_forecast` (all quantiles equal); statsmodels warnings are
+silenced because the anchors are scored as they ship.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """Rolling-origin backtest: no model ever sees a value at or after its target.
 
-At origin ``t`` (the number of steps observed) a model has seen ``y[:t]``
-only; its forecast for horizon ``H`` steps is scored against ``y[t + H - 1]``,
-the step that ends ``H * step`` seconds after the origin (the value the scaler
-provisions for, one lead time ahead). Origins run from ``initial`` to
-``n - max(H)``, every ``stride`` steps so that at most ``max_origins`` are
-scored. Refit cadence: a model is fully refitted (parameters re-estimated) at
-the first origin and then every ``refit_every`` origins; in between it is
-``update``-d with the longer history (same parameters, new data), exactly as
-the scaler refits in the background and predicts on the hot path. Both only
-ever see ``y[:t]``, so a coarse refit cadence introduces no look-ahead.
-
-Metrics per method and horizon: MAE of the median; MASE (MAE divided by the
-in-sample one-step naive MAE over ``y[:initial]``, Hyndman & Koehler); pinball
-loss at q = 0.9; coverage of the 0.9 quantile (share of actuals at or below
-it); mean seconds per full fit. Anchors' quantiles all equal their point;
-the statsforecast baselines' are their own prediction intervals.
+At origin ``t`` a model has seen ``y[:t]`` only; its forecast ``H`` steps
+ahead is scored against ``y[t + H - 1]``, the value the scaler provisions
+for one lead time ahead. At most ``max_origins`` origins, every ``stride``
+steps from ``initial``; a model is refitted at the first origin and every
+``refit_every`` origins and ``update``-d in between, as the scaler refits in
+the background and predicts on the hot path (no look-ahead either way).
+Metrics per method and horizon: MAE of the median, MASE (against the
+in-sample one-step naive MAE, Hyndman & Koehler), pinball loss at q = 0.9,
+coverage of the 0.9 quantile and mean seconds per fit.
 """
 
 from __future__ import annotations

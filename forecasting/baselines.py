@@ -1,44 +1,17 @@
 """Nixtla statsforecast's automatic models as backtest baselines.
 
-``sf_autoets``, ``sf_autoarima``, ``sf_autotheta`` and ``sf_mstl`` wrap
-statsforecast's ``AutoETS``, ``AutoARIMA``, ``AutoTheta`` and ``MSTL`` as plain
-:class:`forecasting.Forecaster` s, scored with their OWN prediction intervals
-(the 0.9 quantile is the upper bound of the central 80 % interval), so that
-prescaler is compared with the strongest off-the-shelf statistical models, not
-only with the anchors' point forecasts. They are backtest references, not
-scaler methods (their fits cost far more than the scaler's budget for
-refitting a thousand objects), hence not in ``METHODS``. Their measured cost
-and how they score: ``docs/decisions/forecasting.md``, "statsforecast
-baselines".
-
-statsforecast is the optional extra ``prescaler[baselines]`` (``dev`` includes
-it); without it, asking for one of these methods is a clear error.
-
-Choices (each a rule, none fitted to a series):
-
-- Season: one day in steps (``daily_period``), used only with at least two
-  full days of history. AutoETS and AutoARIMA get it only when the day is
-  at most 24 steps (hourly bins; AutoETS's own limit, and a seasonal ARIMA's
-  state, so its fit time, grows with the period), AutoTheta up to
-  ``MAX_SEASON`` steps (5-minute bins: its seasonal decomposition of a long
-  season is slow at one-minute bins); beyond, they model the day
-  non-seasonally (the timings behind these limits are in the decision
-  record above). ``sf_mstl`` always decomposes the daily season (that is
-  its job), trend and remainder forecast by AutoETS (statsforecast's
-  default). With under two days of
-  history MSTL has nothing to decompose: ``sf_mstl`` then IS AutoETS on the
-  raw series (same forecasts as ``sf_autoets``), and says so in the log once.
-- History: fits see at most the last ``MAX_FIT_STEPS`` steps (four days of
-  one-minute bins, room for MSTL's two seasons); older demand is another
-  regime, and the cost of a fit grows with it.
-- ``update`` keeps the fitted parameters and conditions on the longer
-  history (statsforecast's ``forward``); for MSTL the seasonal component of
-  the new steps continues the fitted one (re-decomposing at each update is
-  slow at 1-minute bins), and only the deseasonalised series is
-  re-filtered by the trend model.
-- A model that fails to fit (too few points for its parameters) falls back
-  to a random walk with a Gaussian band from the one-step changes (the
-  ``last_value`` anchor with an interval), logged once per forecaster.
+``sf_autoets``, ``sf_autoarima``, ``sf_autotheta`` and ``sf_mstl`` score
+statsforecast's models with their OWN prediction intervals (the 0.9 quantile
+is the upper bound of the central 80 % interval), so prescaler is compared
+with the strongest off-the-shelf statistical models. Their fits cost far more
+than the scaler's refit budget, so they are backtest references, not in
+``METHODS`` (cost and scores: ``docs/decisions/forecasting.md``), and need
+the optional extra ``prescaler[baselines]``. The daily season is used only
+with two full days of history, and only up to ``MAX_SHORT_SEASON`` /
+``MAX_SEASON`` steps (longer seasons are slow to fit); fits see the last
+``MAX_FIT_STEPS`` steps; ``update`` keeps the parameters (statsforecast's
+``forward``); a model that fails to fit falls back to a random walk with a
+Gaussian band, logged once.
 """
 
 from __future__ import annotations
@@ -67,6 +40,8 @@ MAX_SEASON = 288
 MAX_SHORT_SEASON = 24
 """Longest season (steps) given to AutoETS and AutoARIMA (hourly bins' day)."""
 MAX_FIT_STEPS = 5760
+"""Steps a fit sees at most (four days of one-minute bins, room for MSTL's two
+seasons): older demand is another regime, and a fit's cost grows with it."""
 _ppf = NormalDist().inv_cdf
 
 
@@ -207,6 +182,8 @@ class StatsForecastBaseline:
         new = self._y[self._fit_n :] if self._y.size > self._fit_n else self._y[:0]
         lv: list[Any] | None = levels or None
         if self._mstl_seas is not None and self._fit_sa is not None:
+            # The fitted season continues over the new steps (decomposing again is
+            # slow at 1-minute bins); only the deseasonalised series is re-filtered.
             m = self._season
             k = new.size
             phase = np.arange(k) % m
@@ -219,7 +196,3 @@ class StatsForecastBaseline:
             return dict(self._model.predict(h=h, level=lv))
         window = self._y[-MAX_FIT_STEPS:]
         return dict(self._model.forward(y=window, h=h, level=lv))
-
-
-def make_baseline(name: str) -> StatsForecastBaseline:
-    return StatsForecastBaseline(name)

@@ -1,32 +1,16 @@
 """Cheap point forecasters and error-weighted combination (pure numpy).
 
-Why: a single regression's median is rarely the most accurate point forecast
-on every kind of traffic; the last value wins on jumpy series, a local
-level/trend wins on slow drifts. The forecast-combination literature (Bates &
-Granger 1969; Stock & Watson 2004) shows that weighting candidates by the
-inverse of their out-of-sample error is robust and usually beats the best
-single candidate. Every candidate here is a causal linear filter, so its
-forecast at *every* past origin costs one ``lfilter`` pass, which lets the
-weights come from genuine out-of-sample errors on the history seen so far.
-
-Candidates (demand units), each with its parameters chosen per horizon by
-the h-step mean absolute error (the loss the median is judged by):
-
-- ``last``: the last value.
-- ``ses``: simple exponential smoothing (the local-level model's forecast).
-- ``holt``: damped Holt linear trend (Gardner & McKenzie), damping fixed at
-  0.9 (a trend is extrapolated cautiously: it fades over ~10 steps).
-- ``trend``: discounted least-squares local linear trend (Brown's general
-  exponential smoothing, solved exactly at every origin): the line that best
-  fits the past with weights ``lam^age``, its slope extrapolated with the
-  same damping as Holt's (``TREND_DAMPING``). Why: the
-  recursive smoothers above start at ``(y[0], 0)``, which on a history of a
-  few dozen points leaves the first value a large weight and no trend
-  estimate; the exact finite-sample solution has neither bias (it is the
-  ordinary least-squares line when ``lam`` is near 1, and the local level and
-  slope when ``lam`` is small). This is the point forecast of the anchors
-  that win MAE on short, drifting traces (Holt with estimated initial state,
-  the local-linear-trend Kalman filter), built from two causal filters.
+No single regression's median is the best point forecast on every kind of
+traffic (the last value wins on jumpy series, a local level or trend on slow
+drifts), and weighting candidates by the inverse of their out-of-sample error
+is robust and usually beats the best one (Bates & Granger 1969; Stock &
+Watson 2004). Every candidate is a causal linear filter, so its forecast at
+every past origin costs one ``lfilter`` pass: the weights come from genuine
+out-of-sample errors. Candidates (``CANDIDATES``, parameters chosen per
+horizon by h-step MAE): the last value, simple exponential smoothing, damped
+Holt, and a discounted least-squares local linear trend solved exactly at
+every origin (no start-up bias on a few dozen points, unlike the recursive
+smoothers).
 """
 
 from __future__ import annotations
@@ -482,32 +466,6 @@ def inverse_error_weights(abs_err: np.ndarray, power: float = 2.0) -> np.ndarray
     mae = np.maximum(mae, 1e-12 * max(float(mae.max()), 1e-12))
     w = mae**-power
     return np.asarray(w / w.sum())
-
-
-def confidence_set_weights(abs_err: np.ndarray, z: float, h: int = 1) -> np.ndarray:
-    """Equal weights over the candidates not significantly worse than the best.
-
-    Why: estimated combination weights carry the holdout's noise into every
-    forecast, and equal weights of a good pool are famously hard to beat (the
-    "forecast combination puzzle", Smith & Wallis 2009); but an equal share
-    for a member that the holdout shows to be clearly worse (a trend
-    extrapolated through level shifts, a regression on too few rows) costs
-    accuracy. So the weights are equal over a model confidence set (Hansen,
-    Lunde & Nason 2011, in its simplest paired form): a member stays unless
-    its mean absolute error exceeds the best member's by more than ``z``
-    standard errors of the paired difference. ``h``-step errors of
-    neighbouring origins overlap, so the effective sample is ``n / h``. A
-    short holdout keeps (nearly) everyone; a long one keeps the members
-    that are genuinely competitive.
-    """
-    mae = np.mean(abs_err, axis=1)
-    best = int(np.argmin(mae))
-    n = abs_err.shape[1]
-    diff = abs_err - abs_err[best][None, :]
-    se = np.std(diff, axis=1) * math.sqrt(max(h, 1) / max(n, 1))
-    keep = (mae - mae[best]) <= z * se
-    keep[best] = True
-    return np.asarray(keep / keep.sum())
 
 
 def simplex_grid(

@@ -1,8 +1,7 @@
 """Demand series from Prometheus: the PromQL text and the result conversion.
 
-The fetch itself is one call to prometheus-api-client's
-``custom_query_range``; everything around it is pure so it can be tested
-without a server. vLLM counters are rated and summed over pods *and* the V1
+The caller runs the range query; everything around it is pure, so it can be
+tested without a server. vLLM counters are rated and summed over pods *and* the V1
 ``engine`` label (``sum(...)`` with no ``by``: one fleet-wide series). Both
 metric generations are queried: V1 (vLLM >= 0.8) and V0 expose the same counter
 names, but some exporters (and prometheus_client's parser) drop ``_total``, so
@@ -13,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -87,22 +85,3 @@ def series_from_range_result(
     times = np.array(sorted(totals))
     values = np.array([totals[t] for t in times])
     return regularize(times, values, step_s, signal=signal, source=source, start_s=float(times[0]))
-
-
-def fetch_demand(
-    prom: Any,
-    signal: str,
-    start_s: float,
-    end_s: float,
-    step_s: float,
-    labels: Mapping[str, str] | None = None,
-) -> DemandSeries:
-    """Thin I/O: run the range query on a ``PrometheusConnect`` and convert."""
-    query = build_query(signal, labels, rate_window_s=max(int(2 * step_s), 60))
-    result = prom.custom_query_range(
-        query,
-        start_time=datetime.fromtimestamp(start_s, tz=UTC),
-        end_time=datetime.fromtimestamp(end_s, tz=UTC),
-        step=f"{int(step_s)}s",
-    )
-    return series_from_range_result(result, step_s, signal=signal, source=f"prometheus:{query}")

@@ -1,37 +1,14 @@
-"""Thin file readers: detect the format from the header, parse, hand raw
-samples to :mod:`forecasting.series` (the one place that cleans them).
+"""Thin file readers: detect the format from the header (``_FORMATS``, or
+Mooncake JSON lines), parse, and hand raw samples to
+:mod:`forecasting.series`, the one place that cleans them.
 
-Formats (those of the public LLM traces the project reads):
-
-=========================================================  =====================
-header                                                     kind
-=========================================================  =====================
-``TIMESTAMP,ContextTokens,GeneratedTokens``                Azure LLM trace
-``Timestamp,Model,Request tokens,Response tokens,...``     BurstGPT
-JSON lines with ``timestamp`` (ms), ``input_length``, ...  Mooncake
-``window_start_s,total_rps[,active_clients]``              ServeGen rate
-``minute_start_s,requests``                                per-minute counts
-``Time,TIMESTAMP`` (TIMESTAMP holds a 10-second *count*)   10-second counts
-``timestamp_s,requests_per_s``                             plain rate
-=========================================================  =====================
-
-Per-request traces are binned at ``step_s`` (default 30 s). Rate and count
-files keep their native step unless ``step_s`` is a whole multiple of it.
-
-Nothing is lost silently:
-
-- An *absent* row is a lost measurement in a rate file (interpolated) but
-  zero requests in a count file (no row, no request).
-- An empty cell or ``NaN`` in a value column is a *missing sample* in every
-  rate and count file: interpolated between its neighbours, never read as 0
-  (see :func:`forecasting.series.regularize`, rule 5).
-- Any unparsable cell is an error naming file, row and column (data rows
-  count from 1, the header excluded); so is a negative request count, rate or
-  token count.
-- Per-request traces have no missing samples: an empty token cell is an
-  error, and a Mooncake record without ``timestamp``, ``input_length`` or
-  ``output_length`` (or with a non-numeric, non-finite or negative one) is an
-  error naming file, row (line) and field.
+Per-request traces (Azure, BurstGPT, Mooncake) are binned at ``step_s``
+(default 30 s); rate and count files keep their native step unless
+``step_s`` is a whole multiple of it. Nothing is lost silently: an absent
+row is a lost measurement in a rate file but zero requests in a count file;
+an empty or ``NaN`` value cell is a missing sample, interpolated, never 0;
+any unparsable, missing (in a per-request trace) or negative value is an
+error naming file, row (from 1, header excluded) and column or field.
 """
 
 from __future__ import annotations

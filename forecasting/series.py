@@ -1,31 +1,17 @@
 """Demand series and the ONE place where raw samples become a clean series.
 
-Every reader (trace files, rate CSVs, Prometheus) hands its raw samples to
-:func:`regularize` or :func:`bin_events`; models only ever see the result: an
-equally spaced, finite, non-negative array. The rules, in order:
+Readers hand raw samples to :func:`regularize` or :func:`bin_events`; models
+only see an equally spaced, finite, non-negative array. The rules, in order:
+1. non-finite values are *missing samples*, never zeros (zeros are data);
+2. a negative rate is an error; 3. samples are sorted by time (stable);
+4. samples in one step ``floor((t - start) / step)`` are averaged;
+5. a step holding only missing samples is interpolated between neighbours; an
+empty step (an absent row) is interpolated with ``missing="interpolate"``
+(rates) and a true zero with ``missing="zero"`` (counts); the series spans the
+first to the last finite sample.
 
-1. Non-finite values (NaN, inf, empty cells) are *missing samples*: they
-   carry no value, but their step is marked as *measured-but-lost* (rule 5).
-   A NaN is never a zero; zeros are data.
-2. Negative rates are garbage (a counter reset mis-rated, a sign error): error.
-3. Timestamps are sorted (stable); unsorted input is accepted.
-4. Each sample lands in the step ``floor((t - start) / step)``; several samples
-   in one step (duplicated timestamps, finer input) are averaged, because they
-   are repeated measurements of the same window's rate.
-5. Steps with no finite sample are filled. A step that holds only missing
-   samples (an explicit NaN/empty cell: the measurement exists but was lost)
-   is always linearly interpolated between its neighbours. A step with no
-   sample at all (an *absent* row, a gap) depends on ``missing``: with
-   ``"interpolate"`` (rate series: a gap is a lost measurement) it is
-   interpolated too; with ``"zero"`` (counts: no row means no request) it is
-   a true zero, and counts as a known neighbour for the interpolation above.
-   Leading/trailing gaps cannot exist: the series starts at the first finite
-   sample and ends at the last (missing samples outside that span are dropped).
-6. Zeros (on/off traffic) are kept as they are.
-
-Per-request traces go through :func:`bin_events`: every event counts in its
-step, empty steps are true zeros, and the last, partial step is dropped so that
-the final rate is not biased low.
+:func:`bin_events` counts each event in its step (empty steps are zeros) and
+drops the last, partial step so that the final rate is not biased low.
 """
 
 from __future__ import annotations

@@ -2,17 +2,12 @@
 
 The replica model's stepping and the request path around it are most of a
 simulation's time, and the smoothers' loops most of the forecaster's. mypyc
-turns the same type-annotated source into C extensions (how much faster
-simulations run: ``docs/decisions/simulator-speed.md``) with the same
-arithmetic: C doubles are Python floats, ints stay exact, and
-floating-point contraction (fused multiply-add) is turned off so no
-compiler merges two roundings into one. Records and
-forecasts are identical (``tests/engine/test_native.py`` checks it). The
-pure-Python modules stay the reference and the fallback.
-
-The extensions go to ``build/native/`` beside a manifest of the sources'
-SHA-256. ``prescaler_native/loader.py`` puts them ahead of the sources only while
-every hash still matches, so an edited module never runs a stale build.
+compiles the same annotated source (the speed-up:
+``docs/decisions/simulator-speed.md``) with the same arithmetic (C doubles
+are Python floats, ints stay exact, no fused multiply-add), so records and
+forecasts are identical (``tests/engine/test_native.py``); the sources stay
+the reference and the fallback. The extensions go to ``build/native/``
+beside a manifest that ``prescaler_native.loader`` checks.
 
 Usage: ``python -m prescaler_native.build [OUT_DIR]`` from the repository root.
 """

@@ -1,23 +1,15 @@
 """Where the compiled copies of the hot modules live, and when they may load.
 
 ``make native`` compiles a few modules of ``engine``, ``simulations`` and
-``forecasting`` with mypyc into ``build/native/`` (see
-``prescaler_native/build.py``), with a manifest of every source file of
-those packages and every extension it wrote. Putting the build's folder
-first on a package's ``__path__`` makes Python import the extensions
-instead of the sources, but only when the build is whole and current:
-
-- the manifest's list of source files is exactly the packages' ``.py``
-  files today, each with the recorded SHA-256 (a compiled module is checked
-  against the types of every module it imports, so any edit in these
-  packages makes the build stale, not only an edit of a compiled module);
-- the build holds exactly the extensions the manifest lists, for this
-  interpreter's extension suffix.
-
-Otherwise the sources run. The check runs once per process and build folder
-and answers every package alike, so one package never loads compiled code
-that another's sources would have to match. Set ``PRESCALER_PURE_PYTHON=1``
-to run the sources regardless.
+``forecasting`` into ``build/native/`` (``prescaler_native/build.py``) with a
+manifest of every source file of those packages and every extension written.
+The build's folder goes first on a package's ``__path__`` only while the
+build is whole and current: the packages' ``.py`` files are exactly the
+manifest's, each with its SHA-256 (a compiled module is checked against the
+types of all it imports, so any edit in these packages makes the build
+stale), and the build holds exactly the listed extensions for this
+interpreter. The check runs once per process and answers every package
+alike. ``PRESCALER_PURE_PYTHON=1`` runs the sources regardless.
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """Runs a `Replica` on the wall clock inside an asyncio loop.
 
 One task owns the replica's clock: it advances the model to "now", hands
-finished records and new token counts to the waiting streams, then sleeps
-until the end of the step in flight (`Replica.next_token_time`) or until a
-new request arrives. Nothing polls: with no request in flight the task waits
-on an event. Model time is ``loop.time() - start`` (seconds, monotonic), so
-a late wake-up never accumulates: the next token is still due at its model
-time.
+finished records and token counts to the waiting streams, then sleeps until
+the step in flight ends or a request arrives (nothing polls). Model time is
+derived from ``loop.time()`` by a :class:`ModelClock`, so a late wake-up never
+accumulates. A faster clock (the stack's compressed time) with a
+``stream_quantum_s`` wakes only at the engine's own events or every quantum,
+not at every decode step: first tokens and completions stay exact at less CPU.
 
-The mapping from the loop's clock to model time is a :class:`ModelClock`:
-by default one model second per wall second, woken at every token (what
-``prescaler emulate`` serves). A faster clock (``speed`` K, the stack's
-compressed time) runs the model K x the wall clock and, with a
-``stream_quantum_s``, wakes at the engine's own events (a prefill's end, a
-completion: ``Replica.next_event_time``, what the simulator steps on) or
-every quantum of wall time to stream the tokens due, rather than at every
-decode step: first tokens and completions stay exact while the CPU cost per
-token drops.
-
-Engine death: if the replica raises anywhere (the clock task, a submission,
-a sync from a handler), the driver records the failure once and wakes every
-stream with it, so each request in flight gets an answer instead of waiting
-forever (vLLM likewise fails every request when its EngineCore dies); later
-submissions raise `EngineDead` and `healthy` turns false (``/health`` 503).
+If the replica raises anywhere, the driver records it once and wakes every
+stream with it, so each request in flight gets an answer (as when vLLM's
+EngineCore dies); later submissions raise `EngineDead`.
 """
 
 from __future__ import annotations

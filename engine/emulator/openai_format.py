@@ -2,18 +2,11 @@
 
 vLLM serialises its pydantic models compactly (no spaces), fields in
 declaration order; stream events are ``data: <json>\\n\\n`` and the stream
-ends with ``data: [DONE]\\n\\n``. The shapes below follow vLLM's
-`serving_completion.py` / `serving_chat.py`:
-
-- completions chunk: ``{"id","object":"text_completion","created","model",
-  "choices":[{"index","text","logprobs","finish_reason","stop_reason"}],
-  "usage":null}`` (dumped with exclude_unset=False, hence the nulls);
-- chat chunk (exclude_unset=True): ``{"id","object":"chat.completion.chunk",
-  "created","model","choices":[{"index","delta":{...},"logprobs",
-  "finish_reason"}]}``; the first carries ``delta.role = "assistant"`` and
-  ``content: ""``; the last content chunk adds ``stop_reason``;
-- usage chunk (``stream_options.include_usage``): ``choices: []`` and
-  ``usage {prompt_tokens,total_tokens,completion_tokens}``.
+ends with ``data: [DONE]\\n\\n``. The shapes follow vLLM's
+`serving_completion.py` / `serving_chat.py`: completion chunks are dumped
+with every field (hence the nulls), chat chunks without unset ones (the first
+carries ``delta.role = "assistant"``, the last content chunk ``stop_reason``),
+and a usage chunk (``stream_options.include_usage``) has ``choices: []``.
 Pure functions: no I/O.
 """
 

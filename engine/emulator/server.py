@@ -1,29 +1,14 @@
 """vLLM's HTTP API on a real socket, backed by the replica model (aiohttp.web).
 
-Endpoints: ``GET /health`` (200, empty body; 503 once the model clock died),
-``GET /metrics`` (vLLM's Prometheus text in the chosen generation's names and
-content type: ``engine.metrics``), ``GET /v1/models``,
-``POST /v1/completions`` and ``POST /v1/chat/completions`` (streaming SSE and
-plain JSON). Errors use vLLM's body ``{"object": "error", "message", "type",
-"param": null, "code"}``: 400 ``BadRequestError`` for malformed JSON, bad
-fields, or a request beyond ``max_model_len``; 404 ``NotFoundError`` for an
-unknown model.
-
-Engine death (the replica model raised): ``/health`` turns 503, new
-generation requests get 500 ``InternalServerError``, a plain request in
-flight gets the same 500, and a stream in flight gets vLLM's error event
-(``data: {"error": {...}}``) followed by ``data: [DONE]`` and the close.
-
-Client disconnects: the runner cancels the handler when the connection
-drops (``handler_cancellation``), for plain and streaming requests alike, so
-the request is aborted at once (its batch slot and KV blocks are freed, and it
-counts as ``finished_reason="abort"``) as vLLM does.
-
-Output length: ``max_tokens`` (or chat's ``max_completion_tokens``) is
-produced exactly, as if ``ignore_eos`` were set, and the request finishes with
-``length``; without it the output is ``default_max_tokens`` (capped by the
-room left in ``max_model_len``) and finishes with ``stop``, standing in for an
-EOS. Prompt lengths: see `engine.emulator.tokens`.
+``/health``, ``/metrics`` (``engine.metrics``), ``/v1/models``,
+``/v1/completions`` and ``/v1/chat/completions`` (SSE or plain JSON), with
+vLLM's error bodies (400 for bad requests, 404 for an unknown model).
+Once the replica model raised, ``/health`` is 503 and every generation
+request, in flight or new, gets vLLM's 500 or stream error event. A dropped
+connection cancels its handler, so the request is aborted at once as vLLM
+does. ``max_tokens`` is produced exactly (as with ``ignore_eos``, finishing
+with ``length``); without it ``default_max_tokens`` stands in for an EOS
+(``stop``). Prompt lengths: ``engine.emulator.tokens``.
 """
 
 from __future__ import annotations

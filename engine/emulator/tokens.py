@@ -1,27 +1,19 @@
 """Deterministic stand-ins for a tokenizer: prompt lengths and filler output.
 
 No tokenizer ships with the emulator (it would pull in transformers and the
-model's files), so prompt length is counted by a fixed rule that is close to
-BPE on English text and, above all, reproducible:
-
-- a text prompt is split into word pieces (runs of letters/digits/underscore,
-  or single punctuation marks); each piece counts ``ceil(len / 4)`` tokens
-  ("the" 1, "Quantum" 2, "Entanglement" 3); a completion prompt gets one more
-  token for BOS;
-- a prompt given as a list of token ids counts exactly its length (this is
-  how a trace replayer reproduces a request's prompt length exactly);
-- a chat request counts 1 (BOS) + for each message ``5`` (Llama-3 template:
-  header, role, separators, end of turn) + its content tokens, + 4 for the
-  assistant header the generation prompt adds.
-
-Output text is filler: token i is ``FILLER[i % len(FILLER)]`` (a word with a
-leading space), so two identical requests stream identical bytes.
+model's files), so prompt length is counted by a reproducible rule close to
+BPE on English text: each word piece (a run of letters, digits and
+underscores, or one punctuation mark) counts ``ceil(len / 4)`` tokens, plus
+BOS for a completion; a list of token ids counts exactly its length (how a
+trace replayer reproduces a prompt's length); a chat counts BOS, 5 per
+message of the Llama-3 template plus its content, and 4 for the generation
+prompt. Output token i is ``FILLER[i % len(FILLER)]``, so two identical
+requests stream identical bytes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
@@ -90,8 +82,3 @@ def filler_text(start: int, stop: int) -> str:
     """Concatenated filler for output tokens start..stop-1."""
     n = len(FILLER)
     return "".join(FILLER[i % n] for i in range(start, stop))
-
-
-def filler_tokens(start: int, stop: int) -> Sequence[str]:
-    n = len(FILLER)
-    return [FILLER[i % n] for i in range(start, stop)]

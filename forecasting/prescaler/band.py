@@ -1,20 +1,13 @@
 """prescaler's band: the quantiles around its point forecast.
 
-Three sources, from the most to the least evidence (the forecaster picks):
-
-- the split-conformal holdout band (:func:`holdout_band`): the quantiles of
-  the combined point's own out-of-sample errors on the rolling holdout,
-  recent errors weighing more (:func:`recency_quantiles`), when the holdout
-  holds enough independent errors;
-- otherwise the ridge's in-sample residual law (:func:`resid_quantile`),
-  its tail probabilities calibrated by their holdout coverage
-  (:func:`tail_factor`, :func:`calibrated`);
-- with fewer than ``min_empirical`` residuals, a Gaussian band from their
-  RMS (or from the one-step changes).
-
-Errors are in the model's log scale divided by the local volatility, so that
-a band widens in bursts and narrows at night. :class:`LawLevels` keeps the
-levels that predictions read of laws fixed at fit time. Pure numpy.
+Three sources, from the most to the least evidence: the combined point's own
+out-of-sample errors on the rolling holdout, recent ones weighing more
+(:func:`holdout_error_band`), when it holds enough independent errors; else
+the ridge's in-sample residual law (:func:`resid_quantile`), its tails
+calibrated by their holdout coverage (:func:`tail_factor`); with fewer than
+``min_empirical`` residuals, a Gaussian band. Errors are in the model's log
+scale over the local volatility, so a band widens in bursts and narrows at
+night. :class:`LawLevels` keeps the levels predictions read. Pure numpy.
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 
 The member weights, the ridge band's calibration and the combined point's
 band all come from forecasts made inside the history as the backtest makes
-them: every held-out origin is forecast by every member (the ridge's median
-and the smoothers of :mod:`forecasting.combination`), the ridge refitted and
-the smoothers' parameters re-chosen at the start of each of up to
-``holdout_refits`` blocks on the rows whose target lies before it, so every
-error is out of sample.
-
-Why: with a fixed single split a short history holds out a handful of
-origins (or none: then the ridge alone spoke), and the weights were noise;
-refitting as the origin rolls lets the holdout start as soon as the ridge has
-``min_rows`` rows, so a history of a few dozen steps already weighs its
-members on tens of genuine forecasts. Pure numpy; the forecaster turns the
-forecasts into weights (:mod:`forecasting.prescaler.members`) and bands
-(:mod:`forecasting.prescaler.band`).
+them: the ridge refitted and the smoothers re-chosen at the start of each of
+up to ``holdout_refits`` blocks, so every error is out of sample. Why: a
+fixed single split holds out a handful of origins on a short history (the
+weights were noise); rolling the origin starts the holdout as soon as the
+ridge has ``min_rows`` rows, so a few dozen steps already weigh the members
+on tens of genuine forecasts. Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,39 +1,17 @@
-"""prescaler's own forecaster: direct multi-horizon regression, combined
-with cheap smoothers, with a conformal band.
+"""prescaler's own forecaster: direct multi-horizon regression, combined with
+cheap smoothers, with a conformal band.
 
-- Demand is multiplicative and its noise grows with its level, so the model
-  works on ``z = log(y + c)``, ``c`` a fraction of the recent day's mean over
-  its busy (non-zero) bins, chosen on a time-ordered holdout (quantiles
-  survive any monotone transform; ``c`` keeps zeros finite and tiny rates
-  nearly linear).
-- For each horizon ``h`` a small ridge regression predicts ``z[t+h] - z[t]``
-  from what is known at ``t`` (:mod:`forecasting.prescaler.features`): the
-  recent means (3, 12, 48 steps) relative to the last value and, for each
-  season with at least two full cycles in the history (daily, weekly), the
-  profile's expected change and distance. The ridge pulls toward "the recent
-  mean", so a few points give a sane, cautious forecast.
-- The point is a combination of five members (the ridge's median and the
-  smoothers of :mod:`forecasting.combination`), weighted
-  (:mod:`forecasting.prescaler.members`) on a rolling-origin holdout inside
-  the history (:mod:`forecasting.prescaler.holdout`).
-- The band (:mod:`forecasting.prescaler.band`) is the combined point's own
-  holdout error law where the holdout holds enough independent errors, else
-  the ridge's residual law, calibrated by its holdout coverage.
-- Cold start: while the rows since demand was first seen hold too few
-  independent errors for a horizon, its forecasts stay within
-  ``cold_start_growth`` times the largest value seen; always, within
-  ``max_growth`` times it.
-
-This module runs them: it fits the ridge per horizon, chooses the offset,
-keeps what predictions read, and combines at predict time. Knobs:
-:mod:`forecasting.prescaler.config`; what each choice was compared with and
-the backtests that chose it: ``docs/decisions/forecasting.md``.
-
-``fit`` costs a few least-squares solves; ``update`` only stores the longer
-history (coefficients and residual laws kept), and ``predict`` computes one
-feature row per horizon, so the live scaler's hot path stays cheap (its
-budget and the measured cost: ``docs/decisions/forecasting.md``, "The
-forecaster's cost in the live scaler").
+Demand is multiplicative and its noise grows with its level, so the model
+works on ``z = log(y + c)``, ``c`` a fraction of the recent busy bins' mean
+chosen on a time-ordered holdout. Per horizon ``h`` a small ridge predicts
+``z[t+h] - z[t]`` from recent means and seasonal profiles
+(:mod:`forecasting.prescaler.features`), pulled toward "the recent mean" so a
+few points give a cautious forecast. The point combines the ridge's median
+with the smoothers of :mod:`forecasting.combination`, weighted on a
+rolling-origin holdout (:mod:`forecasting.prescaler.holdout`); the band is
+:mod:`forecasting.prescaler.band`'s. Until enough independent errors exist,
+forecasts stay within ``cold_start_growth`` times the largest value seen.
+Why each choice and what it costs: ``docs/decisions/forecasting.md``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from engine.metrics_windows import (
     page_values,
 )
 from engine.profile_files import read_profile_file
-from engine.profile_fit import fit_to_metrics
+from engine.profile_fit import fit_to_measurements
 from engine.profile_types import RequestOverhead
 from engine.profiles import get_profile
 from engine.serving_replay import ServingLoad, replay_load
@@ -196,7 +196,7 @@ def test_pages_that_are_not_vllm_or_go_backwards_are_refused() -> None:
 def test_metrics_fit_needs_usable_windows() -> None:
     windows, last = load_windows([MetricsPage(0, VLLM_PAGE.read_text())] * 2)
     with pytest.raises(ValueError, match="no steady window"):
-        fit_to_metrics(get_profile(BASE), windows, last)
+        fit_to_measurements(get_profile(BASE), windows=windows, last_page=last)
 
 
 @pytest.fixture
@@ -381,8 +381,9 @@ def test_a_long_tail_in_the_itl_histogram_is_said(tmp_path: Path) -> None:
         return dataclasses.replace(w, itl_mean_s=0.011, itl_buckets=buckets)
 
     tail = [tailed(w) for w in windows]
-    fit = fit_to_metrics(get_profile(BASE), tail, last)
+    fit = fit_to_measurements(get_profile(BASE), windows=tail, last_page=last)
     assert any("long tail" in w and "median ITL high" in w for w in fit.warnings)
     assert not any(
-        "long tail" in w for w in fit_to_metrics(get_profile(BASE), windows, last).warnings
+        "long tail" in w
+        for w in fit_to_measurements(get_profile(BASE), windows=windows, last_page=last).warnings
     )

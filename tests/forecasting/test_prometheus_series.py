@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forecasting.prometheus_series import build_query, fetch_demand, series_from_range_result
+from forecasting.prometheus_series import build_query, series_from_range_result
 
 
 def test_query_sums_over_pods_and_engine_with_v0_v1_alternatives() -> None:
@@ -42,20 +42,3 @@ def test_conversion_sums_series_and_fills_gaps() -> None:
 def test_empty_result_is_an_error() -> None:
     with pytest.raises(ValueError, match="no series"):
         series_from_range_result([], 15, signal="requests_per_s")
-
-
-class _FakeProm:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, object]]] = []
-
-    def custom_query_range(self, query: str, **kw: object) -> list[dict[str, object]]:
-        self.calls.append((query, kw))
-        return CANNED
-
-
-def test_fetch_uses_custom_query_range() -> None:
-    prom = _FakeProm()
-    s = fetch_demand(prom, "requests_per_s", 1000, 1060, 15, {"namespace": "llm"})
-    assert len(s) == 5
-    query, kw = prom.calls[0]
-    assert 'namespace="llm"' in query and kw["step"] == "15s"

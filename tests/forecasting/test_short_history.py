@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from forecasting.combination import (
     CANDIDATES,
     SmoothingBank,
-    confidence_set_weights,
     trend_last,
     trend_state,
 )
@@ -127,20 +126,6 @@ def test_members_outside_the_ridge_band_sit_out_a_forecast() -> None:
     f.fit(y, 60)
     f.update(np.concatenate([y, np.full(20, 300.0)]))
     assert f.predict(1).median[0] > 250
-
-
-def test_confidence_set_keeps_the_members_within_noise_of_the_best() -> None:
-    rng = np.random.default_rng(2)
-    base = np.abs(rng.normal(0, 1, 400))
-    err = np.vstack([base, base + 0.01 * rng.normal(0, 1, 400), base + 1.0])
-    w = confidence_set_weights(err, 2.0)
-    assert w[2] == 0.0 and w[0] == w[1] == 0.5
-    # A short, noisy holdout: a small mean gap is not significant, both stay.
-    short = np.vstack([base[:10], base[:10] + 0.2 + rng.normal(0, 1, 10)])
-    assert np.array_equal(confidence_set_weights(short, 2.0), [0.5, 0.5])
-    # Overlapping h-step errors count as fewer samples: wider tolerance.
-    gap = np.vstack([base[:100], base[:100] + 0.15 + rng.normal(0, 0.5, 100)])
-    assert confidence_set_weights(gap, 2.0, h=1)[1] <= confidence_set_weights(gap, 2.0, h=10)[1]
 
 
 def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> None:
