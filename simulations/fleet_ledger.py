@@ -45,11 +45,6 @@ class FleetLedger:
         if now >= 0.0:
             self.ready_max = max(self.ready_max, self.ready)
 
-    def area_until(self, until: float) -> float:
-        """Ready replica-seconds from t=0 to ``until`` (without closing the books)."""
-        t0 = max(0.0, self.ready_since)
-        return self.ready_area + (self.ready * (until - t0) if until > t0 else 0.0)
-
     def scale(self, cluster: Cluster, now: float, replicas: int) -> None:
         """Write the Deployment's spec.replicas, counting a scale-up from t=0."""
         if replicas > cluster.spec_replicas and now >= 0.0:

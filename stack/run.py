@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -581,10 +581,3 @@ async def _call(hook: Callable[[StackRun], Any], run: StackRun) -> None:
     result = hook(run)
     if asyncio.iscoroutine(result):
         await result
-
-
-def timeline_of(doc_or_result: SimResult | Mapping[str, Any]) -> Mapping[str, Any]:
-    """The timeline of a result (helper for comparisons)."""
-    if isinstance(doc_or_result, SimResult):
-        return doc_or_result.timeline
-    return doc_or_result

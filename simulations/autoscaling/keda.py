@@ -139,11 +139,6 @@ class Keda:
         """The largest consecutive-failure count over the triggers."""
         return max(self.failure_counts)
 
-    @property
-    def fallback_active(self) -> bool:
-        """Some trigger's failures strictly above the threshold, with a fallback block."""
-        return any(self.in_fallback(i) for i in range(len(self.failure_counts)))
-
     def in_fallback(self, trigger: int) -> bool:
         """Whether ``trigger``'s failures are strictly above the threshold."""
         threshold = self.config.fallback_failure_threshold

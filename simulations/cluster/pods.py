@@ -113,10 +113,6 @@ class Cluster:
         return self._ready
 
     @property
-    def balloon_replicas(self) -> int:
-        return self._balloon_spec
-
-    @property
     def interruptions(self) -> int:
         """Nodes that got a spot interruption notice (injected ones included)."""
         return self._karpenter.interruptions

@@ -36,7 +36,6 @@ def test_ready_area_is_the_integral_from_zero(events: list[tuple[float, int]]) -
             peak = max(peak, count)
     peak = max(peak, count)  # the closing change at the end
     assert ledger.ready_area == pytest.approx(expected, abs=1e-6)
-    assert ledger.area_until(end) == pytest.approx(expected, abs=1e-6)
     assert ledger.ready_max == peak
 
 

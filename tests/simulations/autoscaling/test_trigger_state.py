@@ -84,7 +84,7 @@ def test_fallback_fires_after_failure_threshold_on_both_streams() -> None:
     assert state.hpa_usages(5.0, spec=2, ready=0) == (None,)
     assert hpa.sync_metrics(5.0, spec=2, status=2, ready=0, usages=(None,)) == 2  # held
     usages = state.hpa_usages(20.0, spec=2, ready=0)
-    assert usages == (3.2,) and keda.fallback_active
+    assert usages == (3.2,) and keda.in_fallback(0)
     assert hpa.sync_metrics(20.0, spec=2, status=2, ready=0, usages=usages) == 4
 
 
@@ -96,7 +96,7 @@ def test_null_results_read_zero_by_default() -> None:
     for t in range(0, 300, 15):
         state.poll(float(t), spec=2, ready=0)
         assert state.hpa_usages(float(t) + 5.0, spec=2, ready=0) == (0.0,)
-    assert keda.failures == 0 and not keda.fallback_active
+    assert keda.failures == 0 and not keda.in_fallback(0)
 
 
 SCALE_TO_ZERO = """\
@@ -350,15 +350,15 @@ def test_a_prometheus_outage_fires_fallback_and_recovery_ends_it() -> None:
     view.record(_sample(15.0, targets=1, waiting=4.0))  # not scraped
     assert sync(20.0) == 1 and keda.failure_counts == [1]
     assert state.poll(30.0, spec=spec, ready=spec) is None and keda.failure_counts == [2]
-    assert sync(35.0) == 1 and keda.failure_counts == [3] and not keda.fallback_active
+    assert sync(35.0) == 1 and keda.failure_counts == [3] and not keda.in_fallback(0)
     spec = sync(50.0)
-    assert spec == 3 and keda.failure_counts == [4] and keda.fallback_active
+    assert spec == 3 and keda.failure_counts == [4] and keda.in_fallback(0)
     assert state.poll(60.0, spec=spec, ready=spec) is None
     assert keda.last_active_s == 60.0  # in fallback the poll sees it active
     view.set_up(True)
     view.record(_sample(75.0, targets=3, waiting=4.0))
     spec = sync(80.0)
-    assert spec == 1 and keda.failure_counts == [0] and not keda.fallback_active
+    assert spec == 1 and keda.failure_counts == [0] and not keda.in_fallback(0)
 
 
 def test_an_outage_in_a_full_run_holds_the_fallback_replicas_then_recovers() -> None:
