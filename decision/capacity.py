@@ -1,25 +1,9 @@
-"""Sustainable per-replica capacity from an engine profile (pure).
+"""Sustainable per-replica capacity from an engine profile or from settings (pure).
 
-The policy's ``load`` and ``forecast`` terms divide demand by what ONE
-replica can carry without hurting latency. With ``profile`` set we derive it
-from the profile's step-time model: the largest decode batch B that
-
-* keeps KV usage at or under ``targetKvCacheUsage`` (the same target the
-  policy's ``kv_cache`` term sizes for, so the two terms agree),
-* stays within vLLM's ``max_num_seqs``, and
-* keeps the inter-token latency (one step with chunked prefill mixed in)
-  within ``itl_budget_s``;
-
-at that batch, in steady state B/D requests finish and start per step, so a
-step prefills B x P / D prompt tokens and decodes B tokens::
-
-    step     = step_time_s(B*P/D, B, B*(P + D/2))
-    tokens/s = (B*P/D + B) / step          (prompt + generation)
-    req/s    = (B/D) / step
-
-``capacityTokensPerSecond`` gives tokens/s directly (requests/s then
-unknown). Neither: capacity is unknown here and ``scaler.state`` learns it
-from saturated moments.
+The policy's ``load`` and ``forecast`` terms divide demand by what one
+replica carries without hurting latency: derived from a ``profile``'s
+step-time model, given as ``capacityTokensPerSecond`` (requests/s then
+unknown), or else unknown here (the tracker learns it from saturated moments).
 """
 
 from __future__ import annotations
@@ -69,7 +53,18 @@ def profile_capacity(
     mix: RequestShape = DEFAULT_MIX,
     itl_budget_s: float = DEFAULT_ITL_BUDGET_S,
 ) -> ReplicaCapacity:
-    """Capacity of one replica of ``profile`` (an ``engine.profiles.Profile``)."""
+    """Capacity of one replica of ``profile`` (an ``engine.profiles.Profile``).
+
+    The largest decode batch B that keeps KV usage at or under ``kv_target``
+    (the policy's ``kv_cache`` target, so the two terms agree), stays within
+    vLLM's ``max_num_seqs`` and keeps one step (chunked prefill mixed in)
+    within ``itl_budget_s``. In steady state B/D requests finish and start
+    per step, so a step prefills B x P / D prompt tokens and decodes B::
+
+        step     = step_time_s(B*P/D, B, B*(P + D/2))
+        tokens/s = (B*P/D + B) / step          (prompt + generation)
+        req/s    = (B/D) / step
+    """
     if not 0 < kv_target <= 1 or itl_budget_s <= 0:
         raise ValueError("kv_target must be in (0, 1] and itl_budget_s > 0")
     p, d = mix.prompt_tokens, mix.output_tokens

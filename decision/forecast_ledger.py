@@ -1,11 +1,8 @@
 """Forecast-accuracy ledger: forecasts made at ``t`` for ``t + h``, settled at ``t + h``.
 
-Split from ``scaler.telemetry`` because it is pure bookkeeping (no clock, no
-I/O, no Prometheus client): the tracker and the simulator can score forecasts
-with it, and it is tested without a metrics registry. ``scaler.telemetry``
-re-exports :class:`ForecastLedger` and :class:`SettledForecast` and exports the
-ledger's figures as ``prescaler_forecast_abs_percentage_error`` and
-``prescaler_forecast_coverage``.
+Pure bookkeeping (no clock, no I/O, no metrics client), so a tracker and the
+simulator score forecasts alike; whoever exports accuracy reads its figures
+(``mean_ape``, ``coverage``).
 """
 
 from __future__ import annotations
@@ -43,25 +40,8 @@ class _Pending:
 
 
 class ForecastLedger:
-    """Forecasts made at ``t`` for ``t + h``, settled when ``t + h`` arrives.
-
-    Pure bookkeeping (no clock, no I/O): one ledger per ScaledObject.
-
-    * ``add(signal, horizon_s, quantile, made_at_s, median, upper)`` -- record
-      a forecast (call each time a forecast is made, e.g. every refresh).
-    * ``settle(signal, now_s, actual)`` -- with the actual value of
-      ``signal`` observed at ``now_s``, settle every pending forecast whose
-      target time is <= ``now_s``; those whose target is older than
-      ``now_s - max_lateness_s`` (a data gap) are dropped unsettled. Returns
-      the settled records.
-    * ``mean_ape(signal, horizon_s)`` -- mean APE over the last ``window``
-      settled forecasts with a non-zero actual (NaN if none);
-      ``coverage(signal, quantile)`` -- fraction of the last ``window`` whose
-      actual was <= the upper quantile (NaN if none).
-    * ``keys()`` -- the (signal, horizon_s, quantile) tuples with results,
-      to export each through ScalerTelemetry.record_forecast_error /
-      record_coverage.
-    """
+    """Forecasts made at ``t`` for ``t + h``, settled when ``t + h`` arrives:
+    one ledger per ScaledObject, pure bookkeeping (no clock, no I/O)."""
 
     def __init__(
         self, window: int = 120, max_pending: int = 2048, max_lateness_s: float = 120.0
@@ -84,6 +64,7 @@ class ForecastLedger:
         median: float,
         upper: float,
     ) -> None:
+        """Record a forecast made at ``made_at_s`` for ``horizon_s`` later."""
         if not (math.isfinite(median) and math.isfinite(upper) and math.isfinite(made_at_s)):
             return
         queue = self._pending.setdefault((signal, float(horizon_s), float(quantile)), deque())
@@ -92,6 +73,9 @@ class ForecastLedger:
             queue.popleft()
 
     def settle(self, signal: str, now_s: float, actual: float) -> list[SettledForecast]:
+        """Settle every pending forecast of ``signal`` whose target is at or
+        before ``now_s`` against ``actual``; one older than ``now_s -
+        max_lateness_s`` (a data gap) is dropped unsettled."""
         if not math.isfinite(actual):
             return []
         settled: list[SettledForecast] = []
@@ -123,14 +107,17 @@ class ForecastLedger:
         return settled
 
     def mean_ape(self, signal: str, horizon_s: float) -> float:
+        """Mean APE of the last ``window`` settled with a non-zero actual (NaN: none)."""
         values = self._apes.get((signal, float(horizon_s)))
         return sum(values) / len(values) if values else math.nan
 
     def coverage(self, signal: str, quantile: float) -> float:
+        """Share of the last ``window`` settled at or under the upper quantile (NaN: none)."""
         values = self._covered.get((signal, float(quantile)))
         return sum(values) / len(values) if values else math.nan
 
     def keys(self) -> list[tuple[str, float, float]]:
+        """The (signal, horizon_s, quantile) of every forecast kept, to export."""
         return sorted(self._pending)
 
 

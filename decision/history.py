@@ -1,11 +1,10 @@
-"""Per-ScaledObject history kept by ``scaler.state`` (pure: no I/O, no clock).
+"""A tracker's history of one ScaledObject (pure: no I/O, no clock).
 
-- ``BinnedSeries``: live readings (one per refresh) sampled into forecast
-  bins of ``step_s`` (a bin holds the reading at its end, the latest one if
-  that is missing) in a bounded ring. Bins end at multiples of ``step_s``, so
-  a scaler that backfilled its history from Prometheus at that step holds
-  exactly the bins of one that ran all along (the rates are already averages
-  over Prometheus' rate window, so sampling loses little).
+- ``BinnedSeries``: readings sampled into forecast bins of ``step_s`` (a bin
+  holds the reading at its end, the latest one if that is missing) in a
+  bounded ring. Bins end at multiples of ``step_s``, so history backfilled
+  from Prometheus at that step gives exactly the bins of a tracker that ran
+  all along.
 - ``SaturationCapacity``: per-replica throughput learned from moments when
   the fleet was saturated (a queue had formed), over a bounded time window.
 - ``lead_time_from_samples``: the lead time to plan for from measured pod

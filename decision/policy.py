@@ -1,65 +1,21 @@
 """The replica decision: pure, deterministic, shared by the scaler and the simulator.
 
-``decide()`` turns plain data (the live observation, a demand forecast, the
-settings, earlier decisions, per-replica capacity) into a :class:`Decision`
-that says how many replicas, why, and what each component proposed. It does
-no I/O and reads no clock, so the simulator can call the very same function
-on virtual time and tuned settings transfer to production unchanged.
-
-The rules:
-
-* Reactive floor, each term its own proposal:
-  ``queue``    = ceil(waiting / targetWaitingPerReplica) -- today's KEDA
-                 trigger ``sum(waiting)`` with AverageValue target as a
-                 special case -- except while replicas it asked for are
-                 starting (see below);
-  ``kv_cache`` = ceil(ready x kv_usage / targetKvCacheUsage) -- replicas
-                 that bring mean KV usage under target;
-  ``load``     = current demand / sustainable per-replica capacity (token
-                 rate if known, else request rate), when capacity is known;
-                 the request rate is the gateway's (``gatewayRateQuery``)
-                 when known, since it counts requests no replica holds yet;
-  ``wake``     = 1 when no replica is ready and requests arrive at the
-                 gateway: a fleet at zero has no vLLM signal to size from.
-* Predictive term ``forecast`` = the forecast's upper quantile (at t + lead
-  time), or the recent days' peak over the same hours when higher
-  (``seasonalPeakDays``, the hours widened by ``seasonalWanderSeconds``),
-  over per-replica capacity; zero when the median
-  (or that peak) expects fewer than
-  one request over the horizon, at least 1 when it expects more (so a
-  forecast wakes a fleet at zero even before capacity is known). The bar is
-  on the median, not the upper quantile: an upper band that never quite
-  reaches zero after a session would keep a replica up all night.
-* Replicas already asked for count before more are asked
-  (:mod:`decision.queue_hold`): while they are starting, or draining the
-  queue fast enough once ready, the queue term asks no more than the last
-  answer (reasons ``starting_hold``, ``draining_hold``). A queue that grows
-  while replicas start is the backlog they were asked for; sizing for it
-  again each poll asked for the maximum within two minutes of a cold start.
-  The load, KV and forecast terms are never held; ``countStartingReplicas:
-  "false"`` turns the hold off.
-* ``recommendation = clamp(max(reactive, forecast), min, max)``. Because it
-  is a max, the forecast can only add capacity; scale-in happens only when
-  the live signals and the forecast both allow it.
-* Scale-in is further held to the highest recommendation seen in the last
-  ``scaleDownStabilizationSeconds`` (like the HPA's stabilization window).
-* Missing or stale data never lowers the answer: hold the last decision;
-  after ``fallbackAfterSeconds`` answer ``fallbackReplicas`` (default: keep
-  holding). A fresh observation with a missing signal (NaN) may raise the
-  answer but never lower it.
-
-Reasons are short snake_case strings: ``queue``, ``kv_cache``, ``load``,
-``wake``, ``forecast``, ``idle``, ``min_replicas``, ``max_replicas``,
-``scale_down_hold``, ``partial_hold``, ``stale_hold``, ``fallback``,
-``no_data``, ``starting_hold``, ``draining_hold``.
+``decide()`` turns the live observation, a demand forecast, the settings,
+earlier decisions and per-replica capacity into a :class:`Decision`: how
+many replicas, why (a :class:`Reason`), and what each term proposed. It does
+no I/O and reads no clock, so settings tuned on the simulator's virtual time
+transfer to production unchanged. The rules (reactive and forecast terms,
+the holds, stale data) are set out in docs/architecture.md, "The replica
+decision".
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from decision.answer import NO_ANSWER_REASONS, REASONS, Decision, Reason, past_fallback
 from decision.queue_hold import queue_hold
 from decision.settings import ScalerSettings
 
@@ -69,6 +25,7 @@ __all__ = [
     "Decision",
     "DemandForecast",
     "Observation",
+    "Reason",
     "ReplicaCapacity",
     "burst_started",
     "data_age",
@@ -82,29 +39,8 @@ __all__ = [
 NAN = float("nan")
 _EPS = 1e-9  # so 5.0000000001 replicas of float noise does not ceil to 6
 
-NO_ANSWER_REASONS = frozenset({"warming_up", "no_data"})
-"""Decision reasons that mean "nothing was ever observed" for this object:
-the scaler answers KEDA UNAVAILABLE (KEDA keeps the current count, and the
-HPA holds), never these decisions' replica numbers."""
-
-REASONS: tuple[str, ...] = (
-    "queue",
-    "kv_cache",
-    "load",
-    "forecast",
-    "idle",
-    "min_replicas",
-    "max_replicas",
-    "scale_down_hold",
-    "partial_hold",
-    "stale_hold",
-    "fallback",
-    "no_data",
-    "wake",
-    "starting_hold",
-    "draining_hold",
-)
-
+_TERMS = (Reason.QUEUE, Reason.KV_CACHE, Reason.LOAD, Reason.WAKE, Reason.FORECAST)
+"""The terms a fresh decision may be named after, live ones first."""
 
 WAKE_REQUESTS = 1.0
 """Requests a forecast must expect over the horizon to wake a fleet at zero:
@@ -189,29 +125,6 @@ class ReplicaCapacity:
     @classmethod
     def unknown(cls) -> ReplicaCapacity:
         return cls(None, None)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The answer plus its explanation.
-
-    ``proposals`` holds each component's own proposal (``queue``,
-    ``kv_cache``, ``load``, ``forecast``, ``reactive`` = max of the live
-    terms, ``recommendation`` = clamped pre-stabilization value; unknown
-    components are absent), and ``data_age_s`` when the data was stale.
-    """
-
-    time_s: float
-    replicas: int
-    reason: str
-    proposals: Mapping[str, float] = field(default_factory=dict)
-    data_stale: bool = False
-    ready_replicas: int = -1
-    """Replicas ready in the observation decided on (-1: not observed); the
-    next decisions read from it whether replicas asked for are arriving."""
-    waiting: float = NAN
-    """The queue decided on (NaN: not observed); the next decisions read from
-    it whether the queue is draining."""
 
 
 def _finite(x: float | None) -> bool:
@@ -335,16 +248,24 @@ def burst_started(prev_obs: Observation | None, obs: Observation | None) -> bool
     return _positive(obs.waiting) and not _positive(prev_obs.waiting)
 
 
-def _load_term(obs: Observation, capacity: ReplicaCapacity) -> float | None:
+def _over_capacity(
+    tokens_per_s: float | None, requests_per_s: float, capacity: ReplicaCapacity
+) -> list[float]:
+    """Demand over one replica's capacity: by tokens and by requests, each
+    where both the rate and the capacity are known."""
     terms: list[float] = []
     cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
-    if cap_tokens is not None and _positive(cap_tokens):
-        tokens = [v for v in (obs.prompt_tokens_per_s, obs.generation_tokens_per_s) if _finite(v)]
-        if tokens:
-            terms.append(max(0.0, sum(tokens)) / cap_tokens)
-    demand = demand_rate(obs)
-    if cap_requests is not None and _positive(cap_requests) and _finite(demand):
-        terms.append(max(0.0, demand) / cap_requests)
+    if cap_tokens is not None and _positive(cap_tokens) and _finite(tokens_per_s):
+        assert tokens_per_s is not None
+        terms.append(max(0.0, tokens_per_s) / cap_tokens)
+    if cap_requests is not None and _positive(cap_requests) and _finite(requests_per_s):
+        terms.append(max(0.0, requests_per_s) / cap_requests)
+    return terms
+
+
+def _load_term(obs: Observation, capacity: ReplicaCapacity) -> float | None:
+    tokens = [v for v in (obs.prompt_tokens_per_s, obs.generation_tokens_per_s) if _finite(v)]
+    terms = _over_capacity(sum(tokens) if tokens else None, demand_rate(obs), capacity)
     return max(terms) if terms else None
 
 
@@ -364,15 +285,7 @@ def _forecast_term(
         return None
     if not _forecast_expects_requests(forecast, settings):
         return 0.0 if _finite(forecast.upper_requests_per_s) else None
-    terms: list[float] = []
-    cap_tokens, cap_requests = capacity.tokens_per_s, capacity.requests_per_s
-    upper_tokens = forecast.planned_tokens_per_s
-    if cap_tokens is not None and _positive(cap_tokens) and _finite(upper_tokens):
-        assert upper_tokens is not None
-        terms.append(max(0.0, upper_tokens) / cap_tokens)
-    planned = forecast.planned_requests_per_s
-    if cap_requests is not None and _positive(cap_requests) and _finite(planned):
-        terms.append(max(0.0, planned) / cap_requests)
+    terms = _over_capacity(forecast.planned_tokens_per_s, forecast.planned_requests_per_s, capacity)
     # Requests are expected within the lead time: at least one replica must
     # be there for them, capacity known or not (this is what wakes a fleet at zero).
     return max([1.0, *terms])
@@ -382,21 +295,42 @@ def _clamp(x: int, settings: ScalerSettings) -> int:
     return min(settings.max_replicas, max(settings.min_replicas, x))
 
 
+def _without_fresh_data(
+    now: float,
+    replicas: int,
+    reason: Reason,
+    *,
+    data_age_s: float | None = None,
+    no_data_since_s: float | None = None,
+) -> Decision:
+    """A decision made without fresh data: it recommends what it answers."""
+    return Decision(
+        now,
+        replicas,
+        reason,
+        {"recommendation": float(replicas)},
+        data_stale=True,
+        data_age_s=data_age_s,
+        no_data_since_s=no_data_since_s,
+    )
+
+
 def _never_observed(settings: ScalerSettings, history: Sequence[Decision], now: float) -> Decision:
     """Nothing was ever read for this object: ``no_data`` (the service answers
     UNAVAILABLE, so KEDA keeps the current count) until ``fallbackAfterSeconds``
     have passed since the first such answer, then the user's
-    ``fallbackReplicas`` if set. ``no_data_since_s`` carries that start from
-    one decision to the next, so trimming the history never resets it."""
+    ``fallbackReplicas`` if set."""
     prior = history[-1] if history else None
-    since = now if prior is None else float(prior.proposals.get("no_data_since_s", prior.time_s))
-    fallback = settings.fallback_replicas
-    if fallback is not None and now - since >= settings.fallback_after_seconds:
-        replicas, reason = _clamp(fallback, settings), "fallback"
+    if prior is None:
+        since = now
     else:
-        replicas, reason = _clamp(fallback if fallback is not None else 0, settings), "no_data"
-    proposals = {"recommendation": float(replicas), "no_data_since_s": since}
-    return Decision(now, replicas, reason, proposals, data_stale=True)
+        since = prior.time_s if prior.no_data_since_s is None else prior.no_data_since_s
+    fallback = settings.fallback_replicas
+    if fallback is not None and past_fallback(now - since, settings):
+        replicas, reason = _clamp(fallback, settings), Reason.FALLBACK
+    else:
+        replicas, reason = _clamp(fallback if fallback is not None else 0, settings), Reason.NO_DATA
+    return _without_fresh_data(now, replicas, reason, no_data_since_s=since)
 
 
 def _stale_decision(
@@ -409,7 +343,7 @@ def _stale_decision(
     # A history of nothing but ``no_data`` answers holds nothing: those
     # replicas were never an observation (holding them would turn "never
     # read" into minReplicas at the second refresh).
-    last = history[-1] if history and history[-1].reason != "no_data" else None
+    last = history[-1] if history and history[-1].reason != Reason.NO_DATA else None
     if last is not None:
         held = last.replicas
     elif obs is not None and obs.ready_replicas >= 0:
@@ -418,15 +352,15 @@ def _stale_decision(
         held = -1  # nothing known at all
     if held < 0:
         return _never_observed(settings, history, now)
-    if age >= settings.fallback_after_seconds:
+    if past_fallback(age, settings):
         fallback = settings.fallback_replicas
-        replicas, reason = _clamp(held if fallback is None else fallback, settings), "fallback"
+        replicas = _clamp(held if fallback is None else fallback, settings)
+        reason = Reason.FALLBACK
     else:
-        replicas, reason = _clamp(held, settings), "stale_hold"
-    proposals = {"recommendation": float(replicas)}
-    if math.isfinite(age):
-        proposals["data_age_s"] = age
-    return Decision(now, replicas, reason, proposals, data_stale=True)
+        replicas, reason = _clamp(held, settings), Reason.STALE_HOLD
+    return _without_fresh_data(
+        now, replicas, reason, data_age_s=age if math.isfinite(age) else None
+    )
 
 
 def decide(
@@ -460,7 +394,7 @@ def decide(
     proposals: dict[str, float] = {}
     missing = False
     ready = max(0, obs.ready_replicas)
-    held_queue: str | None = None
+    held_queue: Reason | None = None
     if _finite(obs.waiting):
         queue = _ceil(max(0.0, obs.waiting) / settings.target_waiting_per_replica)
         hold = (  # an empty queue has nothing to hold: no pass over the history
@@ -493,20 +427,15 @@ def decide(
     reactive = max(live, default=0.0)
     proposals["reactive"] = reactive
     raw = int(max(reactive, proposals.get("forecast", 0.0)))
-    if raw == 0:
-        reason = "idle"
-    else:
-        # Live terms first on ties: the forecast is named only when it adds.
-        reason = next(
-            k for k in ("queue", "kv_cache", "load", "wake", "forecast") if proposals.get(k) == raw
-        )
-    if held_queue is not None and reason == "queue":
+    # Live terms first on ties: the forecast is named only when it adds.
+    reason = Reason.IDLE if raw == 0 else next(r for r in _TERMS if proposals.get(r) == raw)
+    if held_queue is not None and reason is Reason.QUEUE:
         reason = held_queue
     clamped = _clamp(raw, settings)
     if clamped > raw:
-        reason = "min_replicas"
+        reason = Reason.MIN_REPLICAS
     elif clamped < raw:
-        reason = "max_replicas"
+        reason = Reason.MAX_REPLICAS
     proposals["recommendation"] = float(clamped)
 
     window = settings.scale_down_stabilization_seconds
@@ -521,9 +450,9 @@ def decide(
             replicas = prior
     replicas = min(replicas, settings.max_replicas)
     if replicas > clamped:
-        reason = "scale_down_hold"
+        reason = Reason.SCALE_DOWN_HOLD
     if missing and history and history[-1].replicas > replicas:
-        replicas, reason = history[-1].replicas, "partial_hold"
+        replicas, reason = history[-1].replicas, Reason.PARTIAL_HOLD
     return Decision(
         t,
         _clamp(replicas, settings),

@@ -1,20 +1,11 @@
 """How many placeholder ("balloon") pods to keep, so GPU nodes start early (pure).
 
-A GPU node takes longer to arrive (Karpenter: 45 s to minutes) than the
-pod on it takes to start. The balloon Deployment (manifests/) runs
-low-priority pause pods shaped like a vLLM pod: while they are pending,
-Karpenter provisions nodes for them; when real vLLM pods arrive they
-preempt the balloons and land on warm nodes at once.
-
-Sizing: with the forecast's upper quantile one *node* lead time ahead,
-``needed = ceil(upper / per-replica capacity)``. Replicas already asked for
-(``max(ready, desired)``) have or are getting nodes, so balloons cover only
-the excess, bounded by ``maxReplicas - max(ready, desired)`` (a balloon for
-a replica the fleet may never run would pay for an idle GPU).
-The count follows the forecast down at once: a balloon that is no longer
-needed only costs money, and Karpenter's consolidation delay already
-smooths node churn. Without a usable forecast the count holds (not a
-reason to drop warm nodes, nor to buy more).
+A GPU node takes longer to arrive than the pod on it takes to start; pending
+low-priority pause pods shaped like a vLLM pod make Karpenter provision
+nodes that real vLLM pods then take at once. The count covers the forecast
+one *node* lead time ahead beyond the replicas already asked for, bounded by
+``maxReplicas``; it follows the forecast down at once and holds without a
+usable forecast.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from decision.policy import Decision
+from decision.answer import Decision, Reason
 
 __all__ = ["STARTING_PATIENCE", "queue_hold"]
 
@@ -20,24 +18,17 @@ them arrives (see :func:`queue_hold`)."""
 
 def queue_hold(
     history: Sequence[Decision], ready: int, waiting: float, now: float, lead_s: float
-) -> tuple[int, str] | None:
+) -> tuple[int, Reason] | None:
     """What the queue term may ask at most, and why, when replicas already
     asked for will serve the queue (None: nothing holds it).
 
     ``starting_hold``: the last fresh answer is above ``ready`` and the fleet
-    made progress towards it (the answer rose, or the ready count reached a new high)
-    within the last ``STARTING_PATIENCE`` lead times. Replicas that stop
-    arriving for that long may never come (no capacity, a crash loop); one
-    lead time is too short, since ``ready`` is read a scrape late and starts
-    spread around their quantile.
-
-    ``draining_hold``: the fleet is all there and the queue is falling fast
-    enough to be gone within a lead time, before any replica asked for now
-    could start: asking for the backlog as the fleet that just arrived drains
-    it only pays for replicas that come to an empty queue.
-
-    Answers never made on an observation (``no_data``, warming up) or held
-    on stale data are not requests.
+    made progress towards it (the answer rose, or the ready count reached a
+    new high) within ``STARTING_PATIENCE`` lead times; replicas that stop
+    arriving that long may never come, and one lead time is too short (``ready``
+    is read a scrape late). ``draining_hold``: the fleet is all there and the
+    queue falls fast enough to be gone within a lead time, before any replica
+    asked for now could start. Answers not made on fresh data are not requests.
     """
     if not (lead_s > 0 and math.isfinite(lead_s)):
         return None
@@ -46,10 +37,10 @@ def queue_hold(
         return None
     requested = fresh[-1].replicas
     if requested > ready:
-        return (requested, "starting_hold") if _arriving(fresh, ready, now, lead_s) else None
+        return (requested, Reason.STARTING_HOLD) if _arriving(fresh, ready, now, lead_s) else None
     if _drains_within(fresh, waiting, now, lead_s):
         # never below the ready fleet whose pace the fall was measured at
-        return max(requested, ready), "draining_hold"
+        return max(requested, ready), Reason.DRAINING_HOLD
     return None
 
 

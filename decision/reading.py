@@ -20,50 +20,46 @@ class Reading:
 
     Rates are per second over the source's rate window (Prometheus) or since
     the previous scrape (direct); ``None`` means "not measurable" (first
-    scrape, a restart, the counter is absent on that vLLM version, or some
-    replica could not be read). ``waiting`` is NaN when unknown (a replica
-    could not be read, or the gauge is absent); ``running`` is NaN when the
-    gauge is absent, and the readable replicas' sum (a lower bound) when some
-    replica could not be read. Missing data is never reported as zero, which
-    the policy would read as an idle fleet. Where vLLM splits its queue by
-    reason, ``waiting`` is the part waiting for capacity (requests deferred by
-    LoRA budget or KV transfer do not ask for replicas).
-    ``arrival_rate_rps`` = finished requests per second + growth of requests
-    in the system (the whole queue + running) per second: an exact balance
-    over the window, and unlike completions alone it rises the moment a burst
-    queues. Both sources also add requests turned away at admission (where
-    vLLM counts them), and leave finishes with ``finished_reason="error"``
-    (an internal failure, answered 500) out of ``completion_rate_rps`` while
-    still balancing them in arrivals.
-
-    Optional, from newer vLLM metric sets (``None`` where the source or the
-    vLLM version does not say): ``rejections_per_s``, requests turned away
-    at admission (already inside ``arrival_rate_rps``: it is demand);
-    ``computed_prompt_tokens_per_s``, prompt tokens actually prefilled (not
-    served from a cache); ``kv_cache_tokens``, one replica's KV cache size in
-    tokens (the mean over replicas that state it).
-
-    ``gateway_rate_rps``: requests per second arriving in front of vLLM (the
-    trigger's ``gatewayRateQuery``), ``None`` when not configured or the
-    query failed. Unlike every vLLM series it exists at zero replicas and
-    counts requests still waiting at the gateway for a replica to be ready.
+    scrape, a restart, a counter absent on that vLLM version, a replica that
+    could not be read). Missing data is never reported as zero, which the
+    policy would read as an idle fleet.
     """
 
     time_s: float
     ready_replicas: int
     waiting: float
+    """Requests waiting for capacity (where vLLM splits its queue by reason,
+    those deferred by LoRA budget or KV transfer are left out: they do not
+    ask for replicas); NaN when a replica could not be read or the gauge is
+    absent."""
     running: float
+    """NaN when the gauge is absent; the readable replicas' sum (a lower
+    bound) when some replica could not be read."""
     kv_usage: float | None = None
     arrival_rate_rps: float | None = None
+    """Finished requests per second + growth of the requests in the system
+    (queue + running) per second: an exact balance over the window that,
+    unlike completions alone, rises the moment a burst queues. Requests
+    turned away at admission (where vLLM counts them) are included."""
     completion_rate_rps: float | None = None
+    """Finished requests per second, less those finished with
+    ``finished_reason="error"`` (answered 500; still balanced in arrivals)."""
     prompt_tokens_per_s: float | None = None
     generation_tokens_per_s: float | None = None
     preemptions_per_s: float | None = None
     lead_time_samples_s: tuple[float, ...] = field(default=(), compare=False)
     rejections_per_s: float | None = None
+    """Requests turned away at admission (newer vLLM; already inside
+    ``arrival_rate_rps``: it is demand)."""
     computed_prompt_tokens_per_s: float | None = None
+    """Prompt tokens actually prefilled, not served from a cache (newer vLLM)."""
     kv_cache_tokens: float | None = None
+    """One replica's KV cache size in tokens (the mean over replicas that state it)."""
     gateway_rate_rps: float | None = None
+    """Requests per second arriving in front of vLLM (``gatewayRateQuery``),
+    ``None`` when not configured or the query failed. Unlike every vLLM
+    series it exists at zero replicas and counts requests still waiting at
+    the gateway for a replica to be ready."""
 
 
 def known_rate(value: float | None) -> float | None:

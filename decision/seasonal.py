@@ -3,21 +3,12 @@ also sizes for (pure: no I/O, no clock).
 
 A forecaster's median blurs an event that comes at a slightly different
 minute each day into a low bump; the past days' own peaks over the same
-hours size the event's whole fleet a lead time ahead. Two windows on each
-past day answer two questions:
-
-- *when*: the lead-time window widened by ``wander_s`` on each side (how
-  far the event moves from day to day). Its peaks, at ``quantile`` across
-  the days, are the term.
-- *how big*: with ``size_wander_s`` above ``wander_s``, and when the
-  *when* window says an event is due (at least one request there at the
-  same quantile, the policy's wake bar: one stray request is not a
-  session), the term is at least the ``quantile``
-  across the days of each day's peak over the window widened by
-  ``size_wander_s`` instead. Working sessions whose size is drawn afresh
-  each day are as likely to be big at 14:00 as at 11:00: three days of one
-  hour's sessions are three samples, the whole day's are a dozen, and a
-  session twice any seen at that hour is ordinary among them.
+hours size the event's whole fleet a lead time ahead. *When*: the lead-time
+window widened by ``wander_s`` on each side, its peaks at ``quantile``
+across the days. *How big* (``size_wander_s`` above ``wander_s``, once the
+*when* window expects a request): at least the ``quantile`` across the days
+of each day's peak over the window widened by ``size_wander_s``, since a
+session's size drawn afresh each day is as likely big at 14:00 as at 11:00.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Label selectors in trigger metadata: PromQL matchers and Kubernetes pod selectors.
 
-Split from ``decision.settings`` because it is a job of its own: a small real
-parser that turns user text into validated values, so that metadata is never
-pasted raw into a PromQL query or a Kubernetes API call. Pure (no I/O); the
-errors are plain ``ValueError``, which ``decision.settings`` wraps with the
-metadata key at fault.
-
-* ``selector`` (PromQL label matchers, ``model="llama",pod=~"vllm-.*"``):
-  parsed into :class:`LabelMatcher` values that re-emit themselves escaped.
-  Regular-expression values are read by two engines, Prometheus (Go's
-  ``regexp``, RE2 syntax, https://github.com/google/re2/wiki/Syntax) in the
-  query and Python's ``re`` in direct scrape, so :func:`re2_problem` accepts
-  only the subset both read the same way.
-* ``podSelector`` (Kubernetes label-selector syntax, ``a=b,c in (d,e),!f``,
-  https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/):
-  checked by :func:`validate_pod_selector` before it reaches the API.
+A small real parser that turns user text into validated values, so metadata
+is never pasted raw into a PromQL query or a Kubernetes API call; errors are
+plain ``ValueError``, which ``decision.settings`` wraps with the key at fault.
+``selector`` matchers become :class:`LabelMatcher` values that re-emit
+themselves escaped, their regexes limited by :func:`re2_problem` to what
+Prometheus (RE2) and Python's ``re`` (direct scrape) read alike;
+``podSelector`` is checked by :func:`validate_pod_selector`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """ScaledObject trigger metadata, parsed and validated once into typed settings.
 
-KEDA hands the trigger's ``metadata`` map to every RPC as ``scalerMetadata``.
-Everything in it is user input: it is validated here, at the edge, with an
-error that names the offending key, so that nothing downstream (PromQL,
-Kubernetes calls, the policy) ever sees an unchecked value. In particular the
-``selector`` label matchers are parsed with a small real parser and re-emitted
-with escaping, so metadata can never be pasted raw into a PromQL query.
-
-Keys are camelCase, exactly as docs/contracts.md lists them. KEDA's own
-keys (``scalerAddress``, TLS keys, ``metricType``) are accepted and ignored.
-KEDA replaces the value of a key ending in ``FromEnv`` with the target
-container's environment value but keeps the key name: ``<ourKey>FromEnv`` is
-therefore read as ``<ourKey>`` (an error if both are given); any other
-``...FromEnv`` key is ignored.
+Everything KEDA hands over as ``scalerMetadata`` is user input: it is
+validated here, at the edge, with an error naming the key at fault, so
+nothing downstream (PromQL, Kubernetes calls, the policy) sees an unchecked
+value. Keys are camelCase as docs/contracts.md lists them; KEDA's own keys
+are ignored, and ``<ourKey>FromEnv`` (KEDA substitutes the container's
+environment value) is read as ``<ourKey>`` (an error if both are given).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
+from decision.answer import Reason
 from decision.capacity import capacity_for
 from decision.forecast_ledger import ForecastLedger
 from decision.history import BinnedSeries, SaturationCapacity, lead_time_from_samples
@@ -130,7 +131,7 @@ def warming_decision(settings: ScalerSettings, time_s: float) -> Decision:
     else:
         replicas = max(settings.min_replicas, 1 if settings.max_replicas >= 1 else 0)
     return Decision(
-        time_s=time_s, replicas=replicas, reason="warming_up", proposals={}, data_stale=True
+        time_s=time_s, replicas=replicas, reason=Reason.WARMING_UP, proposals={}, data_stale=True
     )
 
 

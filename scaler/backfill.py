@@ -224,8 +224,7 @@ def fill(
     *,
     query_delay_s: float,
 ) -> None:
-    """Missed refreshes, tick by tick across all objects (each tick's
-    forecasts in one batch), exported like live ones."""
+    """Missed refreshes, tick by tick across all objects, exported like live ones."""
     by_time: dict[float, list[StepWork]] = {}
     for item in items:
         for reading in item.readings:

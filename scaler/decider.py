@@ -1,18 +1,12 @@
 """The decider: ``prescaler serve``'s live loop, in a child process.
 
-Why a process of its own: reading sources, stepping 1,000 trackers and
-fitting and predicting their forecasters is seconds of CPU per forecast bin,
-nearly all of it Python holding the GIL. In the process that answers KEDA,
-every call arriving meanwhile waits behind it. Here it competes only for a
-CPU, at a lower scheduling priority (:data:`DECIDER_NICE`) than the serving
-process, whose handlers answer from a table this process publishes.
-
-This module is the child's side: a ``scaler.state.ScalerState`` (the same
-loop library users and the tests run in one process, forecasting in its
-compute thread) plus the :class:`Publisher` that turns its answers into
-``TableUpdate`` messages every :data:`SWEEP_S`. The serving process's side
-is ``scaler.decider_process``; the messages are ``scaler.decider_wire``.
-It exits when the serving process closes the socket (or dies).
+Reading sources, stepping 1,000 trackers and fitting their forecasters is
+seconds of CPU per forecast bin, nearly all of it Python holding the GIL; in
+the process that answers KEDA every call would wait behind it. Here it
+competes only for a CPU, at a lower priority (:data:`DECIDER_NICE`). This is
+the child's side: a ``scaler.state.ScalerState`` plus the :class:`Publisher`
+that turns its answers into ``TableUpdate`` messages every :data:`SWEEP_S`;
+it exits when the serving process closes the socket (or dies).
 """
 
 from __future__ import annotations
@@ -21,14 +15,13 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
 
-from decision.policy import NO_ANSWER_REASONS
+from decision.answer import NO_ANSWER_REASONS, fresh_at_s
 from scaler.decider_wire import (
     Answer,
     DeciderConfig,
@@ -62,20 +55,11 @@ once per refresh, so this bounds how late the serving process learns one."""
 
 
 def stale_since(entry: Entry) -> float | None:
-    """When the object's data was last fresh, if its decision is on stale data.
-
-    Measured as ``decision.policy.data_age`` measures staleness: the age the
-    decision records, else the last decision made on fresh data. Rounded to
-    0.1 s so that an unchanged instant does not resend the answer.
-    """
-    decision = entry.decision
-    if not decision.data_stale:
-        return None
-    age = decision.proposals.get("data_age_s")
-    if age is not None and math.isfinite(age):
-        return round(decision.time_s - age, 1)
-    fresh = next((d for d in reversed(entry.decisions) if not d.data_stale), None)
-    return None if fresh is None else round(fresh.time_s, 1)
+    """When the object's data was last fresh, if its decision is on stale data
+    (``decision.answer.fresh_at_s``), rounded to 0.1 s so that an unchanged
+    instant does not resend the answer."""
+    fresh_at = fresh_at_s(entry.decision, entry.decisions)
+    return None if fresh_at is None else round(fresh_at, 1)
 
 
 class Publisher:

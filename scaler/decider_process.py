@@ -1,26 +1,15 @@
 """The serving process's side of the decider: start it, feed it, restart it.
 
-:class:`DeciderProcess` is what ``prescaler serve`` hands the gRPC service
-as its state: the handlers read a :class:`~scaler.decision_table.DecisionTable`
-(answers from memory, never waiting on the decider), while a supervisor task
-runs the child (``python -m scaler.decider``), tells it about the objects
-KEDA asks about, applies its updates to the table, and restarts it when it
-dies. Answers made by a dead decider are held meanwhile (see
-``scaler.decision_table``), so KEDA sees no error while it restarts.
-
-The decider's series reach ``/metrics`` on request: each scrape asks the
-decider for its exposition (rendered there, off this process's GIL) and the
-endpoint serves it before this process's own (the gRPC latency). If the
-decider does not answer in time, the last text it sent is served; while no
-decider runs, none is (its series would describe a process that is gone),
-and ``prescaler_decider_up`` says 0.
-
-A decider that is alive but stuck (its socket open, nothing sent) is killed
-and restarted like a dead one: a live decider sends an update at least
-every refresh interval (its status, or an empty one), so silence for
-:func:`stuck_after` means its event loop is not running (a deadlock, a call
-that blocks it, a stopped process). A refresh that is merely slow (a large
-backfill on a loaded node) is not silence: its health is in the status.
+:class:`DeciderProcess` is the state ``prescaler serve`` hands the gRPC
+service: handlers read a :class:`~scaler.decision_table.DecisionTable`, never
+waiting on the decider, while a supervisor task runs the child (``python -m
+scaler.decider``), tells it the objects KEDA asks about, applies its updates
+and restarts it when it dies, or when it stays silent for :func:`stuck_after`
+(a live decider sends at least once a refresh, so silence means its event
+loop is stuck; a slow refresh is not silence). Each ``/metrics`` scrape asks
+the decider for its series (rendered there, off this process's GIL); if it
+does not answer in time the last text is served, and while none runs, none
+is (``prescaler_decider_up`` says 0).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """What the serving process and the decider process say to each other.
 
-``prescaler serve`` runs the live loop (sources, trackers, forecasts) in a
-child process, the decider (``scaler.decider``), so that none of its CPU work
-holds the GIL of the process that answers KEDA (``scaler.decider_process``).
-The two talk over one socket pair: length-prefixed pickles of the messages
-below. Both ends are this package, started together, so pickle is safe and
-no schema is needed.
-
-Serving process to decider: :class:`DeciderConfig` once, then
-:class:`Registrations` (new ScaledObjects, at once), :class:`Polls` (the
-known ones KEDA asked about, every few seconds, so idle objects still
-expire) and :class:`MetricsRequest`.
-
-Decider to serving process: :class:`TableUpdate` (a reset snapshot, then
-changes) and :class:`MetricsText` (its part of ``/metrics``).
+One socket pair carries length-prefixed pickles of the messages below (both
+ends are this package, started together, so pickle is safe and no schema is
+needed). Serving process to decider: :class:`DeciderConfig` once, then
+:class:`Registrations` (new ScaledObjects, at once), :class:`Polls` (known
+ones KEDA asked about, every few seconds, so idle objects still expire) and
+:class:`MetricsRequest`. Decider to serving process: :class:`TableUpdate` (a
+reset snapshot, then changes) and :class:`MetricsText` (its part of
+``/metrics``).
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from decision.answer import Reason
 from decision.settings import ScalerSettings
 
 __all__ = [
@@ -57,7 +52,7 @@ class Answer(NamedTuple):
     """
 
     replicas: int
-    reason: str
+    reason: Reason
     active: bool
     problem: str | None
     stale_since_s: float | None = None

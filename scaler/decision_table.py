@@ -1,22 +1,14 @@
 """The serving process's copy of the decider's answers.
 
-The gRPC handlers read it exactly as they read ``scaler.state.ScalerState``
-(it implements ``scaler.service.ScalerStateProtocol``), so the service's
-code, and therefore every answer KEDA gets, is the same whether the live
-loop runs in this process or in the decider.
-
-Why it holds answers across a decider restart: a restarted decider starts
-every object ``warming_up`` again until its backfill is done, and a
-``warming_up`` object is answered UNAVAILABLE. KEDA would see errors for
-seconds to minutes after every crash, with nothing wrong with the data. So
-an answer made by a decider that is gone is *held*: it is served until the
-new decider has a real answer for that object, or until the object's
-``fallbackAfterSeconds`` have passed since its data was last fresh (the
-policy's own limit for holding an answer without fresh data, measured as
-``decision.policy.data_age`` measures it); after that the object answers
-what the new decider says, or UNAVAILABLE naming the cause while there is
-none. An answer on fresh data was fresh when the decider last spoke; an
-answer that was already stale carries when its data was last fresh.
+The gRPC handlers read it as they read ``scaler.state.ScalerState`` (both
+implement ``scaler.service.ScalerStateProtocol``), so KEDA gets the same
+answers whichever process runs the live loop. A restarted decider answers
+``warming_up`` (UNAVAILABLE) until its backfill is done, so an answer made
+by a decider that is gone is *held*: served until the new decider has a real
+answer, or until its data is ``fallbackAfterSeconds`` old
+(``decision.answer.past_fallback``, the policy's own limit, timed from when
+the data was last fresh: ``decision.answer.fresh_at_s``); after that, the
+new decider's answer, or UNAVAILABLE naming the cause.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from decision.policy import NO_ANSWER_REASONS, Decision
+from decision.answer import NO_ANSWER_REASONS, Decision, Reason, past_fallback
 from decision.settings import ScalerSettings
 from decision.tracker import warming_decision
 from scaler.decider_wire import Answer, ObjectKey, TableUpdate
@@ -160,7 +152,7 @@ class DecisionTable:
         policy falls back at that age too)."""
         if row.held_from is None:
             return False
-        return self._clock() - row.held_from >= settings.fallback_after_seconds
+        return past_fallback(self._clock() - row.held_from, settings)
 
     # --------------------------------------------------------- the decider side
     def take_new(self) -> list[tuple[ObjectKey, ScalerSettings]]:
@@ -234,7 +226,7 @@ class DecisionTable:
         last_spoke = self.last_update_at if self.last_update_at is not None else now
         for row in self._rows.values():
             if row.held_from is None:
-                if row.answer.reason == "fallback":
+                if row.answer.reason == Reason.FALLBACK:
                     row.held_from = now
                 elif row.stale_since is not None:
                     row.held_from = row.stale_since

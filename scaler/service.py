@@ -1,27 +1,14 @@
 """The KEDA external scaler gRPC service (grpc.aio).
 
 Every RPC answers from memory: it parses the trigger metadata (cached by the
-map's content, so the hot path does no parsing), registers the ScaledObject
-with the state (idempotent), and reads the state's last decision. Nothing
-here waits on Prometheus or Kubernetes: the state's background loop does.
-
-Wire behaviour (KEDA's ``externalscaler.proto``; docs/contracts.md):
-
-* ``GetMetricSpec`` -- one metric, :data:`METRIC_NAME`
-  (``prescaler-desired-replicas``, lowercase and URL-safe; the HPA sees it
-  as ``s{index}-prescaler-desired-replicas``), target 1 in both the float
-  and the int field, so with the default AverageValue metric type the HPA
-  lands exactly on the value.
-* ``GetMetrics`` -- the desired replica count as ONE total value
-  (``metricValueFloat`` and ``metricValue``, the int rounded up).
-* ``IsActive`` -- traffic present or forecast within the lead time.
-* ``StreamIsActive`` -- ``true`` at once if active, then ``true`` whenever
-  a burst starts. ``StreamMetricSpec`` -- UNIMPLEMENTED (KEDA falls back).
-* Bad metadata -> INVALID_ARGUMENT naming the key; never UNKNOWN: an
-  unexpected exception becomes INTERNAL and is logged.
-
-Also served: the standard health service (``grpc.health.v1``; NOT_SERVING
-during drain) and server reflection.
+map's content), registers the ScaledObject with the state (idempotent) and
+reads the state's last decision; nothing here waits on Prometheus or
+Kubernetes. ``GetMetricSpec`` names one metric, :data:`METRIC_NAME`, target 1
+(so the HPA lands exactly on the value); ``GetMetrics`` answers the desired
+replicas; ``IsActive``/``StreamIsActive`` traffic or a forecast within the
+lead time (the stream pushes each burst); ``StreamMetricSpec`` is
+UNIMPLEMENTED. Bad metadata is INVALID_ARGUMENT naming the key, an
+unexpected error INTERNAL (logged). The wire contract: docs/contracts.md.
 """
 
 from __future__ import annotations
@@ -358,32 +345,20 @@ def add_service(service: ExternalScalerService, server: grpc.aio.Server) -> None
     request decoding that cannot fail (see :class:`_Undecodable`)."""
     unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
     ref_parser = _safe_parser(pb.ScaledObjectRef)
+    rpcs = (
+        ("IsActive", unary, ref_parser, pb.IsActiveResponse),
+        ("StreamIsActive", stream, ref_parser, pb.IsActiveResponse),
+        ("GetMetricSpec", unary, ref_parser, pb.GetMetricSpecResponse),
+        ("GetMetrics", unary, _safe_parser(pb.GetMetricsRequest), pb.GetMetricsResponse),
+        ("StreamMetricSpec", stream, ref_parser, pb.GetMetricSpecResponse),
+    )
     handlers = {
-        "IsActive": unary(
-            service.IsActive,
-            request_deserializer=ref_parser,
-            response_serializer=pb.IsActiveResponse.SerializeToString,
-        ),
-        "StreamIsActive": stream(
-            service.StreamIsActive,
-            request_deserializer=ref_parser,
-            response_serializer=pb.IsActiveResponse.SerializeToString,
-        ),
-        "GetMetricSpec": unary(
-            service.GetMetricSpec,
-            request_deserializer=ref_parser,
-            response_serializer=pb.GetMetricSpecResponse.SerializeToString,
-        ),
-        "GetMetrics": unary(
-            service.GetMetrics,
-            request_deserializer=_safe_parser(pb.GetMetricsRequest),
-            response_serializer=pb.GetMetricsResponse.SerializeToString,
-        ),
-        "StreamMetricSpec": stream(
-            service.StreamMetricSpec,
-            request_deserializer=ref_parser,
-            response_serializer=pb.GetMetricSpecResponse.SerializeToString,
-        ),
+        name: kind(
+            getattr(service, name),
+            request_deserializer=parser,
+            response_serializer=response.SerializeToString,
+        )
+        for name, kind, parser, response in rpcs
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)

@@ -1,44 +1,15 @@
-"""Per-ScaledObject state: history, background refresh, forecaster refits.
+"""The live loop's facade: every registered ScaledObject, refreshed in the background.
 
-The gRPC handlers call ``decision``/``is_active`` and get an answer from
-memory, in microseconds, whatever Prometheus is doing. All the work happens
-in one background task:
-
-- Every ``refresh_interval_s`` (on a grid of wall-clock multiples, evaluated
-  ``query_delay_s`` late so every sample up to the grid point has landed),
-  each source is read ONCE for all its ScaledObjects (``scaler.sources``).
-- The readings are turned into observations, forecast bins, forecasts and
-  decisions in a single compute thread (``scaler.refresh``), off the event loop,
-  by one ``decision.tracker.Tracker`` per object: the pure path from a
-  reading to a decision, which the simulator runs too. This module keeps the
-  I/O around it (sources, telemetry, balloons).
-- A forecaster is refitted at per-object boundaries every
-  ``refit_interval_s`` (staggered by a hash of the object's name so 1,000
-  objects do not refit in the same refresh) on the bins up to that boundary;
-  in between, each closed bin conditions it (``update``) and predicts again.
-- A newly registered object backfills its history with one range query per
-  signal and page of 10,000 points (two pages for the 3-day fit window at
-  15 s; for all new objects of a Prometheus together; one more per distinct
-  ``gatewayRateQuery``, its demand signal) and replays the last
-  stabilization window through the very same code. Everything is a function
-  of Prometheus data at grid times, so two scaler replicas, or a restarted
-  one, give the same answers: the scaler is stateless.
-
-When a source fails the object gets no observation: ``decide`` holds the last
-answer (``stale_hold``) and after ``fallbackAfterSeconds`` answers the
-fallback; ``prescaler_source_up`` drops to 0, and while an object has no
-answer yet its UNAVAILABLE error says what failed (``source_problem``).
-Never a scale-down on bad data.
-
-This module is the facade the decider and the CLI use; the work
-is done by parts that own their state, a module each: the tracked objects
-(``scaler.registry``), the reader of sources and their health
-(``scaler.source_reader``), the stepper that takes one object's reading into
-its tracker and computes its forecasts (``scaler.stepper``), the sink of
-each live step, telemetry and balloons (``scaler.live_outputs``), backfill
-and catch-up (``scaler.backfill``), and the loop that drives them
-(``scaler.refresh``). ``prescaler serve`` runs it in a child process, the
-decider (``scaler.decider``), and answers KEDA from the table it publishes.
+RPC handlers read ``decision``/``is_active`` from memory, whatever Prometheus
+is doing. One background task reads each source once per refresh for all its
+objects (on a wall-clock grid, ``query_delay_s`` late) and steps one
+``decision.tracker.Tracker`` per object in a compute thread. A new object
+backfills its history and replays the stabilization window through the same
+steps, so two scaler replicas, or a restarted one, answer alike. A failing
+source gives no reading: the policy holds, then falls back, never scales
+down on bad data. The parts, a module each: ``scaler.registry``,
+``scaler.source_reader``, ``scaler.stepper``, ``scaler.live_outputs``,
+``scaler.backfill`` and ``scaler.refresh`` (the loop).
 """
 
 from __future__ import annotations
@@ -68,40 +39,15 @@ __all__ = ["DEFAULT_LEAD_TIME_S", "ScalerState", "observation_from"]
 class ScalerState:
     """Histories, forecasts and decisions of every registered ScaledObject.
 
-    Parameters (seconds unless said):
-
-    - ``refresh_interval_s``: how often every source is read (grid step).
-    - ``refit_interval_s``: how often each forecaster is refitted (default
-      10 min: between refits each closed bin conditions it through
-      ``update``; a refit's CPU grows with the fit window, 6 - 12x from 2 h
-      to 3 days: ``docs/decisions/fit-window.md``).
-    - ``forecast_step_s``: forecast bin width, a multiple of the refresh
-      (default max(15, refresh)): predicting per bin, not per refresh, keeps
-      1,000 forecasters affordable.
-    - ``fit_window_s``: history a fit sees (default 3 days,
-      ``decision.tracker_data.DEFAULT_FIT_WINDOW_S``: the forecaster's daily
-      seasonal terms need two full days; its memory and refit cost per
-      object: ``docs/decisions/fit-window.md``); backfill reads this plus one
-      refit interval and the stabilization window, paged under Prometheus's
-      points-per-query limit.
-    - ``query_delay_s``: how far behind the grid time reads happen, so every
-      sample up to it has landed in Prometheus (identical answers for all
-      replicas of the scaler).
-    - ``capacity_window_s``: the span of saturated samples (ending at the
-      newest) whose median is the learned per-replica capacity; samples are
-      kept for the fit window.
-    - ``source_factory``: ``SourceSpec -> MetricSource`` (tests inject fakes;
-      default: real Prometheus / scrape / Kubernetes sources).
-    - ``balloon_controller``: ``scaler.sources.balloon.BalloonController``-like
-      (``apply(namespace, deployment, replicas)``), created on first use.
-    - ``expire_after_s``: objects no RPC asked about for this long are dropped.
-    - ``speed``: model seconds per second of the readings' clock (1 in
-      production; the stack runs its replicas ``speed`` times faster, and the
-      trackers count a profile's capacity at it: ``TrackerConfig.speed``).
-
-    The parts are attributes: ``objects`` (``ObjectRegistry``), ``sources``
-    (``SourceReader``), ``stepper``, ``outputs`` (``LiveOutputs``), ``loop``
-    (``RefreshLoop``).
+    The cadences (seconds) are ``decision.tracker_data.TrackerConfig``'s:
+    ``refresh_interval_s`` (the grid step), ``refit_interval_s``,
+    ``forecast_step_s``, ``fit_window_s``, ``capacity_window_s``, ``speed``.
+    ``query_delay_s``: how far behind the grid time reads happen, so every
+    sample has landed (all scaler replicas read the same). ``source_factory``
+    builds sources (tests inject fakes); ``balloon_controller`` applies
+    balloon counts (created on first use); ``expire_after_s`` drops objects
+    no RPC asked about for that long. The parts are attributes: ``objects``,
+    ``sources``, ``stepper``, ``outputs``, ``loop``.
     """
 
     def __init__(

@@ -1,32 +1,11 @@
-"""The scaler's own Prometheus metrics.
+"""The scaler's own Prometheus metrics (names and labels: docs/contracts.md).
 
-Names and labels are a contract (docs/contracts.md); every per-object
-series carries ``namespace`` and ``scaledobject``:
-
-- ``prescaler_desired_replicas`` -- gauge, the last answer.
-- ``prescaler_ready_replicas`` -- gauge, ready replicas observed.
-- ``prescaler_demand{signal}`` -- gauge, live demand (``requests_per_s``, ...;
-  ``gateway_requests_per_s``, the ``gatewayRateQuery`` rate, only while known).
-- ``prescaler_forecast{signal,quantile,horizon_seconds}`` -- gauge, the forecast in use.
-- ``prescaler_forecast_abs_percentage_error{signal,horizon_seconds}`` -- gauge,
-  rolling mean APE of matured forecasts (fraction: 0.1 = 10 %).
-- ``prescaler_forecast_coverage{signal,quantile}`` -- gauge, fraction of
-  matured actuals at or below the forecast's upper quantile.
-- ``prescaler_lead_time_seconds`` -- gauge, the lead time in use.
-- ``prescaler_decisions_total{reason}`` -- counter.
-- ``prescaler_source_up{source}`` -- gauge 1/0, label ``source`` only: one
-  source (a Prometheus, a scrape URL set) is shared by many ScaledObjects.
-- ``prescaler_grpc_request_duration_seconds{method}`` -- histogram, label
-  ``method`` only.
-
-A custom collector (not prometheus_client's Gauge/Counter objects) keeps
-the exposition exact (no ``_created`` series), makes :meth:`forget` trivial
-when a ScaledObject disappears, and never touches the global registry unless
-asked.
-
-The forecast-accuracy ledger whose figures the two forecast-error gauges carry
-is pure bookkeeping and lives in ``decision.forecast_ledger``; it is re-exported
-here, where its users import it from.
+Every per-object series carries ``namespace`` and ``scaledobject``;
+``prescaler_source_up`` and the gRPC latency histogram do not. A custom
+collector (not prometheus_client's Gauge/Counter objects) keeps the
+exposition exact (no ``_created`` series), makes :meth:`forget` trivial when
+a ScaledObject disappears, and never touches the global registry unless
+asked. ``decision.forecast_ledger.ForecastLedger`` is re-exported here.
 """
 
 from __future__ import annotations

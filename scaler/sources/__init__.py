@@ -1,27 +1,14 @@
 """The only part of prescaler that talks to the outside world.
 
-- ``prometheus``: one query per signal per refresh for all ScaledObjects that
-  share a Prometheus (``promql`` builds them, ``grouping`` splits the answers).
-- ``scrape``: direct scrape of vLLM ``/metrics`` (``metricsUrls``).
-- ``kube``: Kubernetes discovery of Running pods (``podSelector``), scraped
-  directly (only Ready ones count as replicas), plus measured pod start-up
-  durations for ``leadTimeSeconds: auto``.
-
-Tenancy: a Prometheus selection is confined to the ScaledObject's own
-namespace: ``namespace="<its namespace>"`` is added to its matchers unless
-its ``selector`` already names ``namespace``. Naming another namespace
-(``namespace=~"team-a|team-b"`` in ``selector``, or a ``namespace`` key
-beside ``podSelector``) lets one tenant read another's load, so the service
-refuses it (INVALID_ARGUMENT, see ``foreign_namespace_key``) unless the
-operator runs ``prescaler serve --allow-cross-namespace``. Without the
-confinement, ``model: meta-llama/...`` would
-sum every tenant's queue behind that Prometheus. The vLLM series must then
-carry a ``namespace`` label, as ServiceMonitor/PodMonitor and the usual
-``kubernetes_sd`` relabelling add. Direct scrapes (``metricsUrls``,
-``podSelector``) read pages that carry no such label and are not filtered.
-
-Every source answers ``Reading``s (``model``) for ``Selection``s; the state
-groups ScaledObjects by ``SourceSpec`` so each backend is read once per refresh.
+``prometheus`` reads one query per signal per refresh for all ScaledObjects
+that share a Prometheus (``promql`` builds them, ``grouping`` splits the
+answers); ``scrape`` reads vLLM ``/metrics`` directly (``metricsUrls``);
+``kube`` discovers Running pods (``podSelector``) and their measured start-up
+times. Every source answers ``Reading``s for ``Selection``s, one read per
+backend per refresh. A Prometheus selection is confined to the
+ScaledObject's own namespace (``namespace="<its namespace>"`` is added unless
+``selector`` names it; reaching further needs ``--allow-cross-namespace``:
+:func:`foreign_namespace_key`); direct scrapes carry no such label.
 """
 
 from __future__ import annotations

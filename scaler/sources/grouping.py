@@ -1,33 +1,15 @@
 """Split grouped Prometheus answers into one ``Reading`` per selection (pure).
 
-Every signal's answer is a list of ``{"metric": {labels}, "value": [t, "v"]}``
-grouped by the plan's labels. A selection's value is the sum over the groups
-its matchers accept. Matching is done once per refresh for the union of
-groups, with an index on the first equality matcher of each selection, so
-1,000 ScaledObjects over 1,000 groups stay cheap.
-
-Missing is never zero (docs/architecture.md, "What happens when data goes missing"):
-
-- a group whose value is NaN/Inf makes that signal unknown for the
-  selections that match the group only (NaN gauge, ``None`` rate/KV); other
-  ScaledObjects on the same Prometheus read normally;
-- replicas present (``replicas``) but a gauge absent: that gauge is NaN;
-- lost replicas (``lost``: scrape failing, target still there): waiting is
-  NaN and rates ``None`` (the policy may raise but never lower:
-  ``partial_hold``); ``running`` is the readable replicas' sum, a lower
-  bound, so traffic seen still keeps IsActive true; with no replica left at
-  all, no reading (stale hold, then fallback);
-- no series and no lost replica at all: a fleet scaled to zero, read as
-  zero demand so scale-to-zero and forecast-driven scale-from-zero work.
-
-The newer vLLM families are read as the direct scrape reads them
-(``scaler.sources.scrape.aggregate``), so both sources give the same
-``Reading`` for the same fleet: sleeping replicas (``asleep``) are present
-but not ready; ``error`` finishes (``failed``) and admission rejections
-(``rejections``) are arrivals but not completions; a family a replica does
-not export (older vLLM) reads as unknown, never as zero, except in an empty
-fleet. ``kv_cache`` answers carry the KV size in labels and are turned into
-two summable signals first (``expand_cache_config``).
+A selection's value is the sum over the answer's groups its matchers accept,
+matched once per refresh with an index on each selection's first equality
+matcher, so 1,000 ScaledObjects over 1,000 groups stay cheap. Missing is never
+zero: a NaN group makes that signal unknown only for the selections that
+match it; a gauge absent while replicas are present is NaN; lost replicas
+(a failing scrape) make waiting NaN and rates unknown (``partial_hold``), and
+``running`` a lower bound; no replica left at all is no reading; no series
+and nothing lost is a fleet at zero, zero demand. The newer vLLM families
+are read as the direct scrape reads them (``scaler.sources.scrape.aggregate``),
+so both sources give the same ``Reading`` for the same fleet.
 """
 
 from __future__ import annotations

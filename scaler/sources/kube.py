@@ -1,23 +1,14 @@
 """Kubernetes discovery: the pods of a label selector -> scrape URLs.
 
-Only this module talks to the Kubernetes API (the official ``kubernetes``
-client, synchronous, so calls run in a thread executor). For each
-``(namespace, podSelector)`` it lists pods (cached for ``discovery_interval_s``
-to spare the API server), scrapes every Running pod that has an IP and is
-not being deleted, and reports how
-long pods took from creation to Ready: the measured lead time behind
-``leadTimeSeconds: auto`` (it includes waiting for a node, pulling the image
-and loading the model).
-
-Readiness decides what counts, not what is read: only Ready pods are ready
-replicas, but a Running pod that is not Ready (readiness timing out under
-load, a crash loop) still holds a queue, so its page is summed in. A pod
-that cannot be scraped makes only itself unknown: a Ready one, or a
-not-Ready one that served within the last ``scrape.FORGET_AFTER_S``, makes
-the reading *incomplete* (unknown queue: NaN, so the answer may rise but not
-fall); a not-Ready one never scraped before (starting) is ignored. When no
-pod of a fleet could be read, its ScaledObjects get no reading (hold). No
-pod at all is an empty fleet: zero demand.
+Only this module talks to the Kubernetes API (the synchronous official
+client, in a thread executor). For each ``(namespace, podSelector)`` it lists
+pods (cached for ``discovery_interval_s``), scrapes every Running pod with an
+IP that is not being deleted, and measures creation -> Ready, the lead time
+behind ``leadTimeSeconds: auto``. Only Ready pods are ready replicas, but a
+Running, not-Ready pod's queue is summed in. A pod that cannot be scraped
+makes only itself unknown: a Ready one (or one that served lately) makes the
+reading incomplete, a starting one is ignored; no pod readable is no
+reading, no pod at all an empty fleet.
 """
 
 from __future__ import annotations

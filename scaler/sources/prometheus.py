@@ -1,26 +1,16 @@
 """Read vLLM signals for many ScaledObjects from one Prometheus.
 
-Queries are sent with requests, which is synchronous, so each runs in a
-thread executor under a timeout and the event loop never blocks. One
-refresh sends ``len(promql.SIGNALS)`` queries whatever the number of
-ScaledObjects (see ``scaler.sources.promql``). Queries are evaluated at an
-explicit ``time`` so that two scaler replicas, or a restarted one that
-backfills with ``query_range`` at the same step, see exactly the same numbers.
-
-A selection's ``gatewayRateQuery`` texts are read beside the vLLM signals,
-up to ``BATCH_SIZE`` distinct texts per query (``scaler.sources.gateway_batch``:
-a refused batch is bisected and a text that fails alone is sent alone, at
-most ``ALONE_PER_REFRESH`` of those a refresh), so a refresh sends at most
-``len(promql.SIGNALS) + ceil(texts / BATCH_SIZE) + ALONE_PER_REFRESH``
-queries once bad texts are isolated (a batch that misses the timeout is
-split for the next refreshes, until the slow text stands alone). A text that
-fails, is empty or answers NaN leaves ``gateway_rate_rps`` unknown (logged
-once per failure streak) and never fails the refresh nor reads as zero
-demand. Range reads (backfill, catch-up) read the same batches as range
-queries on the same grid and pages (a batch that times out is split at once,
-so only the slow text loses its history), and each evaluation time is read like an
-instant answer (``gateway_rates_by_time``), so a backfilled tracker is fed
-the demand a live one was (``with_gateway_demand``).
+Each query runs in a thread executor under a timeout (requests is
+synchronous), so the event loop never blocks; a refresh sends
+``len(promql.SIGNALS)`` queries whatever the number of ScaledObjects. Queries
+are evaluated at an explicit ``time`` so two scaler replicas, or a restarted
+one backfilling with ``query_range`` on the same step, see the same numbers.
+``gatewayRateQuery`` texts are read beside them in batches
+(``scaler.sources.gateway_batch``); a text that fails, is empty or answers
+NaN leaves ``gateway_rate_rps`` unknown, never zero demand, and never fails
+the refresh. Range reads (backfill, catch-up) read the same batches on the
+same grid, each time read like an instant answer, so a backfilled tracker
+is fed the demand a live one was.
 """
 
 from __future__ import annotations

@@ -1,74 +1,13 @@
 """PromQL for all ScaledObjects that share one Prometheus: one query per signal.
 
-KEDA's own Prometheus scaler sends one query per ScaledObject per poll; with
-hundreds of ScaledObjects that is thousands of queries a minute. Here each
-signal is ONE query grouped ``by`` the union of the label names that any
-selection filters on; the groups are then summed per selection in Python with
-Prometheus' own matcher semantics (``scaler.sources.model.matcher_matches``).
-When every ScaledObject selects the same series, the matchers go into the
-query itself (rendered by ``LabelMatcher.promql()``, escaped): nothing from
-metadata is ever pasted raw into PromQL. Label *names* are validated by
-``decision.settings`` (``[a-zA-Z_][a-zA-Z0-9_]*``), so ``by (...)`` is safe.
-
-Signals (both vLLM generations; ``engine`` is summed away because it is
-never a grouping label):
-
-- ``waiting``, ``running``: sums of the gauges. Where a replica splits its
-  queue (vLLM >= 0.2x: ``vllm:num_requests_waiting_by_reason``), waiting is
-  the ``reason="capacity"`` part, series by series (``or ignoring(reason)``
-  falls back to the whole queue for replicas without the split): requests
-  deferred by LoRA budget or KV transfer do not ask for replicas.
-- ``replicas``: distinct scrape targets (``instance``) exposing
-  ``vllm:num_requests_running`` (dead or removed targets go stale at once).
-- ``kv_sum`` / ``kv_count``: mean KV usage = sum / count of series;
-  ``vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc`` takes the new name
-  where a replica exposes both (0.9.2-0.11) and the old one elsewhere.
-- ``completions``: ``rate(vllm:request_success_total{finished_reason!="error"}[W])``:
-  an ``error`` finish (vLLM >= 0.2x: an internal failure, answered 500) served
-  nobody; older vLLM has no such reason and every finish counts.
-- ``failed``: the rate of ``error`` finishes (absent before vLLM 0.2x: read
-  as none); they left the system, so the arrival balance counts them.
-- ``in_system_delta``: ``delta`` of waiting + running over the same window;
-  arrivals = completions + failed + rejections + delta / W (exact balance,
-  and it rises as soon as a burst queues, long before completions do).
-- ``prompt_tokens``, ``generation_tokens``, ``preemptions``: counter rates.
-- ``rejections``: ``rate(vllm:admission_rejections_total[W])``, requests the
-  front end turned away at its queue limit (vLLM >= 0.33). Turned-away demand
-  never shows in the queue nor in completions, so it is added to arrivals;
-  absent on older vLLM: unknown (``None``), and nothing is added.
-- ``computed_prompt``: ``rate`` of ``vllm:prompt_tokens_by_source_total``
-  with ``source="local_compute"``: prompt tokens actually prefilled
-  (``prompt_tokens`` also counts prefix-cache hits); absent: unknown.
-- ``asleep``: replicas (``instance``) whose engines all report
-  ``vllm:engine_sleep_state{sleep_state="awake"} <= 0`` (vLLM >= 0.32, sleep
-  mode). A sleeping replica is present (its series are data, not a lost
-  replica) but no serving capacity: ready replicas = ``replicas - asleep``.
-  Without the gauge no replica is asleep.
-- ``kv_cache``: KV cache size per replica from ``vllm:cache_config_info``, an
-  info gauge whose *labels* hold ``num_gpu_blocks`` and ``block_size``
-  (PromQL cannot multiply labels, so the answer is one series per replica
-  and config, and ``scaler.sources.grouping`` multiplies). The family has no
-  ``model_name`` label, so it is joined on ``(instance, job)`` to the
-  replicas' ``vllm:num_requests_running`` series of the selection, which
-  lend it their grouping labels; ``topk by (instance, job) (1, ...)`` keeps
-  that side unique per target, so the join can never fail as many-to-many.
-  Replicas without the family (older vLLM) or before the engine profiled its
-  memory (``num_gpu_blocks="None"``) state no size.
-- ``lost``: replicas whose vLLM series vanished while their target is still
-  scraped: series seen in the last ``lost_lookback_s`` (default 1 h) that are
-  absent now, on an ``(instance, job)`` that still has an ``up`` series. That
-  is a failing scrape (``up == 0``: crash loop, overload, NetworkPolicy) or a
-  replica that stopped exposing the gauges, never a removed pod (its ``up``
-  goes stale with it). A selection with lost replicas reads as *incomplete*
-  (``scaler.sources.grouping``): missing data, not an idle fleet; a fleet
-  scaled to zero has no targets and still reads as zero demand.
-- ``health``: ``count(up)``: a Prometheus that knows no targets at all (or a
-  proxy answering empty) is "down", not "zero traffic".
-
-The rate window (``rate_window_s``, default 120 s, ``prescaler serve
---rate-window-seconds``) must span at least ~4 scrape intervals: with 60 s
-and the default 1 min scrape interval, ``rate()`` often sees a single sample
-of a target and drops it from the sum.
+KEDA's own Prometheus scaler sends one query per ScaledObject per poll. Here
+each signal is ONE query grouped ``by`` the union of the label names any
+selection filters on; the groups are summed per selection in Python with
+Prometheus' matcher semantics (``scaler.sources.model.matcher_matches``).
+When every ScaledObject selects the same series the matchers go into the
+query itself, escaped by ``LabelMatcher.promql()``; label *names* are
+validated, so ``by (...)`` is safe. Both vLLM generations are read; what
+each signal means is said beside its query in :func:`build_plan`.
 """
 
 from __future__ import annotations
@@ -101,7 +40,9 @@ SIGNALS: tuple[str, ...] = (
 )
 
 DEFAULT_RATE_WINDOW_S = 120.0
-"""Four 30 s scrapes or two 60 s ones (see the module docstring)."""
+"""Four 30 s scrapes or two 60 s ones (``prescaler serve --rate-window-seconds``):
+the window must span ~4 scrape intervals, or ``rate()`` often sees a single
+sample of a target and drops it from the sum."""
 #: ``vllm:cache_config_info`` labels that say how big the KV cache is.
 CACHE_BLOCKS_LABEL = "num_gpu_blocks"
 CACHE_BLOCK_SIZE_LABEL = "block_size"
@@ -227,19 +168,31 @@ def build_plan(
     failed = _with_matcher("vllm:request_success_total", flt, 'finished_reason="error"')
     computed = _with_matcher("vllm:prompt_tokens_by_source_total", flt, 'source="local_compute"')
     awake = _with_matcher("vllm:engine_sleep_state", flt, 'sleep_state="awake"')
+    # ``engine`` is summed away everywhere: it is never a grouping label.
     queries = {
+        # Where a replica splits its queue (vllm:num_requests_waiting_by_reason)
+        # only the ``capacity`` part asks for replicas (LoRA budget or KV
+        # transfer deferrals do not); ``or ignoring(reason)`` falls back to the
+        # whole queue, series by series, for replicas without the split.
         "waiting": _agg(
             "sum",
             labels,
             f"{capacity} or ignoring(reason) {metric('vllm:num_requests_waiting')}",
         ),
         "running": _agg("sum", labels, metric("vllm:num_requests_running")),
+        # distinct scrape targets; dead or removed targets go stale at once
         "replicas": _agg(
             "count", labels, _agg("count", per_instance, metric("vllm:num_requests_running"))
         ),
+        # mean KV usage = kv_sum / kv_count; the new name wins where a replica
+        # exposes both (0.9.2-0.11)
         "kv_sum": _agg("sum", labels, kv),
         "kv_count": _agg("count", labels, kv),
+        # An ``error`` finish (an internal failure, answered 500) served nobody;
+        # older vLLM has no such reason and every finish counts.
         "completions": _agg("sum", labels, f"rate({served}[{window}])"),
+        # arrivals = completions + failed + rejections + delta / W: an exact
+        # balance that rises as soon as a burst queues, long before completions
         "in_system_delta": _agg(
             "sum", labels, f"delta({metric('vllm:num_requests_waiting')}[{window}])"
         )
@@ -254,13 +207,26 @@ def build_plan(
         "preemptions": _agg(
             "sum", labels, f"rate({metric('vllm:num_preemptions_total')}[{window}])"
         ),
+        # error finishes left the system: the arrival balance counts them
+        # (absent before vLLM 0.2x: none)
         "failed": _agg("sum", labels, f"rate({failed}[{window}])"),
+        # turned away at the front end's queue limit (vLLM >= 0.33): demand the
+        # queue and completions never show, added to arrivals; absent: unknown
         "rejections": _agg(
             "sum", labels, f"rate({metric('vllm:admission_rejections_total')}[{window}])"
         ),
+        # prompt tokens actually prefilled (prompt_tokens counts prefix-cache
+        # hits too); absent: unknown
         "computed_prompt": _agg("sum", labels, f"rate({computed}[{window}])"),
+        # Sleep mode (vLLM >= 0.32): a replica whose engines all sleep is there
+        # (its series are data) but serves nothing, so ready = replicas - asleep.
         "asleep": _agg("count", labels, _agg("max", per_instance, awake) + " <= 0"),
         "kv_cache": _cache_query(labels, per_instance, metric("vllm:num_requests_running")),
+        # Series seen in the last ``lost_lookback_s`` that are absent now on a
+        # target still scraped (``up`` present): a failing scrape or a replica
+        # that stopped exposing its gauges, never a removed pod (its ``up`` goes
+        # too). Such a selection reads as incomplete (scaler.sources.grouping):
+        # missing data, not an idle fleet.
         "lost": _agg(
             "count",
             labels,
@@ -271,6 +237,8 @@ def build_plan(
                 f" unless {metric('vllm:num_requests_running')}) and on (instance, job) up",
             ),
         ),
+        # a Prometheus with no targets (or a proxy answering empty) is down,
+        # not zero traffic
         "health": "count(up)",
     }
     assert tuple(queries) == SIGNALS
@@ -279,7 +247,16 @@ def build_plan(
 
 def _cache_query(labels: Sequence[str], per_instance: Sequence[str], running: str) -> str:
     """One series per (selection groups, replica, cache config) with the count of
-    engines that have it (see ``kv_cache`` in the module docstring)."""
+    engines that have it.
+
+    ``vllm:cache_config_info`` holds the KV cache size in its *labels*
+    (``num_gpu_blocks``, ``block_size``; ``scaler.sources.grouping``
+    multiplies them) and has no ``model_name``: it is joined on ``(instance,
+    job)`` to the selection's ``vllm:num_requests_running``, which lends it the
+    grouping labels, kept unique per target by ``topk`` so the join is never
+    many-to-many. Older vLLM, or an engine that has not profiled its memory
+    yet (``num_gpu_blocks="None"``), states no size.
+    """
     lent = [name for name in labels if name not in _CACHE_OWN_LABELS]
     one_per_target = (
         f"topk by (instance, job) (1, {_agg('count', ['instance', 'job', *lent], running)})"

@@ -161,29 +161,18 @@ def aggregate(
     ready: Sequence[bool] | None = None,
     incomplete: bool = False,
 ) -> Reading | None:
-    """Sum one selection's series over its replicas (and over ``engine``).
+    """Sum one selection's series over its replicas (and over ``engine``),
+    as ``decision.reading.Reading``'s fields say (the capacity-limited queue,
+    the arrival balance).
 
     ``ready[i]`` says whether ``targets[i]`` counts as a ready replica (all do
     by default; Kubernetes passes pod readiness: a Running-but-not-Ready pod's
-    queue is real demand, but it is no serving capacity). A replica whose
-    engines all sleep (``vllm:engine_sleep_state{sleep_state="awake"} == 0``)
-    is no serving capacity either. A fresh page (``Page.fresh``: families
-    declared, no samples yet) is a present, idle replica.
-
-    A target with series of another model only (a wrong URL or ``model``) is
-    missing data, not an idle replica: like ``incomplete`` (a replica known to
-    exist could not be read) it makes waiting NaN and rates unknown, so the
-    policy may raise the answer but never lower it (``running`` stays the
-    readable replicas' sum, a lower bound). ``None`` when no target could be
-    read for the selection. No targets at all is an empty fleet: zero demand.
-
-    Waiting is the capacity-limited queue when vLLM splits it
-    (``num_requests_waiting_by_reason{reason="capacity"}``): requests deferred
-    by LoRA budget or KV transfer do not ask for replicas. The arrival balance
-    counts every request that entered: all finishes (``error`` included, it
-    left the system), growth of the whole queue and batch, and admission
-    rejections (turned-away demand); ``completion_rate_rps`` leaves ``error``
-    finishes out, as they are no served request.
+    queue is demand, not capacity); a replica whose engines all sleep is no
+    capacity either, and a fresh page is a present, idle replica. A target
+    with series of another model only (a wrong URL or ``model``) is missing
+    data, like ``incomplete``: waiting NaN, rates unknown, ``running`` a lower
+    bound. ``None`` when no target could be read; no targets at all is an
+    empty fleet: zero demand.
     """
     accept = selection.matches
     counted = ready if ready is not None else [True] * len(targets)

@@ -1,30 +1,11 @@
 """Parse a vLLM ``/metrics`` page into the few series the scaler needs (pure).
 
-``prometheus_client.parser`` names counter *families* without ``_total`` but
-keeps the sample name (``vllm:prompt_tokens_total``); we work on samples, so
-both V0 and V1 text read the same. Garbage (HTML, truncated lines) raises
-``ValueError``; a valid page that does not even declare
-``vllm:num_requests_running`` is not a vLLM replica and is rejected too, so a
-wrong URL is never read as "idle".
-
-A page that *declares* vLLM's families (``# HELP``/``# TYPE``) but has no
-sample of ``vllm:num_requests_running`` is a fresh replica: vLLM started with
-more than one API server (``--api-server-count N``, the default when the
-data-parallel size is above 1) serves /metrics from prometheus_client's
-multiprocess registry, which lists every registered family but has no
-sample until the engine has logged its first step (and has no
-``process_start_time_seconds`` at all). Such a page is a present, idle
-replica (``Page.fresh``); rejecting it once made one starting pod blind the
-scaler to its whole fleet.
-
-Rates between two scrapes are only taken when both come from the same
-process: ``process_start_time_seconds`` (prometheus_client's process
-collector, which single-process vLLM exposes) must be equal, and no counter
-may drop. A restart, or a load-balanced URL answering from another pod, gives
-*no* rate for that interval (``None``), never ``value / dt`` (which read a
-Service alternating between two pods as tens of thousands of requests per
-second). A counter that first appears after a fresh page starts from zero
-(a multiprocess registry only writes a counter once it is incremented).
+We work on sample names (``vllm:prompt_tokens_total``), not
+``prometheus_client``'s family names, so V0 and V1 text read the same.
+Garbage raises ``ValueError``, and so does a valid page that does not even
+declare ``vllm:num_requests_running``: a wrong URL is never read as "idle".
+Rates between two scrapes are only taken from the same process (see
+:func:`page_rates`).
 """
 
 from __future__ import annotations
@@ -79,10 +60,12 @@ class Page:
     and the serving process' start time when the page has it.
 
     ``fresh``: vLLM's families are declared but ``vllm:num_requests_running``
-    has no sample yet (a multiprocess registry before the first engine step):
-    a present, idle replica. ``kv_cache_tokens``: the KV cache's size in
-    tokens (``num_gpu_blocks x block_size`` of ``vllm:cache_config_info``,
-    summed over engines) when the page says it.
+    has no sample yet: vLLM with several API servers serves /metrics from a
+    multiprocess registry that has no sample (and no process start time)
+    before the engine's first step. A present, idle replica: rejecting it
+    once blinded the scaler to a whole fleet. ``kv_cache_tokens``: the KV
+    cache's size (``num_gpu_blocks x block_size`` of
+    ``vllm:cache_config_info``, summed over engines) when the page says it.
     """
 
     values: Mapping[SeriesKey, float]
@@ -137,8 +120,15 @@ def _kv_tokens(labels: Mapping[str, str]) -> float | None:
 
 def page_rates(previous: Page, current: Page, dt_s: float) -> dict[SeriesKey, float] | None:
     """Per-series change per second: counter rates and the signed slope of
-    waiting/running; ``None`` when the two pages cannot be compared (another
-    process, a counter drop, no time between them): no rate this interval."""
+    waiting/running; ``None`` when the two pages cannot be compared: no rate
+    this interval, never ``value / dt``.
+
+    Both pages must come from one process (equal
+    ``process_start_time_seconds``, no counter dropping): a restart, or a
+    load-balanced URL answering from another pod, once read as tens of
+    thousands of requests per second. A counter that first appears after a
+    fresh page starts from zero (a multiprocess registry writes a counter
+    only once it is incremented)."""
     if dt_s <= 0:
         return None
     if (

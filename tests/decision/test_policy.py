@@ -121,7 +121,7 @@ def test_stale_data_holds_then_falls_back() -> None:
     none_held = decide(None, None, s, [last], UNKNOWN, now=120.0)
     assert (none_held.replicas, none_held.reason) == (8, "stale_hold")
     none_fb = decide(None, None, s, [last], UNKNOWN, now=301.0)
-    assert (none_fb.replicas, none_fb.reason, none_fb.proposals["data_age_s"]) == (
+    assert (none_fb.replicas, none_fb.reason, none_fb.data_age_s) == (
         3,
         "fallback",
         301.0,

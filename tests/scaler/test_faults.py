@@ -130,7 +130,7 @@ async def scenario(
         assert any(reason == "stale_hold" for _, reason in seen), seen[-5:]
         fallback = state.decision("llm", "so")
         assert fallback.replicas == FALLBACK
-        assert fallback.proposals["data_age_s"] >= FALLBACK_AFTER_S, fallback
+        assert (fallback.data_age_s or 0.0) >= FALLBACK_AFTER_S, fallback
         # not before the newest fresh data was fallbackAfterSeconds old, in real time
         assert fallback_seen_s >= fresh_at_s + FALLBACK_AFTER_S, (fallback_seen_s, fresh_at_s)
         heal()
