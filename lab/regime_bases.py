@@ -32,7 +32,7 @@ from simulations.runner import met_slo
 from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimResult
 from simulations.tune.manifest import apply_setting
-from simulations.tune.run import TuneRequest
+from simulations.tune.request import tune_request
 from simulations.tune.search import score
 from simulations.tune.sides import Side, WrittenCron, make_sides
 
@@ -157,7 +157,7 @@ def _at(counts: Sequence[int], hour: int) -> int:
 
 def _sides(names: Sequence[str], lead_min: float, window: WrittenCron | None) -> tuple[Side, ...]:
     inputs = SimInputs(lead_time_preset=LEAD_TIMES[lead_min])
-    request = TuneRequest(
+    request = tune_request(
         trace=None, profile=PROFILE, sides=tuple(names), inputs=inputs, cron_window=window
     )
     return make_sides(request, PROFILE, inputs.max_replicas)

@@ -42,7 +42,7 @@ from simulations.traffic import TrafficOptions, Workload, load_workload
 from simulations.tune.each_day import judged_days
 from simulations.tune.inputs import PartStarts, part_starts
 from simulations.tune.manifest import apply_setting
-from simulations.tune.run import TuneRequest
+from simulations.tune.request import tune_request
 from simulations.tune.search import score, slo_ceiling, split_workload
 from simulations.tune.sides import Side, WrittenCron, make_sides
 from simulations.tune.study import TuneContext, run_study, study_fingerprint
@@ -155,7 +155,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _sides(config: SweepConfig, **kw: Any) -> dict[str, Side]:
-    request = TuneRequest(trace=None, profile=PROFILE, **kw)
+    request = tune_request(trace=None, profile=PROFILE, **kw)
     return {s.name: s for s in make_sides(request, PROFILE, SimInputs().max_replicas)}
 
 

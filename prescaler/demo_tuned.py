@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 import yaml
 
 if TYPE_CHECKING:
-    from simulations.tune.run import TuneRequest, TuneResult
+    from simulations.tune.held_back import TuneResult
+    from simulations.tune.request import TuneRequest
     from simulations.tune.study import StudyResult, TrialRecord
 
 __all__ = [
@@ -125,9 +126,9 @@ def retune_request(
     trace: str, profile: str, jobs: int, storage: str, trials: int = TRIALS
 ) -> TuneRequest:
     """The one tune request every side of the fixture comes from."""
-    from simulations.tune.run import TuneRequest
+    from simulations.tune.request import tune_request
 
-    return TuneRequest(
+    return tune_request(
         trace=trace,
         profile=profile,
         trials=trials,
@@ -159,14 +160,14 @@ def fixture_document(request: TuneRequest, result: TuneResult) -> dict[str, Any]
         if s.side.name != "user"
     }  # fmt: skip
     return {
-        "trace": Path(result.trace if request.trace is None else request.trace).name,
-        "profile": request.profile,
+        "trace": Path(result.trace if request.source.trace is None else request.source.trace).name,
+        "profile": request.replay.profile,
         "slo_ttft_s": result.slo_ttft_s,
         "target": result.target,
-        "trials": request.trials,
-        "holdout": request.holdout,
-        "seed": request.seed,
-        "prune": request.prune,
+        "trials": request.study.trials,
+        "holdout": request.protocol.holdout,
+        "seed": request.replay.seed,
+        "prune": request.study.prune,
         "warnings": list(result.warnings),
         "sides": sides,
     }
@@ -209,11 +210,12 @@ def side_entry(
 
 
 def _header(request: TuneRequest) -> str:
+    study, seed, holdout = request.study, request.replay.seed, request.protocol.holdout
     return (
         "# The tuned set-ups `prescaler demo` scores. Do not edit by hand: regenerate with\n"
-        f"#   {RETUNE_COMMAND} --jobs {request.jobs}\n"
-        f"# (every side: optuna TPE, {request.trials} trials, seed {request.seed}, stop rules\n"
-        f"# --prune {request.prune}, tuned on the first {1 - request.holdout:.0%} of the trace,\n"
+        f"#   {RETUNE_COMMAND} --jobs {study.jobs}\n"
+        f"# (every side: optuna TPE, {study.trials} trials, seed {seed}, stop rules\n"
+        f"# --prune {study.prune}, tuned on the first {1 - holdout:.0%} of the trace,\n"
         "# scored on the held-back rest).\n"
     )
 
@@ -225,11 +227,12 @@ def retune(
 
     The study lives in a fresh temporary SQLite file, so a run never resumes
     trials from an earlier tuner."""
+    from simulations.tune.report import print_event
     from simulations.tune.run import tune
 
     with tempfile.TemporaryDirectory(prefix="prescaler-demo-tune-") as tmp:
         request = retune_request(trace, profile, jobs, f"sqlite:///{tmp}/tune.db", trials)
-        result = tune(request, out)
+        result = tune(request, lambda event: print_event(event, out))
     doc = fixture_document(request, result)
     text = _header(request) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,13 +14,31 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+from engine.profiles import use_profile
+from simulations.autoscaling.scaledobject import load_scaledobject
+from simulations.cli_messages import in_flags, message_of
 from simulations.cli_types import count_flag, fraction_flag, number_flag, window_flag
-from simulations.runner import STATIC_SLO_TARGET
-
-if TYPE_CHECKING:
-    from simulations.sim_inputs import SimInputs
+from simulations.lead_time import with_startup
+from simulations.policies import (
+    PolicySpec,
+    predictive_spec,
+    reactive_spec,
+    scaledobject_spec,
+    with_history,
+)
+from simulations.report import plot, summary, table
+from simulations.runner import STATIC_SLO_TARGET, run_policies
+from simulations.sim_inputs import (
+    SimInputs,
+    add_sim_input_flags,
+    sim_inputs_from_args,
+    window_start,
+)
+from simulations.sim_types import replay_config
+from simulations.traffic import TrafficOptions, load_workload
+from simulations.tune.request import ReplaySpec
 
 __all__ = [
     "DEFAULT_POLICIES",
@@ -30,6 +48,7 @@ __all__ = [
     "add_simulate_arguments",
     "add_window_arguments",
     "register",
+    "replay_spec_from",
     "simulate",
     "window_options",
 ]
@@ -252,9 +271,31 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="Prometheus scrape interval, s (default %(default)s)")  # fmt: skip
     p.add_argument("--rate-window", type=number_flag("--rate-window"), default=120.0,
                    help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
-    from simulations.sim_inputs import add_sim_input_flags
 
     add_sim_input_flags(p)
+
+
+def replay_spec_from(args: argparse.Namespace) -> ReplaySpec:
+    """The replay flags (:func:`add_replay_arguments`) as one value, read the
+    same way for ``simulate`` and ``tune``."""
+    return ReplaySpec(
+        profile=args.profile,
+        slo_ttft_s=args.slo_ttft,
+        timeout_s=args.timeout,
+        rate_scale=args.rate_scale,
+        start_s=args.start_s,
+        duration_s=args.duration_s,
+        seed=args.seed,
+        tokens_from=args.tokens_from,
+        arrivals=args.arrivals,
+        cv=args.cv,
+        forecaster=args.forecaster,
+        spot=args.spot,
+        scrape_interval_s=args.scrape_interval,
+        rate_window_s=args.rate_window,
+        backfill=args.backfill,
+        inputs=_sim_inputs(args),
+    )
 
 
 def options_from(args: argparse.Namespace) -> SimulateOptions:
@@ -269,29 +310,19 @@ def options_from(args: argparse.Namespace) -> SimulateOptions:
     return SimulateOptions(
         trace=args.trace,
         policies=policies,
-        **window_options(args),
+        **replay_spec_from(args).fields(),
+        json_path=args.json_path,
         plot_path=args.plot_path,
         jobs=args.jobs,
-        tokens_from=args.tokens_from,
-        arrivals=args.arrivals,
-        cv=args.cv,
-        forecaster=args.forecaster,
         scaledobjects=tuple(args.scaledobjects),
         static_replicas=args.static_replicas,
         target=args.target,
-        spot=args.spot,
         quiet=args.quiet,
-        scrape_interval_s=args.scrape_interval,
-        rate_window_s=args.rate_window,
-        backfill=args.backfill,
-        inputs=_sim_inputs(args),
         prometheus_outage=args.prometheus_outage,
     )
 
 
 def _sim_inputs(args: argparse.Namespace) -> SimInputs:
-    from simulations.sim_inputs import sim_inputs_from_args
-
     try:
         return sim_inputs_from_args(args)
     except ValueError as exc:
@@ -301,21 +332,6 @@ def _sim_inputs(args: argparse.Namespace) -> SimInputs:
 def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]:
     """Load, run every policy, print the table, write JSON/plots; returns the summary."""
     out = sys.stdout if out is None else out
-    from engine.profiles import use_profile
-    from simulations.autoscaling.scaledobject import load_scaledobject
-    from simulations.lead_time import with_startup
-    from simulations.policies import (
-        PolicySpec,
-        predictive_spec,
-        reactive_spec,
-        scaledobject_spec,
-        with_history,
-    )
-    from simulations.report import plot, summary, table
-    from simulations.runner import run_policies
-    from simulations.sim_inputs import SimInputs, window_start
-    from simulations.sim_types import replay_config
-    from simulations.traffic import TrafficOptions, load_workload
 
     wall0 = time.perf_counter()
     # read once (a file too) and handed down as the object; its name now finds
@@ -363,7 +379,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     config = inputs.apply(config, profile, before.opening)
     specs = [with_history(s, before.history) for s in specs]
 
-    from tqdm import tqdm
+    from tqdm import tqdm  # heavy: only a run that draws a progress bar loads it
 
     bar = tqdm(
         total=len(specs),
@@ -416,8 +432,6 @@ def _run(args: argparse.Namespace) -> int:
         opts = options_from(args)
         simulate(opts)
     except (ValueError, KeyError, OSError) as exc:
-        from simulations.cli_messages import in_flags, message_of
-
         print(f"prescaler simulate: {in_flags(message_of(exc))}", file=sys.stderr)
         return 2
     return 0

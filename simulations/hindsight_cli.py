@@ -1,25 +1,11 @@
 """``prescaler hindsight``: the hindsight schedule for the demand a fleet's Prometheus recorded.
 
-It reads the fleet's history the way ``prescaler tune --prometheus`` does
-(the arrival rate and the token histograms of vLLM's own counters,
-:mod:`simulations.fleet_prometheus`), or a trace file, computes the
-hindsight schedule for it (:mod:`simulations.hindsight_run`: calibrated by
-replay to meet the target, or at a stated ``--factor``), and writes it as
-an OpenMetrics file with timestamps, which ``promtool tsdb
-create-blocks-from openmetrics`` turns into blocks for Prometheus's data
-directory: the fleet dashboard then draws ``prescaler_hindsight_replicas``
-beside the replicas the live fleet ran.
-
-Why an offline command and not a recording rule: the schedule at a moment
-depends on the demand up to a start-up plus a billing tail *after* it (a
-replica is ordered one lead time ahead and held through gaps shorter than a
-restart), and it is calibrated by replaying the whole range through the
-simulator; a recording rule sees only the past and evaluates PromQL, so it
-could give at best a lagged, uncalibrated sketch. Why blocks rather than
-remote write: the series is history (timestamps hours or days back), which
-Prometheus's remote-write receiver refuses outside its head block, while
-``promtool``'s backfill is the documented way to add it, needs no flag on
-the running server, and ships with Prometheus.
+Reads the history as ``tune --prometheus`` does (or a trace), computes the
+calibrated hindsight schedule (:mod:`simulations.hindsight_run`) and writes
+it as OpenMetrics for ``promtool tsdb create-blocks-from openmetrics``, so
+the fleet dashboard draws it beside what the fleet ran. Offline, because
+the schedule at a moment depends on demand after it; as blocks, because
+Prometheus's remote write refuses samples that far back.
 """
 
 from __future__ import annotations
@@ -33,7 +19,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.profiles import use_profile
+from simulations.cli import run_subcommand
+from simulations.cli_messages import message_of
 from simulations.cli_types import count_flag, fraction_flag, number_flag
+from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_fleet_trace
+from simulations.fleet_trace import parse_labels
+from simulations.hindsight import plan
+from simulations.hindsight_run import bound_pair, bound_summary, timing
+from simulations.policies import HINDSIGHT_STEP_S, step_load
+from simulations.runner import attainment, idle_attainment
+from simulations.sim_types import SimConfig
+from simulations.traffic import TrafficOptions, load_workload
+from simulations.tune.run import DEFAULT_TARGET
 
 __all__ = ["SERIES", "main", "openmetrics", "register"]
 
@@ -114,14 +112,9 @@ def openmetrics(
 
 def _workload(args: argparse.Namespace, tmp: Path) -> tuple[Any, float]:
     """The demand as a workload, and the Unix time of its first second."""
-    from simulations.traffic import TrafficOptions, load_workload
-
     if (args.trace is None) == (args.prometheus is None):
         raise ValueError("give TRACE or --prometheus URL (one of them)")
     if args.prometheus is not None:
-        from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_fleet_trace
-        from simulations.fleet_trace import parse_labels
-
         since = parse_since(args.since)
         end = time.time() if args.end is None else args.end
         fleet = fetch_fleet_trace(
@@ -140,14 +133,6 @@ def _workload(args: argparse.Namespace, tmp: Path) -> tuple[Any, float]:
 
 def hindsight(args: argparse.Namespace) -> dict[str, Any]:
     """Compute and write; the summary."""
-    from engine.profiles import use_profile
-    from simulations.hindsight import plan
-    from simulations.hindsight_run import bound_pair, bound_summary, timing
-    from simulations.policies import HINDSIGHT_STEP_S, step_load
-    from simulations.runner import attainment, idle_attainment
-    from simulations.sim_types import SimConfig
-    from simulations.tune.run import DEFAULT_TARGET
-
     profile = use_profile(args.profile)
     config = SimConfig(slo_ttft_s=args.slo_ttft)
     with tempfile.TemporaryDirectory(prefix="prescaler-hindsight-") as tmp:
@@ -190,8 +175,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         summary = hindsight(args)
     except (ValueError, KeyError, OSError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"prescaler hindsight: {msg}", file=sys.stderr)
+        print(f"prescaler hindsight: {message_of(exc)}", file=sys.stderr)
         return 2
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
@@ -214,8 +198,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m simulations.hindsight_cli`` (the same as ``prescaler hindsight``)."""
-    from simulations.cli import run_subcommand
-
     return run_subcommand(register, "hindsight", argv)
 
 

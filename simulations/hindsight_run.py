@@ -25,10 +25,11 @@ from engine.profiles import Profile
 from simulations.cluster.config import ClusterConfig
 from simulations.hindsight import Calibrated, Schedule, calibrate, from_need, plan
 from simulations.lead_time import with_startup
+from simulations.outcome import Outcome, attainment, idle_attainment
 from simulations.policies import HINDSIGHT_STEP_S, PolicySpec, make_controller, step_load
-from simulations.runner import Outcome, attainment, idle_attainment
 from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetExceeded
 from simulations.traffic import Workload
+from simulations.tune.request import DEFAULT_TARGET
 
 __all__ = [
     "INSTANT",
@@ -167,8 +168,6 @@ def search_hindsight(
     """A ``hindsight`` policy's outcome: the bound at the run's lead time (its
     replay is the outcome's result) and, in ``result.extra["hindsight"]``,
     the same bound with an instant start-up (:func:`bound_summary`)."""
-    from simulations.tune.run import DEFAULT_TARGET  # tune's, so both commands mean one thing
-
     fraction = DEFAULT_TARGET if spec.target is None else spec.target
     prof = with_startup(profile, config.startup)
     target = fraction * idle_attainment(workload, prof, config.slo_ttft_s)

@@ -366,7 +366,7 @@ def timeline_figure(outcomes: Mapping[str, Outcome], *, rate_scale: float | None
     One panel per policy, every panel on the same replicas and req/s scales, each
     headed by its SLO attainment and cost; the legend sits below the panels, off
     the data. ``rate_scale``: the arrival-rate multiplier, named in the title."""
-    import matplotlib
+    import matplotlib  # heavy: only a run that draws a plot loads it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -437,7 +437,7 @@ def plot(
 ) -> tuple[Path, Path]:
     """The timeline (:func:`timeline_figure`) in ``path``; the TTFT CDF per policy
     beside it (:func:`ttft_plot_path`)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only a run that draws a plot loads it
 
     path = Path(path)
     names = list(outcomes)

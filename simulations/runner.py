@@ -10,70 +10,32 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
 
 import numpy as np
 
 from engine.profiles import Profile, use_profile
-from engine.replica import Replica
+from simulations.hindsight_run import search_hindsight
 from simulations.lead_time import with_startup
+from simulations.outcome import Outcome, attainment, idle_attainment, met_slo
 from simulations.policies import PolicySpec, make_controller, oracle_need, with_replicas
-from simulations.simulation import COMPLETED, SimConfig, SimResult, Simulation, SloBudgetExceeded
+from simulations.simulation import SimConfig, SimResult, Simulation, SloBudgetExceeded
 from simulations.traffic import Workload
 
-__all__ = ["STATIC_SLO_TARGET", "Outcome", "run_policies", "run_policy", "search_static"]
+__all__ = [
+    "STATIC_SLO_TARGET",
+    "Outcome",
+    "attainment",
+    "idle_attainment",
+    "met_slo",
+    "run_policies",
+    "run_policy",
+    "search_static",
+]
 
 STATIC_SLO_TARGET = 0.98
 """The default static fleet is the smallest whose TTFT-SLO attainment reaches
 this fraction of what an idle fleet would attain (:func:`idle_attainment`):
 a prompt too long to prefill within the SLO misses it on any fleet."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One policy's result, plus the fleet sizes tried when it was searched."""
-
-    result: SimResult
-    tried: tuple[tuple[int, float | None], ...] = ()
-    replicas: int | None = None
-    """static: the fleet size run."""
-    target: float | None = None
-    """static search: the attainment it had to meet."""
-
-
-def met_slo(result: SimResult) -> np.ndarray:
-    """Per request: completed with TTFT within the SLO (a timed-out or
-    rejected request misses it)."""
-    return (result.status == COMPLETED) & (result.ttft_s <= result.slo_ttft_s)
-
-
-def attainment(result: SimResult) -> float:
-    """Fraction of all requests that completed with TTFT within the SLO."""
-    n = result.status.size
-    if n == 0:
-        return 1.0
-    return float(np.count_nonzero(met_slo(result))) / n
-
-
-def idle_attainment(workload: Workload, profile: Profile, slo_ttft_s: float) -> float:
-    """Fraction of requests whose prefill alone, on an idle replica, meets the
-    SLO: no fleet does better (a long prompt is slow however many replicas)."""
-    if len(workload) == 0:
-        return 1.0
-    budget = max(1, Replica(profile).limits.max_num_batched_tokens)
-    cache: dict[int, float] = {}
-    ok = 0
-    for p in workload.prompt_tokens.tolist():
-        t = cache.get(p)
-        if t is None:
-            t, done = 0.0, 0
-            while done < p:
-                chunk = min(budget, p - done)
-                done += chunk
-                t += profile.step_time_s(chunk, 0, done)
-            cache[p] = t
-        ok += t <= slo_ttft_s
-    return ok / len(workload)
 
 
 def run_policy(
@@ -155,8 +117,6 @@ def _run_one(spec: PolicySpec, workload: Workload, profile: Profile, config: Sim
     if spec.kind == "static" and spec.replicas is None:
         return search_static(spec, workload, profile, config)
     if spec.kind == "hindsight" and spec.schedule is None:
-        from simulations.hindsight_run import search_hindsight  # it runs policies too
-
         return search_hindsight(spec, workload, profile, config)
     return Outcome(run_policy(spec, workload, profile, config), replicas=spec.replicas)
 

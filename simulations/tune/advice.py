@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from simulations.tune.held_back import SideResult
-    from simulations.tune.run import TuneResult
+from simulations.tune.held_back import SideResult, TuneResult
 
 __all__ = [
     "Chosen",

@@ -20,22 +20,56 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from simulations.cli import UsageError, add_replay_arguments, run_subcommand
-from simulations.cli_messages import in_flags
+import yaml
+
+from engine.profile_check import check_reminder
+from engine.profiles import get_profile
+from simulations.cli import UsageError, add_replay_arguments, replay_spec_from, run_subcommand
+from simulations.cli_messages import in_flags, message_of
 from simulations.cli_types import count_flag, number_flag
-from simulations.sim_inputs import sim_inputs_from_args
-from simulations.tune.report import paste_block, print_report, report_document
-from simulations.tune.run import DEFAULT_TARGET, TuneRequest, default_storage, tune
-from simulations.tune.sides import CRON_REPLICAS, CRON_SIDES, DEFAULT_SIDES, SIDES, WrittenCron
+from simulations.tune.interrupted import TuneInterrupted, so_far_line, write_so_far
+from simulations.tune.interrupts import EXIT_INTERRUPTED
+from simulations.tune.plot import plot_all_trials, plot_frontier
+from simulations.tune.report import paste_block, print_event, print_report, report_document
+from simulations.tune.request import (
+    CRON_REPLICAS,
+    DEFAULT_TARGET,
+    PasteSpec,
+    Protocol,
+    SideChoice,
+    StudySpec,
+    TraceSource,
+    TuneRequest,
+    WrittenCron,
+)
+from simulations.tune.run import default_storage, tune
+from simulations.tune.sides import CRON_SIDES, DEFAULT_SIDES, SIDES
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
-__all__ = ["EXIT_SLO_UNMET", "register", "report_document", "request_from", "run"]
+__all__ = [
+    "CONFIG_KEYS",
+    "EXIT_SLO_UNMET",
+    "register",
+    "report_document",
+    "request_from",
+    "run",
+    "with_config",
+]
 
 EXIT_SLO_UNMET = 3
 """Exit status when no searched prescaler setting meets the SLO target."""
 
 _EXTRA_SIDES = tuple(n for n in SIDES if n not in DEFAULT_SIDES)
 """The sides a plain ``prescaler tune`` leaves out (each costs a study)."""
+
+CONFIG_KEYS = (
+    "holdout-seeds", "margin", "short-history", "storage", "study", "trial-grace", "prune",
+    "selector", "since", "step", "save-trace", "prometheus-address", "model",
+    "scaler-address", "name", "namespace", "target-name", "add-sides", "cron-window",
+    "tokens-from", "arrivals", "cv", "timeout", "scrape-interval", "rate-window",
+)  # fmt: skip
+"""The flags a ``--config`` file may set, by name without the dashes: the
+rarely changed half; a flag on the command line wins over the file."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -132,7 +166,63 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    metavar="HH:MM-HH:MM[/N]",
                    help="the cron sides' window as your team writes it, UTC, holding N "
                    "replicas (default 2 replicas 08:00-18:00); its first trial")  # fmt: skip
-    p.set_defaults(func=_run)
+    p.add_argument("--config", dest="config_path", default=None, metavar="FILE",
+                   help="a YAML mapping of flags to values (names without the dashes): "
+                   f"{', '.join(CONFIG_KEYS)}; a flag given here wins")  # fmt: skip
+    flags = {key: _given_tracked(p, f"--{key}") for key in CONFIG_KEYS}
+    p.set_defaults(func=_run, config_flags=flags, given_flags=frozenset())
+
+
+def _given_tracked(p: argparse.ArgumentParser, option: str) -> argparse.Action:
+    """``option``'s action, made to note on the namespace that it was given
+    on the command line (so a ``--config`` file's value yields to it)."""
+    action = next(a for a in p._actions if option in a.option_strings)
+    base = type(action)
+
+    def call(self: argparse.Action, parser: Any, ns: Any, values: Any, opt: Any = None) -> None:
+        ns.given_flags = ns.given_flags | {self.dest}
+        base.__call__(self, parser, ns, values, opt)
+
+    action.__class__ = type(f"Given{base.__name__}", (base,), {"__call__": call})
+    return action
+
+
+def with_config(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the ``--config`` file's values for the flags not given
+    on the command line, each read by its flag's own parser; an unknown key
+    or a bad value is a :class:`UsageError` naming it."""
+    if not args.config_path:
+        return args
+    try:
+        doc = yaml.safe_load(Path(args.config_path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"--config {args.config_path}: {exc}") from None
+    if doc is None:
+        return args
+    if not isinstance(doc, dict):
+        raise UsageError(f"--config {args.config_path}: want a mapping of flag names to values")
+    merged = argparse.Namespace(**vars(args))
+    for key, value in doc.items():
+        action = args.config_flags.get(key)
+        if action is None:
+            known = ", ".join(CONFIG_KEYS)
+            raise UsageError(f"--config {args.config_path}: unknown key {key!r} (known: {known})")
+        if action.dest in args.given_flags:
+            continue
+        if isinstance(value, list):  # add-sides: [a, b] as the flag's a,b
+            value = ",".join(map(str, value))
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        try:
+            parsed = action.type(text) if action.type is not None else text
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise UsageError(f"--config {args.config_path}: {key}: {exc}") from None
+        if action.choices is not None and parsed not in action.choices:
+            raise UsageError(
+                f"--config {args.config_path}: {key}: {value!r} is not one of "
+                f"{', '.join(map(str, action.choices))}"
+            )
+        setattr(merged, action.dest, parsed)
+    return merged
 
 
 def _side_list(text: str) -> tuple[str, ...]:
@@ -230,66 +320,44 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
             "what it says)"
         )
     return TuneRequest(
-        trace=args.trace,
-        profile=args.profile,
-        slo_ttft_s=args.slo_ttft,
-        timeout_s=args.timeout,
-        target=args.target,
-        margin=args.margin,
-        holdout_seeds=args.holdout_seeds,
-        trials=args.trials,
-        holdout=args.holdout,
-        jobs=args.jobs,
-        seed=args.seed,
-        tokens_from=args.tokens_from,
-        rate_scale=args.rate_scale,
-        start_s=args.start_s,
-        duration_s=args.duration_s,
-        arrivals=args.arrivals,
-        cv=args.cv,
-        forecaster=args.forecaster,
-        spot=args.spot,
-        scrape_interval_s=args.scrape_interval,
-        rate_window_s=args.rate_window,
-        backfill=args.backfill,
-        scaledobject=args.scaledobject,
-        storage=args.storage or default_storage(),
-        study=args.study,
-        trial_grace_s=args.trial_grace,
-        prune=args.prune,
-        prometheus=args.prometheus,
-        selector=args.selector,
-        since=args.since,
-        step_s=args.step_s,
-        save_trace=args.save_trace,
-        short_history=args.short_history,
-        model=args.model,
-        scaler_address=args.scaler_address,
-        prometheus_address=args.prometheus_address,
-        inputs=sim_inputs_from_args(args),
-        sides=args.only_sides or ((*DEFAULT_SIDES, *args.add_sides) if args.add_sides else ()),
-        name=args.name,
-        namespace=args.namespace,
-        target_name=args.target_name,
-        cron_window=args.cron_window,
-    )
+        replay=replay_spec_from(args),
+        source=TraceSource(
+            trace=args.trace, prometheus=args.prometheus, selector=args.selector,
+            since=args.since, step_s=args.step_s, save_trace=args.save_trace,
+        ),
+        protocol=Protocol(
+            target=args.target, margin=args.margin, holdout=args.holdout,
+            holdout_seeds=args.holdout_seeds, short_history=args.short_history,
+        ),
+        study=StudySpec(
+            trials=args.trials, jobs=args.jobs, storage=args.storage or default_storage(),
+            study=args.study, trial_grace_s=args.trial_grace, prune=args.prune,
+        ),
+        paste=PasteSpec(
+            model=args.model, scaler_address=args.scaler_address,
+            prometheus_address=args.prometheus_address, name=args.name,
+            namespace=args.namespace, target_name=args.target_name,
+        ),
+        choice=SideChoice(
+            sides=args.only_sides or ((*DEFAULT_SIDES, *args.add_sides) if args.add_sides else ()),
+            scaledobject=args.scaledobject,
+            cron_window=args.cron_window,
+        ),
+    )  # fmt: skip
 
 
 def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out: TextIO) -> int:
     """Tune, report, write; the exit status (0, or :data:`EXIT_SLO_UNMET`;
     130 after Ctrl-C, the trials so far written)."""
-    from simulations.tune.interrupted import TuneInterrupted, so_far_line, write_so_far
-    from simulations.tune.interrupts import EXIT_INTERRUPTED
-
     try:
-        result = tune(request, out)
+        result = tune(request, lambda event: print_event(event, out))
     except TuneInterrupted as stop:
         written = write_so_far(stop.so_far, json_path, plot_path)
         print(so_far_line(stop.so_far, written, "prescaler tune"), file=sys.stderr)
         return EXIT_INTERRUPTED
     doc = report_document(result)
     print_report(out, result, doc)
-    _remind_unchecked(request.profile)
+    _remind_unchecked(request.replay.profile)
     p = result.side("prescaler")
     # prescaler's side decides the exit status when it was tuned, else any side
     met = (p is not None and p.study.best is not None) or (
@@ -298,8 +366,6 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
     if any(s.manifest is not None for s in result.sides):
         paste_block(request, result, out)
     if plot_path:
-        from simulations.tune.plot import plot_all_trials, plot_frontier
-
         path = plot_frontier(result, doc, plot_path)
         trials_path = Path(plot_path).with_name(Path(plot_path).stem + "-trials.png")
         plot_all_trials(
@@ -318,9 +384,6 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
 
 def _remind_unchecked(given: str) -> None:
     """A line on stderr when the profile under the result was never checked."""
-    from engine.profile_check import check_reminder
-    from engine.profiles import get_profile
-
     line = check_reminder(get_profile(given), given)
     if line:
         print(line, file=sys.stderr)
@@ -328,10 +391,9 @@ def _remind_unchecked(given: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        return run(request_from(args), args.json_path, args.plot_path, sys.stdout)
+        return run(request_from(with_config(args)), args.json_path, args.plot_path, sys.stdout)
     except (UsageError, ValueError, KeyError, OSError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"prescaler tune: {in_flags(str(msg))}", file=sys.stderr)
+        print(f"prescaler tune: {in_flags(message_of(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before any study began, or while writing the report
         print("prescaler tune: interrupted before a trial ran or while writing the "

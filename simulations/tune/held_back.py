@@ -13,20 +13,37 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-if TYPE_CHECKING:
-    from engine.profile_types import Profile
-    from simulations.backfill import DemandHistory
-    from simulations.sim_inputs import SimInputs
-    from simulations.simulation import SimConfig
-    from simulations.traffic import Workload
-    from simulations.tune.run import TuneRequest
-    from simulations.tune.sides import Side
-    from simulations.tune.study import StudyResult
+from engine.profile_types import Profile
+from simulations.backfill import DemandHistory
+from simulations.report import policy_summary
+from simulations.sim_inputs import SimInputs
+from simulations.simulation import SimConfig
+from simulations.traffic import Workload
+from simulations.tune.inputs import part_starts
+from simulations.tune.interrupts import (
+    interrupt_check,
+    interruptible_trials,
+    quiet_worker,
+    run_quietly,
+    wait_for_workers,
+)
+from simulations.tune.manifest import apply_setting, apply_to_manifest
+from simulations.tune.request import TuneRequest
+from simulations.tune.search import outcome, pareto_front, score, split_workload
+from simulations.tune.sides import Side
+from simulations.tune.study import StudyResult
 
-__all__ = ["FRONTIER_SIZE", "FrontierPoint", "SideResult", "rescore", "seed_runs"]
+__all__ = [
+    "FRONTIER_SIZE",
+    "FrontierPoint",
+    "SideResult",
+    "TuneResult",
+    "rescore",
+    "seed_runs",
+]
 
 FRONTIER_SIZE = 4
 """At most this many of the tuning part's Pareto set are re-scored on the
@@ -70,6 +87,30 @@ class SideResult:
     held-back part under each of ``holdout_seeds`` seeds, the first the run's own."""
 
 
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found; the command reports it."""
+
+    trace: str
+    slo_ttft_s: float
+    target: float
+    target_attainment: tuple[float, float]
+    """(tuning part, held-back part): ``target`` x each part's idle ceiling."""
+    ceiling: float
+    months: tuple[float, float]
+    """Each part's span in months (730 h), for per-month costs."""
+    sides: tuple[SideResult, ...]
+    warnings: tuple[str, ...] = ()
+    trial_s: float = math.nan
+    held_requests: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    margin: float = 0.0
+    """Points above ``target_attainment[0]`` the chosen setting had to reach."""
+
+    def side(self, name: str) -> SideResult | None:
+        return next((s for s in self.sides if s.side.name == name), None)
+
+
 def seed_runs(
     results: list[SideResult],
     others: list[tuple[Workload, Workload | None]],
@@ -83,13 +124,12 @@ def seed_runs(
     per seed), each part opening with what came before it in that draw: a
     setting chosen by a hair on one draw of arrivals shows here whether it
     holds on another."""
-    from simulations.tune.inputs import part_starts
-    from simulations.tune.search import split_workload
-
     parts: list[tuple[Workload, SimConfig, DemandHistory | None]] = []
     for window, before in others:
-        tune_k, held_k = split_workload(window, request.holdout)
-        st = part_starts(before, tune_k, held_k, profile, config, inputs, backfill=request.backfill)
+        tune_k, held_k = split_workload(window, request.protocol.holdout)
+        st = part_starts(
+            before, tune_k, held_k, profile, config, inputs, backfill=request.replay.backfill
+        )
         if held_k is not None and st.held is not None:
             parts.append((held_k, st.held_config, st.held.history))
         else:
@@ -102,27 +142,24 @@ def seed_runs(
         prescaler = r.chosen.prescaler_trigger is not None
         for k, (part, cfg, history) in enumerate(parts):
             jobs.append((r.chosen, part, profile, cfg, history if prescaler else None))
-            owners.append((i, request.seed + 1 + k))
+            owners.append((i, request.replay.seed + 1 + k))
     runs: dict[int, list[tuple[int, float, float]]] = {}
-    for (i, seed), s in zip(owners, _score_all(jobs, request.jobs), strict=True):
+    for (i, seed), s in zip(owners, _score_all(jobs, request.study.jobs), strict=True):
         runs.setdefault(i, []).append((seed, s.attainment, s.cost_usd))
     out = list(results)
     for i, r in enumerate(results):
         if r.holdout is not None:
-            own = (request.seed, float(r.holdout["slo_attainment"]), float(r.holdout["cost_usd"]))
+            own = (
+                request.replay.seed,
+                float(r.holdout["slo_attainment"]),
+                float(r.holdout["cost_usd"]),
+            )
             out[i] = replace(r, holdout_seeds=(own, *runs.get(i, [])))
     return out
 
 
 def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
     """Every job's Score (:func:`_score_job`), in ``processes`` processes."""
-    from simulations.tune.interrupts import (
-        interruptible_trials,
-        quiet_worker,
-        run_quietly,
-        wait_for_workers,
-    )
-
     with interruptible_trials():  # Ctrl-C stops the runs at their next check
         if processes > 1 and len(jobs) > 1:
             workers = min(processes, len(jobs))
@@ -138,9 +175,6 @@ def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
 
 def _score_job(args: tuple[Any, ...]) -> Any:
     """(ScaledObject, workload, profile, config, history) -> its full run's Score."""
-    from simulations.tune.interrupts import interrupt_check
-    from simulations.tune.search import score
-
     so, workload, profile, config, history = args
     # the Ctrl-C check adds events that change nothing else (score's docstring)
     return score(so, workload, profile, config, history=history, stop=interrupt_check)
@@ -172,9 +206,6 @@ def rescore(
     is the base) is simulated once, and the chosen setting's tuning-part run
     is its trial's own when the study kept it (a run is deterministic, and the
     stop checks do not change it)."""
-    from simulations.report import policy_summary
-    from simulations.tune.manifest import apply_setting, apply_to_manifest
-    from simulations.tune.search import outcome, pareto_front
 
     def hist(so: Any, h: DemandHistory | None) -> DemandHistory | None:
         return h if so.prescaler_trigger is not None else None
@@ -202,7 +233,7 @@ def rescore(
     kept_summary = study.best.summary if study.best is not None else None
     if chosen is not None and kept_summary is None:
         jobs.append((chosen, tune_part, profile, configs[0], hist(chosen, tune_history)))
-    scores = _score_all(jobs, request.jobs)
+    scores = _score_all(jobs, request.study.jobs)
 
     def summary(s: Any) -> dict[str, Any]:
         return policy_summary(outcome(s), None, tp)

@@ -1,23 +1,11 @@
 """What each part of a tune starts with, from before that part only.
 
-A tuned setting is judged by what it would do in production, and in
-production a ScaledObject starts from what came before: the fleet the
-Deployment already holds and, for prescaler's trigger, the hours of demand
-its tracker backfills from Prometheus. ``prescaler simulate`` states both
-from the traffic before its window (:mod:`simulations.sim_inputs`); tune
-uses the same rule for its two parts:
-
-- **the tuning part** (every trial, and the chosen setting's re-run): the
-  trace's requests in the :data:`~simulations.backfill.BACKFILL_S` before
-  ``--start`` (none at the trace's start, as a fresh deployment has none);
-- **the held-back part**: the same span before the cut, which is the tuning
-  part's own requests (with those before ``--start`` when the tuning part
-  is shorter), as the live system would have seen them.
-
-Each gives the opening fleet (:func:`simulations.policies.opening_fleet`,
-sized from the last minutes before the part) and the tracker's backfill as
-the emulated Prometheus scraped it (:func:`simulations.backfill.scraped_history`),
-for every side alike. Nothing after a part's start is read for it.
+A tuned setting is judged as it would run in production, where a
+ScaledObject starts from what came before: the fleet already running and
+the demand prescaler's tracker backfills. Each part (tuning, held back)
+gets its opening fleet and its tracker backfill from the requests before
+it, by ``simulate``'s rule (:mod:`simulations.sim_inputs`); nothing after a
+part's start is read for it.
 """
 
 from __future__ import annotations

@@ -20,13 +20,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from simulations.tune.plot import plot_trials
 from simulations.tune.search import pareto_front
-
-if TYPE_CHECKING:
-    from simulations.tune.sides import Side
-    from simulations.tune.study import StudyResult
+from simulations.tune.sides import Side
+from simulations.tune.study import StudyResult
 
 __all__ = [
     "SoFar",
@@ -107,8 +106,6 @@ def write_so_far(so_far: SoFar, json_path: str | None, plot_path: str | None) ->
         path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
         written.append(path)
     if plot_path:
-        from simulations.tune.plot import plot_trials
-
         written.append(_plot_fronts(so_far, plot_path))
         trials_path = Path(plot_path).with_name(Path(plot_path).stem + "-trials.png")
         first = next((st for s, st in so_far.sides if s.name == "prescaler"), None)
@@ -123,7 +120,7 @@ def write_so_far(so_far: SoFar, json_path: str | None, plot_path: str | None) ->
 def _plot_fronts(so_far: SoFar, path: str | Path) -> Path:
     """Each side's Pareto front of its finished trials on the tuning part
     (the held-back frontier needs the scoring a stopped tune never reached)."""
-    import matplotlib
+    import matplotlib  # heavy: only a run that draws a plot loads it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

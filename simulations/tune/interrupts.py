@@ -1,21 +1,11 @@
 """Ctrl-C across a tune's processes: one quiet stop, never a traceback or a hang.
 
-A terminal's Ctrl-C reaches every process of its foreground group, so a
-tune with ``--jobs N`` gets it N + 1 times: in the command and in each
-worker, busy in a simulation, in optuna's bookkeeping, or idle in the
-process pool's queue. Left to Python, each raises a KeyboardInterrupt
-wherever it is: every worker prints a traceback, and one raised inside
-optuna's storage code can leave a database transaction open (the next
-write then waits on its own lock) or a heartbeat thread running (the
-process never exits). So while trials run, SIGINT only marks the process
-stopped (:func:`interruptible_trials`, :func:`quiet_worker`), and the stop
-is raised where nothing is half done: as a trial begins
-(:func:`raise_if_interrupted`) and at the simulation's own periodic checks
-(:func:`interrupt_check`, a ``score`` stop rule), so optuna marks the trial
-failed and the same command run again runs it again. A worker's job then
-returns :data:`INTERRUPTED` (:func:`run_quietly`), and the command, which
-waits for its workers while watching the mark (:func:`wait_for_workers`),
-passes the stop on to them if it alone was interrupted (``kill -INT``).
+Ctrl-C reaches the command and every worker; raised anywhere, it prints a
+traceback per worker and can leave optuna's storage mid-transaction. So
+while trials run SIGINT only marks the process stopped, and the stop is
+raised where nothing is half done (as a trial begins, and at the
+simulation's periodic checks): the trial is failed, and the same command
+run again runs it again.
 """
 
 from __future__ import annotations
@@ -177,7 +167,7 @@ class _NoInterruptedTrials(logging.Filter):
 
 
 def _quiet(kind: type[BaseException] | None) -> bool:
-    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.exceptions import UpdateFinishedTrialError  # heavy: only a study loads it
 
     return kind is not None and issubclass(kind, (KeyboardInterrupt, UpdateFinishedTrialError))
 

@@ -1,21 +1,11 @@
 """A tuned setting as a ScaledObject manifest: the KEDA and HPA knobs searched,
 and the document a person pastes.
 
-``prescaler tune`` searches more than trigger metadata: the knobs KEDA and
-the HPA give every ScaledObject (a prometheus trigger's ``threshold`` and
-``activationThreshold``, ``minReplicaCount``, ``pollingInterval``, the HPA
-``behavior`` policies and stabilization windows). Each candidate is built the
-way a person would build it, by editing the manifest, and is parsed back by
-:func:`simulations.autoscaling.scaledobject.parse_scaledobject`, the simulator's own
-reader, so what is scored is exactly what is printed. ``maxReplicaCount`` is
-never searched: it is the user's budget, not a knob.
-
-Keys of a search setting: plain trigger metadata keys (``minReplicas``)
-belong to prescaler's trigger (:func:`simulations.tune.search.merged_metadata`'s
-rules); dotted keys are manifest knobs (:data:`KNOB_PREFIXES`). Triggers are
-addressed by their index in ``spec.triggers`` and the space is built by
-iterating over every trigger the spec has, so a ScaledObject with several
-triggers gets knobs for each.
+Each candidate is built as a person would build it, by editing the
+manifest, and read back by the simulator's own ScaledObject reader, so what
+is scored is exactly what is printed. Plain keys are prescaler trigger
+metadata; dotted keys are manifest knobs (:data:`KNOB_PREFIXES`), triggers
+addressed by their index. ``maxReplicaCount`` is the user's budget, never searched.
 """
 
 from __future__ import annotations
@@ -32,7 +22,11 @@ from typing import Any
 import yaml
 
 from simulations.autoscaling.keda import KedaConfig
-from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
+from simulations.autoscaling.scaledobject import (
+    ScaledObjectSpec,
+    load_scaledobject,
+    parse_scaledobject,
+)
 from simulations.tune.search import Param, format_value, merged_metadata
 
 __all__ = [
@@ -125,8 +119,6 @@ def triggers_of(spec: ScaledObjectSpec) -> tuple[Any, ...]:
 def load_manifest(path: str | Path) -> dict[str, Any]:
     """The ScaledObject document of a YAML file, as written (other documents
     skipped); checked by the simulator's reader first, so errors are its."""
-    from simulations.autoscaling.scaledobject import load_scaledobject
-
     load_scaledobject(path)
     docs = [d for d in yaml.safe_load_all(Path(path).read_text(encoding="utf-8")) if d]
     return next(d for d in docs if isinstance(d, dict) and d.get("kind") == "ScaledObject")

@@ -15,13 +15,14 @@ from __future__ import annotations
 import copy
 import ipaddress
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
+from simulations.fleet_trace import parse_labels
 from simulations.tune.advice import floor_of
-
-if TYPE_CHECKING:
-    from simulations.tune.run import TuneRequest
+from simulations.tune.manifest import apply_to_manifest
+from simulations.tune.request import TuneRequest
+from simulations.tune.sides import gateway_note
 
 __all__ = [
     "DEFAULT_SCALER_ADDRESS",
@@ -78,7 +79,7 @@ def prometheus_address(request: TuneRequest, user: Mapping[str, Any] | None) -> 
     else the one tune read (``--prometheus``), else the user's ScaledObject's
     (its prescaler trigger's ``prometheusAddress`` or a prometheus trigger's
     ``serverAddress``); None when none was given."""
-    given = request.prometheus_address or request.prometheus
+    given = request.paste.prometheus_address or request.source.prometheus
     if given:
         return given
     for trig in ((user or {}).get("spec") or {}).get("triggers") or []:
@@ -97,15 +98,13 @@ def paste_fields(
     (``--model``, or ``model_name`` in ``--selector``) and the scaler's
     address (``--scaler-address``, else the user's ScaledObject's) make the
     block complete."""
-    from simulations.fleet_trace import parse_labels
-
     have: dict[str, str] = {}
     for trig in manifest.get("spec", {}).get("triggers") or []:
         if trig.get("type") in _PRESCALER:
             have = {str(k): str(v) for k, v in (trig.get("metadata") or {}).items()}
     fields: dict[str, str] = {}
     missing: list[str] = []
-    address = address or request.prometheus_address or request.prometheus
+    address = address or request.paste.prometheus_address or request.source.prometheus
     if address:
         fields["prometheusAddress"] = address
     elif have.get("prometheusAddress", PLACEHOLDER_PROMETHEUS) == PLACEHOLDER_PROMETHEUS:
@@ -113,14 +112,14 @@ def paste_fields(
             f"prometheusAddress: the shipped placeholder {PLACEHOLDER_PROMETHEUS!r} is "
             "printed; give --prometheus-address URL (the Prometheus that scrapes vLLM)"
         )
-    model = request.model or parse_labels(request.selector).get("model_name")
+    model = request.paste.model or parse_labels(request.source.selector).get("model_name")
     if model:
         fields["model"] = model
     elif "model" not in have:
         missing.append("model: give --model NAME (vLLM's model_name label) so the scaler "
                        "reads this model's series only")  # fmt: skip
-    if request.scaler_address:
-        fields["scalerAddress"] = request.scaler_address
+    if request.paste.scaler_address:
+        fields["scalerAddress"] = request.paste.scaler_address
     elif "scalerAddress" not in have:
         missing.append(
             f"scalerAddress: give --scaler-address (e.g. {DEFAULT_SCALER_ADDRESS}, "
@@ -137,7 +136,7 @@ def _names(request: TuneRequest, doc: dict[str, Any], user: Mapping[str, Any] | 
     mine = dict((user or {}).get("metadata") or {})
     their_ref = dict(((user or {}).get("spec") or {}).get("scaleTargetRef") or {})
     missing: list[str] = []
-    name = request.name or mine.get("name")
+    name = request.paste.name or mine.get("name")
     if name:
         meta["name"] = str(name)
     else:
@@ -145,7 +144,7 @@ def _names(request: TuneRequest, doc: dict[str, Any], user: Mapping[str, Any] | 
             f"metadata.name: {meta.get('name')!r} is the simulator's name; give --name NAME "
             "(or --scaledobject FILE, whose names are kept)"
         )
-    namespace = request.namespace or mine.get("namespace")
+    namespace = request.paste.namespace or mine.get("namespace")
     if namespace:
         meta["namespace"] = str(namespace)
     elif user is None:
@@ -156,10 +155,10 @@ def _names(request: TuneRequest, doc: dict[str, Any], user: Mapping[str, Any] | 
     ref = dict(spec.get("scaleTargetRef") or {})
     if their_ref:
         ref = {**ref, **their_ref}
-    if request.target_name:
-        ref["name"] = request.target_name
+    if request.paste.target_name:
+        ref["name"] = request.paste.target_name
     spec["scaleTargetRef"] = ref
-    if not (request.target_name or their_ref.get("name")):
+    if not (request.paste.target_name or their_ref.get("name")):
         missing.append(
             f"scaleTargetRef.name: {ref.get('name')!r} is the simulator's name; give "
             "--target-name NAME, the vLLM Deployment this ScaledObject scales"
@@ -225,9 +224,6 @@ def paste_manifest(
     ``user`` is the ``--scaledobject`` document, whose names every side's
     block takes. Loopback addresses, placeholders, the simulator's gateway
     series and a window below the floor are listed."""
-    from simulations.tune.manifest import apply_to_manifest
-    from simulations.tune.sides import gateway_note
-
     doc = copy.deepcopy(dict(manifest))
     missing = _names(request, doc, user)
     address = prometheus_address(request, user)

@@ -17,14 +17,12 @@ import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from simulations.tune.held_back import TuneResult
 from simulations.tune.search import pareto_front
 from simulations.tune.sides import SIDES
 from simulations.tune.study import TrialRecord
-
-if TYPE_CHECKING:
-    from simulations.tune.run import TuneResult
 
 __all__ = [
     "SideTrials",
@@ -122,7 +120,7 @@ def plot_all_trials(
     share one point, their count beside it; the chosen trial a star; the
     target line. Right panel: the region around the target and the chosen
     trials. Stopped trials have no cost and are counted, not drawn."""
-    import matplotlib
+    import matplotlib  # heavy: only a run that draws a plot loads it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -178,7 +176,7 @@ def plot_frontier(result: TuneResult, doc: Mapping[str, Any], path: str | Path) 
     (filled, black edge) and its ScaledObject as written (a cross), the
     target line and the headline ratio, drawn whether or not a side met it;
     right panel: the tuned points around the target."""
-    import matplotlib
+    import matplotlib  # heavy: only a run that draws a plot loads it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -281,7 +279,7 @@ def _zoom(ax: Any, points: Sequence[tuple[float, float]], target_x: float) -> No
 
 def _finish(fig: Any, axes: Sequence[Any], path: str | Path) -> Path:
     """Grid, one legend (below both panels) and layout; the PNG written."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only a run that draws a plot loads it
 
     for ax in axes:
         ax.grid(True, alpha=0.3)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
+from simulations.backfill import DemandHistory
+from simulations.bound_report import bound_terms, waterfall_lines
 from simulations.tune.advice import (
     degenerate_note,
     month_cost,
@@ -21,15 +23,69 @@ from simulations.tune.advice import (
     targets_line,
     verdict,
 )
+from simulations.tune.held_back import FrontierPoint, TuneResult
+from simulations.tune.manifest import load_manifest, manifest_yaml, metadata_of
+from simulations.tune.paste import paste_manifest
+from simulations.tune.request import TuneRequest
+from simulations.tune.run import FleetFetched, SideDone, TuneEvent, TuneStart
 
-if TYPE_CHECKING:
-    from simulations.tune.run import FrontierPoint, TuneRequest, TuneResult
-
-__all__ = ["cost_at_target", "paste_block", "print_report", "report_document", "verdicts"]
+__all__ = [
+    "cost_at_target",
+    "paste_block",
+    "print_event",
+    "print_report",
+    "report_document",
+    "verdicts",
+]
 
 ADVERSE_COST_TOLERANCE = 0.005
 """A tuned setting dearer than the ScaledObject as written by more than this
 share on the held-back part is flagged adverse (less is billing noise)."""
+
+
+def print_event(event: TuneEvent, out: TextIO) -> None:
+    """The progress lines a running tune prints (:func:`simulations.tune.run.tune`'s events)."""
+    if isinstance(event, FleetFetched):
+        print(f"fleet trace: {event.minutes} minutes, {event.requests:,.0f} requests "
+              f"from {event.url}", file=out)  # fmt: skip
+    elif isinstance(event, SideDone):
+        chose = (
+            f"chosen trial {event.chosen}" if event.chosen is not None else "none met the target"
+        )
+        print(f"{event.name}: {event.trials} trials in {event.wall_s:.0f} s "
+              f"of wall time ({event.jobs} processes), {chose}", file=out)  # fmt: skip
+    elif isinstance(event, TuneStart):
+        _print_start(event, out)
+
+
+def _print_start(e: TuneStart, out: TextIO) -> None:
+    held = e.held_requests is not None
+    print(f"{e.trace}: tuning on {e.tune_requests:,} requests "
+          f"({e.tune_s / 3600:.2f} h), holding back "
+          f"{e.held_requests or 0:,} ({e.holdout:.0%}); "
+          f"studies in {e.storage}", file=out)  # fmt: skip
+    held_replicas = e.initial_replicas[1]
+    print(f"tracker history: {_history_note(e.tune_history)} before the tuning part, "
+          f"{_history_note(e.held_history) if held else '-'} before the held-back "
+          f"part{' (--no-backfill)' if not e.backfill else ''}; replicas as each "
+          f"opens: {e.initial_replicas[0]} (tuning part), "
+          f"{held_replicas if held_replicas is not None else '-'} (held-back part)",
+          file=out)  # fmt: skip
+    print(f"SLO: TTFT <= {e.slo_ttft_s:g} s for {100 * e.target:.2f} % of requests "
+          f"({e.fraction:g} x the {100 * e.ceiling:.2f} % an idle fleet attains)"
+          + (f"; chosen only at {100 * e.bar:.2f} % or more on the tuning part (--margin "
+             f"{e.margin:g})" if e.margin else ""), file=out)  # fmt: skip
+    for note in e.warnings:
+        print(f"warning: {note}", file=out)
+
+
+def _history_note(history: DemandHistory | None) -> str:
+    if history is None or len(history) == 0:
+        return "none"
+    span = float(history.times_s[-1] - history.times_s[0]) + (
+        float(history.times_s[1] - history.times_s[0]) if len(history) > 1 else 0.0
+    )
+    return f"{span / 3600:.2f} h"
 
 
 def _pct(x: float) -> str:
@@ -77,8 +133,6 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     headline, :func:`simulations.tune.advice.verdict`). Any set of sides:
     ``predictive`` and ``reactive`` hold nulls when prescaler's or KEDA
     queue-length's side was not tuned."""
-    from simulations.tune.manifest import metadata_of
-
     p, q = result.side("prescaler"), result.side("keda-queue")
     months = result.months[1]
     held_target = result.target_attainment[1]
@@ -159,8 +213,6 @@ def report_document(result: TuneResult) -> dict[str, Any]:
 def _bound(result: TuneResult) -> dict[str, Any] | None:
     """The bound as ``--json`` carries it: its summary and the waterfall over
     each side's chosen setting on the held-back part."""
-    from simulations.bound_report import bound_terms
-
     bound = result.extra.get("hindsight")
     if bound is None:
         return None
@@ -217,8 +269,6 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                   f"(meets the target on {met} of {len(s.holdout_seeds)})", file=out)  # fmt: skip
     bound = doc.get("hindsight")
     if bound is not None:
-        from simulations.bound_report import waterfall_lines
-
         print("\nthe chosen settings on the held-back part against the hindsight schedule, "
               "the cheapest fleet perfect foresight could run there:", file=out)  # fmt: skip
         for line in waterfall_lines(bound["terms"], months, bound["stated_lead"]["lead_s"]):
@@ -232,10 +282,7 @@ def paste_block(request: TuneRequest, result: TuneResult, out: TextIO) -> None:
     """Each printed side's tuned ScaledObject (:func:`simulations.tune.advice.printed_sides`)
     with the names, addresses and model the run was given
     (:func:`simulations.tune.paste.paste_manifest`), then what it still needs."""
-    from simulations.tune.manifest import load_manifest, manifest_yaml
-    from simulations.tune.paste import paste_manifest
-
-    user = load_manifest(request.scaledobject) if request.scaledobject else None
+    user = load_manifest(request.choice.scaledobject) if request.choice.scaledobject else None
     printed = printed_sides(result)
     for s in result.sides:
         if s.manifest is None or s.side.name not in printed:

@@ -1,34 +1,11 @@
-"""Tuning a ScaledObject on a trace: the search space, the scoring and the study.
+"""Tuning a ScaledObject on a trace: the search space and the scoring.
 
-``prescaler tune`` looks for the cheapest predictive-trigger settings whose
-simulated TTFT-SLO attainment meets a target, and for the seeds' reactive
-ScaledObject's best ``threshold`` under the same SLO, so the two can be
-compared fairly (each at its own best). The parts:
-
-- :data:`PREDICTIVE_SPACE`: the trigger keys searched, with ranges and steps
-  that give values a person would paste (``0.85``, ``240``), never
-  ``0.8473921``. Values are written as the strings the trigger metadata holds
-  and parsed back by :func:`decision.settings.parse_settings`, the live
-  scaler's parser, so a tuned block can never be one the scaler refuses.
-- :func:`split_workload`: out of sample by default; the first part of the
-  trace is tuned on, the held-back rest only scores the chosen settings.
-  Each run that starts inside the trace (the tuning part under ``--start``,
-  the held-back rest always) gives the predictive tracker the trace's demand
-  before it as history (:func:`score`'s ``history``), as ``prescaler
-  simulate`` does, since the live scaler backfills it from Prometheus.
-- :func:`simulations.tune.study.run_study`: optuna's TPE sampler, the SLO a constraint
-  (``Trial.set_constraint``) and cost the objective (TPE handles the mixed integer,
-  float and conditional space and ranks infeasible trials by how far they
-  miss), trials in ``jobs`` processes sharing one optuna storage (an RDB URL:
-  SQLite on one machine, PostgreSQL across machines), so a killed run loses
-  no finished trial and several ``prescaler tune`` processes fill one study.
-- :func:`search_reactive`: the reactive threshold by bisection over a fixed
-  ladder (attainment falls and cost drops as the threshold rises).
-
-The target is relative to what an idle fleet attains (like the static fleet
-search of :mod:`simulations.runner`): a prompt too long to prefill within the
-SLO misses it on any fleet, so ``--target 0.99`` asks for 99 % of the
-attainable, and the report shows both figures.
+The space gives values a person would paste (``0.85``, never ``0.8473921``),
+written as trigger metadata strings and parsed by the live scaler's own
+parser, so a tuned block is never one the scaler refuses. :func:`score` runs
+one setting through the simulator; :func:`split_workload` makes the
+out-of-sample parts. The target is relative to what an idle fleet attains:
+a prompt too long to prefill within the SLO misses it on any fleet.
 """
 
 from __future__ import annotations

@@ -1,72 +1,32 @@
 """The sides ``prescaler tune`` compares, each tuned the same way.
 
 A side is a base ScaledObject, its manifest (what the printed setting is
-written into) and the knobs searched. The family:
-
-- ``prescaler``: prescaler's external trigger (the user's ScaledObject when
-  it has one, else the shipped defaults): its metadata
-  (:data:`simulations.tune.search.PREDICTIVE_SPACE`) and the ScaledObject's
-  polling and HPA behavior
-  (:data:`simulations.tune.manifest.PRESCALER_BEHAVIOR_SPACE`: the trigger's
-  scale-down window is the one scale-in wait, the HPA's is derived).
-- ``keda-queue``: plain KEDA on ``sum(vllm:num_requests_waiting)``, the
-  public recipes' queue-length ScaledObject: every knob of
-  :func:`simulations.tune.manifest.keda_space`.
-- ``keda-queue-kv``: the same plus a second prometheus trigger on
-  ``avg(vllm:kv_cache_usage_perc)`` (threshold 0.8, the KV-cache share
-  prescaler's own ``targetKvCacheUsage`` defaults to); KEDA hands the HPA
-  one metric per trigger and the HPA takes the largest proposal.
-- ``user``: the user's own prometheus-trigger ScaledObject as written, with
-  the same knobs over each of its triggers.
-- ``keda-queue-kv-cron`` (asked for by name): the queue and KV-cache
-  triggers plus a ``cron`` trigger holding a replica count through a daily
-  window, what a team does for a ramp it knows the hour of; written with
-  the hours and replicas the request names (``cron_window``, else 2
-  replicas from 08:00 to 18:00), its start, length and replicas searched
-  with the rest.
-- ``keda-gateway`` (asked for by name): scale to zero the way the KEDA HTTP
-  add-on does it, on the request rate at the gateway in front of vLLM
-  (``sum(rate(gateway_requests_total[1m]))``, 0.5 requests/s per replica),
-  ``minReplicaCount`` 0 and an ``activationThreshold`` searched. A trigger
-  on vLLM's own metrics cannot wake a fleet at zero (no replica, no
-  series), so the gateway's count is the only live wake-up signal.
-- ``keda-gateway-cron`` (asked for by name): every KEDA trigger of the
-  family in one ScaledObject at ``minReplicaCount`` 0: the gateway's rate
-  (the wake-up signal), the queue and the KV cache (sizing a running
-  fleet) and the cron side's daily window, written and searched the same
-  way. The KEDA set-up with the same information as ``prescaler-cron``.
-- ``prescaler-gateway`` (asked for by name): prescaler's trigger given the
-  same gateway series (``gatewayRateQuery``), ``minReplicaCount`` 0 and
-  ``minReplicas`` searched from 0 (``minReplicaCount`` follows it: a trial
-  at 1 or more holds that floor): prescaler scaling to zero and waking on
-  the gateway's rate or its forecast. The ``prescaler`` side searches
-  ``minReplicas`` from 0 too when its ScaledObject has the key.
-- ``prescaler-cron`` (asked for by name): ``prescaler-gateway`` with the
-  cron side's daily window beside it (written the same way, searched the
-  same way): what a team that knows its ramp's hour runs once it adopts
-  prescaler, keeping the window it already has.
-
-A user's ScaledObject with prescaler's trigger beside KEDA triggers (a
-cron window, a prometheus trigger) is the ``prescaler`` side's base, each
-of its other triggers' knobs searched with prescaler's; the order of the
-triggers is the user's.
-
-Every side gets the same optimizer, trial budget, seed and out-of-sample
-protocol; ``maxReplicaCount`` stays the user's on every side (or the
-trace's bound when no ScaledObject is given).
+written into) and the knobs searched. One small builder per side
+(:data:`BUILDERS`), run only for the sides asked for; docs/tuning.md ("The
+sides") says what each one is and why it is in the family.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import Any
 
 import yaml
 
-from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
+from decision.settings import ScalerSettings
+from engine.profile_types import Profile
+from engine.profiles import use_profile
+from simulations.autoscaling.scaledobject import (
+    ScaledObjectSpec,
+    load_scaledobject,
+    parse_scaledobject,
+    seeds_reactive,
+)
+from simulations.sim_inputs import SimInputs
 from simulations.tune.manifest import (
     COOLDOWN_PERIOD,
     PRESCALER_BEHAVIOR_SPACE,
@@ -79,19 +39,13 @@ from simulations.tune.manifest import (
     trigger_space,
     triggers_of,
 )
-from simulations.tune.search import (
-    PREDICTIVE_SPACE,
-    Param,
-    default_bases,
-)
+from simulations.tune.request import CRON_REPLICAS, TuneRequest, WrittenCron
+from simulations.tune.search import PREDICTIVE_SPACE, Param, default_bases
 from simulations.tune.timing_floors import timing_floors
 
-if TYPE_CHECKING:
-    from decision.settings import ScalerSettings
-    from engine.profile_types import Profile
-    from simulations.tune.run import TuneRequest
-
 __all__ = [
+    "BUILDERS",
+    "CRON_REPLICAS",
     "CRON_SIDES",
     "DEFAULT_SIDES",
     "SIDES",
@@ -108,20 +62,8 @@ __all__ = [
     "with_cron",
 ]
 
-SIDES = (
-    "prescaler",
-    "keda-queue",
-    "keda-queue-kv",
-    "user",
-    "keda-queue-kv-cron",
-    "keda-gateway",
-    "keda-gateway-cron",
-    "prescaler-gateway",
-    "prescaler-cron",
-)
-"""Side names, in report order."""
 CRON_SIDES = ("keda-queue-kv-cron", "keda-gateway-cron", "prescaler-cron")
-"""The sides whose daily window ``TuneRequest.cron_window`` writes."""
+"""The sides whose daily window ``SideChoice.cron_window`` writes."""
 DEFAULT_SIDES = ("prescaler", "keda-queue", "keda-queue-kv", "user")
 """The sides a tune runs unless it names others (``user`` only with a
 prometheus ``--scaledobject``); the rest cost a study each and pay on
@@ -141,158 +83,232 @@ class Side:
     max_replicas: int
 
 
-def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tuple[Side, ...]:
-    """The sides for ``request``: prescaler's and plain KEDA's, plus the
-    user's own when ``--scaledobject`` is a prometheus-trigger one."""
-    from simulations.autoscaling.scaledobject import load_scaledobject, seeds_reactive
+@dataclass(frozen=True)
+class _Prescaler:
+    """prescaler's trigger as a side starts from: its base, manifest and space."""
 
-    p_base, _ = default_bases(profile, bound)
-    p_doc: Mapping[str, Any] = manifest_of(p_base)
-    others: tuple[Param, ...] = ()
-    user: Side | None = None
-    if request.scaledobject:
-        mine = load_scaledobject(request.scaledobject)
-        doc = load_manifest(request.scaledobject)
-        bound = mine.keda.max_replica_count
-        kinds = {t.kind for t in triggers_of(mine)}
-        if "prescaler" in kinds:
+    base: ScaledObjectSpec
+    doc: Mapping[str, Any]
+    space: tuple[Param, ...]
+    bound: int
+
+
+class _Given:
+    """What the builders share, each piece made the first time a builder asks."""
+
+    def __init__(self, request: TuneRequest, profile: Profile | str, bound: int) -> None:
+        self.request, self.profile = request, profile
+        self.mine: ScaledObjectSpec | None = None
+        self.mine_doc: Mapping[str, Any] | None = None
+        if request.choice.scaledobject:
+            self.mine = load_scaledobject(request.choice.scaledobject)
+            self.mine_doc = load_manifest(request.choice.scaledobject)
+            bound = self.mine.keda.max_replica_count
+        self.bound = bound
+        self.fixed = dict(request.choice.prescaler_fixed)
+        if request.replay.forecaster:
+            self.fixed["forecast"] = request.replay.forecaster
+        told = request.choice.cron_window
+        if told is not None and told.replicas > bound:
+            raise ValueError(
+                f"cron_window: {told.replicas} replicas is above maxReplicaCount {bound}, "
+                "which no cron trigger can hold"
+            )
+
+    @property
+    def user_prescaler(self) -> bool:
+        """Whether the user's ScaledObject carries prescaler's trigger (then that side's base)."""
+        return self.mine is not None and any(t.kind == "prescaler" for t in triggers_of(self.mine))
+
+    @cached_property
+    def raw_prescaler(self) -> tuple[ScaledObjectSpec, Mapping[str, Any], tuple[Param, ...]]:
+        """prescaler's base and manifest before any held key, and the knobs
+        of the user's other triggers."""
+        if self.user_prescaler:
+            assert self.mine is not None and self.mine_doc is not None
             # prescaler's trigger alone, or beside the KEDA triggers the team
             # keeps (a cron window, a queue trigger): one side, each of the
             # other triggers' knobs searched with prescaler's
-            p_base, p_doc = mine, doc
-            others = trigger_space(mine, bound, floor_key="minReplicas")
-        else:
-            p_base, _ = default_bases(profile, bound)
-            p_doc = manifest_of(p_base)
-            user = Side(
-                "user",
-                f"{mine.name} as written ({', '.join(sorted(kinds))} triggers)",
-                mine,
-                doc,
-                keda_space(mine, bound),
-                bound,
-            )
-    p_space = PREDICTIVE_SPACE
-    fixed = dict(request.prescaler_fixed)
-    if request.forecaster:
-        fixed["forecast"] = request.forecaster
-    g_doc = prescaler_gateway_manifest(p_doc)
-    g_space = _from_zero(PREDICTIVE_SPACE)
-    if fixed:
-        # held in the manifests: a trial's ScaledObject is its setting
-        # applied to the side's manifest, and the base is that manifest parsed
-        p_doc, g_doc = apply_to_manifest(p_doc, fixed), apply_to_manifest(g_doc, fixed)
-        p_base = _parsed(p_doc, p_base.name)
-        p_space, g_space = _without(p_space, fixed), _without(g_space, fixed)
-        others = _without(others, fixed)
-    g_base = _parsed(g_doc, "prescaler-gateway")
-    p_settings, g_settings = _settings_of(p_base), _settings_of(g_base)
-    if p_settings.gateway_rate_query:
-        p_space = _from_zero(p_space)
-    told = request.cron_window
-    if told is not None and told.replicas > bound:
-        raise ValueError(
-            f"cron_window: {told.replicas} replicas is above maxReplicaCount {bound}, "
-            "which no cron trigger can hold"
-        )
-    start_s = cold_start_s(request, profile)
-    p_space = timing_floors(p_space, p_settings, start_s)
-    g_space = timing_floors(g_space, g_settings, start_s)
-    g_bound = min(bound, g_settings.max_replicas)
-    q_base = seeds_reactive(max_replicas=bound)
-    sides = [
-        Side(
-            "prescaler",
-            "prescaler's external trigger",
-            p_base,
-            p_doc,
-            (*p_space, *others, *PRESCALER_BEHAVIOR_SPACE),
-            min(bound, p_settings.max_replicas),
-        ),
-        Side(
-            "keda-queue",
-            "KEDA prometheus trigger on sum(vllm:num_requests_waiting)",
-            q_base,
-            manifest_of(q_base),
-            keda_space(q_base, bound),
-            bound,
-        ),
-    ]
-    kv_doc = queue_and_kv_manifest(q_base)
-    kv_base = parse_scaledobject(yaml.safe_dump(kv_doc, sort_keys=False), "keda-queue-kv")
-    sides.append(
-        Side(
-            "keda-queue-kv",
-            "KEDA prometheus triggers on the queue and avg(vllm:kv_cache_usage_perc)",
-            kv_base,
-            kv_doc,
-            keda_space(kv_base, bound),
-            bound,
-        )
+            others = trigger_space(self.mine, self.bound, floor_key="minReplicas")
+            return self.mine, self.mine_doc, others
+        base, _ = default_bases(self.profile, self.bound)
+        return base, manifest_of(base), ()
+
+    @cached_property
+    def others(self) -> tuple[Param, ...]:
+        raw = self.raw_prescaler[2]
+        return _without(raw, self.fixed) if self.fixed else raw
+
+    @cached_property
+    def start_s(self) -> float:
+        return cold_start_s(self.request, self.profile)
+
+    @cached_property
+    def prescaler(self) -> _Prescaler:
+        base, doc, _ = self.raw_prescaler
+        space = PREDICTIVE_SPACE
+        if self.fixed:
+            # held in the manifests: a trial's ScaledObject is its setting
+            # applied to the side's manifest, and the base is that manifest parsed
+            doc = apply_to_manifest(doc, self.fixed)
+            base = _parsed(doc, base.name)
+            space = _without(space, self.fixed)
+        settings = _settings_of(base)
+        if settings.gateway_rate_query:
+            space = _from_zero(space)
+        space = timing_floors(space, settings, self.start_s)
+        return _Prescaler(base, doc, space, min(self.bound, settings.max_replicas))
+
+    @cached_property
+    def gateway(self) -> _Prescaler:
+        doc = prescaler_gateway_manifest(self.raw_prescaler[1])
+        space = _from_zero(PREDICTIVE_SPACE)
+        if self.fixed:
+            doc = apply_to_manifest(doc, self.fixed)
+            space = _without(space, self.fixed)
+        base = _parsed(doc, "prescaler-gateway")
+        settings = _settings_of(base)
+        space = timing_floors(space, settings, self.start_s)
+        return _Prescaler(base, doc, space, min(self.bound, settings.max_replicas))
+
+    @cached_property
+    def queue(self) -> ScaledObjectSpec:
+        return seeds_reactive(max_replicas=self.bound)
+
+    @cached_property
+    def queue_kv(self) -> dict[str, Any]:
+        return queue_and_kv_manifest(self.queue)
+
+
+def _prescaler_side(g: _Given) -> Side:
+    """prescaler's external trigger (the user's ScaledObject when it has one)."""
+    p = g.prescaler
+    space = (*p.space, *g.others, *PRESCALER_BEHAVIOR_SPACE)
+    return Side("prescaler", "prescaler's external trigger", p.base, p.doc, space, p.bound)
+
+
+def _keda_queue(g: _Given) -> Side:
+    """Plain KEDA on the queue length, the public recipes' ScaledObject."""
+    q = g.queue
+    return Side(
+        "keda-queue",
+        "KEDA prometheus trigger on sum(vllm:num_requests_waiting)",
+        q, manifest_of(q), keda_space(q, g.bound), g.bound,
+    )  # fmt: skip
+
+
+def _keda_queue_kv(g: _Given) -> Side:
+    """The queue trigger plus one on the KV cache; the HPA takes the larger proposal."""
+    base = parse_scaledobject(yaml.safe_dump(g.queue_kv, sort_keys=False), "keda-queue-kv")
+    return Side(
+        "keda-queue-kv",
+        "KEDA prometheus triggers on the queue and avg(vllm:kv_cache_usage_perc)",
+        base, g.queue_kv, keda_space(base, g.bound), g.bound,
+    )  # fmt: skip
+
+
+def _user(g: _Given) -> Side | None:
+    """The user's own prometheus-trigger ScaledObject as written (None without one)."""
+    if g.mine is None or g.mine_doc is None or g.user_prescaler:
+        return None
+    kinds = sorted({t.kind for t in triggers_of(g.mine)})
+    return Side(
+        "user",
+        f"{g.mine.name} as written ({', '.join(kinds)} triggers)",
+        g.mine, g.mine_doc, keda_space(g.mine, g.bound), g.bound,
+    )  # fmt: skip
+
+
+def _keda_queue_kv_cron(g: _Given) -> Side:
+    """The queue and KV-cache triggers plus a daily cron window a team writes for its ramp."""
+    return _keda_side(
+        "keda-queue-kv-cron",
+        "KEDA queue and KV-cache triggers plus a daily cron window",
+        cron_manifest(g.queue_kv, g.request.choice.cron_window),
+        g.bound,
     )
-    if user is not None:
-        sides.append(user)
-    cron_doc = cron_manifest(kv_doc, request.cron_window)
-    sides.append(
-        _keda_side(
-            "keda-queue-kv-cron",
-            "KEDA queue and KV-cache triggers plus a daily cron window",
-            cron_doc,
-            bound,
-        )
+
+
+def _keda_gateway(g: _Given) -> Side:
+    """KEDA scaling to zero on the gateway's request rate (the HTTP add-on's way)."""
+    return _keda_side(
+        "keda-gateway",
+        "KEDA scale to zero on the gateway's request rate",
+        gateway_manifest(g.queue),
+        g.bound,
     )
-    sides.append(
-        _keda_side(
-            "keda-gateway",
-            "KEDA scale to zero on the gateway's request rate",
-            gateway_manifest(q_base),
-            bound,
-        )
+
+
+def _keda_gateway_cron(g: _Given) -> Side:
+    """Every KEDA trigger of the family at zero: the KEDA peer of ``prescaler-cron``."""
+    window = g.request.choice.cron_window
+    return _keda_side(
+        "keda-gateway-cron",
+        "KEDA scale to zero: gateway, queue and KV-cache triggers plus a daily cron window",
+        with_cron(gateway_queue_kv_manifest(g.queue_kv), window, "vllm-gateway-cron"),
+        g.bound,
     )
-    sides.append(
-        _keda_side(
-            "keda-gateway-cron",
-            "KEDA scale to zero: gateway, queue and KV-cache triggers plus a daily cron window",
-            with_cron(gateway_queue_kv_manifest(kv_doc), request.cron_window, "vllm-gateway-cron"),
-            bound,
-        )
-    )
-    sides.append(
-        Side(
-            "prescaler-gateway",
-            "prescaler's trigger scaling to zero, woken by the gateway's request rate",
-            g_base,
-            g_doc,
-            (*g_space, *others, *PRESCALER_BEHAVIOR_SPACE),
-            g_bound,
-        )
-    )
-    c_name = f"{g_doc['metadata']['name']}-cron"
+
+
+def _prescaler_gateway(g: _Given) -> Side:
+    """prescaler's trigger scaling to zero, woken by the gateway's rate or its forecast."""
+    p = g.gateway
+    return Side(
+        "prescaler-gateway",
+        "prescaler's trigger scaling to zero, woken by the gateway's request rate",
+        p.base, p.doc, (*p.space, *g.others, *PRESCALER_BEHAVIOR_SPACE), p.bound,
+    )  # fmt: skip
+
+
+def _prescaler_cron(g: _Given) -> Side:
+    """``prescaler-gateway`` with the cron window beside it (the user's own when it has one)."""
+    p = g.gateway
+    name = f"{p.doc['metadata']['name']}-cron"
     window: tuple[Param, ...] = ()
-    if any(t.kind == "cron" for t in triggers_of(g_base)):
+    if any(t.kind == "cron" for t in triggers_of(p.base)):
         # the user's own window is the window (its knobs are in ``others``)
-        c_doc = copy.deepcopy(g_doc)
-        c_doc["metadata"]["name"] = c_name
+        doc = copy.deepcopy(dict(p.doc))
+        doc["metadata"]["name"] = name
     else:
-        c_doc = with_cron(g_doc, request.cron_window, c_name)
-        window = _without(
-            cron_space(len(g_doc["spec"]["triggers"]), bound, floor_key="minReplicas"), fixed
-        )
-    sides.append(
-        Side(
-            "prescaler-cron",
-            "prescaler's trigger scaling to zero, beside a daily cron window",
-            _parsed(c_doc, "prescaler-cron"),
-            c_doc,
-            (*g_space, *others, *window, *PRESCALER_BEHAVIOR_SPACE),
-            g_bound,
-        )
-    )
-    wanted = request.sides or DEFAULT_SIDES
+        doc = with_cron(p.doc, g.request.choice.cron_window, name)
+        space = cron_space(len(p.doc["spec"]["triggers"]), g.bound, floor_key="minReplicas")
+        window = _without(space, g.fixed)
+    return Side(
+        "prescaler-cron",
+        "prescaler's trigger scaling to zero, beside a daily cron window",
+        _parsed(doc, "prescaler-cron"), doc,
+        (*p.space, *g.others, *window, *PRESCALER_BEHAVIOR_SPACE), p.bound,
+    )  # fmt: skip
+
+
+BUILDERS: dict[str, Callable[[_Given], Side | None]] = {
+    "prescaler": _prescaler_side,
+    "keda-queue": _keda_queue,
+    "keda-queue-kv": _keda_queue_kv,
+    "user": _user,
+    "keda-queue-kv-cron": _keda_queue_kv_cron,
+    "keda-gateway": _keda_gateway,
+    "keda-gateway-cron": _keda_gateway_cron,
+    "prescaler-gateway": _prescaler_gateway,
+    "prescaler-cron": _prescaler_cron,
+}
+"""Each side's builder, in report order."""
+
+SIDES = tuple(BUILDERS)
+"""Side names, in report order."""
+
+
+def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tuple[Side, ...]:
+    """The sides ``request`` names (else :data:`DEFAULT_SIDES`), in report
+    order, each built only when named; ``bound`` is the fleet bound unless
+    ``--scaledobject`` states one."""
+    wanted = request.choice.sides or DEFAULT_SIDES
     unknown = sorted(set(wanted) - set(SIDES))
     if unknown:
         raise ValueError(f"unknown side(s) {', '.join(unknown)} (known: {', '.join(SIDES)})")
-    chosen = tuple(s for s in sides if s.name in wanted)
+    given = _Given(request, profile, bound)
+    built = (BUILDERS[name](given) for name in SIDES if name in wanted)
+    chosen = tuple(side for side in built if side is not None)
     if not chosen:
         raise ValueError(
             "no side left to tune: the user side is a --scaledobject with prometheus "
@@ -304,11 +320,8 @@ def make_sides(request: TuneRequest, profile: Profile | str, bound: int) -> tupl
 def cold_start_s(request: TuneRequest, profile: Profile | str) -> float:
     """The replica cold start the run is told (``--lead-time-preset`` and the
     phase flags, else the profile's): the floor of a searched fixed lead time."""
-    from engine.profiles import use_profile
-    from simulations.sim_inputs import SimInputs
-
     prof = use_profile(profile)
-    startup = (request.inputs or SimInputs()).startup(prof) or prof.startup
+    startup = (request.replay.inputs or SimInputs()).startup(prof) or prof.startup
     return float(startup.total_s)
 
 
@@ -396,30 +409,8 @@ def queue_and_kv_manifest(queue: ScaledObjectSpec) -> dict[str, Any]:
 
 CRON_START = "0 8 * * *"
 CRON_END = "0 18 * * *"
-CRON_REPLICAS = "2"
-"""The cron trigger's starting window: 2 replicas from 08:00 to 18:00 UTC
-every day, a business day's hours (the search moves all three)."""
-
-
-@dataclass(frozen=True)
-class WrittenCron:
-    """A cron side's window as its team writes it: the minutes of the day
-    (UTC) it opens and closes at, and the replicas it holds in between."""
-
-    start_min: int
-    end_min: int
-    replicas: int = int(CRON_REPLICAS)
-
-    def __post_init__(self) -> None:
-        minutes = (self.start_min, self.end_min)
-        if not all(isinstance(m, int) and not isinstance(m, bool) for m in minutes) or not all(
-            0 <= m <= 1440 for m in minutes
-        ):
-            raise ValueError(f"cron_window: minutes of the day in [0, 1440], got {minutes!r}")
-        if self.start_min % 1440 == self.end_min % 1440:
-            raise ValueError(f"cron_window: a window cannot end where it starts, got {minutes!r}")
-        if not isinstance(self.replicas, int) or self.replicas < 1:
-            raise ValueError(f"cron_window: replicas must be >= 1, got {self.replicas!r}")
+"""The cron trigger's starting window: :data:`CRON_REPLICAS` replicas from
+08:00 to 18:00 UTC every day, a business day's hours (the search moves all three)."""
 
 
 def cron_manifest(queue_kv: Mapping[str, Any], window: WrittenCron | None = None) -> dict[str, Any]:

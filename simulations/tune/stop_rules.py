@@ -14,12 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from simulations.tune.search import Progress
-
-if TYPE_CHECKING:
-    from simulations.tune.study import TuneContext
 
 __all__ = [
     "COST_PACE_EARLY",
@@ -82,7 +79,7 @@ def study_pace(study: Any) -> tuple[BestSoFar | None, PaceEvidence]:
     """The study's cheapest feasible finished trial and the pace evidence of
     all its finished trials, from the storage (so they include what other
     processes and machines finished meanwhile)."""
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     best: BestSoFar | None = None
     finished = 0
@@ -115,6 +112,18 @@ def best_so_far(study: Any) -> BestSoFar | None:
     return study_pace(study)[0]
 
 
+class PaceBar(Protocol):
+    """What the rules read of a trial's context (the study's ``TuneContext``),
+    named here so the rules sit below the study that runs them."""
+
+    @property
+    def prune(self) -> Literal["pace", "exact"]: ...
+    @property
+    def target(self) -> float: ...
+    def slo_slack(self, fraction: float) -> float: ...
+    def cost_pace_slack(self, fraction: float) -> float | None: ...
+
+
 class StopRules:
     """The early-stop rules one trial runs under (see the module docstring).
 
@@ -124,7 +133,7 @@ class StopRules:
 
     def __init__(
         self,
-        ctx: TuneContext,
+        ctx: PaceBar,
         read_best: Callable[[], BestSoFar | None],
         refresh_s: float = 3600.0,
         read_pace: Callable[[], tuple[BestSoFar | None, PaceEvidence]] | None = None,

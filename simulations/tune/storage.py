@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,7 @@ def open_storage(
     database all create optuna's tables and stamp their version; the
     database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
     A loser tries again after a short wait, when the tables are there."""
-    import optuna
+    import optuna  # heavy: only a study loads it
     import sqlalchemy.exc
     from sqlalchemy.engine import make_url
 
@@ -71,7 +72,6 @@ def open_storage(
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
-    import warnings
 
     def rdb() -> Any:
         with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
@@ -121,9 +121,7 @@ class DeadTrials:
         """Fail the study's dead trials; returns the numbers of the trials
         this call failed for never having beaten (optuna's own rule fails
         silent ones, and says nothing)."""
-        import warnings
-
-        import optuna
+        import optuna  # heavy: only a study loads it
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -166,7 +164,7 @@ class DeadTrials:
         ``trial_heartbeats`` table, which no public call reads."""
         if not trial_ids:
             return set()
-        from sqlalchemy import bindparam, text
+        from sqlalchemy import bindparam, text  # optuna's storage layer, loaded with it
 
         query = text("SELECT trial_id FROM trial_heartbeats WHERE trial_id IN :ids").bindparams(
             bindparam("ids", expanding=True)

@@ -1,29 +1,11 @@
 """The optuna study behind ``prescaler tune``: trials, storage, processes.
 
-The search is optuna's TPE sampler: cost is the objective and the SLO a
-constraint (``Trial.set_constraint``), which TPE uses to split good from
-bad trials, ranking infeasible ones by how far they miss; ``multivariate``
-and ``group`` model the mixed integer, float and conditional keys jointly.
-Trials run in ``jobs`` processes that share one RDB storage (SQLite on one
-machine, PostgreSQL across machines): each trial is committed when it ends,
-so a killed run loses no finished trial, and any number of ``prescaler
-tune`` processes, on any machines, fill one study up to ``--trials``.
-Running trials send heartbeats; a killed process's trial is marked failed
-after :data:`GRACE_S` and re-run (:mod:`simulations.tune.storage`).
-
-Most trials cannot win, and a trial is a whole simulation, so trials stop as
-soon as they are out of the race
-(:class:`simulations.tune.stop_rules.StopRules`). Exactly: once misses
-exceed what the target allows, or once the cost spent so far exceeds the
-best feasible trial's whole cost (cost only grows). On pace, at rungs
-(:data:`simulations.tune.search.RUNGS`, fractions of the requests): a trial whose
-attainment so far is well below the target (:meth:`TuneContext.slo_slack`,
-up to 1/2 of the requests), or, from 1/4 on, whose cost so far is above
-what the best feasible trial had spent at the same rung by more than two
-settings' spend can differ there (:meth:`TuneContext.cost_pace_slack`). A
-stopped trial is kept COMPLETE with ``finished`` False and a ``stopped``
-reason, its cost unknown, so it is never the answer; the study's first
-trial is the base ScaledObject's own settings.
+TPE with cost the objective and the SLO a constraint; trials in ``jobs``
+processes sharing one RDB storage, each committed when it ends, so a killed
+run loses nothing finished and many processes fill one study. A trial is a
+whole simulation and most cannot win, so each stops once it is out of the
+race (:mod:`simulations.tune.stop_rules`); a stopped trial is kept with its
+reason and is never the answer. docs/tuning.md ("The search") has the detail.
 """
 
 from __future__ import annotations
@@ -33,6 +15,7 @@ import itertools
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +26,7 @@ from forecasting.baselines import BASELINES
 from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.backfill import DemandHistory
 from simulations.forecast_memo import PROCESS_MEMO
+from simulations.report import policy_summary
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
 from simulations.tune.each_day import part_attainments
@@ -61,6 +45,7 @@ from simulations.tune.search import (
     RUNGS,
     Param,
     exact_miss_budget,
+    outcome,
     rung_times,
     sample_metadata,
     score,
@@ -227,9 +212,6 @@ def study_fingerprint(parts: Mapping[str, Any]) -> str:
 
 
 def _objective(ctx: TuneContext) -> Callable[[Any], float]:
-    from simulations.report import policy_summary
-    from simulations.tune.search import outcome
-
     budget = ctx.miss_budget()
     rungs = rung_times(ctx.workload, ctx.rungs)
     profile = use_profile(ctx.profile)  # in this process, the trigger's name finds it
@@ -302,9 +284,7 @@ def make_sampler(seed: int | None) -> Any:
     ``multivariate`` and ``group`` model the keys jointly and cope with the
     conditional ones. Both are flagged experimental by optuna: the warning
     is silenced here, where the choice is made on purpose."""
-    import warnings
-
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -318,13 +298,13 @@ _COUNTED = ("COMPLETE", "RUNNING")
 
 
 def _states(*names: str) -> tuple[Any, ...]:
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     return tuple(getattr(optuna.trial.TrialState, n) for n in names)
 
 
 def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> Any:
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -346,7 +326,7 @@ def _load_study(storage: Any, name: str, seed: int | None, fingerprint: str) -> 
 
 
 def _counted(study: Any) -> int:
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     states = tuple(getattr(optuna.trial.TrialState, s) for s in _COUNTED)
     return len(study.get_trials(deepcopy=False, states=states))
@@ -358,7 +338,7 @@ def _worker(
 ) -> int:  # fmt: skip
     """One process's share: trials until the study holds ``n_trials``
     (finished or running, in any process on any machine)."""
-    import optuna
+    import optuna  # heavy: only a study loads it
     from optuna.study import MaxTrialsCallback
 
     quiet_optuna()  # Ctrl-C is said once, by the command
@@ -423,7 +403,7 @@ another process already finished."""
 def is_tell_race(exc: BaseException) -> bool:
     """Whether ``exc`` is optuna refusing to finish a trial another process
     already finished: that trial's result is stored, so nothing is lost."""
-    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.exceptions import UpdateFinishedTrialError  # heavy: only a study loads it
 
     if isinstance(exc, UpdateFinishedTrialError):
         return True
@@ -488,7 +468,7 @@ def _rounds(
     fingerprint: str, worker: str, grace_s: int, deadline: float, dead: DeadTrials,
 ) -> None:  # fmt: skip
     """Rounds of workers until the study holds ``n_trials`` (or the deadline)."""
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     running = (optuna.trial.TrialState.RUNNING,)
     # rounds: a trial left RUNNING by a killed process counts until it is
@@ -524,7 +504,7 @@ def _rounds(
 
 def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:
     """The finished trials of an optuna study as :class:`TrialRecord` s."""
-    import optuna
+    import optuna  # heavy: only a study loads it
 
     records: list[TrialRecord] = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from decision.settings import ScalerSettings
 from simulations.tune.search import LEAD_MODE, Param
-
-if TYPE_CHECKING:
-    from decision.settings import ScalerSettings
 
 __all__ = ["FIXED_LEAD_KEY", "MAX_LEAD_S", "WANDER_KEY", "timing_floors"]
 

@@ -205,7 +205,7 @@ def test_schedule_overlay_keeps_a_cron_window_beside_prescaler(
     import yaml
 
     from simulations.autoscaling.scaledobject import parse_scaledobject
-    from simulations.tune.run import TuneRequest
+    from simulations.tune.request import tune_request
     from simulations.tune.sides import make_sides
 
     so = find(rendered["schedule"], "ScaledObject", "vllm-llama3-8b")
@@ -218,8 +218,8 @@ def test_schedule_overlay_keeps_a_cron_window_beside_prescaler(
     assert [t.kind for t in spec.triggers] == ["prescaler", "cron"]
     path = tmp_path / "so.yaml"
     path.write_text(yaml.safe_dump(so), encoding="utf-8")
-    request = TuneRequest(trace=None, profile="llama-3-8b@g5.xlarge", scaledobject=str(path))
-    (side,) = (s for s in make_sides(request, request.profile, 16) if s.name == "prescaler")
+    request = tune_request(trace=None, profile="llama-3-8b@g5.xlarge", scaledobject=str(path))
+    (side,) = (s for s in make_sides(request, request.replay.profile, 16) if s.name == "prescaler")
     keys = {p.key for p in side.space}
     assert {"triggers.1.startMinuteOfDay", "triggers.1.windowMinutes"} <= keys
     assert "triggers.1.desiredReplicas" in keys and "targetWaitingPerReplica" in keys

@@ -306,7 +306,7 @@ def test_tune_takes_the_capacity_belief_flags() -> None:
     parser = argparse.ArgumentParser(prog="prescaler")
     register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["tune", "t.csv", "--capacity-error", "0.3", "--learned-capacity"])
-    inputs = request_from(args).inputs
+    inputs = request_from(args).replay.inputs
     assert inputs is not None
     assert inputs.capacity_error == 0.3 and inputs.learned_capacity
     config = inputs.apply(SimConfig(), PROFILE, None)

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from simulations.tune.advice import printed_sides, verdict
-from simulations.tune.held_back import SideResult
-from simulations.tune.run import TuneResult
+from simulations.tune.held_back import SideResult, TuneResult
 
 MONTHS = 0.5
 

@@ -30,7 +30,7 @@ from simulations.tune.paste import (
     paste_manifest,
     window_notes,
 )
-from simulations.tune.run import TuneRequest
+from simulations.tune.request import TuneRequest, tune_request
 from simulations.tune.search import FORECAST_ONLY_KEYS, sample_metadata
 from simulations.tune.sides import SIDES, Side, make_sides
 from tests.manifests.validate import CrdIndex, load_crds, validate_object
@@ -48,7 +48,7 @@ def _crds() -> CrdIndex:
 
 @functools.cache
 def _sides(**kw: Any) -> dict[str, Side]:
-    request = TuneRequest(trace=None, profile=PROFILE, sides=SIDES, **kw)
+    request = tune_request(trace=None, profile=PROFILE, sides=SIDES, **kw)
     return {s.name: s for s in make_sides(request, PROFILE, 10)}
 
 
@@ -60,7 +60,7 @@ def _tuned(side: Side, seed: int) -> dict[str, Any]:
 
 
 def _request(**kw: Any) -> TuneRequest:
-    return TuneRequest(trace=None, profile=PROFILE, **kw)
+    return tune_request(trace=None, profile=PROFILE, **kw)
 
 
 def _prescaler_meta(doc: Mapping[str, Any]) -> dict[str, str] | None:

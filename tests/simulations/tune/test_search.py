@@ -552,13 +552,13 @@ def test_a_written_window_reaches_the_request() -> None:
     args = parser.parse_args(["tune", "t.csv", "--cron-window", "07:45-17:30",
                               "--add-sides", "prescaler-cron"])  # fmt: skip
     request = request_from(args)
-    assert request.cron_window == WrittenCron(465, 1050, 2)
+    assert request.choice.cron_window == WrittenCron(465, 1050, 2)
     args = parser.parse_args(["tune", "t.csv", "--cron-window", "22:00-24:00/4",
                               "--add-sides", "keda-gateway-cron"])  # fmt: skip
     request = request_from(args)
-    assert request.cron_window == WrittenCron(1320, 1440, 4)
-    assert request.sides[-1] == "keda-gateway-cron" and "prescaler" in request.sides
-    assert request_from(parser.parse_args(["tune", "t.csv"])).sides == ()
+    assert request.choice.cron_window == WrittenCron(1320, 1440, 4)
+    assert request.choice.sides[-1] == "keda-gateway-cron" and "prescaler" in request.choice.sides
+    assert request_from(parser.parse_args(["tune", "t.csv"])).choice.sides == ()
 
 
 def test_a_window_without_a_cron_side_is_refused_in_words(

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulations.tune.manifest import apply_setting, knob_value
-from simulations.tune.run import TuneRequest
+from simulations.tune.request import tune_request
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
     apply_metadata,
@@ -27,7 +27,7 @@ PROFILE = "llama-3-8b@g5.xlarge"
 
 @functools.cache
 def _all() -> dict[str, Side]:
-    request = TuneRequest(trace=None, profile=PROFILE, sides=SIDES)  # type: ignore[arg-type]
+    request = tune_request(trace=None, profile=PROFILE, sides=SIDES)
     return {s.name: s for s in make_sides(request, PROFILE, 10)}
 
 

@@ -26,7 +26,7 @@ from simulations.tune.manifest import (
     manifest_of,
     triggers_of,
 )
-from simulations.tune.run import TuneRequest
+from simulations.tune.request import tune_request
 from simulations.tune.search import (
     FORECAST_ONLY_KEYS,
     apply_metadata,
@@ -40,7 +40,7 @@ PROFILE = "llama-3-8b@g5.xlarge"
 
 
 def _sides(**kw: object) -> dict[str, Side]:
-    request = TuneRequest(trace=None, profile=PROFILE, **kw)  # type: ignore[arg-type]
+    request = tune_request(trace=None, profile=PROFILE, **kw)
     return {s.name: s for s in make_sides(request, PROFILE, 10)}
 
 
@@ -231,7 +231,9 @@ def test_the_keda_gateway_cron_fleet_goes_back_to_zero_once_idle() -> None:
     work = Workload(busy.arrival_s, busy.prompt_tokens, busy.output_tokens, "idle", 7200.0)
     for floor, left in (("0", 0.0), ("1", 1.0)):
         so = apply_setting(side.base, {**outside, "spec.minReplicaCount": floor}, side.manifest)
-        timeline = score(so, work, PROFILE, SimConfig()).result.timeline
+        result = score(so, work, PROFILE, SimConfig()).result
+        assert result is not None
+        timeline = result.timeline
         assert timeline["ready"][-1] == left and max(timeline["ready"]) >= 2
 
 

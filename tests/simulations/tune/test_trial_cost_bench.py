@@ -1,28 +1,11 @@
 """Benchmark of one ``prescaler tune`` trial of the prescaler side (``-m bench``).
 
-Writes ``bench-results/tune_trial_cost.json``: the wall time of one trial of
-the prescaler side's base setting (``simulations.tune.search.default_bases``,
-the trial a study starts from) over ``PRESCALER_TUNE_TRIAL_HOURS`` (24) hours
-of ``$PRESCALER_TUNE_DAY_TRACE`` from ``PRESCALER_TUNE_TRIAL_START`` (3 days)
-at ``PRESCALER_TUNE_RATE_SCALE`` (0.1), the tracker backfilled as tune
-backfills it (:mod:`simulations.tune.inputs`: 3 days and an hour before the
-part), and where the time went: the forecaster's fits, its predictions (the
-horizons fitted lazily included) and everything else (the simulation and the
-decision code). The split comes from timing wrappers around
-``PrescalerForecaster.fit`` and ``predict``, installed for this run only. Run
-it with ``OPENBLAS_NUM_THREADS=1``, as the ``prescaler`` command sets it (the
-JSON records the setting); the load average before and after is recorded:
-the machine may be shared.
-
-With ``PRESCALER_TUNE_TRIAL_PROFILE=1`` the trial runs under cProfile (which
-slows the Python parts, so its wall time is not the trial's) and writes
-``bench-results/tune_trial_cost_profile.json`` instead, with ``profile``:
-the cumulative seconds of the forecaster's and the tracker's main steps
-(:data:`PROFILED`) and the 20 functions with the most time of their own.
-
-Why a bench of its own: the day-study bench (``test_tune_bench.py``) times 40
-trials whose settings and early stops vary from run to run; one fixed trial
-run to the end is the unit a change to the forecaster's cost moves.
+Writes ``bench-results/tune_trial_cost.json``: one base trial over
+``--tune-hours`` of ``--tune-trace`` (from 3 days in, at ``--tune-rate-scale``),
+run to the end, its wall time split into the forecaster's fits, predictions
+and the rest; ``--tune-profile`` runs it under cProfile instead. One fixed
+trial is the unit a change to the forecaster's cost moves, where a study's
+trials vary from run to run.
 """
 
 from __future__ import annotations
@@ -54,12 +37,14 @@ from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.manifest import manifest_of
 from simulations.tune.search import apply_metadata, default_bases, score
 from simulations.tune.sides import prescaler_gateway_manifest
+from tests.simulations.tune.conftest import TuneKnobs
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
 RESULTS = Path(__file__).resolve().parents[3] / "bench-results"
 PROFILE = "llama-3-8b@g5.xlarge"
-TRACE_ENV = "PRESCALER_TUNE_DAY_TRACE"
+TRIAL_START_S = 3 * 86400.0
+"""Where the bench's window starts in the trace unless ``--tune-start`` says."""
 
 
 PROFILED = (
@@ -136,13 +121,13 @@ class TrialInputs:
     """The window's description for the JSON."""
 
 
-def _inputs() -> TrialInputs:
-    """The bench's window of ``$PRESCALER_TUNE_DAY_TRACE`` and what tune
-    gives a trial there (opening fleet, the tracker's backfill)."""
-    hours = float(os.environ.get("PRESCALER_TUNE_TRIAL_HOURS", "24"))
-    start = float(os.environ.get("PRESCALER_TUNE_TRIAL_START", str(3 * 86400)))
-    scale = float(os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1"))
-    trace = os.environ[TRACE_ENV]
+def _inputs(knobs: TuneKnobs) -> TrialInputs:
+    """The bench's window of ``--tune-trace`` and what tune gives a trial
+    there (opening fleet, the tracker's backfill)."""
+    if not knobs.trace:
+        pytest.skip("--tune-trace is not given")
+    hours, scale, trace = knobs.hours, knobs.rate_scale, knobs.trace
+    start = TRIAL_START_S if knobs.start_s is None else knobs.start_s
     profile = get_profile(PROFILE)
     traffic = TrafficOptions(rate_scale=scale, start_s=start, duration_s=hours * 3600.0, seed=0)
     workload = load_workload(trace, traffic)
@@ -191,12 +176,11 @@ def _trial(so: ScaledObjectSpec, got: TrialInputs, profiler: Any = None) -> dict
     }
 
 
-@pytest.mark.skipif(not os.environ.get(TRACE_ENV), reason=f"{TRACE_ENV} is not set")
-def test_prescaler_trial_cost() -> None:
+def test_prescaler_trial_cost(tune_knobs: TuneKnobs) -> None:
     """One base trial of the prescaler side, run to the end, timed and split."""
-    got = _inputs()
+    got = _inputs(tune_knobs)
     base, _ = default_bases(PROFILE, SimInputs().max_replicas)
-    profiler = cProfile.Profile() if os.environ.get("PRESCALER_TUNE_TRIAL_PROFILE") else None
+    profiler = cProfile.Profile() if tune_knobs.profile else None
     doc = {**got.doc, **_trial(base, got, profiler), "profiled": profiler is not None}
     if profiler is not None:
         doc["profile"] = _profile_summary(pstats.Stats(profiler))
@@ -206,15 +190,14 @@ def test_prescaler_trial_cost() -> None:
     assert doc["fits"] > 0, "the prescaler trigger never refitted its forecaster"
 
 
-@pytest.mark.skipif(not os.environ.get(TRACE_ENV), reason=f"{TRACE_ENV} is not set")
-def test_gateway_fed_trial_on_a_warm_memo() -> None:
+def test_gateway_fed_trial_on_a_warm_memo(tune_knobs: TuneKnobs) -> None:
     """The ``prescaler-gateway`` side's base trial on an empty forecast memo,
     then a trial with another ``forecastQuantile`` (another setting, as the
     study's next trial) on the memo the first left: a gateway-fed tracker's
     history does not depend on the setting, so the second restores every
     fit (``simulations.forecast_memo``) and computes its forecasts on them.
     Writes ``bench-results/tune_trial_cost_gateway.json``."""
-    got = _inputs()
+    got = _inputs(tune_knobs)
     base, _ = default_bases(PROFILE, SimInputs().max_replicas)
     doc = prescaler_gateway_manifest(manifest_of(base))
     gateway = parse_scaledobject(yaml.safe_dump(doc, sort_keys=False), "prescaler-gateway")

@@ -1,31 +1,10 @@
 """Benchmarks of `prescaler tune` (``make bench``; results under bench-results/).
 
-- ``tune_speed.json``: trials over one day of a per-minute trace with a
-  daily cycle at a rate that keeps about 10 replicas busy, in 2 processes,
-  at the SLO target the test is parametrized with (``--target``: 0.95 of
-  what an idle fleet attains, a level settings in the space can meet on
-  this day, so the cost rules and full runs are measured, not only SLO
-  stops; ``PRESCALER_TUNE_BENCH_TARGET`` replaces it, e.g. 0.99, the CLI
-  default, at which every trial is stopped for the SLO). The speed goal is
-  100 trials in under 15 minutes on 2 cores; by default the bench runs
-  ``PRESCALER_TUNE_BENCH_TRIALS`` (4) trials and projects 100 from the
-  measured wall time per trial (set it to 100 to run them all: the early
-  stops make later trials cheaper than the first few, so only a full run
-  measures them). Beside the wall time it records the CPU time the study
-  used, and the projection from it
-  (``projected_100_trials_on_free_cores_s``), which other work on a shared
-  machine does not inflate, and the SLO target (``target``, and the
-  attainment it stands for, ``target_attainment``).
-- ``tune_daily.json``: for each trace in ``PRESCALER_TUNE_TRACES``
-  (``os.pathsep``-separated; per-minute traces with a daily cycle, e.g. the
-  Azure LLM inference 2024 per-minute counts; ``PATH@SECONDS`` tunes the
-  day from that ``--start``), the tuned predictive settings scored on the
-  held-back part meet the SLO target there (``target_attainment`` of
-  ``tune --json``) and cost less than the tuned reactive threshold, and the
-  hindsight schedule (``tune --json``'s ``hindsight``) meets the held-back
-  target with no side's held-back setting below it. Skipped
-  when the variable is unset: no trace with a full daily cycle ships with
-  the repository.
+``tune_speed.json``: trials over a synthetic day at about 10 replicas in 2
+processes, projected to the 100-trial goal (15 minutes on 2 cores).
+``tune_day_speed.json`` and ``tune_daily.json`` need a per-minute trace with
+a daily cycle (none ships with the repository): ``--tune-trace`` and
+``--tune-traces`` (tests/simulations/tune/conftest.py lists the knobs).
 """
 
 from __future__ import annotations
@@ -42,12 +21,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+import simulations.router as router
 from engine.profiles import get_profile
+from prescaler_native.loader import is_native
 from simulations.policies import fleet_bound
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, load_workload
+from simulations.tune.cli import main
+from simulations.tune.request import tune_request
+from simulations.tune.run import tune
 from simulations.tune.search import default_bases, slo_ceiling
 from simulations.tune.study import TuneContext, run_study
+from tests.simulations.tune.conftest import TuneKnobs
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(4 * 3600)]
 
@@ -58,9 +43,8 @@ MEAN_RPS = 6.0
 profile at the shipped token lengths (peak 1.5x the mean, trough 0.5x)."""
 TARGET_S = 15 * 60.0
 """Wall-time goal for 100 trials (``meets_target`` in the JSON)."""
-SLO_TARGETS = (float(os.environ.get("PRESCALER_TUNE_BENCH_TARGET", "0.95")),)
-"""``--target`` of the benched study, as a fraction of the idle fleet's
-attainment: 0.95 by default, which this day can meet."""
+PACE_TRIALS = 16
+"""Settings of the search space the pace-rules bench runs to the end."""
 
 
 def _day_trace(path: Path) -> Path:
@@ -84,12 +68,12 @@ def _day_context(tmp_path: Path, target: float) -> tuple[TuneContext, float]:
     return ctx, ceiling
 
 
-@pytest.mark.parametrize("target", SLO_TARGETS, ids=lambda t: f"target={t:g}")
-def test_tune_speed(tmp_path: Path, target: float) -> None:
+def test_tune_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     """Wall time per trial on one simulated day at about 10 replicas, 2 jobs,
     at SLO target ``target``; the projection to 100 trials is recorded beside
     the 15-minute goal."""
-    trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "4"))
+    target = tune_knobs.target
+    trials = tune_knobs.trials or 4
     jobs = 2
     ctx, ceiling = _day_context(tmp_path, target)
     workload, config = ctx.workload, ctx.config
@@ -143,48 +127,27 @@ def test_tune_speed(tmp_path: Path, target: float) -> None:
     assert len(result.trials) == trials
 
 
-DAY_TRACE_ENV = "PRESCALER_TUNE_DAY_TRACE"
-"""A per-minute trace with a daily cycle for the day-study bench (its path:
-none ships with the repository, so the bench skips without it)."""
-
-
-@pytest.mark.skipif(not os.environ.get(DAY_TRACE_ENV), reason=f"{DAY_TRACE_ENV} is not set")
-def test_tune_day_study_speed(tmp_path: Path) -> None:
-    """``prescaler tune`` as a user runs it on a real history: tune on
-    ``PRESCALER_TUNE_DAY_HOURS`` (24) hours of ``$PRESCALER_TUNE_DAY_TRACE``
-    from ``PRESCALER_TUNE_DAY_START`` (0) s, score on the same span held
-    back, at ``PRESCALER_TUNE_RATE_SCALE`` (0.1), ``PRESCALER_TUNE_BENCH_TRIALS``
-    (40) trials a side in 2 processes, every default side (or the
-    comma-separated ``PRESCALER_TUNE_DAY_SIDES``). Writes
-    ``bench-results/tune_day_speed.json``: per side the study's wall time,
-    trials per second, trials finished and stopped by rule, the share of the
-    tuning part simulated, the forecast memo's counts; the whole run's wall
-    time (the studies plus the held-back re-runs); whether the compiled
-    modules of ``make native`` were loaded; and the load average before and
-    after (the machine may be shared); and the BLAS threads (``blas_threads``: run it
-    with ``OPENBLAS_NUM_THREADS=1``, as the ``prescaler`` command sets it, or
-    each process's fits take a second thread the other process needed). The
-    goal it records: each study within 5 minutes."""
-    import io
-
-    import simulations.router as router
-    from prescaler_native.loader import is_native
-    from simulations.tune.run import TuneRequest, tune
-
-    hours = float(os.environ.get("PRESCALER_TUNE_DAY_HOURS", "24"))
-    trials = int(os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "40"))
-    scale = float(os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1"))
-    start = float(os.environ.get("PRESCALER_TUNE_DAY_START", "0"))
-    picked = os.environ.get("PRESCALER_TUNE_DAY_SIDES", "")
-    request = TuneRequest(
-        trace=os.environ[DAY_TRACE_ENV], profile=PROFILE, target=SLO_TARGETS[0],
+def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
+    """``prescaler tune`` as a user runs it on ``--tune-trace``: tune on
+    ``--tune-hours`` of it, score on the same span held back, 2 processes.
+    Records per side the study's wall time, trials finished and stopped by
+    rule and the forecast memo's counts, whether the native modules were
+    loaded, the load average and the BLAS threads (run it with
+    ``OPENBLAS_NUM_THREADS=1``, as ``prescaler`` sets it). Goal: each study
+    within 5 minutes."""
+    if not tune_knobs.trace:
+        pytest.skip("--tune-trace is not given")
+    hours, trials = tune_knobs.hours, tune_knobs.trials or 40
+    scale, start = tune_knobs.rate_scale, tune_knobs.start_s or 0.0
+    request = tune_request(
+        trace=tune_knobs.trace, profile=PROFILE, target=tune_knobs.target,
         trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
         duration_s=2 * hours * 3600.0, storage=f"sqlite:///{tmp_path / 'day.db'}",
-        sides=tuple(s for s in picked.split(",") if s),
+        sides=tune_knobs.sides,
     )  # fmt: skip
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    result = tune(request, io.StringIO())
+    result = tune(request)
     wall = time.perf_counter() - t0
     sides: dict[str, Any] = {}
     for s in result.sides:
@@ -203,13 +166,13 @@ def test_tune_day_study_speed(tmp_path: Path) -> None:
             "forecast_memo": _memo_totals(s.study.storage, s.study.study_name),
         }
     doc = {
-        "trace": Path(request.trace or "").name,
+        "trace": Path(request.source.trace or "").name,
         "start_s": start,
         "tuning_hours": hours,
         "rate_scale": scale,
-        "target": request.target,
+        "target": request.protocol.target,
         "profile": PROFILE,
-        "jobs": request.jobs,
+        "jobs": request.study.jobs,
         "cpu_count": os.cpu_count(),
         "native_loaded": is_native(router),
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
@@ -257,34 +220,30 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _traces() -> list[str]:
-    raw = os.environ.get("PRESCALER_TUNE_TRACES", "")
-    return [p for p in raw.split(os.pathsep) if p]
-
-
-@pytest.mark.skipif(not _traces(), reason="PRESCALER_TUNE_TRACES is not set")
-def test_tuned_predictive_beats_tuned_reactive_out_of_sample(tmp_path: Path) -> None:
+def test_tuned_predictive_beats_tuned_reactive_out_of_sample(
+    tmp_path: Path, tune_knobs: TuneKnobs
+) -> None:
     """On each daily-cycle trace: tuned on one day, the predictive settings
     meet the target on the next (held back) and cost less there than the
     reactive ScaledObject at its own tuned threshold (at the speed bench's
-    target, 0.95 unless ``PRESCALER_TUNE_BENCH_TARGET`` says)."""
-    from simulations.tune.cli import main
-
-    trials = os.environ.get("PRESCALER_TUNE_BENCH_TRIALS", "40")
-    scale = os.environ.get("PRESCALER_TUNE_RATE_SCALE", "0.1")
+    target, ``--tune-target``)."""
+    traces = [p for p in tune_knobs.traces.split(os.pathsep) if p]
+    if not traces:
+        pytest.skip("--tune-traces is not given")
+    trials, scale = str(tune_knobs.trials or 40), str(tune_knobs.rate_scale)
     # Two days: tune on the first, score on the second, the same hours of the
     # cycle (one day split 70/30 scores settings tuned on a morning on an
-    # evening). PRESCALER_TUNE_DAYS=1 keeps the CLI's --holdout 0.3 on one day.
-    days = int(os.environ.get("PRESCALER_TUNE_DAYS", "2"))
+    # evening). --tune-days 1 keeps the CLI's --holdout 0.3 on one day.
+    days = tune_knobs.days
     split = ["--holdout", f"{1 - 1 / days:g}"] if days > 1 else []
     rows = {}
-    for k, entry in enumerate(_traces()):
+    for k, entry in enumerate(traces):
         trace, _, start = entry.partition("@")
         out = tmp_path / f"t{k}.json"
         code = main([
             trace, "--duration", str(86400 * days), *split, "--rate-scale", scale,
             "--trials", trials,
-            "--target", str(SLO_TARGETS[0]), *(["--start", start] if start else []),
+            "--target", str(tune_knobs.target), *(["--start", start] if start else []),
             "--jobs", "2", "--quiet", "--storage", f"sqlite:///{tmp_path / 'daily.db'}",
             "--json", str(out),
         ])  # fmt: skip
@@ -345,7 +304,7 @@ def _full_run(args: tuple[Any, ...]) -> FullRun:
     )
 
 
-def test_tune_pace_rules(tmp_path: Path) -> None:
+def test_tune_pace_rules(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     """The pace rules' slacks against what they must cover, measured.
 
     Cost: a trial is stopped at rung r when it has spent more than
@@ -356,7 +315,7 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
     SLO: a trial is stopped at rung r (up to 1/2) when its attainment so far
     is more than ``slo_slack(r)`` below the target; none that would meet the
     target is stopped when attainment so far is never that far below the
-    final one. This runs ``PRESCALER_TUNE_PACE_TRIALS`` (16) settings of the
+    final one. This runs :data:`PACE_TRIALS` settings of the
     search space over the speed bench's day to the end (the base and random
     draws), reads both at 1/32 and every 1/16, and fails where a slack does
     not cover what the settings that meet the speed bench's target show."""
@@ -372,8 +331,8 @@ def test_tune_pace_rules(tmp_path: Path) -> None:
     )
     from simulations.tune.stop_rules import SLO_PACE_UNTIL
 
-    n = int(os.environ.get("PRESCALER_TUNE_PACE_TRIALS", "16"))
-    ctx, _ = _day_context(tmp_path, SLO_TARGETS[0])
+    n = PACE_TRIALS
+    ctx, _ = _day_context(tmp_path, tune_knobs.target)
     workload, config, base, bound, target = (
         ctx.workload, ctx.config, ctx.base, ctx.max_replicas, ctx.target
     )  # fmt: skip

@@ -1,0 +1,54 @@
+"""``prescaler tune --config FILE``: the rarely changed flags from a YAML file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from simulations.cli import UsageError
+from simulations.tune.cli import main, register, request_from, with_config
+from simulations.tune.request import TuneRequest, WrittenCron
+
+
+def _request(tmp_path: Path, text: str, *argv: str) -> TuneRequest:
+    path = tmp_path / "tune.yaml"
+    path.write_text(text, encoding="utf-8")
+    parser = argparse.ArgumentParser(prog="prescaler")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", "t.csv", *argv, "--config", str(path)])
+    return request_from(with_config(args))
+
+
+def test_the_file_sets_what_the_command_line_does_not(tmp_path: Path) -> None:
+    request = _request(
+        tmp_path,
+        "trial-grace: 90\nprune: exact\nnamespace: llm\nholdout-seeds: 2\n"
+        "add-sides: [prescaler-cron]\ncron-window: '07:45-17:30/3'\nstorage: sqlite:///x.db\n",
+    )
+    assert request.study.trial_grace_s == 90 and request.study.prune == "exact"
+    assert request.study.storage == "sqlite:///x.db"
+    assert request.paste.namespace == "llm" and request.protocol.holdout_seeds == 2
+    assert request.choice.cron_window == WrittenCron(465, 1050, 3)
+    assert request.choice.sides[-1] == "prescaler-cron"
+
+
+def test_a_flag_on_the_command_line_wins_even_at_its_default(tmp_path: Path) -> None:
+    """Given before ``--config`` and at the value it defaults to, the flag still wins."""
+    request = _request(tmp_path, "prune: exact\nholdout-seeds: 5\n", "--prune", "pace")
+    assert request.study.prune == "pace" and request.protocol.holdout_seeds == 5
+
+
+def test_an_unknown_key_is_one_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(UsageError, match="unknown key 'trails'"):
+        _request(tmp_path, "trails: 3\n")
+    with pytest.raises(UsageError, match="trial-grace"):
+        _request(tmp_path, "trial-grace: 1\n")
+    path = tmp_path / "bad.yaml"
+    path.write_text("margin: 1\nsince_: 7d\n", encoding="utf-8")
+    assert main(["t.csv", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 'since_'" in err and err.count("\n") == 1
