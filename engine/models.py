@@ -72,15 +72,6 @@ class ModelSpec:
         """FLOPs of QK^T and PV for one (query token, key token) pair, all layers."""
         return 4.0 * self.layers * self.q_heads * self.head_dim
 
-    def activation_bytes_per_token(self) -> float:
-        """Activation bytes one batched token needs in the peak of a forward pass.
-
-        Fitted to the RTX 3090 anchor of docs/facts.md section 5 (about 0.1 GiB per
-        1k batched tokens for Llama-3-8B): the gate/up output (2 x intermediate)
-        plus a few hidden-sized buffers, in bf16.
-        """
-        return 2.0 * (2 * self.intermediate + 6 * self.hidden)
-
 
 LLAMA_3_8B = ModelSpec(
     name="llama-3-8b",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from engine.replica import Replica
 from engine.requests import Request
@@ -137,19 +138,19 @@ def replay_load(
         in_flight[rid] = 0
 
     pending = list(arrivals)
-    thinking: list[float] = []  # when each client between requests sends again
+    thinking: list[float] = []  # a heap: when each client between requests sends again
     finishes = 0
     while pending or ready or in_flight:
         # admit what the clients may send now
         while pending and pending[0] <= now:
             ready.append(pending.pop(0))
-        if thinking:
-            thinking = [x for x in thinking if x > now]
+        while thinking and thinking[0] <= now:
+            heappop(thinking)
         while ready and len(in_flight) + len(thinking) < cap:
             ready.pop(0)
             submit(now)
         step_end = replica.next_token_time() if per_token else replica.next_event_time()
-        wake = min(thinking) if thinking and ready else None
+        wake = thinking[0] if thinking and ready else None
         candidates = [x for x in (step_end, pending[0] if pending else None, wake) if x is not None]
         if not candidates:
             if pending:
@@ -183,7 +184,7 @@ def replay_load(
                 # this client sends again after its last token and a pause
                 finishes += 1
                 pause = 2.0 * load.think_s * ((finishes * _GOLDEN) % 1.0)
-                thinking.append(max(now, rec.finish_s) + pause)
+                heappush(thinking, max(now, rec.finish_s) + pause)
     duration = last_finish - first_arrival
     total_out = sum(output for _, output in sizes)
     return ServingOutcome(
