@@ -71,16 +71,13 @@ def demand_before(
     tokens_per_request: float,
     span_s: float = BACKFILL_S,
 ) -> DemandHistory | None:
-    """The trace's demand in the ``span_s`` before ``start_s`` (trace seconds from
-    the series' first step), sampled at ``bin_s`` bins ending at or before the
-    window start; ``None`` when the window starts at the trace's beginning.
+    """The trace's demand in the ``span_s`` before ``start_s`` at ``bin_s`` bins
+    ending at or before the window start; ``None`` when the window starts at the
+    trace's beginning.
 
-    Each bin takes the rate of the trace step holding its midpoint (a rate
-    curve is constant within a step, and the simulator draws that step's
-    arrivals from it), scaled like the window's traffic. Token rates are the
-    request rate times the window's mean tokens per request: the history
-    only has to carry the demand's shape, which is what the forecaster fits.
-    """
+    Each bin takes the rate of the trace step holding its midpoint, scaled like
+    the window's traffic, and tokens at the window's mean per request: the
+    history only has to carry the demand's shape, which the forecaster fits."""
     for name, value in (("bin_s", bin_s), ("span_s", span_s)):
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -131,19 +128,14 @@ def scraped_history(
     rate_window_s: float,
     bin_s: float,
 ) -> DemandHistory | None:
-    """What the emulated Prometheus scraped over ``prior``, the requests before
-    the window (its own clock from 0; the window starts where it ends), read as
-    the live trigger reads it at each ``bin_s`` bin end (the last at 0, the
-    window's start).
+    """What the emulated Prometheus scraped over ``prior`` (the requests before
+    the window, ending where it starts), read as the live trigger reads it at
+    each ``bin_s`` bin end; ``None`` when ``prior`` holds no time.
 
-    The hours before are taken as served by a fleet that kept up: each
-    request counts as finished, its prompt and output tokens counted, at its
-    arrival (vLLM's counters lag that by the request's latency, seconds
-    against a rate window of minutes), with nothing waiting. Scrapes run
-    every ``scrape_interval_s`` back from the window's start; a bin end before
-    two scrapes lie in the rate window has no reading and is left out.
-    ``None`` when ``prior`` holds no time (a window at the trace's start).
-    """
+    The hours before are taken as served by a fleet that kept up: each request
+    finishes at its arrival (vLLM's lag is seconds against a rate window of
+    minutes), nothing waits, and a bin end with under two scrapes in its rate
+    window is left out."""
     view = PrometheusView(scrape_interval_s, rate_window_s)
     if not (math.isfinite(bin_s) and bin_s > 0):
         raise ValueError(f"bin_s must be a finite number > 0, got {bin_s!r}")

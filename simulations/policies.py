@@ -356,15 +356,11 @@ class OracleController:
 class ScaledObjectController:
     """KEDA's polling loop and the HPA it creates, over one trigger.
 
-    Each loop has its own phase (drawn from the run's seed). A prometheus
-    trigger reads the emulated Prometheus (at most one scrape old); the
-    prescaler trigger's value is the tracker's latest ``decision.replicas``
-    (target 1), refreshed every 5 s like ``prescaler serve``. When the
-    trigger reads a ``gatewayRateQuery``, its tracker's forecasts go through
-    ``forecast_memo`` (None: computed every time), so runs of one window
-    share the fits they were given identical history for
-    (:mod:`simulations.forecast_memo`; results are the same either way).
-    """
+    Each loop has its own phase (from the run's seed). The prescaler trigger's
+    value is its tracker's latest ``decision.replicas``, refreshed every 5 s like
+    ``prescaler serve``; with a ``forecast_memo`` the tracker's forecasts are
+    shared across runs of one window (:mod:`simulations.forecast_memo`; results
+    are the same either way)."""
 
     def __init__(
         self,

@@ -72,16 +72,12 @@ GRPC_FORK_SUPPORT_ENV = "GRPC_ENABLE_FORK_SUPPORT"
 
 
 def quiet_grpc_forks() -> None:
-    """Turn gRPC's fork support off in this process (not in the children it
-    starts), unless the environment says otherwise; call before gRPC loads.
+    """Turn gRPC's fork support off in this process (not its children) unless
+    the environment says otherwise; call before gRPC loads.
 
-    The stack starts its children with ``fork()`` (the ``preexec_fn`` that
-    ties them to its life rules out ``vfork``) while its own gRPC client is
-    busy in other threads. gRPC's fork handlers exist for a child that goes
-    on using gRPC without ``exec``, which no child here does (each execs at
-    once), and with calls in flight they only print
-    ``fork_posix.cc ... skipping fork() handlers`` on the stack's terminal.
-    """
+    The stack forks its children while its gRPC client is busy; every child
+    execs at once, so gRPC's fork handlers only print ``skipping fork()
+    handlers`` on the stack's terminal."""
     global _CHILD_ENV_DROPS
     if GRPC_FORK_SUPPORT_ENV not in os.environ:
         os.environ[GRPC_FORK_SUPPORT_ENV] = "false"
