@@ -1,12 +1,9 @@
-"""What a tune tells its reader to do, in words: the targets explained once,
-the headline about the settings printed to paste, a static floor said as
-one, and every side the trace could not tell settings apart on named.
+"""What a tune tells its reader to do, in words.
 
-Why apart from :mod:`simulations.tune.report`: the report lays out figures;
-this module decides what they amount to. The headline is computed from each
-side's chosen setting (the one printed to paste) scored on the held-back
-part, never from a different frontier point, so the ratio a reader acts on
-is the ratio of the blocks they copy.
+Apart from the report, which lays out figures: this decides what they
+amount to. The headline compares each side's chosen setting (the one
+printed to paste) on the held-back part, so the ratio a reader acts on is
+the ratio of the blocks they copy.
 """
 
 from __future__ import annotations

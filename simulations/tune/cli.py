@@ -1,13 +1,9 @@
 """``prescaler tune``: the cheapest ScaledObject settings that meet a TTFT SLO,
 for prescaler's trigger and for plain KEDA alike, as a frontier.
 
-A thin command around :func:`simulations.tune.run.tune`: its own flags (the
-replay flags are ``simulate``'s, defined once in
-:func:`simulations.cli.add_replay_arguments`), validated here; the report,
-the ``--json`` document, the plot and the exit status. The ScaledObject it
-prints is complete and paste-ready (the addresses and model it was given,
-``minReplicaCount`` agreeing with the trigger's ``minReplicas``), or it says
-in words what is missing.
+A thin command around :func:`simulations.tune.run.tune`: flags (and
+``--config``) in, a validated request out; then it prints, writes the
+``--json`` document and the plots, and picks the exit status.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ from engine.profile_check import check_reminder
 from engine.profiles import get_profile
 from simulations.cli import UsageError, add_replay_arguments, replay_spec_from, run_subcommand
 from simulations.cli_messages import in_flags, message_of
-from simulations.cli_types import count_flag, number_flag
+from simulations.cli_types import count_flag, fraction_flag, number_flag
 from simulations.tune.interrupted import TuneInterrupted, so_far_line, write_so_far
 from simulations.tune.interrupts import EXIT_INTERRUPTED
 from simulations.tune.plot import plot_all_trials, plot_frontier
@@ -96,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="your ScaledObject: one with prescaler's trigger is where the "
                    "prescaler side starts (cron or prometheus triggers beside it are tuned "
                    "with it); a prometheus trigger one is tuned as its own side")  # fmt: skip
-    p.add_argument("--target", type=_fraction("--target"), default=DEFAULT_TARGET,
+    p.add_argument("--target", type=fraction_flag("--target"), default=DEFAULT_TARGET,
                    help="SLO attainment to meet, as a fraction of what an idle fleet "
                    "attains (default %(default)s)")  # fmt: skip
     p.add_argument("--margin", type=number_flag("--margin", 0.0, strict=False), default=0.0,
@@ -284,16 +280,6 @@ def _cron_window(text: str) -> WrittenCron:
         return WrittenCron(_minute_of_day(start, text), _minute_of_day(end, text), int(count))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
-
-
-def _fraction(name: str) -> Any:
-    def parse(text: str) -> float:
-        value = number_flag(name)(text)
-        if value > 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must lie in (0, 1], got {text}")
-        return float(value)
-
-    return parse
 
 
 def _holdout(text: str) -> float:

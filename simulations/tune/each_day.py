@@ -1,15 +1,9 @@
 """Judging a tuning part day by day: a setting must meet the target on each.
 
-Why: a setting chosen on the sum of its days can fit one day's bursts and
-miss the next day's. Where traffic comes in a few sessions a day, a day's
-attainment is set by those sessions, and a setting that meets the target on
-the sum of two days may have met it on one by a wide margin and missed it on
-the other. Asking for the target on each day of the tuning part, each at
-the target times that day's own idle ceiling, rejects such a setting before
-the held-back part ever sees it. The whole part's target is the days'
-targets weighted by their requests (an idle fleet's attainment adds up over
-requests; the 100 % cap aside), and the study still asks for it too, so the
-early stops, which judge the whole part, are as safe here as without it.
+A setting chosen on the sum of its days can fit one day's bursts and miss
+the next day's; asking for each day's target (that day's idle ceiling times
+the target) rejects it before the held-back part sees it. The whole part's
+target is still asked too, so the early stops stay as safe as without it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The held-back part: each side's chosen setting, frontier and baseline scored there.
 
-Why apart from :mod:`simulations.tune.run`: choosing (the study) and
-judging the choice out of sample are two jobs. This module re-runs the
-chosen setting, a few points of the tuning part's Pareto set and the
-ScaledObject as written on the held-back part, and the chosen setting again
-on the held-back part as drawn under other arrival seeds; :func:`tune`
-calls it once per side.
+Choosing (the study) and judging the choice out of sample are two jobs:
+this re-runs the chosen setting, a few Pareto points and the ScaledObject as
+written on the held-back part, and the chosen setting under other arrival seeds.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """A tune stopped by Ctrl-C: what its trials found so far, written as promised.
 
-On Ctrl-C, ``--json`` and ``--plot`` are written from the trials so far
-(a finished tune writes its own, and one whose prescaler side met no
-target, exit status 3, writes its plots and no JSON). A stopped tune has no
-held-back scores (those come after every side's study), so what it writes
-is the tuning part's: each side's trials so far and the cheapest one that
-met the target there. The trials themselves stay in the study storage, and
-running the same command again resumes every side's study where it stopped
-(:func:`simulations.tune.study.run_study`; the trial Ctrl-C cut short is
-failed, so it runs again). Apart from :mod:`simulations.tune.report`
-because this document has its own shape (``"interrupted": true``,
-docs/contracts.md) and its own words.
+A stopped tune has no held-back scores yet, so ``--json`` and ``--plot``
+carry the tuning part's trials so far (``"interrupted": true``,
+docs/contracts.md); the trials stay in the storage and the same command
+resumes every study where it stopped.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The tuned ScaledObject as a team applies it: the names, addresses and
-model it was given written in, and what it still needs said in words.
+"""The tuned ScaledObject as a team applies it: their names, addresses and
+model written in, and what is still missing said in words.
 
-Why apart from the search: what is scored is a manifest whose names and
-addresses are the simulator's placeholders (``predictive``, ``vllm``,
-``http://prometheus:9090``); what is printed to paste must carry the team's
-own (``--scaledobject``, else ``--name``, ``--namespace``, ``--target-name``,
-``--prometheus-address``, ``--model``, ``--scaler-address``), or list each
-one still missing under "still to set". Nothing here changes how the
-ScaledObject scales: only names, addresses and the model's label.
+What is scored carries the simulator's placeholders; what is printed must
+carry the team's own or list each one under "still to set". Nothing here
+changes how the ScaledObject scales.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A tune as pictures: each side's held-back frontier, and every side's trials.
 
-Each side has its own colour and marker (:func:`side_style`), so no two
-sides share a grey and a point two sides share shows both (concentric
-rings, the first side's largest). Each picture has two panels: everything,
-and the region around the target and the chosen settings at a readable
-scale, since the ScaledObjects as written (or a trial at the ceiling) can
-cost many times a tuned setting and would squeeze the tuned points into a
-corner. Trials that scored the same share a point with their count beside
-it, and the title says how many points are drawn and why.
+Each side has its own colour and marker, and each picture a second panel
+around the target and the chosen settings: the ScaledObjects as written can
+cost many times a tuned setting and would squeeze the tuned points into a corner.
 """
 
 from __future__ import annotations

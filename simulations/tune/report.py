@@ -1,10 +1,5 @@
-"""The tune's report: the ``--json`` document, the printed frontier and
-verdicts, and the ScaledObject to paste.
-
-Apart from :mod:`simulations.tune.cli` (flags, exit status) because what a
-tune found and what a person should do about it is its own job: the words,
-the headline and the paste block are built here from a
-:class:`simulations.tune.run.TuneResult` and written by the command.
+"""The tune's report: the ``--json`` document, the printed progress, frontier
+and verdicts, and the ScaledObject to paste; the command writes them.
 """
 
 from __future__ import annotations

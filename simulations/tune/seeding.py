@@ -1,14 +1,9 @@
 """A study's first trials: the deployed settings, then their neighbours.
 
-TPE draws its first trials at random over the whole space, and a knob that
-decides feasibility in a narrow band (a scale-to-zero side's threshold, a
-floor of 0 among nine) is rarely drawn there: a study of 100 trials missed a
-setting one threshold step from the user's own that met the target. So a
-fresh study is seeded with the user's ScaledObject as written
-(:func:`seed_params`) and then with settings one step either way on each knob
-that sizes the fleet (:func:`neighbour_params`): the floor first, then a cron
-window's replicas, then each trigger's target, so the search always knows
-the ground next to what is deployed.
+TPE's first draws are random, and a knob that decides feasibility in a
+narrow band is rarely drawn there; seeding with the user's ScaledObject and
+one step either way on each knob that sizes the fleet makes the search
+always know the ground next to what is deployed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """When a trial of ``prescaler tune`` is out of the race: the early-stop rules.
 
-Why apart from the study: the rules are the part of tuning that decides
-which settings are ever seen whole, so they are read, tested and measured
-safe for every side on their own (:mod:`simulations.tune.study` runs them).
-Exactly: once misses exceed what the target allows, or once the cost spent
-so far exceeds the best feasible trial's whole cost. On pace, at rungs: see
-:class:`StopRules`, each slack widened to what the study's finished trials
-show (:class:`PaceEvidence`).
+Apart from the study because they decide which settings are ever seen
+whole, so they are read, tested and measured on their own: exactly (misses
+past the target's allowance, or spend past the best's whole cost) and on
+pace at rungs (:class:`StopRules`, widened by :class:`PaceEvidence`).
 """
 
 from __future__ import annotations

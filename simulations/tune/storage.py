@@ -1,12 +1,8 @@
-"""Where ``prescaler tune``'s trials live, and how a dead process's trials
-are found.
+"""Where ``prescaler tune``'s trials live, and how a dead process's trials are found.
 
-Trials are committed to an optuna RDB storage (SQLite on one machine,
-PostgreSQL across machines) so that several processes fill one study and a
-killed one loses nothing finished. This module opens that storage (riding
-out the race of several processes creating its tables at once) and fails the
-trials a killed process left RUNNING, so a resumed study replaces them
-instead of waiting for them.
+Opens the optuna RDB storage several processes share (riding out their race
+to create its tables) and fails the trials a killed process left RUNNING,
+so a resumed study replaces them instead of waiting for them.
 """
 
 from __future__ import annotations
