@@ -72,6 +72,8 @@ def _check_object(
 def _check_workload_selector(obj: Obj) -> list[Problem]:
     spec = obj.get("spec") or {}
     sel = spec.get("selector")
+    if sel is None and obj.get("kind") == "Job" and not spec.get("manualSelector"):
+        return []  # the Job controller writes the selector itself
     labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
     if sel and selector_matches(sel, labels):
         return []
