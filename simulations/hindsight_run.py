@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.ndimage import uniform_filter1d
 
 from engine.profile_types import StartupTimes
 from engine.profiles import Profile
@@ -130,6 +129,9 @@ def hindsight_bound(
         if result is None:
             return 0.0, None  # stopped once it could no longer meet the target
         return attainment(result), result.gpu_hours
+
+    # heavy (scipy.ndimage, about 0.3 s): only a run that computes the bound loads it
+    from scipy.ndimage import uniform_filter1d
 
     found: list[Calibrated] = []
     for width in SMOOTHING_STEPS:

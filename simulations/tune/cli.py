@@ -18,7 +18,6 @@ from typing import Any, TextIO
 
 import yaml
 
-from engine.profile_check import check_reminder
 from engine.profiles import get_profile
 from simulations.cli import UsageError, add_replay_arguments, replay_spec_from, run_subcommand
 from simulations.cli_messages import in_flags, message_of
@@ -370,6 +369,10 @@ def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out:
 
 def _remind_unchecked(given: str) -> None:
     """A line on stderr when the profile under the result was never checked."""
+    # heavy: profile_check loads scipy.optimize (a third of a second), and
+    # only a finished tune says this
+    from engine.profile_check import check_reminder
+
     line = check_reminder(get_profile(given), given)
     if line:
         print(line, file=sys.stderr)
