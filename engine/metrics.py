@@ -89,7 +89,6 @@ def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
 
 _REASONS: tuple[str, ...] = ("stop", "length", "abort")
 _REASONS_0_32: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
-WAITING_REASONS: tuple[str, ...] = ("capacity", "deferred")
 SLEEP_STATES: tuple[str, ...] = ("awake", "weights_offloaded", "discard_all")
 PROMPT_SOURCES: tuple[str, ...] = ("local_compute", "local_cache_hit", "external_kv_transfer")
 ADMISSION_REASONS: tuple[str, ...] = ("max_num_queued_reqs", "max_num_queued_tokens")

@@ -200,60 +200,43 @@ class PrescalerForecaster:
 
     @property
     def offset_fraction(self) -> float | None:
-        """The transform's offset as a fraction of the busy bins' mean (one of
-        ``config.offset_fractions``), as the last :meth:`fit` chose it; ``None``
-        before any fit. Read-only: it shows which transform (near
-        multiplicative .. near additive) the holdout picked."""
+        """The offset fraction (of ``config.offset_fractions``) the last :meth:`fit`'s
+        holdout picked; ``None`` before any fit."""
         return self._offset_fraction
 
     def combination_weights(self, h: int) -> np.ndarray | None:
-        """A copy of the members' weights (the ridge first, then
-        :data:`~forecasting.combination.CANDIDATES`) that combine the point
-        ``h`` steps ahead: horizon ``h``'s fitted weights or, where it has
-        none, the nearest shorter horizon's; ``None`` where the ridge alone
-        speaks (no horizon up to ``h`` had a holdout)."""
+        """A copy of the weights (the ridge, then :data:`~forecasting.combination.CANDIDATES`)
+        of the point ``h`` steps ahead, or the nearest shorter horizon's; ``None``
+        where the ridge alone speaks."""
         w = self._weights_at(h)
         return None if w is None else w.copy()
 
     @property
     def offset(self) -> float | None:
-        """The transform's offset ``c`` (the model works on ``log(max(y, 0) +
-        c)``), as the last :meth:`fit` set it; ``None`` before any fit. Public
-        so that a forecast's values can be read in the model's log scale,
-        where its band's errors live."""
+        """The offset ``c`` of the model's scale ``log(max(y, 0) + c)``, where its band's
+        errors live; ``None`` before any fit."""
         return None if self._offset_fraction is None else self._c
 
     @property
     def periods(self) -> tuple[int, ...]:
-        """The seasonal periods (in steps: a day, a week) the last :meth:`fit`
-        found at least two full cycles of, and so models; ``()`` before any
-        fit or without a season. Read-only: it shows which seasons the
-        forecasts follow."""
+        """The seasonal periods (steps) the last :meth:`fit` found two full cycles of."""
         return self._periods
 
     def smoothing_params(self, h: int) -> SmoothingParams | None:
-        """The smoothers' parameters (immutable) chosen for the combination
-        ``h`` steps ahead; ``None`` where horizon ``h`` has no combination (the
-        ridge alone) or is not fitted yet. Public: it shows which smoothing the
-        members of that horizon's point use."""
+        """The smoothers' parameters of the combination ``h`` steps ahead; ``None``
+        where that horizon has none (the ridge alone) or is not fitted yet."""
         return self._smooth.get(h)
 
     def holdout_band(self, h: int) -> np.ndarray | None:
-        """A copy of horizon ``h``'s holdout error band: the combined point's
-        out-of-sample errors (log scale over the local volatility) at
-        :data:`~forecasting.prescaler.band.BAND_LEVELS`; ``None`` where that
-        horizon's holdout held too few independent errors (see
-        ``band_min_errors``) and the ridge's band stands in. Public: it shows
-        which horizons' bands are split-conformal, and their error law."""
+        """A copy of the combined point's holdout errors at ``h`` (log scale over the
+        local volatility) at :data:`~forecasting.prescaler.band.BAND_LEVELS`;
+        ``None`` where too few (``band_min_errors``) left the ridge's band standing."""
         band = self._band.get(h)
         return None if band is None else band.copy()
 
     def ridge_residuals(self, h: int) -> np.ndarray | None:
-        """A copy of the ridge's sorted residual law for horizon ``h`` (log
-        scale over the local volatility) that the guard reads: every kept
-        residual or, where :meth:`holdout_band` has a band, its percent grid;
-        ``None`` where horizon ``h`` has no combination. Public: it shows the
-        ridge's fitted error law and how much of it a forecaster keeps."""
+        """A copy of the ridge's sorted residual law at ``h`` that the guard reads (every
+        kept residual, or a percent grid); ``None`` where ``h`` has no combination."""
         law = self._ridge_resid.get(h)
         return None if law is None else law.copy()
 
