@@ -1,15 +1,9 @@
 """The result file of ``vllm bench serve --save-result``, read into a ``BenchMeasurement``.
 
-Field names are those vLLM's ``vllm/benchmarks/serve.py`` writes (the
-``result_json`` of its ``main``, merged with ``benchmark()``'s ``result``):
-``completed``, ``num_prompts``, ``total_input_tokens``,
-``total_output_tokens``, ``duration``, ``request_rate`` (a number or the
-string ``"inf"``), ``max_concurrency`` (null when not capped),
-``request_throughput``, ``output_throughput``, ``median_ttft_ms``,
-``median_itl_ms`` (and ``median_tpot_ms``, ``p99_*_ms`` which the fit does
-not need). Per-request lists (``input_lens``...) are only kept with
-``--save-detailed``, so the mean lengths come from the totals. Pure: the
-caller parses the JSON.
+Field names are those vLLM's ``vllm/benchmarks/serve.py`` writes (its
+``result_json`` merged with ``benchmark()``'s ``result``); per-request lists
+exist only with ``--save-detailed``, so mean lengths come from the totals.
+Pure: the caller parses the JSON.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """vLLM /metrics pages taken over a period of load, turned into per-window rates.
 
-The profile fit needs, for stretches of time, how many prompt and output
-tokens the replica computed, how many requests ran on average, and the mean
-TTFT and inter-token latency: differences of vLLM's counters and histogram
-sums between two pages. Pure: the pages come in as text with the time they
-were taken (``engine.metrics_reader`` fetches them).
-
-Metric names (vLLM V1, ``vllm/v1/metrics/loggers.py``): ``vllm:prompt_tokens_total``,
-``vllm:generation_tokens_total``, ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``, ``vllm:inter_token_latency_seconds`` (older
-servers: ``vllm:time_per_output_token_seconds``), ``vllm:time_to_first_token_seconds``,
-``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
-``vllm:cache_config_info`` (labels ``num_gpu_blocks``, ``block_size``).
+The profile fit needs, for stretches of time, the prompt and output tokens
+computed, the mean number of running requests, and the mean TTFT and
+inter-token latency: differences of vLLM's counters and histogram sums
+between two pages (names: ``_SERIES``, from ``vllm/v1/metrics/loggers.py``).
+Pure: the pages come in as text with the time they were taken
+(``engine.metrics_reader`` fetches them).
 """
 
 from __future__ import annotations

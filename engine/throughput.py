@@ -1,17 +1,10 @@
 """Closed-form load estimates built on a profile's step-time model.
 
-These turn the per-iteration model into the figures published benchmarks
-report, so the model can be calibrated against them (and so the CLI and the
-scaler can quote a sustainable capacity without running a simulation):
-
-- ``closed_loop_ms_per_token``: what a load generator with N users in a loop
-  measures as request time / generated tokens on a server that runs each
-  prefill as its own forward pass (TGI, vLLM V0 without chunked prefill);
-- ``saturated_throughput``: tokens/s of a replica kept full (benchmark at
-  request rate infinity), batch limited by KV capacity and ``max_num_seqs``.
-
-Both are steady-state approximations: ramp-up and the drain at the end of a
-finite benchmark are ignored, which makes them slightly optimistic.
+They turn the per-iteration model into the figures published benchmarks
+report (N users in a closed loop; a replica kept full), so the model can be
+calibrated against them and a sustainable capacity quoted without a
+simulation. Steady-state approximations: ramp-up and the final drain are
+ignored, which makes them slightly optimistic.
 """
 
 from __future__ import annotations

@@ -51,14 +51,9 @@ cost MAE on the level-shifting conversation trace and worldcup98. None is 1
 predictor only keeps the last 1,024 steps: 0.99^1024 = 3e-5)."""
 TREND_DAMPING = HOLT_DAMPING
 """The ``trend`` member's slope fades like damped Holt's: ``h`` steps ahead it
-carries ``damped_sum(h, 0.9)`` steps of slope (5.9 at ``h`` = 10), not ``h``.
-Why: a line fitted to a ramp keeps climbing through the peak that ends it
-(the damped trend's case, Gardner & McKenzie 1985, and its record on the M3
-series). Backtest, with the ridge out of the equal-weight fallback (see
-``PrescalerConfig.min_independent_errors``): the 12 shipped rows'
-geometric-mean MAE ratio to the best anchor 0.9746 -> 0.9729, Azure 2024
-coding @180 s 1.005 -> 0.9996; the 14 unseen rows unchanged (1.0120 ->
-1.0121)."""
+carries ``damped_sum(h, 0.9)`` steps of slope (5.9 at ``h`` = 10), not ``h``,
+because a line fitted to a ramp keeps climbing through the peak that ends it
+(Gardner & McKenzie 1985; the backtest: ``docs/decisions/forecasting.md``)."""
 TREND_MEMORY = 1024
 """Steps of history the ``trend`` candidate reads at predict time."""
 
@@ -294,15 +289,10 @@ class SmoothingBank:
         """Parameters minimising the h-step MAE over origins whose target is < ``end``.
 
         With fewer than ``min_independent_errors`` independent h-step errors
-        (about ``(end - h) / h``: neighbouring origins share ``h - 1`` steps
-        of the future), the one-step errors choose instead. Why: a choice
+        (about ``(end - h) / h``), the one-step errors choose instead: a choice
         among 7 to 20 grid points made on a handful of errors picks the
-        luckiest one (on a short ramp, the most reactive slope); the one-step
-        errors are the most independent evidence a short history holds, and
-        the criterion the anchors' likelihood fits use. Backtest (MAE ratio
-        to the best anchor, with the equal-weight rule of the same count,
-        both at a count of 5): the 12 shipped rows' geometric mean 0.9720 ->
-        0.9706 and worst 1.015 -> 1.009, the 14 unseen rows' 1.0117 -> 1.0089.
+        luckiest one, and the one-step errors are the most independent
+        evidence a short history holds (the anchors' likelihood fits use them).
         """
         if h > 1 and max(end - h, 0) < min_independent_errors * h:
             h = 1
