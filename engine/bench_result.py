@@ -70,37 +70,3 @@ def bench_measurement(doc: Any, source: str) -> BenchMeasurement:
         median_itl_s=_number(doc, "median_itl_ms", source) / 1e3,
         output_throughput=_number(doc, "output_throughput", source),
     )
-
-
-def bench_result_document(
-    load: ServingLoad,
-    *,
-    duration_s: float,
-    median_ttft_s: float,
-    median_itl_s: float,
-    median_tpot_s: float,
-    model_id: str = "model",
-) -> dict[str, Any]:
-    """A result document in vLLM's field names (for fixtures and the real-vLLM bench)."""
-    total_out = load.num_requests * load.output_tokens
-    return {
-        "date": "synthetic",
-        "endpoint_type": "openai",
-        "backend": "openai",
-        "model_id": model_id,
-        "num_prompts": load.num_requests,
-        "request_rate": "inf" if load.request_rate is None else load.request_rate,
-        "burstiness": 1.0,
-        "max_concurrency": load.max_concurrency,
-        "duration": duration_s,
-        "completed": load.num_requests,
-        "failed": 0,
-        "total_input_tokens": load.num_requests * load.prompt_tokens,
-        "total_output_tokens": total_out,
-        "request_throughput": load.num_requests / duration_s,
-        "output_throughput": total_out / duration_s,
-        "total_token_throughput": (load.num_requests * load.prompt_tokens + total_out) / duration_s,
-        "median_ttft_ms": median_ttft_s * 1e3,
-        "median_tpot_ms": median_tpot_s * 1e3,
-        "median_itl_ms": median_itl_s * 1e3,
-    }

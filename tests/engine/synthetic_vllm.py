@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from engine.bench_result import bench_result_document
 from engine.metrics import ServerInfo, render_metrics
 from engine.metrics_windows import MetricsPage
 from engine.profile_types import Profile
@@ -24,14 +23,30 @@ def synthetic_bench_document(profile: Profile, load: ServingLoad) -> dict[str, A
     """What ``vllm bench serve --save-result`` would write for ``load`` on ``profile``."""
     out = replay_load(profile, load)
     assert out.median_itl_s is not None  # replayed per token
-    return bench_result_document(
-        load,
-        duration_s=out.duration_s,
-        median_ttft_s=out.median_ttft_s,
-        median_itl_s=out.median_itl_s,
-        median_tpot_s=out.median_tpot_s,
-        model_id=profile.model.hf_id,
-    )
+    duration = out.duration_s
+    total_in = load.num_requests * load.prompt_tokens
+    total_out = load.num_requests * load.output_tokens
+    return {
+        "date": "synthetic",
+        "endpoint_type": "openai",
+        "backend": "openai",
+        "model_id": profile.model.hf_id,
+        "num_prompts": load.num_requests,
+        "request_rate": "inf" if load.request_rate is None else load.request_rate,
+        "burstiness": 1.0,
+        "max_concurrency": load.max_concurrency,
+        "duration": duration,
+        "completed": load.num_requests,
+        "failed": 0,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": load.num_requests / duration,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "median_ttft_ms": out.median_ttft_s * 1e3,
+        "median_tpot_ms": out.median_tpot_s * 1e3,
+        "median_itl_ms": out.median_itl_s * 1e3,
+    }
 
 
 def synthetic_pages(
