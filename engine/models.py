@@ -8,7 +8,7 @@ models' Hugging Face configs (docs/facts.md section 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -88,17 +88,12 @@ LLAMA_3_8B = ModelSpec(
     max_position=8192,
 )
 
-MISTRAL_7B = ModelSpec(
+# Llama-3-8B's transformer layers with a smaller vocabulary and a longer context.
+MISTRAL_7B = replace(
+    LLAMA_3_8B,
     name="mistral-7b",
     hf_id="mistralai/Mistral-7B-Instruct-v0.3",
     params_b=7.25,
-    linear_params_b=6.98,
-    layers=32,
-    hidden=4096,
-    q_heads=32,
-    kv_heads=8,
-    head_dim=128,
-    intermediate=14336,
     vocab=32768,
     max_position=32768,
 )

@@ -120,6 +120,13 @@ def attention_pairs(prefill_tokens: int, context_tokens: int) -> float:
     return context_tokens + prefill_tokens * min(prefill_tokens, context_tokens) / 2.0
 
 
+def _negative(prefill_tokens: int, decode_seqs: int, context_tokens: int) -> None:
+    raise ValueError(
+        "step_time_s: prefill_tokens, decode_seqs and context_tokens must be >= 0, got "
+        f"{prefill_tokens}, {decode_seqs}, {context_tokens}"
+    )
+
+
 def step_time_s(
     model: ModelSpec,
     hardware: HardwareSpec,
@@ -135,10 +142,7 @@ def step_time_s(
     step, over all sequences of the batch. An empty step takes no time.
     """
     if prefill_tokens < 0 or decode_seqs < 0 or context_tokens < 0:
-        raise ValueError(
-            "step_time_s: prefill_tokens, decode_seqs and context_tokens must be >= 0, got "
-            f"{prefill_tokens}, {decode_seqs}, {context_tokens}"
-        )
+        _negative(prefill_tokens, decode_seqs, context_tokens)
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
@@ -224,10 +228,7 @@ class StepTimer:
     def time_s(self, prefill_tokens: int, decode_seqs: int, context_tokens: int) -> float:
         """Seconds of one scheduler iteration (same contract as :func:`step_time_s`)."""
         if prefill_tokens < 0 or decode_seqs < 0 or context_tokens < 0:
-            raise ValueError(
-                "step_time_s: prefill_tokens, decode_seqs and context_tokens must be >= 0, got "
-                f"{prefill_tokens}, {decode_seqs}, {context_tokens}"
-            )
+            _negative(prefill_tokens, decode_seqs, context_tokens)
         tokens = prefill_tokens + decode_seqs
         if tokens == 0:
             return 0.0
