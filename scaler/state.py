@@ -27,7 +27,7 @@ from decision.tracker import DEFAULT_LEAD_TIME_S
 from decision.tracker_data import DEFAULT_FIT_WINDOW_S, TrackerConfig
 from scaler.live_outputs import LiveOutputs
 from scaler.refresh import RefreshLoop
-from scaler.registry import ObjectKey, ObjectRegistry, observation_from
+from scaler.registry import ObjectRegistry, observation_from
 from scaler.source_reader import SourceReader
 from scaler.sources import SourceFactory, default_source_factory
 from scaler.stepper import Stepper
@@ -120,9 +120,6 @@ class ScalerState:
         """Why the object's source gave no reading last time, in words (``None``
         if it gave one, or was not read yet). ``KeyError`` if unknown."""
         return self.sources.problem(self.objects[(namespace, name)])
-
-    def registered(self) -> list[ObjectKey]:
-        return self.objects.keys()
 
     def subscribe_active(self, namespace: str, name: str) -> asyncio.Queue[bool]:
         """A queue that receives ``True`` each time a burst starts."""

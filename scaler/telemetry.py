@@ -221,10 +221,6 @@ class ScalerTelemetry(Collector):
         with self._lock:
             self._source_up[source] = 1.0 if up else 0.0
 
-    def forget_source(self, source: str) -> None:
-        with self._lock:
-            self._source_up.pop(source, None)
-
     def observe_rpc(self, method: str, seconds: float) -> None:
         with self._lock:
             hist = self._rpc.get(method)

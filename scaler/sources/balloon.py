@@ -8,12 +8,11 @@ the count changes: the last value set is remembered per Deployment and
 re-read from the API every ``verify_after_s`` in case someone edited it.
 
 The ``kubernetes`` client is blocking: call :meth:`BalloonController.apply`
-from a worker thread, or :meth:`apply_async` from the event loop.
+from a worker thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -87,10 +86,6 @@ class BalloonController:
             raise BalloonError(f"scaling {namespace}/{deployment}: {exc!r}"[:300]) from None
         self._known[key] = (int(replicas), now)
         return True
-
-    async def apply_async(self, namespace: str, deployment: str, replicas: int) -> bool:
-        """:meth:`apply` in a worker thread (never blocks the event loop)."""
-        return await asyncio.to_thread(self.apply, namespace, deployment, replicas)
 
     def forget(self, namespace: str, deployment: str) -> None:
         self._known.pop((namespace, deployment), None)

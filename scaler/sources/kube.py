@@ -107,15 +107,6 @@ def default_api_factory() -> Any:
     return kubernetes.client.CoreV1Api()
 
 
-def api_for_host(host: str) -> Any:
-    """A ``CoreV1Api`` talking plain HTTP to ``host`` (tests' fake API server)."""
-    import kubernetes
-
-    configuration = kubernetes.client.Configuration()
-    configuration.host = host
-    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-
-
 class PodDiscovery:
     """Lists pods of a selector through the Kubernetes API, with a short cache."""
 

@@ -7,7 +7,6 @@ know where numbers came from, and tests can fake a source with a few lines.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -97,13 +96,6 @@ class SourceSpec:
     def label(self) -> str:
         """The ``source`` label of ``prescaler_source_up``."""
         return self.kind
-
-
-def finite_or_error(value: float, what: str) -> float:
-    """``value`` if it is a finite, non-negative number; else ``SourceError``."""
-    if not math.isfinite(value) or value < 0:
-        raise SourceError(f"{what} is {value!r}, not a finite non-negative number")
-    return value
 
 
 @dataclass(frozen=True, eq=False)

@@ -183,12 +183,6 @@ def test_errors_are_balloon_errors(api: FakeKubeApi) -> None:
         bc.apply("llm", "prescaler-balloon", -1)
 
 
-async def test_apply_async(api: FakeKubeApi) -> None:
-    bc = controller(api)
-    assert await bc.apply_async("llm", "prescaler-balloon", 2) is True
-    assert api.deployments[("llm", "prescaler-balloon")] == 2
-
-
 def test_unreachable_api_is_a_balloon_error() -> None:
     cfg = k8s.Configuration(host="http://127.0.0.1:9")
     cfg.retries = False  # type: ignore[attr-defined]

@@ -13,10 +13,19 @@ import pytest
 from aiohttp import web
 
 from decision.settings import LabelMatcher
-from scaler.sources.kube import KubernetesSource, PodDiscovery, api_for_host, pod_info
+from scaler.sources.kube import KubernetesSource, PodDiscovery, pod_info
 from scaler.sources.model import Selection, SourceError
 from scaler.sources.scrape import ScrapeSource
 from tests.scaler.conftest import Engine, FakeVllm, ThreadedApp
+
+
+def api_for_host(host: str) -> Any:
+    """A ``CoreV1Api`` talking plain HTTP to ``host`` (the fake API server)."""
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    configuration.host = host
+    return kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
 
 
 async def test_scrape_sums_replicas_and_engines(fake_vllm: Callable[..., FakeVllm]) -> None:
