@@ -174,25 +174,14 @@ class BinnedSeries:
         start = 0 if last is None else max(0, stop - last)
         return np.array(ordered[start:stop], dtype=float)
 
-    def window_peaks(self, starts: Sequence[float], width_s: float, smooth_bins: int) -> np.ndarray:
-        """For each start, the largest ``smooth_bins``-bin moving mean of the
-        request rate over the bins ending in ``(start, start + width_s]``
-        (NaN where the series holds none of them). The moving mean keeps one
-        noisy 15-s bin from passing for a session's level."""
-        return self.window_stats(starts, width_s, smooth_bins)[0]
-
-    def window_requests(self, starts: Sequence[float], width_s: float) -> np.ndarray:
-        """For each start, the requests that arrived in the bins ending in
-        ``(start, start + width_s]`` (each bin's rate times the step; NaN
-        where the series holds none of them). A count, not a peak: one
-        stray request is one request, whatever rate its bin shows."""
-        return self.window_stats(starts, width_s, 1)[1]
-
     def window_stats(
         self, starts: Sequence[float], width_s: float, smooth_bins: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(:meth:`window_peaks`, :meth:`window_requests`) from one pass over
-        the ring: the tracker asks for both at each closed bin."""
+        """For each start, over the bins ending in ``(start, start + width_s]``
+        (NaN where the series holds none of them): the largest
+        ``smooth_bins``-bin moving mean of the request rate (so one noisy 15-s
+        bin does not pass for a session's level), and the requests that
+        arrived (rate times step: one stray request counts as one)."""
         peaks = np.full(len(starts), math.nan)
         counts = np.full(len(starts), math.nan)
         if not self._count:

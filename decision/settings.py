@@ -138,36 +138,6 @@ class ScalerSettings:
     extra: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
     """Ignored keys (KEDA's own, unknown ``...FromEnv``), kept for debugging."""
 
-    @property
-    def source_kind(self) -> str:
-        """``prometheus``, ``scrape`` or ``kubernetes``."""
-        if self.prometheus_address is not None:
-            return "prometheus"
-        if self.metrics_urls:
-            return "scrape"
-        return "kubernetes"
-
-    def source_key(self) -> tuple[str, ...]:
-        """Identity of the data source, without per-object filters.
-
-        ScaledObjects with equal keys share one source (one Prometheus query
-        per signal per refresh for all of them); ``selector`` and ``model``
-        are applied to the grouped result, not part of the key.
-        """
-        if self.prometheus_address is not None:
-            return ("prometheus", self.prometheus_address)
-        if self.metrics_urls:
-            return ("scrape", *self.metrics_urls)
-        return ("kubernetes", self.namespace or "", self.pod_selector or "")
-
-    def promql_matchers(self) -> str:
-        """The per-object matchers as PromQL text (``selector`` plus
-        ``model_name`` from ``model``), comma-joined, escaped; may be empty."""
-        parts = [m.promql() for m in self.selector]
-        if self.model is not None:
-            parts.append(LabelMatcher("model_name", "=", self.model).promql())
-        return ",".join(parts)
-
 
 # KEDA's own trigger keys: accepted and ignored.
 KEDA_KEYS: frozenset[str] = frozenset(

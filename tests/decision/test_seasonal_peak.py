@@ -53,7 +53,7 @@ def test_window_peaks_are_one_minute_means_of_the_bins_in_each_window() -> None:
     values = [0.0] * 20
     values[4:8] = [8.0] * 4
     s = _series(values)
-    peaks = s.window_peaks([0.0, 60.0, 200.0, 400.0], 120.0, smooth_bins=4)
+    peaks = s.window_stats([0.0, 60.0, 200.0, 400.0], 120.0, smooth_bins=4)[0]
     assert peaks[0] == pytest.approx(8.0)  # the four burst bins, (0, 120]
     assert peaks[1] == pytest.approx(8.0)  # (60, 180]: the burst's 1-min mean
     assert peaks[2] == 0.0  # idle
@@ -66,15 +66,15 @@ def test_a_single_bin_spike_is_smoothed_to_its_one_minute_mean() -> None:
     values = [0.0] * 20
     values[10] = 8.0
     s = _series(values)
-    assert s.window_peaks([0.0], 300.0, smooth_bins=4)[0] == pytest.approx(2.0)
-    assert s.window_peaks([0.0], 300.0, smooth_bins=1)[0] == pytest.approx(8.0)
+    assert s.window_stats([0.0], 300.0, smooth_bins=4)[0][0] == pytest.approx(2.0)
+    assert s.window_stats([0.0], 300.0, smooth_bins=1)[0][0] == pytest.approx(8.0)
 
 
 def test_window_requests_count_the_bins_in_each_window() -> None:
     values = [0.0] * 20
     values[4:8] = [8.0] * 4  # bins ending 75 - 120 s
     s = _series(values)
-    got = s.window_requests([0.0, 90.0, 200.0, 400.0], 120.0)
+    got = s.window_stats([0.0, 90.0, 200.0, 400.0], 120.0, 1)[1]
     assert got[0] == pytest.approx(4 * 8.0 * STEP)
     assert got[1] == pytest.approx(2 * 8.0 * STEP)  # (90, 210]: the bins ending 105 and 120
     assert got[2] == 0.0 and np.isnan(got[3])
@@ -94,7 +94,7 @@ def test_a_window_peak_lies_between_the_window_bins_min_and_max(
     bins and the ``k - 1`` before them), and one bin's mean is the window's
     largest bin."""
     s = _series(values)
-    peak = float(s.window_peaks([start], width, k)[0])
+    peak = float(s.window_stats([start], width, k)[0][0])
     ends = STEP * np.arange(1, len(values) + 1)
     inside = np.asarray(values)[(ends > start + 1e-6) & (ends <= start + width + 1e-6)]
     if inside.size == 0:
@@ -102,7 +102,7 @@ def test_a_window_peak_lies_between_the_window_bins_min_and_max(
         return
     reach = np.asarray(values)[(ends > start - k * STEP) & (ends <= start + width + 1e-6)]
     assert reach.min() - 1e-9 <= peak <= reach.max() + 1e-9
-    assert float(s.window_peaks([start], width, 1)[0]) == pytest.approx(inside.max())
+    assert float(s.window_stats([start], width, 1)[0][0]) == pytest.approx(inside.max())
 
 
 def _tracker(

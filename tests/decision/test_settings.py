@@ -119,23 +119,15 @@ def test_seasonal_wander_is_seconds_up_to_six_hours(raw: str) -> None:
 
 
 def test_sources() -> None:
-    """metricsUrls splits on commas; podSelector takes a namespace; source_key groups."""
+    """metricsUrls splits on commas; podSelector takes a namespace."""
     s = parse_settings(
         {"metricsUrls": " http://10.0.0.1:8000/metrics , http://10.0.0.2:8000/metrics"}
     )
     assert s.metrics_urls == ("http://10.0.0.1:8000/metrics", "http://10.0.0.2:8000/metrics")
-    assert s.source_kind == "scrape"
-    assert s.source_key() == ("scrape", *s.metrics_urls)
+    assert s.prometheus_address is None
     k = parse_settings({"podSelector": "app=vllm, tier in (gpu,spot)", "namespace": "llm"})
-    assert (k.pod_selector, k.namespace, k.source_kind) == (
-        "app=vllm,tier in (gpu,spot)",
-        "llm",
-        "kubernetes",
-    )
-    assert k.source_key() == ("kubernetes", "llm", "app=vllm,tier in (gpu,spot)")
-    a = parse_settings({**PROM, "model": "a"})
-    b = parse_settings({**PROM, "selector": 'x="y"', "minReplicas": "2"})
-    assert a.source_key() == b.source_key() == ("prometheus", PROM["prometheusAddress"])
+    assert (k.pod_selector, k.namespace) == ("app=vllm,tier in (gpu,spot)", "llm")
+    assert k.prometheus_address is None and not k.metrics_urls
 
 
 def test_tls_cert_file_is_an_ignored_keda_key() -> None:
@@ -328,7 +320,8 @@ def test_selector_values_escaped_in_promql() -> None:
     assert m.value == 'x"}or vector(1)'
     assert m.promql() == r'a="x\"}or vector(1)"'
     s = parse_settings({**PROM, "selector": r'a="back\\slash"', "model": 'm"}'})
-    assert s.promql_matchers() == r'a="back\\slash",model_name="m\"}"'
+    assert [m.promql() for m in s.selector] == [r'a="back\\slash"']
+    assert LabelMatcher("model_name", "=", s.model or "").promql() == r'model_name="m\"}"'
 
 
 _PROMQL_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -159,7 +159,7 @@ def test_own_overlay_trigger_is_accepted_by_the_scaler(workdir: Path) -> None:
     trigger = find(objs, "ScaledObject", "vllm-llama3-8b")["spec"]["triggers"][0]
     settings = decision_settings.parse_settings(trigger["metadata"])
     assert settings.model == "llama-3-8b-instruct"
-    assert settings.source_kind == "prometheus"
+    assert settings.prometheus_address is not None
 
 
 def test_trigger_keys_on_the_page_are_contract_keys() -> None:
