@@ -45,7 +45,7 @@ from simulations.tune.held_back import (
 from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.interrupted import SoFar, TuneInterrupted
 from simulations.tune.request import DEFAULT_TARGET, TuneRequest
-from simulations.tune.search import slo_ceiling, split_workload
+from simulations.tune.search import Param, slo_ceiling, split_workload
 from simulations.tune.sides import Side, make_sides
 from simulations.tune.study import (
     StudyResult,
@@ -237,7 +237,7 @@ def tune(request: TuneRequest, on_event: Callable[[TuneEvent], None] = _ignore) 
         so_far = SoFar(
             trace=workload.name, slo_ttft_s=config.slo_ttft_s, target=protocol.target, bar=bar,
             months=tune_months, storage=storage,
-            sides=tuple((side, _read_back(storage, name)) for side, name in started),
+            sides=tuple((side, _read_back(storage, name, side.space)) for side, name in started),
         )  # fmt: skip
         raise TuneInterrupted(so_far) from None
     months = (tune_months, (held_s or tune_part.duration_s) / 3600 / HOURS_PER_MONTH)
@@ -346,14 +346,14 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def _read_back(storage: str, name: str) -> StudyResult:
+def _read_back(storage: str, name: str, space: tuple[Param, ...] = ()) -> StudyResult:
     """What the study ``name`` holds now (every trial it finished); none
     when it cannot be read (a stopped tune still says what it can)."""
     import optuna  # heavy: loaded only when a stopped tune reads its studies back
 
     try:
         study = optuna.load_study(study_name=name, storage=open_storage(storage))
-        return read_study(study, storage, name)
+        return read_study(study, storage, name, space)
     except Exception:  # the storage itself failed: report no trials, not a traceback
         return StudyResult((), None, None, name, storage)
 

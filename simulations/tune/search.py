@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -79,6 +79,11 @@ class Param:
     """Another key whose value this one is sampled above: a cron window's
     replicas above the floor (a window at or below the floor holds nothing
     the floor does not, so it is not a setting to search)."""
+    reacts: Literal["low", "high"] | None = field(default=None, repr=False)
+    """Which end of the range reacts most to demand (a threshold's low end,
+    a wait's short one), for the tie-break among equally cheap trials
+    (:mod:`simulations.tune.tie_break`); None: neither. Not in the repr, so a
+    study's fingerprint is what it was before directions existed."""
 
     def applies(self, picked: Mapping[str, Any]) -> bool:
         """Whether the key is sampled given the keys ``picked`` before it
@@ -124,15 +129,15 @@ FORECAST_ONLY_KEYS = (
 and ``decision.prewarm`` skip them with ``forecast: off``): not searched
 then, and not written into a block that says ``forecast: off``."""
 PREDICTIVE_SPACE: tuple[Param, ...] = (
-    Param("targetWaitingPerReplica", "float", 0.5, 12.0, step=0.25),
-    Param("targetKvCacheUsage", "float", 0.5, 0.95, step=0.05),
+    Param("targetWaitingPerReplica", "float", 0.5, 12.0, step=0.25, reacts="low"),
+    Param("targetKvCacheUsage", "float", 0.5, 0.95, step=0.05, reacts="low"),
     Param("forecast", "choice", choices=("auto", "off")),
     Param("forecastQuantile", "float", 0.5, 0.99, step=0.01, unless=FORECAST_OFF),
     Param("seasonalPeakDays", "int", 0, 3, unless=FORECAST_OFF),
     Param("seasonalWanderSeconds", "int", 0, 3600, step=300, unless=FORECAST_OFF),
     Param(LEAD_MODE, "choice", choices=("auto", "fixed")),
     Param("leadTimeSeconds:fixed", "int", 60, 900, step=15, when=(LEAD_MODE, "fixed")),
-    Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30),
+    Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30, reacts="low"),
     Param("minReplicas", "int", 1, 8),
     Param("prewarm", "choice", choices=("false", "true"), unless=FORECAST_OFF),
     Param("nodeLeadTimeSeconds", "int", 0, 600, step=15, when=("prewarm", "true")),

@@ -16,7 +16,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -60,6 +60,7 @@ from simulations.tune.stop_rules import (
     study_pace,
 )
 from simulations.tune.storage import GRACE_S, HEARTBEAT_S, DeadTrials, open_storage
+from simulations.tune.tie_break import TieBreak, choose
 
 __all__ = [
     "GRACE_S",
@@ -202,6 +203,9 @@ class StudyResult:
     study_name: str
     storage: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    tie_break: TieBreak | None = None
+    """How ``best`` was chosen among feasible trials that tied with it on
+    cost (:mod:`simulations.tune.tie_break`); None when it was the cheapest alone."""
 
 
 def study_fingerprint(parts: Mapping[str, Any]) -> str:
@@ -460,7 +464,7 @@ def run_study(
     with interruptible_trials():  # Ctrl-C stops the trials where nothing is half done
         _rounds(ctx, study, storage, study_name, n_trials, jobs, fingerprint, worker, grace_s,
                 deadline, dead)  # fmt: skip
-    return read_study(study, storage, study_name)
+    return read_study(study, storage, study_name, ctx.space)
 
 
 def _rounds(
@@ -502,8 +506,12 @@ def _rounds(
             break
 
 
-def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:
-    """The finished trials of an optuna study as :class:`TrialRecord` s."""
+def read_study(
+    study: Any, storage: str = "", name: str = "", space: Sequence[Param] = ()
+) -> StudyResult:
+    """The finished trials of an optuna study as :class:`TrialRecord` s; the
+    best is the cheapest feasible one, among equally cheap ones the one that
+    reacts most by ``space``'s directions (without them, the first)."""
     import optuna  # heavy: only a study loads it
 
     records: list[TrialRecord] = []
@@ -528,13 +536,13 @@ def read_study(study: Any, storage: str = "", name: str = "") -> StudyResult:
             )
         )
     feasible = [r for r in records if r.feasible]
-    best = min(feasible, key=lambda r: (r.cost_usd, r.number)) if feasible else None
+    best, tie = choose(feasible, space)
     closest = (
         max(records, key=lambda r: (r.finished, r.attainment, -_nan_last(r.cost_usd), -r.number))
         if records
         else None
     )
-    return StudyResult(tuple(records), best, closest, name, storage)
+    return StudyResult(tuple(records), best, closest, name, storage, tie_break=tie)
 
 
 def _nan_last(x: float) -> float:
