@@ -177,6 +177,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                 "trials": len(s.study.trials),
                 "chosen_trial": None if s.study.best is None else s.study.best.number,
                 "setting": None if s.study.best is None else dict(s.study.best.metadata),
+                "tie_break": None if s.study.tie_break is None else s.study.tie_break.as_dict(),
                 "manifest": s.manifest,
                 "cost_at_target_usd": costs[s.side.name],
                 "cost_at_target_multiple_of_hindsight": multiple(costs[s.side.name]),
@@ -256,6 +257,10 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
               f"{month_cost(s.tuned['cost_usd'], result.months[0])}, held back "
               f"{_pct(s.holdout['slo_attainment'])} at "
               f"{month_cost(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
+        if s.study.tie_break is not None:
+            print(f"  a tie-break: {s.study.tie_break.tied} other feasible trial(s) cost the "
+                  "same on the tuning part; chosen as the one that reacts most (lowest "
+                  "thresholds, shortest waits)", file=out)  # fmt: skip
         if len(s.holdout_seeds) > 1:
             met = sum(1 for _, a, _ in s.holdout_seeds if a >= held_target)
             seeds = ", ".join(str(k) for k, _, _ in s.holdout_seeds)
