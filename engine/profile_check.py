@@ -145,22 +145,10 @@ def _select(doc: Mapping[str, Any], source: str, max_requests: int) -> _Selectio
     return _Selection(ok[:max_requests], len(ok), len(inputs))
 
 
-def load_of(
-    doc: Mapping[str, Any], source: str, max_requests: int = MAX_CHECK_REQUESTS
-) -> ServingLoad:
-    """The load a result file describes, as exactly as it says.
-
-    Per-request lengths (``input_lens``, ``output_lens``: ``--save-detailed``)
-    and send times (``start_times``: ``prescaler engine load``) are used when
-    present, for the first ``max_requests`` successful requests sent;
-    otherwise the mean lengths and the file's rate (evenly spaced: the
-    benchmark's Poisson draws are not saved) or all at once, for every
-    completed request (the file's own percentiles are over all of them).
-    """
-    return _load(doc, source, _select(doc, source, max_requests))
-
-
 def _load(doc: Mapping[str, Any], source: str, sel: _Selection) -> ServingLoad:
+    """The load a result file describes, as exactly as it says: the selected
+    requests' own lengths and send times when saved, else the mean lengths
+    and the file's rate (its Poisson draws are not saved) for every request."""
     base = bench_measurement(doc, source).load
     if sel.indices is None:
         return ServingLoad(

@@ -81,15 +81,6 @@ class RequestOverhead:
             if not (value >= 0.0 and value < float("inf")):
                 raise ValueError(f"request_overhead: {f.name} must be a number >= 0, got {value}")
 
-    @property
-    def is_zero(self) -> bool:
-        return not (
-            self.in_fixed_s
-            or self.in_per_prompt_token_s
-            or self.out_fixed_s
-            or self.out_per_output_token_s
-        )
-
     def ttft_s(self, prompt_tokens: int) -> float:
         """What it adds to a request's time to first token."""
         return (

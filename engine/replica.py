@@ -16,7 +16,6 @@ one jump whose step times follow an arithmetic series, halved until within
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from heapq import heapify, heappush
 
 from engine.metrics import MetricsSnapshot
@@ -216,21 +215,3 @@ class Replica(StepLoop):
             request_prompt_tokens=self._prompt_len.snapshot(),
             request_generation_tokens=self._generation_len.snapshot(),
         )
-
-
-def run_requests(
-    profile: ProfileLike,
-    requests: Iterable[Request],
-    *,
-    start_s: float = 0.0,
-    jump: bool = True,
-) -> tuple[Replica, list[RequestRecord]]:
-    """Replay `requests` (any order) through a fresh replica until all finish."""
-    replica = Replica(profile, start_s=start_s, jump=jump)
-    records: list[RequestRecord] = []
-    for req in sorted(requests, key=lambda r: r.arrival_s):
-        records.extend(replica.advance_to(req.arrival_s))
-        replica.submit(req)
-    while (t := replica.next_event_time()) is not None:
-        records.extend(replica.advance_to(t))
-    return replica, records

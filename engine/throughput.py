@@ -53,25 +53,6 @@ class RequestMix:
 SHAREGPT_MIX = RequestMix(prompt_tokens=215.0, output_tokens=197.0, output_cv=1.2)
 
 
-def closed_loop_ms_per_token(
-    model: StepModel, users: int, prompt_tokens: int, output_tokens: int
-) -> float:
-    """Mean request latency / generated tokens, in ms, for ``users`` closed-loop users.
-
-    During one request's lifetime every other user starts one request, whose
-    prefill pauses the running batch (separate prefill forward passes); the
-    request's own prefill counts too. So a request lasts ``users`` prefills
-    plus ``output_tokens - 1`` decode steps of the full batch, whose sequences
-    are on average half-way through their answers.
-    """
-    if users < 1 or prompt_tokens < 1 or output_tokens < 1:
-        raise ValueError("closed_loop_ms_per_token: users, prompt and output tokens must be >= 1")
-    context = int(users * (prompt_tokens + output_tokens / 2.0))
-    prefill = model.step_time_s(prompt_tokens, 0, prompt_tokens)
-    decode = model.step_time_s(0, users, context)
-    return 1e3 * (users * prefill + (output_tokens - 1) * decode) / output_tokens
-
-
 @dataclass(frozen=True)
 class SaturatedThroughput:
     batch: int

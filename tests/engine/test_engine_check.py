@@ -18,7 +18,6 @@ from engine.profile_check import (
     NothingToCompareError,
     check_document,
     check_profile,
-    load_of,
 )
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_types import RequestOverhead
@@ -84,7 +83,7 @@ def test_a_vllm_result_without_per_request_lists_uses_its_own_percentiles() -> N
     assert rows["ttft_p90_ms"].measured is None and rows["ttft_p90_ms"].error is None
     assert rows["ttft_p50_ms"].measured == doc["median_ttft_ms"]
     assert rows["itl_p99_ms"].measured == doc["p99_itl_ms"]
-    assert load_of(doc, "run.json").lengths is None
+    assert check.load.lengths is None
 
 
 def test_a_profile_that_is_off_fails_the_check() -> None:

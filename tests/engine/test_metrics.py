@@ -268,8 +268,8 @@ def test_replica_counts_each_finished_request_length_once() -> None:
     observation per request, of its prompt and of the tokens it generated."""
     from types import SimpleNamespace
 
-    from engine.replica import run_requests
     from engine.requests import Request
+    from tests.support.replica_runs import run_requests
 
     profile = SimpleNamespace(
         vllm=SimpleNamespace(max_model_len=4096, max_num_seqs=8, max_num_batched_tokens=512,

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from engine.profiles import get_profile
-from engine.replica import Replica, RequestRejected, run_requests
+from engine.replica import Replica, RequestRejected
 from engine.requests import Request, RequestRecord
+from tests.support.replica_runs import run_requests
 
 
 @dataclass(frozen=True)

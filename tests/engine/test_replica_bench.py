@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.profiles import get_profile
-from engine.replica import run_requests
 from engine.requests import Request
+from tests.support.replica_runs import run_requests
 
 BENCH_DIR = Path(__file__).parents[2] / "bench-results"
 

@@ -14,9 +14,10 @@ from engine.profile_files import parse_profile_text, profile_yaml
 from engine.profile_schema import ProfileFileError
 from engine.profile_types import Profile, RequestOverhead
 from engine.profiles import get_profile
-from engine.replica import Replica, run_requests
+from engine.replica import Replica
 from engine.requests import Request
 from engine.serving_replay import ServingLoad, replay_load
+from tests.support.replica_runs import run_requests
 
 BASE = "llama-3-8b@g5.xlarge"
 
@@ -126,4 +127,4 @@ def test_the_catalogue_has_no_overhead() -> None:
     which already hold this time: their overhead stays zero."""
     from engine.profiles import PROFILES
 
-    assert all(p.request_overhead.is_zero for p in PROFILES.values())
+    assert all(p.request_overhead == RequestOverhead() for p in PROFILES.values())

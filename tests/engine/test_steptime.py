@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from engine.profiles import get_profile, profile_names
 from engine.steptime import StepTimer, soft_max, step_time_s, weight_bytes
-from engine.throughput import RequestMix, closed_loop_ms_per_token, saturated_throughput
-from tests.support.engine_calibration import calibration_points
+from engine.throughput import RequestMix, saturated_throughput
+from tests.support.engine_calibration import calibration_points, closed_loop_ms_per_token
 
 NAMES = profile_names()
 counts = st.integers(min_value=0, max_value=20_000)

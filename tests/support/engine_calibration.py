@@ -20,7 +20,7 @@ It is the product's accuracy check, so it stays beside the product's tests
 #   The CSV's "ms/token" is TGI's inference time / generated tokens, so it
 #   includes the request's own prefill and the prefills of the other users that
 #   interrupt it (TGI runs prefills as separate forward passes); see
-#   ``engine.throughput.closed_loop_ms_per_token``. We model Llama-2-7B
+#   ``closed_loop_ms_per_token`` below. We model Llama-2-7B
 #   directly (it is a profile); the x1.19 rescaled Llama-3-8B curve is also
 #   checked, since its prefill interference scales with the weights as well.
 # - H100 vLLM 0.21 bf16 "chatbot-short": c1 and c4 only (c16 mixes in
@@ -61,7 +61,27 @@ from engine.profiles import (
     get_profile,
     profile_summary,
 )
-from engine.throughput import RequestMix, closed_loop_ms_per_token
+from engine.throughput import RequestMix, StepModel
+
+
+def closed_loop_ms_per_token(
+    model: StepModel, users: int, prompt_tokens: int, output_tokens: int
+) -> float:
+    """Mean request latency / generated tokens, in ms, for ``users`` closed-loop users.
+
+    During one request's lifetime every other user starts one request, whose
+    prefill pauses the running batch (separate prefill forward passes); the
+    request's own prefill counts too. So a request lasts ``users`` prefills
+    plus ``output_tokens - 1`` decode steps of the full batch, whose sequences
+    are on average half-way through their answers.
+    """
+    if users < 1 or prompt_tokens < 1 or output_tokens < 1:
+        raise ValueError("closed_loop_ms_per_token: users, prompt and output tokens must be >= 1")
+    context = int(users * (prompt_tokens + output_tokens / 2.0))
+    prefill = model.step_time_s(prompt_tokens, 0, prompt_tokens)
+    decode = model.step_time_s(0, users, context)
+    return 1e3 * (users * prefill + (output_tokens - 1) * decode) / output_tokens
+
 
 # microsoft/vidur data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv,
 # per_iteration_32_layers_ms (tests/engine/data/vidur_a100_llama3_8b_linear_ops_per_iter.csv;

@@ -22,7 +22,7 @@ import engine.replica
 import engine.replica_loop
 import simulations.router
 from engine.profiles import get_profile
-from engine.replica import Replica, run_requests
+from engine.replica import Replica
 from engine.requests import Request
 from forecasting import filters
 from forecasting.combination import holt_state, lfilter, trend_state
@@ -32,6 +32,7 @@ from simulations.policies import PolicySpec, predictive_spec, reactive_spec
 from simulations.runner import run_policy
 from simulations.simulation import TIMED_OUT, SimConfig, SimResult
 from simulations.traffic import synthetic_workload
+from tests.support.replica_runs import run_requests
 
 PROFILES = ("llama-3-8b@g5.xlarge", "llama-3-8b@inf2.xlarge", "llama-3-70b-awq@g5.12xlarge")
 SIM_PROFILE = "llama-3-8b@g5.xlarge"
