@@ -72,10 +72,6 @@ class Replica(StepLoop):
         return len(self._live)
 
     @property
-    def kv_blocks_total(self) -> int:
-        return self.limits.num_gpu_blocks
-
-    @property
     def steps_run(self) -> int:
         """Engine steps (scheduler iterations) run so far."""
         self._settle()

@@ -77,7 +77,7 @@ def test_every_request_ends_once_with_its_tokens(
 
     def check() -> None:
         nonlocal last_now
-        assert 0 <= rep.kv_blocks_used <= rep.kv_blocks_total
+        assert 0 <= rep.kv_blocks_used <= rep.limits.num_gpu_blocks
         assert rep.now >= last_now
         last_now = rep.now
 
