@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -44,11 +45,13 @@ from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 __all__ = [
     "CONFIG_KEYS",
     "EXIT_SLO_UNMET",
+    "JOB_INDEX_ENV",
     "register",
     "report_document",
     "request_from",
     "run",
     "with_config",
+    "worker_index",
 ]
 
 EXIT_SLO_UNMET = 3
@@ -56,6 +59,10 @@ EXIT_SLO_UNMET = 3
 
 _EXTRA_SIDES = tuple(n for n in SIDES if n not in DEFAULT_SIDES)
 """The sides a plain ``prescaler tune`` leaves out (each costs a study)."""
+
+JOB_INDEX_ENV = "JOB_COMPLETION_INDEX"
+"""The pod's index Kubernetes sets in an Indexed Job: ``--worker-index``'s default."""
+
 
 CONFIG_KEYS = (
     "holdout-seeds", "margin", "short-history", "storage", "study", "trial-grace", "prune",
@@ -131,6 +138,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="--prometheus rate step, s (default %(default)s)")  # fmt: skip
     p.add_argument("--save-trace", default=None, metavar="DIR",
                    help="keep the trace built from --prometheus in DIR")  # fmt: skip
+    p.add_argument("--worker-index", type=count_flag("--worker-index", 0), default=None,
+                   metavar="N",
+                   help="this command's place among commands started together on one "
+                   "--storage/--study (a pod of an Indexed Job): its sampler seeds are "
+                   f"offset by it so they draw different settings (default: ${JOB_INDEX_ENV}, "
+                   "which Kubernetes sets in an Indexed Job, else 0)")  # fmt: skip
     p.add_argument("--prune", choices=("pace", "exact"), default="pace",
                    help="stop trials that cannot win (exact), or also those well off the "
                    "best's pace at checkpoints (pace, the default)")  # fmt: skip
@@ -317,6 +330,7 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         study=StudySpec(
             trials=args.trials, jobs=args.jobs, storage=args.storage or default_storage(),
             study=args.study, trial_grace_s=args.trial_grace, prune=args.prune,
+            worker_index=worker_index(args.worker_index),
         ),
         paste=PasteSpec(
             model=args.model, scaler_address=args.scaler_address,
@@ -329,6 +343,23 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
             cron_window=args.cron_window,
         ),
     )  # fmt: skip
+
+
+def worker_index(given: int | None) -> int:
+    """``--worker-index`` as given, else the Indexed Job's pod index
+    (:data:`JOB_INDEX_ENV`), else 0 (a lone command)."""
+    if given is not None:
+        return given
+    raw = os.environ.get(JOB_INDEX_ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        index = int(raw)
+    except ValueError:
+        raise UsageError(f"${JOB_INDEX_ENV} is {raw!r}: want a whole number >= 0") from None
+    if index < 0:
+        raise UsageError(f"${JOB_INDEX_ENV} is {raw!r}: want a whole number >= 0")
+    return index
 
 
 def run(request: TuneRequest, json_path: str | None, plot_path: str | None, out: TextIO) -> int:

@@ -114,10 +114,16 @@ class StudySpec:
     """The study name prefix; None: derived from the trace and flags."""
     trial_grace_s: int = GRACE_S
     prune: Literal["pace", "exact"] = "pace"
+    worker_index: int = 0
+    """This command's place among commands started together on one study
+    (an Indexed Job's pod index): its processes' sampler seeds are offset by
+    it, so pods started at once do not draw alike."""
 
     def __post_init__(self) -> None:
         if self.trials < 1 or self.jobs < 1:
             raise ValueError(f"trials and jobs must be >= 1, got {self.trials}, {self.jobs}")
+        if self.worker_index < 0:
+            raise ValueError(f"the worker index must be >= 0, got {self.worker_index}")
         if self.trial_grace_s < MIN_GRACE_S:
             raise ValueError(f"the trial grace period must be >= {MIN_GRACE_S} s")
 

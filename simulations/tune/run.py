@@ -412,5 +412,5 @@ def _run_side(
     return run_study(
         ctx, storage=storage, study_name=name, n_trials=study.trials, jobs=study.jobs,
         fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",
-        grace_s=study.trial_grace_s,
+        grace_s=study.trial_grace_s, worker_index=study.worker_index,
     )  # fmt: skip

@@ -70,6 +70,7 @@ __all__ = [
     "TuneContext",
     "make_sampler",
     "open_storage",
+    "process_indices",
     "read_study",
     "run_study",
     "study_fingerprint",
@@ -414,6 +415,17 @@ def is_tell_race(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and str(exc).startswith(TELL_RACE_SIGN)
 
 
+def process_indices(worker_index: int, jobs: int) -> range:
+    """The worker indices (:func:`worker_seed`) of a command's ``jobs``
+    processes when it is command ``worker_index`` of several started
+    together on one study (each with the same ``jobs``): disjoint between
+    commands, so two pods that join an empty study at once never share a
+    seed; command 0's are ``range(jobs)``, as a lone command's always were."""
+    if worker_index < 0 or jobs < 1:
+        raise ValueError(f"need worker_index >= 0 and jobs >= 1, got {worker_index}, {jobs}")
+    return range(worker_index * jobs, (worker_index + 1) * jobs)
+
+
 def worker_seed(seed: int, index: int, trials_before: int) -> int:
     """Worker ``index``'s sampler seed: the study seed itself for the first
     worker of a fresh study, else a hash of (seed, index, trials already in
@@ -435,11 +447,14 @@ def run_study(
     worker: str = "local",
     wait_s: float = 3600.0,
     grace_s: int = GRACE_S,
+    worker_index: int = 0,
 ) -> StudyResult:
     """Run (or resume) the study in ``jobs`` processes until it holds
     ``n_trials`` trials in all, wait for trials other processes still run
     (up to ``wait_s``; a dead one's is failed once silent for ``grace_s``), then
-    read every finished trial back: every process reports the same best."""
+    read every finished trial back: every process reports the same best.
+    ``worker_index``: this command's place among commands started together
+    on the study (:func:`process_indices`)."""
 
     if n_trials < 1:
         raise ValueError(f"trials must be >= 1, got {n_trials}")
@@ -463,13 +478,14 @@ def run_study(
     deadline = time.monotonic() + wait_s
     with interruptible_trials():  # Ctrl-C stops the trials where nothing is half done
         _rounds(ctx, study, storage, study_name, n_trials, jobs, fingerprint, worker, grace_s,
-                deadline, dead)  # fmt: skip
+                deadline, dead, process_indices(worker_index, jobs))  # fmt: skip
     return read_study(study, storage, study_name, ctx.space)
 
 
 def _rounds(
     ctx: TuneContext, study: Any, storage: str, study_name: str, n_trials: int, jobs: int,
     fingerprint: str, worker: str, grace_s: int, deadline: float, dead: DeadTrials,
+    indices: range,
 ) -> None:  # fmt: skip
     """Rounds of workers until the study holds ``n_trials`` (or the deadline)."""
     import optuna  # heavy: only a study loads it
@@ -479,7 +495,8 @@ def _rounds(
     # failed (GRACE_S), then the next round runs its replacement
     for _ in range(4):
         if jobs == 1:
-            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:0", 0, grace_s)
+            k = indices[0]
+            _worker(ctx, storage, study_name, n_trials, fingerprint, f"{worker}:{k}", k, grace_s)
         else:
             with ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker) as pool:
                 futures = [
@@ -495,7 +512,7 @@ def _rounds(
                         k,
                         grace_s,
                     )
-                    for k in range(jobs)
+                    for k in indices
                 ]
                 wait_for_workers(futures)
         while study.get_trials(deepcopy=False, states=running) and time.monotonic() < deadline:
