@@ -398,18 +398,15 @@ class SmoothingBank:
             ]
         )
 
-    def last_forecasts(self, params: SmoothingParams, h: int) -> np.ndarray:
+    def last_values(self, params: SmoothingParams, h: int) -> list[float]:
         """``forecasts(params, [n - 1], h)[:, 0]`` from the end state only: bit for
         bit for the recursive smoothers, to rounding for ``trend`` (see :func:`trend_last`).
 
         Why: predict reads only the smoothers' state after the last
         observation; this runs each filter once without materialising its
-        path (and level and trend share one pass's input list).
+        path (and level and trend share one pass's input list). A list: the
+        predictor prepends the ridge.
         """
-        return np.array(self.last_values(params, h))
-
-    def last_values(self, params: SmoothingParams, h: int) -> list[float]:
-        """:meth:`last_forecasts` as a list (the predictor prepends the ridge)."""
         y = self.y
         n = y.size
         if n == 0:

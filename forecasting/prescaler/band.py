@@ -117,22 +117,16 @@ def holdout_error_band(
     return holdout_band(err, half_life)
 
 
-def band_spread(band: np.ndarray, q: float, scale: float, widen: float) -> float:
-    """Offset of quantile ``q`` from the point, from a holdout band: 0 for the
-    median, never inside the point (lower quantiles at most 0, upper at least)."""
-    if q == 0.5:
-        return 0.0
-    return level_spread(band_level(band, q), q, scale, widen)
-
-
 def band_level(band: np.ndarray, q: float) -> float:
     """The holdout band's error at level ``q`` (before scale and widening)."""
     return float(np.interp(q, BAND_LEVELS, band))
 
 
 def level_spread(level: float, q: float, scale: float, widen: float) -> float:
-    """:func:`band_spread` from the band's error at ``q`` (:func:`band_level`),
-    which a forecaster may keep between predictions."""
+    """Offset of quantile ``q`` from the point, from the band's error at ``q``
+    (:func:`band_level`, which a forecaster may keep between predictions): 0
+    for the median, never inside the point (lower quantiles at most 0, upper
+    at least)."""
     if q == 0.5:
         return 0.0
     off = level * scale * widen

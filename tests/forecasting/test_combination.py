@@ -192,7 +192,7 @@ def test_own_lfilter_matches_scipy(values: list[float], alpha: float, beta: floa
     st.sampled_from((0.02, 0.2)),
     st.integers(1, 13),
 )
-def test_last_forecasts_equal_the_full_paths_bit_for_bit(
+def test_last_values_equal_the_full_paths_bit_for_bit(
     values: list[float], alpha: float, h_alpha: float, h_beta: float, h: int
 ) -> None:
     """predict's end-state shortcut must not change a single forecast bit (the
@@ -202,7 +202,7 @@ def test_last_forecasts_equal_the_full_paths_bit_for_bit(
     full = SmoothingBank(y).forecasts(params, np.array([y.size - 1]), h)[:, 0]
     fresh = SmoothingBank(y)
     for _ in range(2):  # the second call reads the cached end states
-        short = fresh.last_forecasts(params, h)
+        short = np.array(fresh.last_values(params, h))
         assert np.array_equal(short[:3], full[:3])
         assert abs(short[3] - full[3]) <= 1e-6 * (1.0 + float(np.abs(y).max()))
 

@@ -146,7 +146,7 @@ def test_a_holdout_of_few_independent_errors_weighs_the_smoothers_equally() -> N
     point = float(f.predict(10, (0.5,)).values[0, -1])
     params = f.smoothing_params(10)
     assert params is not None
-    assert point == pytest.approx(float(np.mean(bank.last_forecasts(params, 10))))
+    assert point == pytest.approx(float(np.mean(bank.last_values(params, 10))))
     # 16 steps: the 1-step holdout has 6 origins, the 2-step one 4 (under
     # min_holdout); that horizon gets the equal shares too, not horizon 1's
     # fitted weights. (At a count of 5: at the default 8, 6 origins are too

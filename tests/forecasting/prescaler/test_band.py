@@ -11,10 +11,21 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from forecasting.prescaler.band import BAND_LEVELS as _BAND_LEVELS
-from forecasting.prescaler.band import band_spread, holdout_error_band, recency_quantiles
+from forecasting.prescaler.band import (
+    band_level,
+    holdout_error_band,
+    level_spread,
+    recency_quantiles,
+)
 from forecasting.prescaler.band import sorted_quantile as _sorted_quantile
 from forecasting.prescaler.model import PrescalerConfig, PrescalerForecaster
 from tests.support.coverage import rolling_coverage
+
+
+def band_spread(band: np.ndarray, q: float, scale: float, widen: float) -> float:
+    """Offset of quantile ``q`` from the point, from a whole holdout band (what
+    the forecaster computes in two steps, keeping the level between calls)."""
+    return level_spread(band_level(band, q), q, scale, widen)
 
 
 def test_band_is_the_quantile_function_of_the_holdout_log_errors() -> None:
