@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from forecasting.forecast import Forecaster
-from forecasting.registry import ANCHORS, BASELINES, METHODS, make_forecaster
+from forecasting.registry import METHODS, make_forecaster
 from forecasting.series import DemandSeries
 
 BAND_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -68,19 +68,6 @@ class BacktestResult:
     refit_every: int
     scores: dict[int, dict[str, MethodScore]]
     trajectories: dict[int, dict[str, Trajectory]]
-
-    def best_anchor(self, horizon: int, metric: str = "pinball_p90") -> str:
-        anchors = {m: s for m, s in self.scores[horizon].items() if m in ANCHORS}
-        if not anchors:
-            raise ValueError("no anchor method in this backtest")
-        return min(anchors, key=lambda m: getattr(anchors[m], metric))
-
-    def best_baseline(self, horizon: int, metric: str = "pinball_p90") -> str | None:
-        """The best statsforecast baseline scored (None when none was)."""
-        scored = {m: s for m, s in self.scores[horizon].items() if m in BASELINES}
-        if not scored:
-            return None
-        return min(scored, key=lambda m: getattr(scored[m], metric))
 
 
 def pinball(actual: np.ndarray, forecast: np.ndarray, q: float) -> float:

@@ -80,22 +80,6 @@ class DemandSeries:
         vals = self.values[: n * k].reshape(n, k).mean(axis=1)
         return DemandSeries(self.start_s, float(step_s), vals, self.signal, self.source)
 
-    def until(self, end_s: float) -> DemandSeries:
-        """The steps that end at or before ``end_s`` (all of them if the series
-        ends by then).
-
-        Why: a backtest row that must not see a span held out elsewhere (the
-        same demand at another resolution) stops where that span begins.
-        """
-        if not math.isfinite(end_s):
-            raise ValueError(f"{self.source}: end_s must be finite, got {end_s}")
-        keep = math.floor((end_s - self.start_s) / self.step_s + 1e-9)
-        if keep >= self.values.size:
-            return self
-        if keep < 1:
-            raise ValueError(f"{self.source}: no step ends by {end_s:g} s")
-        return DemandSeries(self.start_s, self.step_s, self.values[:keep], self.signal, self.source)
-
     def window(self, last_steps: int) -> DemandSeries:
         """The last ``last_steps`` steps (all of them if the series is shorter)."""
         if last_steps <= 0 or last_steps >= self.values.size:

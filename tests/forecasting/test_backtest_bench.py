@@ -42,6 +42,7 @@ from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
 from forecasting.significance import mae_ratios, pinball_ratios
 from lab.quantile_blend import hindsight_blend, walk_forward_blend
+from tests.forecasting.bench_scoring import best_anchor, best_baseline, series_until
 from tests.support.options import suite_options
 from tests.support.reference import reference_dir
 
@@ -85,7 +86,7 @@ def bench_series(name: str, step: float | None, window: int | None) -> DemandSer
     series = read_series(TRACES / name, step)
     held = SAME_DEMAND.get(name)
     if held is not None:
-        series = series.until(series.start_s + held[1])
+        series = series_until(series, series.start_s + held[1])
     return series.window(window) if window else series
 
 
@@ -140,7 +141,7 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
     lines: list[str] = []
     for h_s, h in zip(horizons_s, hs, strict=True):
         sc = res.scores[h]
-        best = res.best_anchor(h)
+        best = best_anchor(res, h)
         best_mae_anchor = min(ANCHORS, key=lambda m: sc[m].mae)
         best_mae = sc[best_mae_anchor].mae
         p = sc["prescaler"]
@@ -150,7 +151,7 @@ def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
         pin_ratios = pinball_ratios(res, h)
         interval = all_ratios[best_mae_anchor]
         ratio = p.pinball_p90 / sc[best].pinball_p90
-        best_sf = res.best_baseline(h)
+        best_sf = best_baseline(res, h)
         sf_cols = ""
         sf: dict[str, object] = {}
         if best_sf is not None:

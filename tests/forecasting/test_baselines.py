@@ -10,6 +10,7 @@ from forecasting import baselines as bl
 from forecasting.backtest import backtest
 from forecasting.registry import BASELINES, backtest_methods
 from forecasting.series import DemandSeries
+from tests.forecasting.bench_scoring import best_anchor, best_baseline
 
 pytest.importorskip("statsforecast")
 
@@ -71,7 +72,7 @@ def test_baselines_are_backtest_references_not_scaler_methods() -> None:
     assert backtest_methods()[-1] == "prescaler" and set(BASELINES) <= set(backtest_methods())
     series = DemandSeries(0.0, HOUR, _daily(3), "requests_per_s", "synthetic")
     res = backtest(series, (1, 3), ("last_value", "sf_autoets"), max_origins=20, max_refits=2)
-    assert res.best_baseline(3) == "sf_autoets" and res.best_anchor(3) == "last_value"
+    assert best_baseline(res, 3) == "sf_autoets" and best_anchor(res, 3) == "last_value"
     assert 0.5 < res.scores[1]["sf_autoets"].coverage_p90 <= 1.0
 
 

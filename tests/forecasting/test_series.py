@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from forecasting.series import DemandSeries, bin_events, regularize
+from tests.forecasting.bench_scoring import series_until
 
 
 def test_regularize_all_nan_is_an_error() -> None:
@@ -87,16 +88,16 @@ def test_interpolate_policy_unchanged_by_missing_samples() -> None:
     np.testing.assert_allclose(s.values, [2, 4, 6, 8])
 
 
-def test_until_keeps_the_steps_that_end_by_then() -> None:
+def test_series_until_keeps_the_steps_that_end_by_then() -> None:
     """A row that must not see a held-out span stops where that span begins:
     no kept step reaches past the end, and every step that ends by it stays."""
     s = DemandSeries(100.0, 60.0, np.arange(10.0), "requests_per_s", "x")
-    cut = s.until(100.0 + 4 * 60.0)
+    cut = series_until(s, 100.0 + 4 * 60.0)
     assert cut.start_s == 100.0 and cut.step_s == 60.0
     np.testing.assert_array_equal(cut.values, [0.0, 1.0, 2.0, 3.0])
-    assert len(s.until(100.0 + 4 * 60.0 + 59.0)) == 4  # the fifth step ends later
-    assert s.until(1e9) is s
+    assert len(series_until(s, 100.0 + 4 * 60.0 + 59.0)) == 4  # the fifth step ends later
+    assert series_until(s, 1e9) is s
     with pytest.raises(ValueError, match="no step ends by"):
-        s.until(159.0)
+        series_until(s, 159.0)
     with pytest.raises(ValueError, match="end_s must be finite"):
-        s.until(float("nan"))
+        series_until(s, float("nan"))
