@@ -134,11 +134,6 @@ class Keda:
 
     # -- public -----------------------------------------------------------------
 
-    @property
-    def failures(self) -> int:
-        """The largest consecutive-failure count over the triggers."""
-        return max(self.failure_counts)
-
     def in_fallback(self, trigger: int) -> bool:
         """Whether ``trigger``'s failures are strictly above the threshold."""
         threshold = self.config.fallback_failure_threshold
