@@ -13,7 +13,6 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
-    "ForecastResult",
     "ForecasterBackend",
     "ForecasterFactory",
     "PredictRequest",
@@ -23,12 +22,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- forecasters
-class ForecastResult(Protocol):
-    """What a forecaster's ``predict`` returns (``forecasting.Forecast``)."""
-
-    def quantile(self, q: float) -> Any: ...
-
-
 class ForecasterBackend(Protocol):
     """The forecaster a tracker drives (``forecasting``'s models, or a
     stand-in a test gives)."""
