@@ -21,7 +21,8 @@ from simulations.cli import SimulateOptions, simulate
 from simulations.policies import predictive_spec
 from simulations.runner import run_policy
 from simulations.simulation import SimConfig, SimResult
-from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload, synthetic_workload
+from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine.profiles import get_profile
 from simulations.policies import PolicySpec, make_controller, predictive_spec, reactive_spec
 from simulations.simulation import COMPLETED, PENDING, REJECTED, TIMED_OUT, SimConfig, Simulation
-from simulations.traffic import synthetic_workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

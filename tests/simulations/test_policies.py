@@ -22,7 +22,8 @@ from simulations.policies import (
 )
 from simulations.runner import attainment, run_policies, run_policy, search_static
 from simulations.simulation import COMPLETED, SimConfig, Simulation
-from simulations.traffic import Workload, synthetic_workload
+from simulations.traffic import Workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 DATA = Path(__file__).parent / "data"

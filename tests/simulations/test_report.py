@@ -22,7 +22,8 @@ from simulations.report import (
 )
 from simulations.runner import Outcome, run_policy
 from simulations.simulation import SimConfig
-from simulations.traffic import Workload, synthetic_workload
+from simulations.traffic import Workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

@@ -40,7 +40,8 @@ from simulations.sim_inputs import (
     window_start,
 )
 from simulations.simulation import SimConfig, Simulation
-from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, Workload, synthetic_workload
+from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, Workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

@@ -19,7 +19,8 @@ from simulations.simulation import (
     Simulation,
     SloBudgetExceeded,
 )
-from simulations.traffic import Workload, synthetic_workload
+from simulations.traffic import Workload
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 

@@ -12,14 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forecasting.readers import read_events, read_series
-from simulations.traffic import (
-    DEFAULT_TOKENS_TRACE,
-    TrafficOptions,
-    Workload,
-    load_workload,
-    synthetic_workload,
-    true_rate,
-)
+from simulations.traffic import DEFAULT_TOKENS_TRACE, TrafficOptions, Workload, load_workload
+from tests.support.synthetic_traffic import synthetic_workload, true_rate
 
 DATA = Path(__file__).resolve().parents[1] / "forecasting" / "data"
 AZURE = DATA / "azure_2023_code_head.csv"

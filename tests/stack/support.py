@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload, synthetic_workload
+from simulations.traffic import DEFAULT_TOKENS_TRACE, Workload
 from stack.run import StackOptions, StackRun
+from tests.support.synthetic_traffic import synthetic_workload
 
 
 def burst_workload(seed: int = 0) -> Workload:

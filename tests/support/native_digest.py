@@ -31,8 +31,8 @@ from prescaler_native.loader import is_native
 from simulations.policies import PolicySpec, predictive_spec, reactive_spec
 from simulations.runner import run_policy
 from simulations.simulation import TIMED_OUT, SimConfig, SimResult
-from simulations.traffic import synthetic_workload
 from tests.support.replica_runs import run_requests
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILES = ("llama-3-8b@g5.xlarge", "llama-3-8b@inf2.xlarge", "llama-3-70b-awq@g5.12xlarge")
 SIM_PROFILE = "llama-3-8b@g5.xlarge"

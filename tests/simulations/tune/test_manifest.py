@@ -19,7 +19,6 @@ from simulations.autoscaling.scaledobject import (
     seeds_reactive,
 )
 from simulations.simulation import SimConfig
-from simulations.traffic import synthetic_workload
 from simulations.tune.manifest import (
     PRESCALER_BEHAVIOR_SPACE,
     apply_setting,
@@ -41,6 +40,7 @@ from simulations.tune.search import (
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import queue_and_kv_manifest
 from simulations.tune.study import TuneContext, is_tell_race, run_study, worker_seed
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -21,7 +21,7 @@ from decision.settings import ScalerSettings, parse_settings
 from simulations.autoscaling.scaledobject import seeds_reactive
 from simulations.backfill import DemandHistory
 from simulations.simulation import SimConfig
-from simulations.traffic import Workload, synthetic_workload
+from simulations.traffic import Workload
 from simulations.tune.cli import EXIT_SLO_UNMET, main, request_from
 from simulations.tune.search import (
     FORECAST_ONLY_KEYS,
@@ -40,6 +40,7 @@ from simulations.tune.seeding import seed_params
 from simulations.tune.sides import WrittenCron
 from simulations.tune.study import TuneContext, run_study
 from simulations.tune.timing_floors import timing_floors
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = "llama-3-8b@g5.xlarge"
 SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}

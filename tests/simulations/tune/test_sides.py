@@ -18,7 +18,7 @@ from simulations.autoscaling.cron import parse_cron
 from simulations.autoscaling.scaledobject import ScaledObjectSpec, parse_scaledobject
 from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
-from simulations.traffic import Workload, synthetic_workload
+from simulations.traffic import Workload
 from simulations.tune.manifest import (
     apply_setting,
     hpa_scale_down_s,
@@ -35,6 +35,7 @@ from simulations.tune.search import (
 )
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, WrittenCron, make_sides
+from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = "llama-3-8b@g5.xlarge"
 
