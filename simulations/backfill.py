@@ -6,7 +6,7 @@ history on its first poll, so a window that starts inside a trace (``simulate
 history before it; a window at the trace's start has none, as a fresh
 deployment has none. :func:`scraped_history` gives it as the emulated
 Prometheus would have scraped it (lagging demand as live, nothing from inside
-the window). Pure: the caller passes the requests or rate series in.
+the window). Pure: the caller passes the requests in.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from decision.tracker_data import DEFAULT_FIT_WINDOW_S
-from forecasting.series import DemandSeries
 from simulations.scrape import PrometheusView, ScrapeSample
 
 if TYPE_CHECKING:
     from simulations.traffic import Workload
 
-__all__ = ["BACKFILL_S", "DemandHistory", "demand_before", "scraped_history", "window_history"]
+__all__ = ["BACKFILL_S", "DemandHistory", "scraped_history"]
 
 BACKFILL_S = DEFAULT_FIT_WINDOW_S + 3600.0
 """History offered to the tracker: the live scaler's fit window (three days,
@@ -60,65 +59,6 @@ class DemandHistory:
 
     def __len__(self) -> int:
         return int(self.times_s.size)
-
-
-def demand_before(
-    series: DemandSeries,
-    start_s: float,
-    *,
-    bin_s: float,
-    rate_scale: float,
-    tokens_per_request: float,
-    span_s: float = BACKFILL_S,
-) -> DemandHistory | None:
-    """The trace's demand in the ``span_s`` before ``start_s`` at ``bin_s`` bins
-    ending at or before the window start; ``None`` when the window starts at the
-    trace's beginning.
-
-    Each bin takes the rate of the trace step holding its midpoint, scaled like
-    the window's traffic, and tokens at the window's mean per request: the
-    history only has to carry the demand's shape, which the forecaster fits."""
-    for name, value in (("bin_s", bin_s), ("span_s", span_s)):
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    if not (math.isfinite(start_s) and start_s >= 0):
-        raise ValueError(f"start_s must be a finite number >= 0, got {start_s!r}")
-    if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise ValueError(f"rate_scale must be a finite number > 0, got {rate_scale!r}")
-    if not (math.isfinite(tokens_per_request) and tokens_per_request >= 0):
-        raise ValueError(f"tokens_per_request must be finite and >= 0, got {tokens_per_request!r}")
-    bins = int(min(span_s, start_s) // bin_s)
-    if bins == 0 or len(series) == 0:
-        return None
-    # bin ends -(bins - 1) * bin_s .. 0; the bin ending at e covers [e - bin_s, e)
-    ends = bin_s - bin_s * np.arange(bins, 0, -1, dtype=np.float64)
-    mid = start_s + ends - bin_s / 2.0
-    index = np.floor(mid / series.step_s + 1e-9).astype(np.int64)
-    ok = (index >= 0) & (index < len(series))
-    if not np.any(ok):
-        return None
-    rates = series.values[index[ok]] * rate_scale
-    return DemandHistory(ends[ok], rates, rates * tokens_per_request)
-
-
-def window_history(
-    series: DemandSeries,
-    start_s: float,
-    window: Workload,
-    *,
-    bin_s: float,
-    rate_scale: float,
-) -> DemandHistory | None:
-    """The history a run of ``window`` (the trace from ``start_s`` on, in
-    trace seconds) starts with: :func:`demand_before`, its token rates at the
-    window's own mean tokens per request. ``None`` for an empty window or one
-    at the trace's start."""
-    if len(window) == 0:
-        return None
-    mean_tokens = float(np.mean(window.prompt_tokens + window.output_tokens))
-    return demand_before(
-        series, start_s, bin_s=bin_s, rate_scale=rate_scale, tokens_per_request=mean_tokens
-    )
 
 
 def scraped_history(
