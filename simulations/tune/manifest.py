@@ -351,15 +351,38 @@ def metric_ceiling(query: str) -> float | None:
     ``avg``, ``max``, ``min`` or quantile of it, over replicas or time, and
     nothing else); None otherwise, unbounded or unknown: a ``sum`` or
     ``count`` across replicas, or any arithmetic on it (``* 100`` reads 0
-    to 100). A threshold searched above the ceiling could never fire."""
+    to 100). A threshold searched above the ceiling could never fire.
+    ``A or B`` (a series or its older name, as prescaler's own query
+    writes it) reads 1 at most when both sides do."""
+    parts = _top_level_or(query)
+    if len(parts) > 1:
+        ceilings = [metric_ceiling(part) for part in parts]
+        return 1.0 if all(c == 1.0 for c in ceilings) else None
     inner = query.strip()
-    while True:
-        peeled = _PER_REPLICA.match(inner) or _QUANTILE.match(inner)
-        if peeled is None:
-            break
-        inner = peeled.group(1).strip()
+    peeled = _PER_REPLICA.match(inner) or _QUANTILE.match(inner)
+    if peeled is not None:
+        return metric_ceiling(peeled.group(1))
     series = _SERIES.match(inner)
     return 1.0 if series is not None and series.group(1) in FRACTION_METRICS else None
+
+
+def _top_level_or(query: str) -> list[str]:
+    """``query`` split at each ``or`` outside brackets and quotes."""
+    parts: list[str] = []
+    depth, start, quote = 0, 0, ""
+    for i, ch in enumerate(query):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and re.match(r"\sor\s", query[i - 1 : i + 3] if i else ""):
+            parts.append(query[start:i])
+            start = i + 2
+    return [*parts, query[start:]]
 
 
 KEDA_DEFAULTS: dict[str, str] = {
