@@ -31,7 +31,6 @@ __all__ = [
     "FLOOR_KEYS",
     "FORECAST_ONLY_KEYS",
     "PREDICTIVE_SPACE",
-    "REACTIVE_THRESHOLDS",
     "RUNGS",
     "Param",
     "Progress",
@@ -43,10 +42,8 @@ __all__ = [
     "merged_metadata",
     "param_high",
     "pareto_front",
-    "reactive_with_threshold",
     "rung_times",
     "score",
-    "search_reactive",
     "slice_workload",
     "split_workload",
 ]
@@ -151,13 +148,6 @@ scale-in wait of a prescaler ScaledObject: the HPA's own window is written
 node pre-warming (which needs the forecast). ``minReplicas`` is capped at
 ``maxReplicas`` by :func:`sample_metadata`."""
 
-REACTIVE_THRESHOLDS: tuple[float, ...] = (
-    0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 24.0, 32.0,
-)  # fmt: skip
-"""The ``sum(vllm:num_requests_waiting)`` thresholds the reactive search
-walks (the seeds use 3): a ladder, so the answer is a value people write."""
-
-
 FLOOR_KEYS = ("minReplicas", "spec.minReplicaCount")
 """The floor, as prescaler's trigger and as the ScaledObject spell it."""
 
@@ -249,18 +239,6 @@ def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledOb
         return replace(base, trigger=mine)
     extra = tuple(mine if t is trig else t for t in base.extra_triggers)
     return replace(base, extra_triggers=extra)
-
-
-def reactive_with_threshold(base: ScaledObjectSpec, threshold: float) -> ScaledObjectSpec:
-    """The reactive ScaledObject with its prometheus ``threshold`` (and the
-    HPA target KEDA derives from it) set to ``threshold``."""
-    if base.trigger.kind != "prometheus":
-        raise ValueError(f"{base.name}: not a prometheus trigger")
-    if not (math.isfinite(threshold) and threshold > 0):
-        raise ValueError(f"threshold must be finite and > 0, got {threshold!r}")
-    meta = {**base.trigger.metadata, "threshold": format_value(threshold)}
-    trig = replace(base.trigger, metadata=meta, threshold=float(threshold))
-    return replace(base, trigger=trig, hpa=replace(base.hpa, target=float(threshold)))
 
 
 # --------------------------------------------------------------- scoring
@@ -468,61 +446,6 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
             front.append(i)
             best = att
     return front
-
-
-# ------------------------------------------------------------- reactive
-@dataclass(frozen=True)
-class ReactiveResult:
-    """The reactive search: the chosen threshold, whether it met the SLO,
-    and every (threshold, attainment, cost) run."""
-
-    threshold: float
-    met: bool
-    tried: tuple[tuple[float, float, float], ...]
-    score: Score
-
-
-def search_reactive(
-    base: ScaledObjectSpec,
-    workload: Workload,
-    profile: Profile | str,
-    config: SimConfig,
-    target: float,
-    thresholds: Sequence[float] = REACTIVE_THRESHOLDS,
-) -> ReactiveResult:
-    """The highest ladder threshold (the cheapest: it waits for a longer
-    queue before adding replicas) whose run meets ``target``, by bisection;
-    a failing run stops as soon as its misses rule the target out. None meets
-    it: the lowest threshold, run in full, ``met`` False."""
-    ladder = sorted(set(float(t) for t in thresholds))
-    runs: dict[float, Score] = {}
-    # a run whose misses already rule the target out stops there: bisection
-    # only needs to know that it fails
-    budget = exact_miss_budget(workload, target)
-
-    def ok(th: float) -> bool:
-        if th not in runs:
-            runs[th] = score(reactive_with_threshold(base, th), workload, profile, config, budget)
-        return runs[th].finished and runs[th].attainment >= target
-
-    lo, hi = -1, len(ladder)  # ladder[lo] passes (or lo=-1), ladder[hi] fails (or hi=len)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(ladder[mid]):
-            lo = mid
-        else:
-            hi = mid
-    passing = [th for th, s in runs.items() if s.finished and s.attainment >= target]
-    if passing:
-        th = min(passing, key=lambda t: (runs[t].cost_usd, -t))
-        met = True
-    else:
-        # the report shows the lowest threshold's full run
-        th = ladder[0]
-        runs[th] = score(reactive_with_threshold(base, th), workload, profile, config)
-        met = False
-    tried = tuple(sorted((t, s.attainment, s.cost_usd) for t, s in runs.items()))
-    return ReactiveResult(th, met, tried, runs[th])
 
 
 def default_bases(

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decision.settings import ScalerSettings, parse_settings
-from simulations.autoscaling.scaledobject import seeds_reactive
 from simulations.backfill import DemandHistory
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
@@ -31,7 +30,6 @@ from simulations.tune.search import (
     default_bases,
     format_value,
     pareto_front,
-    reactive_with_threshold,
     sample_metadata,
     score,
     split_workload,
@@ -201,15 +199,6 @@ def test_apply_metadata_keeps_the_users_other_keys() -> None:
     assert out["fallbackAfterSeconds"] == meta["fallbackAfterSeconds"]
     assert out["fallbackReplicas"] == "6" and out["minReplicas"] == "6"
     assert so.trigger.settings is not None and so.trigger.settings.target_waiting_per_replica == 2.5
-
-
-def test_reactive_threshold_sets_the_hpa_target() -> None:
-    """KEDA's prometheus scaler: the HPA's AverageValue target is `threshold`."""
-    so = reactive_with_threshold(seeds_reactive(max_replicas=8), 1.5)
-    assert so.hpa.target == 1.5 and so.trigger.threshold == 1.5
-    assert so.trigger.metadata["threshold"] == "1.5"
-    with pytest.raises(ValueError):
-        reactive_with_threshold(seeds_reactive(), 0.0)
 
 
 @pytest.mark.parametrize(

@@ -23,15 +23,12 @@ from simulations.simulation import SimConfig
 from simulations.traffic import Workload
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
-    REACTIVE_THRESHOLDS,
     Progress,
     apply_metadata,
     default_bases,
     exact_miss_budget,
-    reactive_with_threshold,
     rung_times,
     score,
-    search_reactive,
 )
 from simulations.tune.seeding import seed_params
 from simulations.tune.stop_rules import BestSoFar, PaceEvidence, StopRules
@@ -252,27 +249,3 @@ def test_a_study_starts_from_the_base_and_never_answers_a_stopped_trial(tmp_path
             assert t.value is not None and t.value > result.best.cost_usd
     again = read_study(study)
     assert again.best == result.best
-
-
-def test_the_reactive_search_answer_is_the_full_runs_answer() -> None:
-    """Failing runs of the reactive bisection stop once their misses rule the
-    target out; the bisection still takes the same path and picks the same
-    threshold as over full runs, and the chosen run is a full one."""
-    w = _workload(minutes=10, scale=2.0)
-    _, r_base = default_bases(PROFILE, 8)
-    full = {
-        th: score(reactive_with_threshold(r_base, th), w, PROFILE, SimConfig())
-        for th in REACTIVE_THRESHOLDS
-    }
-    for target in sorted({s.attainment for s in full.values()})[::4]:
-        ladder = list(REACTIVE_THRESHOLDS)
-        lo, hi, tried = -1, len(ladder), []
-        while hi - lo > 1:  # the bisection over full runs
-            mid = (lo + hi) // 2
-            tried.append(ladder[mid])
-            lo, hi = (mid, hi) if full[ladder[mid]].attainment >= target else (lo, mid)
-        passing = [th for th in tried if full[th].attainment >= target]
-        want = min(passing, key=lambda t: (full[t].cost_usd, -t)) if passing else ladder[0]
-        found = search_reactive(r_base, w, PROFILE, SimConfig(), target)
-        assert found.threshold == want and found.met == bool(passing)
-        assert found.score.finished and found.score.cost_usd == full[want].cost_usd
