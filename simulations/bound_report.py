@@ -23,7 +23,6 @@ from typing import Any
 __all__ = [
     "NOT_CAUSAL",
     "bound_terms",
-    "multiples",
     "waterfall_lines",
 ]
 
@@ -33,18 +32,6 @@ NOT_CAUSAL = frozenset({"oracle", "hindsight"})
 
 def _month(cost_usd: float, months: float) -> float | None:
     return cost_usd / months if months > 0 else None
-
-
-def multiples(
-    policies: Mapping[str, Mapping[str, Any]], bound_cost_usd: float
-) -> dict[str, float | None]:
-    """Each policy's cost over the bound's (None where the bound cost nothing)."""
-    out: dict[str, float | None] = {}
-    for name, p in policies.items():
-        cost = p.get("cost_usd")
-        ok = bound_cost_usd > 0 and math.isfinite(bound_cost_usd)
-        out[name] = None if cost is None or not ok else round(float(cost) / bound_cost_usd, 4)
-    return out
 
 
 def bound_terms(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from simulations.bound_report import bound_terms, multiples, waterfall_lines
+from simulations.bound_report import bound_terms, waterfall_lines
 
 MONTHS = 0.5 / 730.0  # half an hour
 
@@ -64,8 +64,3 @@ def test_no_causal_set_up_and_an_unreachable_target_are_said() -> None:
     text = "\n".join(waterfall_lines(terms, MONTHS, 181.0))
     assert "no causal set-up met the target" in text
     assert "out of reach within the fleet's maximum" in text
-
-
-def test_multiples_of_a_bound_that_cost_nothing_are_none() -> None:
-    assert multiples(POLICIES, 0.0) == dict.fromkeys(POLICIES)
-    assert multiples({"a": {"cost_usd": 3.0}}, 2.0) == {"a": 1.5}
