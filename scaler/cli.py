@@ -105,7 +105,7 @@ REMOVED_FRONT = (
 
 
 class _Removed(argparse.Action):
-    """A removed flag: one line saying so, exit status 2."""
+    """A removed flag: a usage error like any other (one line, exit status 2)."""
 
     def __call__(
         self,
@@ -114,8 +114,7 @@ class _Removed(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        print(f"prescaler serve: {REMOVED_FRONT}", file=sys.stderr)
-        sys.exit(2)
+        parser.error(REMOVED_FRONT)
 
 
 def _is_multiple(value: float, of: float) -> bool:
