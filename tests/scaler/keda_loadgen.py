@@ -47,6 +47,28 @@ class Plan(TypedDict, total=False):
     objects: list[PlanObject]
 
 
+PLAN_KEYS = ("address", "start_at", "seconds", "objects")
+OBJECT_KEYS = ("name", "ref", "metrics_request")
+
+
+def plan_problem(plan: object) -> str | None:
+    """Why ``plan`` cannot run (a missing key), or None."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    missing = [k for k in PLAN_KEYS if k not in plan]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if not isinstance(plan["objects"], list):
+        return "objects is not a list"
+    for i, obj in enumerate(plan["objects"]):
+        if not isinstance(obj, dict):
+            return f"objects[{i}] is not a JSON object"
+        missing = [k for k in OBJECT_KEYS if k not in obj]
+        if missing:
+            return f"objects[{i}] missing {', '.join(missing)}"
+    return None
+
+
 class _Totals:
     """What every object's poller adds to; one event loop, so no lock."""
 
@@ -102,6 +124,10 @@ async def _poll_object(
                 totals.errors += 1
                 if len(samples) < MAX_ERROR_SAMPLES:
                     samples.append(f"{err.code().name}: {details}")
+        except Exception as err:  # one poller's surprise must not abort the others' result
+            totals.errors += 1
+            if len(samples) < MAX_ERROR_SAMPLES:
+                samples.append(f"{type(err).__name__}: {err}")
         else:
             totals.polls += 1
             last = replies["GetMetrics"]
@@ -150,6 +176,10 @@ def main() -> int:
         plan: Plan = json.load(sys.stdin)
     except json.JSONDecodeError as err:
         print(f"keda-loadgen: bad plan: {err}", file=sys.stderr)
+        return 2
+    problem = plan_problem(plan)
+    if problem is not None:
+        print(f"keda-loadgen: bad plan: {problem}", file=sys.stderr)
         return 2
     result = asyncio.run(run(plan))
     json.dump(result, sys.stdout)

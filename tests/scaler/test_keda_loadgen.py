@@ -115,3 +115,53 @@ async def test_polls_every_object_each_interval_in_kedas_order() -> None:
     so1 = [c for c in scaler.calls if c.startswith("so-1:")]
     assert so1 == ["so-1:spec", "so-1:metrics", "so-1:active"] * 4
     assert [c for c in scaler.calls if c.startswith("cold:")] == ["cold:spec"] * 4
+
+
+async def test_an_unexpected_exception_counts_as_an_error() -> None:
+    """Not only an RPC error: anything a call raises is one error with a
+    sample, and the poll loop (and so the result) goes on."""
+    from tests.scaler.keda_loadgen import _poll_object, _Totals
+
+    class _Channel:
+        def unary_unary(self, method: str) -> Any:
+            async def call(request: bytes, timeout: float | None = None) -> bytes:
+                raise RuntimeError("channel closed")
+
+            return call
+
+    plan = _plan(0, ["so-1"], seconds=0.3, interval_s=0.1)
+    totals = _Totals()
+    start = asyncio.get_running_loop().time()
+    await _poll_object(
+        _Channel(),  # type: ignore[arg-type]
+        plan["objects"][0],
+        start,
+        start + 0.25,
+        0.0,
+        0.1,
+        None,
+        totals,
+    )
+    assert totals.polls == 0
+    assert totals.errors == 3
+    assert totals.error_samples == ["RuntimeError: channel closed"] * 3
+
+
+def test_a_plan_missing_a_key_exits_2_in_one_line(monkeypatch: Any, capsys: Any) -> None:
+    import io
+
+    from tests.scaler.keda_loadgen import main
+
+    plan = _plan(1, ["so-1"], seconds=1.0, interval_s=1.0)
+    del plan["seconds"]
+    del plan["objects"][0]["ref"]
+    for broken, said in (
+        (plan, "missing seconds"),
+        ({**plan, "seconds": 1.0}, "objects[0] missing ref"),
+        ([], "not a JSON object"),
+    ):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(broken)))
+        assert main() == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == f"keda-loadgen: bad plan: {said}\n"
