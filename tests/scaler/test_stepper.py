@@ -70,10 +70,10 @@ def test_a_burst_is_reported() -> None:
     assert entry.active
 
 
-def test_a_batched_refresh_equals_stepping_each_object() -> None:
-    """Forecasts on, across bins and refits: ``advance`` over all objects and
-    ``step`` on each in turn give the same decisions, forecasts and outputs
-    (settled accuracy included)."""
+def test_advance_forecasts_and_settles_across_bins_and_refits() -> None:
+    """Forecasts on, across bins and refits: ``advance`` (live ``step`` on
+    each current object) makes forecasts and settles them against what came,
+    exactly as calling ``step`` on each object by hand does."""
     runs = []
     for batched in (False, True):
         objects, objs = tracked(3, forecast="auto", leadTimeSeconds="6")

@@ -1,9 +1,9 @@
 """Soak (opt-in, ``-m soak``): ten minutes of wall time, memory flat in every process.
 
 The whole shipped trace (58 min) at ``--speed 5.8``: the stack process (load
-generator, controller), Prometheus, ``prescaler serve`` with its children
-(forecast worker, gRPC front) and every emulator replica that lives through
-the run are sampled every 10 s (``VmRSS`` of ``/proc/PID/status``). A leak
+generator, controller), Prometheus, ``prescaler serve`` with its decider
+process and every emulator replica that lives through the run are sampled
+every 10 s (``VmRSS`` of ``/proc/PID/status``). A leak
 grows without bound; a cache or a TSDB head block levels off. So each
 process's mean over the last two minutes may exceed its mean over minutes
 two to four (after start-up) by at most 25 % + 20 MiB. The samples go to
