@@ -28,6 +28,7 @@ from simulations.policies import (
     scaledobject_spec,
     with_history,
 )
+from simulations.replay_spec import ReplaySpec
 from simulations.report import plot, summary, table
 from simulations.runner import STATIC_SLO_TARGET, run_policies
 from simulations.sim_inputs import (
@@ -38,7 +39,6 @@ from simulations.sim_inputs import (
 )
 from simulations.sim_types import replay_config
 from simulations.traffic import TrafficOptions, load_workload
-from simulations.tune.request import ReplaySpec
 
 __all__ = [
     "DEFAULT_POLICIES",
@@ -62,40 +62,23 @@ class UsageError(ValueError):
     """A flag value that makes no sense (exit status 2)."""
 
 
-@dataclass(frozen=True)
-class SimulateOptions:
-    """Everything ``prescaler simulate`` was asked for."""
+@dataclass(frozen=True, kw_only=True)
+class SimulateOptions(ReplaySpec):
+    """Everything ``prescaler simulate`` was asked for: the replay
+    (:class:`ReplaySpec`'s fields and defaults, the profile defaulted) and its own."""
 
+    profile: str = DEFAULT_PROFILE
     trace: str
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    profile: str = DEFAULT_PROFILE
-    slo_ttft_s: float = 1.0
-    timeout_s: float = 60.0
     json_path: str | None = None
     plot_path: str | None = None
     jobs: int = 1
-    tokens_from: str | None = None
-    rate_scale: float = 1.0
-    start_s: float = 0.0
-    duration_s: float | None = None
-    seed: int = 0
-    arrivals: str = "poisson"
-    cv: float = 1.0
-    forecaster: str | None = None
     scaledobjects: tuple[str, ...] = ()
     static_replicas: int | None = None
     target: float | None = None
     """The attainment the hindsight schedule meets, as a fraction of what an
     idle fleet attains (None: ``tune``'s default, ``DEFAULT_TARGET``)."""
-    spot: bool = False
     quiet: bool = False
-    scrape_interval_s: float = 15.0
-    rate_window_s: float = 120.0
-    backfill: bool = True
-    """Give prescaler triggers the trace's demand before ``start_s`` as history."""
-    inputs: SimInputs | None = None
-    """Bounds, opening fleet, capacity belief, lead time
-    (:mod:`simulations.sim_inputs`); None: their defaults."""
     prometheus_outage: tuple[float, float] | None = None
     """Prometheus down over ``[start, end)`` seconds of the window (``SimConfig``)."""
 
@@ -342,7 +325,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
         start_s=opts.start_s,
         duration_s=opts.duration_s,
         seed=opts.seed,
-        arrivals=opts.arrivals,  # type: ignore[arg-type]
+        arrivals=opts.arrivals,
         cv=opts.cv,
         tokens_from=Path(opts.tokens_from) if opts.tokens_from else None,
     )

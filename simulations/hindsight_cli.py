@@ -27,11 +27,11 @@ from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_f
 from simulations.fleet_trace import parse_labels
 from simulations.hindsight import plan
 from simulations.hindsight_run import bound_pair, bound_summary, timing
+from simulations.outcome import attainment, idle_attainment
 from simulations.policies import HINDSIGHT_STEP_S, step_load
-from simulations.runner import attainment, idle_attainment
 from simulations.sim_types import SimConfig
 from simulations.traffic import TrafficOptions, load_workload
-from simulations.tune.run import DEFAULT_TARGET
+from simulations.tune.request import DEFAULT_TARGET
 
 __all__ = ["SERIES", "main", "openmetrics", "register"]
 

@@ -1,7 +1,8 @@
 """What ``prescaler tune`` is asked for: small frozen parts, each checked once.
 
 At the bottom of the tuner so every module below the command can name a
-request without importing the run; the replay part is ``simulate``'s too.
+request without importing the run; the replay part
+(:class:`~simulations.replay_spec.ReplaySpec`, re-exported here) is ``simulate``'s too.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from simulations.sim_inputs import SimInputs
+from simulations.replay_spec import ReplaySpec
 from simulations.tune.storage import GRACE_S, MIN_GRACE_S
 
 __all__ = [
@@ -34,34 +35,6 @@ tenths of a percent, so 0.99 is often out of reach on a real history."""
 
 CRON_REPLICAS = "2"
 """The replicas a cron side's window holds unless the request says."""
-
-
-@dataclass(frozen=True)
-class ReplaySpec:
-    """How a trace is replayed: the flags ``simulate`` and ``tune`` share
-    (:func:`simulations.cli.replay_spec_from` reads them)."""
-
-    profile: str
-    slo_ttft_s: float = 1.0
-    timeout_s: float = 60.0
-    rate_scale: float = 1.0
-    start_s: float = 0.0
-    duration_s: float | None = None
-    seed: int = 0
-    tokens_from: str | None = None
-    arrivals: Literal["poisson", "gamma"] = "poisson"
-    cv: float = 1.0
-    forecaster: str | None = None
-    spot: bool = False
-    scrape_interval_s: float = 15.0
-    rate_window_s: float = 120.0
-    backfill: bool = True
-    inputs: SimInputs | None = None
-    """Bounds, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""
-
-    def fields(self) -> dict[str, Any]:
-        """Each field by name, not copied (``SimulateOptions`` takes them as keywords)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -184,6 +157,19 @@ class TuneRequest:
     study: StudySpec = field(default_factory=StudySpec)
     paste: PasteSpec = field(default_factory=PasteSpec)
     choice: SideChoice = field(default_factory=SideChoice)
+
+    # The flat request's names, read-only, for callers written against it.
+    @property
+    def sides(self) -> tuple[str, ...]:
+        return self.choice.sides
+
+    @property
+    def cron_window(self) -> WrittenCron | None:
+        return self.choice.cron_window
+
+    @property
+    def prescaler_fixed(self) -> tuple[tuple[str, str], ...]:
+        return self.choice.prescaler_fixed
 
 
 _PARTS: dict[str, type[Any]] = {

@@ -1,0 +1,43 @@
+"""How a trace is replayed: the flags ``simulate`` and ``tune`` share, as one value.
+
+Its own module, below both commands, so ``simulate`` names it without
+importing the tuner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from simulations.sim_inputs import SimInputs
+
+__all__ = ["ReplaySpec"]
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """How a trace is replayed: the flags ``simulate`` and ``tune`` share
+    (:func:`simulations.cli.replay_spec_from` reads them)."""
+
+    profile: str
+    slo_ttft_s: float = 1.0
+    timeout_s: float = 60.0
+    rate_scale: float = 1.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    seed: int = 0
+    tokens_from: str | None = None
+    arrivals: Literal["poisson", "gamma"] = "poisson"
+    cv: float = 1.0
+    forecaster: str | None = None
+    spot: bool = False
+    scrape_interval_s: float = 15.0
+    rate_window_s: float = 120.0
+    backfill: bool = True
+    inputs: SimInputs | None = None
+    """Bounds, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""
+
+    def fields(self) -> dict[str, Any]:
+        """Each replay field by name, not copied (keywords for another options value)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ReplaySpec)}
