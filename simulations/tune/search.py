@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from decision.settings import parse_settings
 from engine.profiles import Profile, use_profile
 from simulations.autoscaling.scaledobject import ScaledObjectSpec
 from simulations.backfill import DemandHistory
@@ -36,7 +35,6 @@ __all__ = [
     "Progress",
     "Score",
     "StopRule",
-    "apply_metadata",
     "exact_miss_budget",
     "format_value",
     "merged_metadata",
@@ -220,25 +218,6 @@ def merged_metadata(meta: Mapping[str, str], tuned: Mapping[str, str]) -> dict[s
             merged["fallbackReplicas"] = str(lo)
     merged.pop(f"{LEAD_MODE}:fixed", None)
     return merged
-
-
-def apply_metadata(base: ScaledObjectSpec, tuned: Mapping[str, str]) -> ScaledObjectSpec:
-    """``base`` with its trigger metadata updated by ``tuned``; keys not
-    searched are kept as the user wrote them. ``fallbackReplicas`` is raised
-    to ``minReplicas`` when the new floor would put it out of range (the
-    parser refuses that), and the result is parsed by the live parser."""
-    trig = base.prescaler_trigger
-    if trig is None:
-        raise ValueError(
-            f"{base.name}: the ScaledObject has no prescaler external trigger; only its "
-            "metadata can be tuned"
-        )
-    meta = merged_metadata(trig.metadata, tuned)
-    mine = replace(trig, metadata=meta, settings=parse_settings(meta))
-    if base.trigger is trig:
-        return replace(base, trigger=mine)
-    extra = tuple(mine if t is trig else t for t in base.extra_triggers)
-    return replace(base, extra_triggers=extra)
 
 
 # --------------------------------------------------------------- scoring

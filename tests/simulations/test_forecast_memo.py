@@ -13,9 +13,9 @@ from simulations.forecast_memo import MEMOIZABLE, ForecastMemo, MemoizedForecast
 from simulations.policies import PolicySpec, make_controller, predictive_spec
 from simulations.simulation import SimConfig, SimResult, Simulation
 from simulations.traffic import Workload
-from simulations.tune.search import apply_metadata
 from simulations.tune.sides import GATEWAY_QUERY
 from tests.support.synthetic_traffic import synthetic_workload
+from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = get_profile("llama-3-8b@g5.xlarge")
 STEP_S = 15.0

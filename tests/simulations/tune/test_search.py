@@ -26,7 +26,6 @@ from simulations.tune.search import (
     FORECAST_ONLY_KEYS,
     PREDICTIVE_SPACE,
     Param,
-    apply_metadata,
     default_bases,
     format_value,
     pareto_front,
@@ -39,6 +38,7 @@ from simulations.tune.sides import WrittenCron
 from simulations.tune.study import TuneContext, run_study
 from simulations.tune.timing_floors import timing_floors
 from tests.support.synthetic_traffic import synthetic_workload
+from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = "llama-3-8b@g5.xlarge"
 SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_total"}

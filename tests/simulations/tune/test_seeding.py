@@ -13,14 +13,10 @@ from hypothesis import strategies as st
 
 from simulations.tune.manifest import apply_setting, knob_value
 from simulations.tune.request import tune_request
-from simulations.tune.search import (
-    PREDICTIVE_SPACE,
-    apply_metadata,
-    default_bases,
-    sample_metadata,
-)
+from simulations.tune.search import PREDICTIVE_SPACE, default_bases, sample_metadata
 from simulations.tune.seeding import neighbour_params, seed_params, sizing_keys
 from simulations.tune.sides import SIDES, Side, make_sides
+from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -27,15 +27,11 @@ from simulations.tune.manifest import (
     triggers_of,
 )
 from simulations.tune.request import tune_request
-from simulations.tune.search import (
-    FORECAST_ONLY_KEYS,
-    apply_metadata,
-    sample_metadata,
-    score,
-)
+from simulations.tune.search import FORECAST_ONLY_KEYS, sample_metadata, score
 from simulations.tune.seeding import seed_params
 from simulations.tune.sides import DEFAULT_SIDES, SIDES, Side, WrittenCron, make_sides
 from tests.support.synthetic_traffic import synthetic_workload
+from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -24,7 +24,6 @@ from simulations.traffic import Workload
 from simulations.tune.search import (
     PREDICTIVE_SPACE,
     Progress,
-    apply_metadata,
     default_bases,
     exact_miss_budget,
     rung_times,
@@ -33,6 +32,7 @@ from simulations.tune.search import (
 from simulations.tune.seeding import seed_params
 from simulations.tune.stop_rules import BestSoFar, PaceEvidence, StopRules
 from simulations.tune.study import TuneContext, read_study, run_study
+from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = "llama-3-8b@g5.xlarge"
 

@@ -35,9 +35,10 @@ from simulations.sim_types import SimConfig
 from simulations.traffic import TrafficOptions, Workload, load_workload
 from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.manifest import manifest_of
-from simulations.tune.search import apply_metadata, default_bases, score
+from simulations.tune.search import default_bases, score
 from simulations.tune.sides import prescaler_gateway_manifest
 from tests.simulations.tune.conftest import TuneKnobs
+from tests.support.tuned_metadata import apply_metadata
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 

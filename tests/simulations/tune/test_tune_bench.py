@@ -323,13 +323,9 @@ def test_tune_pace_rules(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
 
     import optuna
 
-    from simulations.tune.search import (
-        PREDICTIVE_SPACE,
-        apply_metadata,
-        rung_times,
-        sample_metadata,
-    )
+    from simulations.tune.search import PREDICTIVE_SPACE, rung_times, sample_metadata
     from simulations.tune.stop_rules import SLO_PACE_UNTIL
+    from tests.support.tuned_metadata import apply_metadata
 
     n = PACE_TRIALS
     ctx, _ = _day_context(tmp_path, tune_knobs.target)
