@@ -1,8 +1,9 @@
 """Suite-wide settings.
 
 The suite's own options (``--update-golden``, ``--reference-dir``, the
-benches' ``--bench-jobs``, ``--bench-trials``, ``--bench-prune`` and
-``--vllm-home``) are registered here (tests.support.options).
+benches' ``--bench-jobs``, ``--bench-trials``, ``--bench-prune``, the tuner
+benches' ``--tune-*`` and ``--vllm-home``) are registered here
+(tests.support.options).
 
 Under CI the property tests run derandomized, so a submission's result does
 not depend on the seed of the day; on developers' machines they explore new

@@ -15,7 +15,7 @@ from typing import Literal
 
 import pytest
 
-__all__ = ["SuiteOptions", "add_options", "configure", "suite_options"]
+__all__ = ["SuiteOptions", "add_options", "add_tune_options", "configure", "suite_options"]
 
 DEFAULT_VLLM_HOME = Path.home() / ".cache" / "prescaler-vllm"
 
@@ -55,6 +55,44 @@ def add_options(parser: pytest.Parser) -> None:
                     help="the capacity-error bench's --prune rule (default exact)")  # fmt: skip
     group.addoption("--vllm-home", type=Path, default=DEFAULT_VLLM_HOME, metavar="PATH",
                     help="where the real vLLM's venv and model are cached")  # fmt: skip
+    add_tune_options(parser)
+
+
+def add_tune_options(parser: pytest.Parser) -> None:
+    """The tuner benches' knobs (tests/simulations/tune/conftest.py's
+    ``tune_knobs`` reads them); registered at the root so ``pytest -m bench
+    tests --tune-trace PATH`` parses. The day bench and the trial-cost bench
+    each have their own window; ``--tune-start``/``--tune-hours`` set both."""
+    group = parser.getgroup("tune benches")
+    group.addoption("--tune-trace", default=None, metavar="PATH",
+                    help="a per-minute trace with a daily cycle")  # fmt: skip
+    group.addoption("--tune-traces", default="", metavar="PATH[@START]:...",
+                    help="os.pathsep-separated traces for the out-of-sample bench")  # fmt: skip
+    group.addoption("--tune-trials", type=int, default=None,
+                    help="trials per study (default: each bench's own)")  # fmt: skip
+    group.addoption("--tune-target", type=float, default=0.95,
+                    help="SLO target as a fraction of the idle ceiling (default 0.95)")  # fmt: skip
+    group.addoption("--tune-rate-scale", type=float, default=0.1,
+                    help="rate scale for the trace benches (default 0.1)")  # fmt: skip
+    group.addoption("--tune-day-start", type=float, default=None, metavar="S",
+                    help="seconds into the trace the day bench starts (default 0)")  # fmt: skip
+    group.addoption("--tune-day-hours", type=float, default=None, metavar="H",
+                    help="hours of the trace the day bench tunes on (default 24)")  # fmt: skip
+    group.addoption("--tune-trial-start", type=float, default=None, metavar="S",
+                    help="seconds into the trace the trial-cost bench starts "
+                    "(default 3 days)")  # fmt: skip
+    group.addoption("--tune-trial-hours", type=float, default=None, metavar="H",
+                    help="hours of the trace the trial-cost bench runs (default 24)")  # fmt: skip
+    group.addoption("--tune-start", type=float, default=None, metavar="S",
+                    help="both benches' start unless its own option says")  # fmt: skip
+    group.addoption("--tune-hours", type=float, default=None, metavar="H",
+                    help="both benches' hours unless its own option says")  # fmt: skip
+    group.addoption("--tune-sides", default="",
+                    help="comma-separated sides for the day bench (default: tune's)")  # fmt: skip
+    group.addoption("--tune-days", type=int, default=2,
+                    help="days of each trace in the out-of-sample bench (default 2)")  # fmt: skip
+    group.addoption("--tune-profile", action="store_true",
+                    help="profile the trial-cost bench's trial (cProfile)")  # fmt: skip
 
 
 def configure(config: pytest.Config) -> None:

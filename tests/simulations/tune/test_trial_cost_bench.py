@@ -1,7 +1,7 @@
 """Benchmark of one ``prescaler tune`` trial of the prescaler side (``-m bench``).
 
 Writes ``bench-results/tune_trial_cost.json``: one base trial over
-``--tune-hours`` of ``--tune-trace`` (from 3 days in, at ``--tune-rate-scale``),
+``--tune-trial-hours`` of ``--tune-trace`` (from 3 days in, at ``--tune-rate-scale``),
 run to the end, its wall time split into the forecaster's fits, predictions
 and the rest; ``--tune-profile`` runs it under cProfile instead. One fixed
 trial is the unit a change to the forecaster's cost moves, where a study's
@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 RESULTS = Path(__file__).resolve().parents[3] / "bench-results"
 PROFILE = "llama-3-8b@g5.xlarge"
 TRIAL_START_S = 3 * 86400.0
-"""Where the bench's window starts in the trace unless ``--tune-start`` says."""
+"""Where the bench's window starts in the trace unless ``--tune-trial-start`` says."""
 
 
 PROFILED = (
@@ -127,8 +127,8 @@ def _inputs(knobs: TuneKnobs) -> TrialInputs:
     there (opening fleet, the tracker's backfill)."""
     if not knobs.trace:
         pytest.skip("--tune-trace is not given")
-    hours, scale, trace = knobs.hours, knobs.rate_scale, knobs.trace
-    start = TRIAL_START_S if knobs.start_s is None else knobs.start_s
+    hours, scale, trace = knobs.trial_hours, knobs.rate_scale, knobs.trace
+    start = TRIAL_START_S if knobs.trial_start_s is None else knobs.trial_start_s
     profile = get_profile(PROFILE)
     traffic = TrafficOptions(rate_scale=scale, start_s=start, duration_s=hours * 3600.0, seed=0)
     workload = load_workload(trace, traffic)

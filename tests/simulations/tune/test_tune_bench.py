@@ -4,7 +4,7 @@
 processes, projected to the 100-trial goal (15 minutes on 2 cores).
 ``tune_day_speed.json`` and ``tune_daily.json`` need a per-minute trace with
 a daily cycle (none ships with the repository): ``--tune-trace`` and
-``--tune-traces`` (tests/simulations/tune/conftest.py lists the knobs).
+``--tune-traces`` (tests/support/options.py lists the knobs).
 """
 
 from __future__ import annotations
@@ -129,16 +129,16 @@ def test_tune_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
 
 def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     """``prescaler tune`` as a user runs it on ``--tune-trace``: tune on
-    ``--tune-hours`` of it, score on the same span held back, 2 processes.
-    Records per side the study's wall time, trials finished and stopped by
-    rule and the forecast memo's counts, whether the native modules were
-    loaded, the load average and the BLAS threads (run it with
-    ``OPENBLAS_NUM_THREADS=1``, as ``prescaler`` sets it). Goal: each study
-    within 5 minutes."""
+    ``--tune-day-hours`` of it (from ``--tune-day-start`` s), score on the
+    same span held back, 2 processes. Records per side the study's wall
+    time, trials finished and stopped by rule and the forecast memo's
+    counts, whether the native modules were loaded, the load average and
+    the BLAS threads (run it with ``OPENBLAS_NUM_THREADS=1``, as
+    ``prescaler`` sets it). Goal: each study within 5 minutes."""
     if not tune_knobs.trace:
         pytest.skip("--tune-trace is not given")
-    hours, trials = tune_knobs.hours, tune_knobs.trials or 40
-    scale, start = tune_knobs.rate_scale, tune_knobs.start_s or 0.0
+    hours, trials = tune_knobs.day_hours, tune_knobs.trials or 40
+    scale, start = tune_knobs.rate_scale, tune_knobs.day_start_s or 0.0
     request = tune_request(
         trace=tune_knobs.trace, profile=PROFILE, target=tune_knobs.target,
         trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
