@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from decision.reason import Reason
 from decision.settings import ScalerSettings
 
 __all__ = [
@@ -20,28 +20,6 @@ __all__ = [
 ]
 
 NAN = float("nan")
-
-
-class Reason(StrEnum):
-    """Why a decision says what it says (the ``reason`` label of
-    ``prescaler_decisions_total``); a member equals its string."""
-
-    QUEUE = "queue"
-    KV_CACHE = "kv_cache"
-    LOAD = "load"
-    FORECAST = "forecast"
-    IDLE = "idle"
-    MIN_REPLICAS = "min_replicas"
-    MAX_REPLICAS = "max_replicas"
-    SCALE_DOWN_HOLD = "scale_down_hold"
-    PARTIAL_HOLD = "partial_hold"
-    STALE_HOLD = "stale_hold"
-    FALLBACK = "fallback"
-    NO_DATA = "no_data"
-    WAKE = "wake"
-    STARTING_HOLD = "starting_hold"
-    DRAINING_HOLD = "draining_hold"
-    WARMING_UP = "warming_up"
 
 
 REASONS: tuple[str, ...] = tuple(r.value for r in Reason if r is not Reason.WARMING_UP)

@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from decision.reason import Reason
 from prescaler.doctor.checks_series import (
     QueryData,
     SeriesData,
@@ -51,7 +52,9 @@ Series = Sequence[tuple[float, float]]
 METRIC_NAME = "prescaler-desired-replicas"
 """The scaler's one metric (``scaler.service.METRIC_NAME``); the HPA names it
 ``s{index}-prescaler-desired-replicas``."""
-HELD_REASONS = frozenset({"stale_hold", "fallback", "no_data", "warming_up"})
+HELD_REASONS: frozenset[str] = frozenset(
+    r.value for r in (Reason.STALE_HOLD, Reason.FALLBACK, Reason.NO_DATA, Reason.WARMING_UP)
+)
 """Decision reasons that mean the answer does not come from fresh data."""
 DEMAND_MOVED = 0.25
 """Demand moved when its range over the window is at least this fraction of its mean."""
