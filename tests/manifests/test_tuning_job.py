@@ -60,14 +60,15 @@ def test_one_study_on_n_indexed_workers(objs: list[dict[str, Any]]) -> None:
         "key": "url",
     }
     assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
-    # a full study where no setting met the SLO: fail the Job, do not retry
+    # a usage error (exit 2) or a full study where no setting met the SLO:
+    # fail the Job, do not retry
     from simulations.tune.cli import EXIT_SLO_UNMET
 
     (fail,) = [r for r in spec["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
     assert fail["onExitCodes"] == {
         "containerName": c["name"],
         "operator": "In",
-        "values": [EXIT_SLO_UNMET],
+        "values": [2, EXIT_SLO_UNMET],
     }
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # the trace argument is a file on the mounted trace volume
