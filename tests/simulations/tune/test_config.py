@@ -9,7 +9,7 @@ import pytest
 
 from simulations.cli import UsageError
 from simulations.tune.cli import main, register, request_from, with_config
-from simulations.tune.request import TuneRequest, WrittenCron
+from simulations.tune.request import TuneRequest, WrittenCron, tune_request
 
 
 def _request(tmp_path: Path, text: str, *argv: str) -> TuneRequest:
@@ -52,3 +52,14 @@ def test_an_unknown_key_is_one_error_naming_it(
     assert main(["t.csv", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "unknown key 'since_'" in err and err.count("\n") == 1
+
+
+def test_the_flat_names_read_the_side_choice() -> None:
+    """``sides``, ``cron_window`` and ``prescaler_fixed`` read as before the parts."""
+    window = WrittenCron(480, 1080, 2)
+    request = tune_request(
+        profile="p", sides=("prescaler",), cron_window=window, prescaler_fixed=(("prewarm", "0"),)
+    )
+    assert request.sides == request.choice.sides == ("prescaler",)
+    assert request.cron_window is request.choice.cron_window is window
+    assert request.prescaler_fixed == (("prewarm", "0"),)
