@@ -53,6 +53,10 @@ class BinnedSeries:
         # cache (asked every refresh, changes only when a bin closes).
         self._version = 0
         self._tpr_cache: dict[int, tuple[int, float | None]] = {}
+        # The ordered bin ends and the request rates' running sum, kept until
+        # a bin closes (every refresh reads them; rebuilding the whole ring's
+        # cumulative sum each time cost more than the windows read).
+        self._stats_cache: tuple[int, np.ndarray, np.ndarray] | None = None
 
     def _push(self, end: float, requests: float, tokens: float) -> None:
         i = self._head
@@ -186,12 +190,20 @@ class BinnedSeries:
         counts = np.full(len(starts), math.nan)
         if not self._count:
             return peaks, counts
-        ends = self._ordered(self._ends)
-        cs = np.concatenate(([0.0], np.cumsum(self._ordered(self._requests))))
+        cached = self._stats_cache
+        if cached is not None and cached[0] == self._version:
+            ends, cs = cached[1], cached[2]
+        else:
+            ends = self._ordered(self._ends)
+            cs = np.concatenate(([0.0], np.cumsum(self._ordered(self._requests))))
+            self._stats_cache = (self._version, ends, cs)
         k = max(1, int(smooth_bins))
-        for i, start in enumerate(starts):
-            lo = int(np.searchsorted(ends, start + 1e-6, side="left"))
-            hi = int(np.searchsorted(ends, start + width_s + 1e-6, side="left"))
+        # one searchsorted for every edge (the same float sums as one by one)
+        edges = [start + 1e-6 for start in starts] + [start + width_s + 1e-6 for start in starts]
+        where = np.searchsorted(ends, edges, side="left").tolist()
+        n = len(starts)
+        for i in range(n):
+            lo, hi = where[i], where[n + i]
             if hi <= lo:
                 continue
             # means of the k bins ending at each bin in the window (fewer at the ring's start)

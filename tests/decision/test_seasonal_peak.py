@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from decision.history import BinnedSeries
 from decision.policy import DemandForecast, Observation, ReplicaCapacity, decide
 from decision.reading import Reading
+from decision.seasonal import linear_quantile
 from decision.settings import parse_settings
 from decision.tracker import Tracker
 from decision.tracker_data import TrackerConfig
@@ -364,3 +365,25 @@ def _meta_of(tracker: Tracker) -> dict[str, str]:
         "seasonalPeakDays": str(s.seasonal_peak_days),
         "leadTimeSeconds": "900",
     }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 1e6, allow_nan=False), min_size=2, max_size=14),
+    st.one_of(st.sampled_from([0.0, 0.5, 0.9, 0.95, 0.99, 1.0]), st.floats(0.0, 1.0)),
+)
+def test_linear_quantile_is_numpys_bit_for_bit(values: list[float], quantile: float) -> None:
+    """The days' quantile in plain Python must give numpy's exact float."""
+    assert linear_quantile(values, quantile) == float(np.quantile(np.array(values), quantile))
+
+
+def test_window_stats_cache_follows_new_bins() -> None:
+    """The cached running sum is rebuilt once a bin closes."""
+    s = BinnedSeries(STEP, 16)
+    for i in range(1, 9):
+        s.add(i * STEP, 1.0, 0.0)
+    before = s.window_stats([0.0], 20 * STEP, 1)
+    s.add(9 * STEP, 50.0, 0.0)
+    after = s.window_stats([0.0], 20 * STEP, 1)
+    assert before[0][0] == 1.0 and after[0][0] == 50.0
+    assert after[1][0] == before[1][0] + 50.0 * STEP
