@@ -34,11 +34,13 @@ from prescaler_native.loader import (
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[str, ...]] = {
     "engine.native": (
+        "engine/histogram.py",
         "engine/replica_state.py",
         "engine/replica_counters.py",
         "engine/replica_loop.py",
         "engine/replica.py",
         "engine/steptime.py",
+        "simulations/events.py",
         "simulations/router.py",
     ),
     "forecasting.native": ("forecasting/filters.py",),

@@ -398,14 +398,13 @@ class Router:
         one did not, :class:`SloBudgetExceeded` past ``miss_budget`` misses."""
         q = self.queue
         arrival = self._arrival
-        run_until = q.run_until
         route = self._route
         flush = self.flush
         n = self.n
         budget = miss_budget
         for i in range(n):
             a = arrival[i]
-            run_until(a)
+            q.run_until(a)
             self._arrived = i + 1
             route(i, a)
             if i + 1 == n or arrival[i + 1] != a:
@@ -414,7 +413,7 @@ class Router:
                 self._arm_timeout()
             if budget is not None and not i & 255 and self._misses > budget:
                 raise SloBudgetExceeded(f"{self._misses} misses after {i + 1} arrivals")
-        run_until(duration_s)
+        q.run_until(duration_s)
         step = q.step
         give_up = duration_s + self.config.timeout_s + STUCK_AFTER_S
         while self._done < n:

@@ -124,8 +124,9 @@ def test_an_installed_copy_loads_the_build_made_from_its_checkout(
     )  # fmt: skip
     probe = (
         "import json, engine.replica as r, forecasting.filters as f, simulations.router as s\n"
+        "import engine.histogram as h, simulations.events as e\n"
         "from prescaler_native.loader import is_native\n"
-        "print(json.dumps([r.__file__, [is_native(m) for m in (r, f, s)]]))"
+        "print(json.dumps([r.__file__, [is_native(m) for m in (r, f, s, h, e)]]))"
     )
     env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
     env.update({"PYTHONPATH": str(site), "PRESCALER_NATIVE_DIR": str(native_build)})
@@ -134,7 +135,7 @@ def test_an_installed_copy_loads_the_build_made_from_its_checkout(
         check=True,
     )  # fmt: skip
     where, native = json.loads(proc.stdout)
-    assert Path(where).is_relative_to(native_build) and native == [True, True, True]
+    assert Path(where).is_relative_to(native_build) and native == [True] * 5
 
 
 def _fake_build(
