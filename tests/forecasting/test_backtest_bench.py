@@ -41,9 +41,9 @@ from forecasting.readers import read_series
 from forecasting.registry import backtest_methods
 from forecasting.series import DemandSeries
 from forecasting.significance import mae_ratios, pinball_ratios
-from lab.quantile_blend import hindsight_blend, walk_forward_blend
 from tests.forecasting.bench_scoring import best_anchor, best_baseline, series_until
 from tests.support.options import suite_options
+from tests.support.quantile_blend import hindsight_blend, walk_forward_blend
 from tests.support.reference import reference_dir
 
 ROOT = Path(__file__).parents[2]
@@ -80,10 +80,12 @@ SAME_DEMAND: dict[str, tuple[str, float]] = {
 the trace where the held-out span begins)."""
 
 
-def bench_series(name: str, step: float | None, window: int | None) -> DemandSeries:
-    """A row's series as the bench scores it: read at ``step``, cut before a
-    held-out span (``SAME_DEMAND``), then its last ``window`` steps."""
-    series = read_series(TRACES / name, step)
+def bench_series(name: str, step: float | None, window: int | None,
+                 traces: Path = TRACES) -> DemandSeries:  # fmt: skip
+    """A row's series as the bench scores it: read at ``step`` from ``traces``,
+    cut before a held-out span (``SAME_DEMAND``), then its last ``window``
+    steps."""
+    series = read_series(traces / name, step)
     held = SAME_DEMAND.get(name)
     if held is not None:
         series = series_until(series, series.start_s + held[1])
@@ -127,11 +129,13 @@ RowResult = tuple[dict[str, dict[str, object]], list[str]]
 """One row's report entries (per horizon) and table lines."""
 
 
-def _score_row(name: str, step: float | None, horizons_s: tuple[int, ...],
+def _score_row(traces: Path, name: str, step: float | None, horizons_s: tuple[int, ...],
                window: int | None, held_out: bool) -> RowResult:  # fmt: skip
-    """Backtest one series over every method (a worker process's job)."""
+    """Backtest one series over every method (a worker process's job).
+    ``traces`` is passed in: a spawned worker re-imports this module without
+    the run's ``--reference-dir``, so its own ``TRACES`` is the default."""
     methods = backtest_methods()
-    series = bench_series(name, step, window)
+    series = bench_series(name, step, window, traces)
     hs = tuple(round(h / series.step_s) for h in horizons_s)
     t0 = time.perf_counter()
     res = backtest(series, hs, methods)
@@ -235,7 +239,7 @@ def test_backtest_shipped_traces(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(key, value)
     with ProcessPoolExecutor(jobs, get_context("spawn")) as pool:
         futures = [
-            pool.submit(_score_row, name, step, hs, window, name in holdout)
+            pool.submit(_score_row, TRACES, name, step, hs, window, name in holdout)
             for name, step, hs, window in rows
         ]
         results = [f.result() for f in futures]

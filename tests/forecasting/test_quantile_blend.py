@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from forecasting.backtest import pinball
-from lab.quantile_blend import hindsight_blend, walk_forward_blend
+from tests.support.quantile_blend import hindsight_blend, walk_forward_blend
 
 
 def test_an_exact_mix_of_two_forecasts_is_found() -> None:

@@ -8,7 +8,8 @@ chosen after seeing every actual (quantile regression averaging, Nowotarski
 :func:`walk_forward_blend`, the same weights chosen as a forecaster would,
 from the origins whose targets it has already seen. The gap between them is
 what only knowing the scored actuals buys. Only the backtest bench uses it,
-so it lives in the lab rather than the product.
+so it lives with the suite rather than the product (or the lab, which no
+product bench imports).
 """
 
 from __future__ import annotations
