@@ -54,8 +54,9 @@ bench: protos native
 	$(MAKE) vllm-test
 
 # The lab's bench tests (lab/README.md): the regime sweep, the forecast
-# ablation and the fit window, their grids read from LAB_CONFIG. Hours at the
-# defaults; a config under lab/configs/ names a record's smaller grid.
+# ablation, the fit window and the gateway wake, those whose section LAB_CONFIG
+# holds (the others skip). Hours at the defaults; a config under lab/configs/
+# names a record's smaller grid.
 LAB_CONFIG ?= lab/configs/default.yaml
 lab: protos native
 	mkdir -p bench-results

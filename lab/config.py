@@ -17,10 +17,11 @@ from typing import Any
 
 import yaml
 
-__all__ = ["SECTIONS", "ConfigError", "Section", "load_section"]
+__all__ = ["SECTIONS", "ConfigError", "Section", "load_section", "sections"]
 
-SECTIONS = ("regimes", "forecast_ablation", "fit_window")
-"""The sections a lab config may hold: each read by ``python -m lab.NAME``."""
+SECTIONS = ("regimes", "forecast_ablation", "fit_window", "gateway_wake")
+"""The sections a lab config may hold: each read by ``python -m lab.NAME``
+(``gateway_wake``, which has no keys, by its bench test alone)."""
 
 
 class ConfigError(ValueError):
@@ -146,9 +147,26 @@ class Section:
         return None if raw is None else Path(self._str(key, raw))
 
 
+def sections(path: Path) -> tuple[str, ...]:
+    """The sections the lab config at ``path`` holds, in the file's order."""
+    return tuple(_read(path))
+
+
 def load_section(path: Path, name: str, keys: Sequence[str]) -> Section:
-    """Section ``name`` of the lab config at ``path`` (empty when the file has
-    none: every key at its default); an unknown section is an error."""
+    """Section ``name`` of the lab config at ``path`` (an empty one: every key
+    at its default). A file without the section is an error, not the defaults:
+    an entry point given another's config would otherwise run its full grid."""
+    doc = _read(path)
+    if name not in doc:
+        has = ", ".join(doc) or "none"
+        raise ConfigError(name, f"no such section in this config (it has: {has})", path)
+    raw = doc[name] or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(name, f"expected a mapping of keys, got {_what(raw)}", path)
+    return Section(name, raw, keys, path)
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -160,7 +178,4 @@ def load_section(path: Path, name: str, keys: Sequence[str]) -> Section:
         if section not in SECTIONS:
             known = ", ".join(SECTIONS)
             raise ConfigError(str(section), f"unknown section (known: {known})", path)
-    raw = doc.get(name) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(name, f"expected a mapping of keys, got {_what(raw)}", path)
-    return Section(name, raw, keys, path)
+    return doc

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from lab.config import sections
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 
@@ -24,3 +27,17 @@ def lab_config(request: pytest.FixtureRequest) -> Path:
     """The lab config given with ``--lab-config``."""
     path: Path = request.config.getoption("--lab-config")
     return path
+
+
+@pytest.fixture
+def lab_config_for(lab_config: Path) -> Callable[[str], Path]:
+    """``lab_config_for(SECTION)``: the lab config, the test skipped when it
+    has no such section (``make lab`` with one experiment's config runs only
+    that experiment)."""
+
+    def need(section: str) -> Path:
+        if section not in sections(lab_config):
+            pytest.skip(f"{lab_config} has no {section} section")
+        return lab_config
+
+    return need

@@ -10,6 +10,7 @@ much that buys is recorded, not asserted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,8 @@ pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
 
 
-def test_fit_window(lab_config: Path) -> None:
-    doc = run_recorded(FitWindowConfig.load(lab_config), RESULTS)
+def test_fit_window(lab_config_for: Callable[[str], Path]) -> None:
+    doc = run_recorded(FitWindowConfig.load(lab_config_for("fit_window")), RESULTS)
     day_bins = round(86400 / doc["step_s"])
     for row in doc["regimes"].values():
         assert row["2h"]["cost"]["seasonal_periods_bins"] == []

@@ -7,6 +7,7 @@ writes ``bench-results/forecast_ablation.json`` and ``forecast_ablation.md``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,9 @@ pytestmark = [pytest.mark.bench, pytest.mark.timeout(7200)]
 RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
 
 
-def test_forecast_ablation(tmp_path: Path, lab_config: Path) -> None:
-    doc = run_recorded(AblationConfig.load(lab_config), RESULTS, tmp_path)
+def test_forecast_ablation(tmp_path: Path, lab_config_for: Callable[[str], Path]) -> None:
+    config = AblationConfig.load(lab_config_for("forecast_ablation"))
+    doc = run_recorded(config, RESULTS, tmp_path)
     print(markdown_table(doc))
     for cell in doc["cells"]:
         for row in cell["sides"].values():

@@ -17,6 +17,7 @@ all at ``minReplicaCount`` 0:
 
 Each row counts every request (served, timed out, rejected), the TTFT SLO
 attainment (1 s) and the cost. Writes ``bench-results/gateway_wake.json``.
+It runs under ``make lab`` when the lab config has a ``gateway_wake`` section.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ import pytest
 import yaml
 
 from engine.profiles import get_profile
+from lab.config import load_section
 from lab.regime_generator import regime_counts
 from simulations.autoscaling.scaledobject import (
     ScaledObjectSpec,
@@ -77,7 +80,9 @@ def _scaledobjects() -> dict[str, ScaledObjectSpec]:
     }
 
 
-def test_gateway_wake(tmp_path: Path) -> None:
+def test_gateway_wake(tmp_path: Path, lab_config_for: Callable[[str], Path]) -> None:
+    config_path = lab_config_for("gateway_wake")
+    load_section(config_path, "gateway_wake", ())  # no keys: any is an error
     counts = regime_counts(REGIME, 2, seed=0)
     trace = tmp_path / f"{REGIME}.csv"
     rows = "".join(f"{60 * i},{c:.3f}\n" for i, c in enumerate(counts))

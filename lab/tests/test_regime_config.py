@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import ConfigError
+from lab.config import ConfigError, load_section, sections
 from lab.fit_window import FitWindowConfig
 from lab.forecast_ablation import AblationConfig
 from lab.regime_config import RegimesRun, SweepConfig, load_run
@@ -26,8 +26,8 @@ def test_the_shipped_default_config_is_every_entry_points_defaults() -> None:
     assert FitWindowConfig.load(DEFAULT) == FitWindowConfig()
 
 
-def test_an_empty_config_is_the_defaults_and_focus_drops_the_history(tmp_path: Path) -> None:
-    assert _load(tmp_path, "") == RegimesRun(SweepConfig())
+def test_an_empty_section_is_the_defaults_and_focus_drops_the_history(tmp_path: Path) -> None:
+    assert _load(tmp_path, "regimes:\n") == RegimesRun(SweepConfig())
     run = _load(tmp_path, "regimes:\n  focus: true\n  tuning_days: 1\n")
     assert run.sweep.history_days == 0 and run.sweep.days == 2
 
@@ -54,6 +54,8 @@ def test_keys_read_into_the_sweep(tmp_path: Path) -> None:
     [
         ("regimes:\n  trails: 4\n", r"lab\.yaml: regimes\.trails: unknown key"),
         ("sweep: {}\n", r"lab\.yaml: sweep: unknown section"),
+        ("", r"lab\.yaml: regimes: no such section in this config \(it has: none\)"),
+        ("fit_window: {}\n", r"regimes: no such section .*\(it has: fit_window\)"),
         ("regimes:\n  trials: four\n", r"regimes\.trials: expected an integer"),
         ("regimes:\n  trials: 0\n", r"regimes\.trials: must be >= 1"),
         ("regimes:\n  leads_min: 15\n", r"regimes\.leads_min: expected a list"),
@@ -79,6 +81,9 @@ def test_every_error_names_the_file_and_the_key(tmp_path: Path, text: str, messa
 )
 def test_every_shipped_config_loads_in_every_section_it_has(path: Path) -> None:
     """A record names its config: one that stops matching the schema fails here."""
-    load_run(path)
-    AblationConfig.load(path)
-    FitWindowConfig.load(path)
+    loaders = {"regimes": load_run, "forecast_ablation": AblationConfig.load,
+               "fit_window": FitWindowConfig.load,
+               "gateway_wake": lambda p: load_section(p, "gateway_wake", ())}  # fmt: skip
+    assert sections(path)
+    for name in sections(path):
+        loaders[name](path)

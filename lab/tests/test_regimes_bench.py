@@ -12,6 +12,7 @@ agree with the figures; whether the targets are met is recorded
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,8 @@ pytestmark = [pytest.mark.bench, pytest.mark.timeout(12 * 3600)]
 RESULTS = Path(__file__).resolve().parents[2] / "bench-results"
 
 
-def test_regime_sweep(tmp_path: Path, lab_config: Path) -> None:
-    run = load_run(lab_config)
+def test_regime_sweep(tmp_path: Path, lab_config_for: Callable[[str], Path]) -> None:
+    run = load_run(lab_config_for("regimes"))
     config = run.sweep
     docs = run_recorded(run, RESULTS, tmp_path)
     assert [d["config"]["seed"] for d in docs] == list(run.seeds)
