@@ -18,6 +18,7 @@ from typing import Any
 from simulations.tune.plot import plot_trials
 from simulations.tune.search import pareto_front
 from simulations.tune.sides import Side
+from simulations.tune.storage import shown_url
 from simulations.tune.study import StudyResult
 
 __all__ = [
@@ -67,6 +68,7 @@ def interrupted_document(so_far: SoFar) -> dict[str, Any]:
             "finished": sum(1 for t in study.trials if t.finished),
             "best_trial": None if best is None else best.number,
             "setting": None if best is None else dict(best.metadata),
+            "tie_break": None if study.tie_break is None else study.tie_break.as_dict(),
             "tuned": None
             if best is None
             else {
@@ -84,7 +86,7 @@ def interrupted_document(so_far: SoFar) -> dict[str, Any]:
         "target_attainment": {"tuned": so_far.bar},
         "trials": so_far.trials,
         "sides": {s.name: {"description": s.description, **side(st)} for s, st in so_far.sides},
-        "storage": so_far.storage,
+        "storage": shown_url(so_far.storage),
     }
 
 
@@ -157,5 +159,5 @@ def so_far_line(so_far: SoFar, written: Sequence[Path], command: str) -> str:
     return (
         f"{command}: interrupted after {so_far.trials} trial{'' if so_far.trials == 1 else 's'} "
         f"({counts}); {wrote}"
-        f"run the same command again to resume (the trials are kept in {so_far.storage})"
+        f"run the same command again to resume (the trials are kept in {shown_url(so_far.storage)})"
     )

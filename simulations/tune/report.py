@@ -23,6 +23,7 @@ from simulations.tune.manifest import load_manifest, manifest_yaml, metadata_of
 from simulations.tune.paste import paste_manifest
 from simulations.tune.request import TuneRequest
 from simulations.tune.run import FleetFetched, SideDone, TuneEvent, TuneStart
+from simulations.tune.storage import shown_url
 
 __all__ = [
     "cost_at_target",
@@ -58,7 +59,7 @@ def _print_start(e: TuneStart, out: TextIO) -> None:
     print(f"{e.trace}: tuning on {e.tune_requests:,} requests "
           f"({e.tune_s / 3600:.2f} h), holding back "
           f"{e.held_requests or 0:,} ({e.holdout:.0%}); "
-          f"studies in {e.storage}", file=out)  # fmt: skip
+          f"studies in {shown_url(e.storage)}", file=out)  # fmt: skip
     held_replicas = e.initial_replicas[1]
     print(f"tracker history: {_history_note(e.tune_history)} before the tuning part, "
           f"{_history_note(e.held_history) if held else '-'} before the held-back "

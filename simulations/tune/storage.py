@@ -20,8 +20,10 @@ __all__ = [
     "SCHEMA_RACE_SIGNS",
     "SCHEMA_RACE_TRIES",
     "DeadTrials",
+    "StorageUnavailable",
     "heartbeat_for",
     "open_storage",
+    "shown_url",
 ]
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,32 @@ SCHEMA_RACE_SIGNS = ("already exists", "alembic_version")
 """What a lost race says: a table or type created meanwhile (PostgreSQL), or
 the schema's version row stamped meanwhile (SQLite: a UNIQUE constraint on
 ``alembic_version``)."""
+
+
+class StorageUnavailable(Exception):
+    """The storage could not be opened (no server there, a refused login, a
+    SQLite file in a missing folder): its message is one line naming the
+    storage, password hidden, and the database's reason."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or written to ``--json``: its password
+    hidden (a Kubernetes Job passes ``--storage`` from a Secret holding it)."""
+    from sqlalchemy.engine import make_url  # optuna's storage layer, loaded with it
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # not a URL: a password can only sit in one
+        return url
+
+
+def _reason(exc: BaseException) -> str:
+    """The database's own words for ``exc``, on one line (SQLAlchemy's message
+    runs on with the statement and a link)."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return "; ".join(lines[:2]) or type(cause).__name__
 
 
 def heartbeat_for(grace_s: int) -> int:
@@ -59,22 +87,33 @@ def open_storage(
     Several ``prescaler tune`` processes started at once on an empty
     database all create optuna's tables and stamp their version; the
     database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
-    A loser tries again after a short wait, when the tables are there."""
+    A loser tries again after a short wait, when the tables are there. Any
+    other failure to connect is :class:`StorageUnavailable`."""
     import optuna  # heavy: only a study loads it
     import sqlalchemy.exc
-    from sqlalchemy.engine import make_url
 
     heartbeat_s = heartbeat_for(grace_s)
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": 60}  # several processes share one file
 
-    def rdb() -> Any:
-        with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s, grace_period=grace_s
-            )
+    def rdb(last: bool) -> Any:
+        try:
+            with warnings.catch_warnings():  # heartbeats are flagged experimental: on purpose
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s, grace_period=grace_s
+                )
+        except ImportError as exc:  # the URL's database driver is not installed
+            raise StorageUnavailable(
+                f"the storage {shown_url(url)} cannot be opened: {_reason(exc)}"
+            ) from exc
+        except sqlalchemy.exc.OperationalError as exc:
+            if last or not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
+                raise StorageUnavailable(
+                    f"the storage {shown_url(url)} cannot be opened: {_reason(exc)}"
+                ) from exc
+            raise
 
     lost = (
         sqlalchemy.exc.IntegrityError,
@@ -83,14 +122,15 @@ def open_storage(
     )
     for attempt in range(1, SCHEMA_RACE_TRIES):
         try:
-            return rdb()
+            return rdb(last=False)
         except lost as exc:
             if not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
                 raise
-            shown = make_url(url).render_as_string(hide_password=True)
-            log.info("storage %s: tables being created by another process, retrying", shown)
+            log.info(
+                "storage %s: tables being created by another process, retrying", shown_url(url)
+            )
             sleep(0.25 * attempt)
-    return rdb()
+    return rdb(last=True)
 
 
 class DeadTrials:
