@@ -40,12 +40,13 @@ from simulations.tune.request import (
 )
 from simulations.tune.run import default_storage, tune
 from simulations.tune.sides import CRON_SIDES, DEFAULT_SIDES, SIDES
-from simulations.tune.storage import GRACE_S, MIN_GRACE_S
+from simulations.tune.storage import GRACE_S, MIN_GRACE_S, StorageUnavailable
 
 __all__ = [
     "CONFIG_KEYS",
     "EXIT_SLO_UNMET",
     "JOB_INDEX_ENV",
+    "ConfigError",
     "register",
     "report_document",
     "request_from",
@@ -84,6 +85,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "Tuned on the first part of the trace, scored on the held-back rest; prints the "
         "cost-vs-attainment frontier per side and the ScaledObject to paste.",
     )
+    known: dict[str, argparse.Action] = {}
+    noting = _noting_store(known)
+    # argparse's action registry makes every plain store flag (the replay's
+    # too) a NotingStore: _run gets no argv to parse again for what was given
+    p.register("action", None, noting)
+    p.register("action", "store", noting)
     p.add_argument(
         "trace", metavar="TRACE", nargs="?", default=None, help="trace (or use --prometheus)"
     )
@@ -177,59 +184,132 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--config", dest="config_path", default=None, metavar="FILE",
                    help="a YAML mapping of flags to values (names without the dashes): "
                    f"{', '.join(CONFIG_KEYS)}; a flag given here wins")  # fmt: skip
-    flags = {key: _given_tracked(p, f"--{key}") for key in CONFIG_KEYS}
+    flags = {key: known[f"--{key}"] for key in CONFIG_KEYS}
     p.set_defaults(func=_run, config_flags=flags, given_flags=frozenset())
 
 
-def _given_tracked(p: argparse.ArgumentParser, option: str) -> argparse.Action:
-    """``option``'s action, made to note on the namespace that it was given
-    on the command line (so a ``--config`` file's value yields to it)."""
-    action = next(a for a in p._actions if option in a.option_strings)
-    base = type(action)
+def _noting_store(known: dict[str, argparse.Action]) -> type[argparse.Action]:
+    """argparse's plain store action that also notes, on the namespace's
+    ``given_flags``, that its flag was on the command line (so a ``--config``
+    file's value yields to it, even to a value equal to the default); each
+    action made is filed in ``known`` under its option strings."""
 
-    def call(self: argparse.Action, parser: Any, ns: Any, values: Any, opt: Any = None) -> None:
-        ns.given_flags = ns.given_flags | {self.dest}
-        base.__call__(self, parser, ns, values, opt)
+    class NotingStore(argparse.Action):
+        def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+            super().__init__(option_strings, dest, **kwargs)
+            known.update(dict.fromkeys(option_strings, self))
 
-    action.__class__ = type(f"Given{base.__name__}", (base,), {"__call__": call})
-    return action
+        def __call__(
+            self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+            values: Any, option_string: str | None = None,
+        ) -> None:  # fmt: skip
+            setattr(namespace, self.dest, values)
+            namespace.given_flags = getattr(namespace, "given_flags", frozenset()) | {self.dest}
+
+    return NotingStore
+
+
+class ConfigError(UsageError):
+    """A ``--config`` file's error: one line naming the file (and the key),
+    printed in the file's own words (its keys are not rewritten as flags)."""
+
+
+_NULL_TAG = "tag:yaml.org,2002:null"
+
+
+def _config_entries(path: str) -> list[tuple[str, yaml.Node]]:
+    """The file's top-level (key, value node) pairs, in order. Composed, not
+    loaded: a scalar's text stays as written (``0123``, ``no``, ``1e3``)
+    for its flag's own parser, while a null is still told from a string."""
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {path}: not UTF-8 text ({exc.reason})") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = " ".join(str(exc.problem or exc.context or "not YAML").split())
+        raise ConfigError(f"--config {path}{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {path}: {' '.join(str(exc).split())}") from None
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.tag == _NULL_TAG):
+        return []
+    if not isinstance(root, yaml.MappingNode):
+        raise ConfigError(f"--config {path}: want a mapping of flag names to values")
+    entries: list[tuple[str, yaml.Node]] = []
+    for key_node, value_node in root.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if not isinstance(key, str):
+            line = key_node.start_mark.line + 1
+            raise ConfigError(f"--config {path}:{line}: a key must be a flag name")
+        if any(key == k for k, _ in entries):
+            line = key_node.start_mark.line + 1
+            raise ConfigError(f"--config {path}:{line}: {key} is given twice")
+        entries.append((key, value_node))
+    return entries
+
+
+def _config_text(path: str, key: str, node: yaml.Node) -> str:
+    """The value node as the flag's text: a scalar as written; a list of
+    scalars (``add-sides: [a, b]``) as the flag's ``a,b``."""
+    where = f"--config {path}:{node.start_mark.line + 1}: {key}"
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _NULL_TAG:
+            raise ConfigError(f"{where}: no value (null): give one, or leave the key out")
+        return str(node.value)
+    if isinstance(node, yaml.SequenceNode) and key == "add-sides":
+        items = node.value
+        if not all(isinstance(n, yaml.ScalarNode) and n.tag != _NULL_TAG for n in items):
+            raise ConfigError(f"{where}: want a list of side names")
+        return ",".join(str(n.value) for n in items)
+    kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+    raise ConfigError(f"{where}: {kind} where one value is wanted")
 
 
 def with_config(args: argparse.Namespace) -> argparse.Namespace:
     """``args`` with the ``--config`` file's values for the flags not given
     on the command line, each read by its flag's own parser; an unknown key
-    or a bad value is a :class:`UsageError` naming it."""
+    or a bad value is a :class:`ConfigError` naming the file and the key.
+    Sides chosen on the command line win whole: the file's ``add-sides``
+    yields to ``--sides``, its ``cron-window`` to sides without a cron one."""
     if not args.config_path:
         return args
-    try:
-        doc = yaml.safe_load(Path(args.config_path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"--config {args.config_path}: {exc}") from None
-    if doc is None:
-        return args
-    if not isinstance(doc, dict):
-        raise UsageError(f"--config {args.config_path}: want a mapping of flag names to values")
+    path = args.config_path
     merged = argparse.Namespace(**vars(args))
-    for key, value in doc.items():
+    from_file: set[str] = set()
+    for key, node in _config_entries(path):
         action = args.config_flags.get(key)
         if action is None:
             known = ", ".join(CONFIG_KEYS)
-            raise UsageError(f"--config {args.config_path}: unknown key {key!r} (known: {known})")
+            raise ConfigError(f"--config {path}: unknown key {key!r} (known: {known})")
         if action.dest in args.given_flags:
             continue
-        if isinstance(value, list):  # add-sides: [a, b] as the flag's a,b
-            value = ",".join(map(str, value))
-        text = str(value).lower() if isinstance(value, bool) else str(value)
+        text = _config_text(path, key, node)
         try:
             parsed = action.type(text) if action.type is not None else text
         except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise UsageError(f"--config {args.config_path}: {key}: {exc}") from None
+            raise ConfigError(f"--config {path}: {key}: {exc}") from None
         if action.choices is not None and parsed not in action.choices:
-            raise UsageError(
-                f"--config {args.config_path}: {key}: {value!r} is not one of "
+            raise ConfigError(
+                f"--config {path}: {key}: {text!r} is not one of "
                 f"{', '.join(map(str, action.choices))}"
             )
         setattr(merged, action.dest, parsed)
+        from_file.add(action.dest)
+    given = args.given_flags
+    if "add_sides" in from_file and "only_sides" in given:
+        merged.add_sides = args.add_sides  # --sides names exactly the sides to tune
+    named = set(merged.add_sides) | set(merged.only_sides)
+    if "cron_window" in from_file and not named & set(CRON_SIDES):
+        if given & {"only_sides", "add_sides"}:
+            merged.cron_window = args.cron_window  # the sides chosen have no cron one
+        else:
+            raise ConfigError(
+                f"--config {path}: cron-window writes the window of {', '.join(CRON_SIDES)}: "
+                "name one in the file's add-sides, or in --add-sides or --sides"
+            )
     return merged
 
 
@@ -412,6 +492,9 @@ def _remind_unchecked(given: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     try:
         return run(request_from(with_config(args)), args.json_path, args.plot_path, sys.stdout)
+    except (ConfigError, StorageUnavailable) as exc:  # already one line, in its own words
+        print(f"prescaler tune: {exc}", file=sys.stderr)
+        return 2
     except (UsageError, ValueError, KeyError, OSError) as exc:
         print(f"prescaler tune: {in_flags(message_of(exc))}", file=sys.stderr)
         return 2
