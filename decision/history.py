@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+_WindowsAnswer = tuple[tuple[int, int, tuple[int, ...]], list[float], list[float]]
+"""``window_stats``'s last answer: (version, smoothing, window edges), peaks, counts."""
+
 
 @dataclass(frozen=True)
 class Bin:
@@ -57,6 +60,9 @@ class BinnedSeries:
         # a bin closes (every refresh reads them; rebuilding the whole ring's
         # cumulative sum each time cost more than the windows read).
         self._stats_cache: tuple[int, np.ndarray, np.ndarray] | None = None
+        # The last windows' answer: refreshes between two bin closes mostly
+        # read the same bins (their start moves less than a bin).
+        self._windows_cache: _WindowsAnswer = ((-1, 0, ()), [], [])
 
     def _push(self, end: float, requests: float, tokens: float) -> None:
         i = self._head
@@ -186,10 +192,8 @@ class BinnedSeries:
         ``smooth_bins``-bin moving mean of the request rate (so one noisy 15-s
         bin does not pass for a session's level), and the requests that
         arrived (rate times step: one stray request counts as one)."""
-        peaks = np.full(len(starts), math.nan)
-        counts = np.full(len(starts), math.nan)
         if not self._count:
-            return peaks, counts
+            return np.full(len(starts), math.nan), np.full(len(starts), math.nan)
         cached = self._stats_cache
         if cached is not None and cached[0] == self._version:
             ends, cs = cached[1], cached[2]
@@ -201,7 +205,12 @@ class BinnedSeries:
         # one searchsorted for every edge (the same float sums as one by one)
         edges = [start + 1e-6 for start in starts] + [start + width_s + 1e-6 for start in starts]
         where = np.searchsorted(ends, edges, side="left").tolist()
+        key = (self._version, k, tuple(where))
+        if self._windows_cache[0] == key:
+            return np.array(self._windows_cache[1]), np.array(self._windows_cache[2])
         n = len(starts)
+        peaks = np.full(n, math.nan)
+        counts = np.full(n, math.nan)
         for i in range(n):
             lo, hi = where[i], where[n + i]
             if hi <= lo:
@@ -211,6 +220,7 @@ class BinnedSeries:
             first = np.maximum(stop - k, 0)
             peaks[i] = float(np.max((cs[stop] - cs[first]) / (stop - first)))
             counts[i] = float(cs[hi] - cs[lo]) * self.step_s
+        self._windows_cache = (key, peaks.tolist(), counts.tolist())
         return peaks, counts
 
     def tokens_per_request(self, last: int) -> float | None:

@@ -387,3 +387,13 @@ def test_window_stats_cache_follows_new_bins() -> None:
     after = s.window_stats([0.0], 20 * STEP, 1)
     assert before[0][0] == 1.0 and after[0][0] == 50.0
     assert after[1][0] == before[1][0] + 50.0 * STEP
+
+
+def test_window_stats_answer_is_per_window() -> None:
+    """Asked again for the same bins, the same answer; for other bins, theirs."""
+    s = _series([1.0, 2.0, 9.0, 3.0, 4.0, 5.0])
+    first = s.window_stats([0.0], 2 * STEP, 1)
+    assert s.window_stats([1.0], 2 * STEP, 1)[0][0] == first[0][0] == 2.0
+    assert s.window_stats([0.0], 3 * STEP, 1)[0][0] == 9.0
+    assert s.window_stats([0.0], 3 * STEP, 2)[0][0] == 5.5
+    assert s.window_stats([0.0], 2 * STEP, 1)[1][0] == first[1][0] == 3.0 * STEP
