@@ -1,5 +1,9 @@
 """The lab's bench tests read their grid from a lab config (lab/configs/),
-``--lab-config PATH`` (``make lab LAB_CONFIG=PATH``), the defaults without."""
+``--lab-config PATH`` (``make lab LAB_CONFIG=PATH``), the defaults without.
+
+pytest registers a conftest's options only when a path at or under its folder
+is on the command line, so ``--lab-config`` parses only where ``lab/tests``
+(or a file in it) is named, as ``make lab`` and the bare ``pytest`` do."""
 
 from __future__ import annotations
 

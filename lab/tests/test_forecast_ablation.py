@@ -1,5 +1,5 @@
 """The forecast ablation's pure parts: where a session starts, when the
-fleet gained a replica for it, and the grid read from the environment."""
+fleet gained a replica for it, and the grid read from a lab config."""
 
 from __future__ import annotations
 

@@ -1,35 +1,16 @@
-"""Start emulated vLLM replicas from any test (sync or async).
+"""Emulated vLLM replicas for any test, so no test needs a real GPU server.
 
-Each replica is `engine.emulator` on 127.0.0.1 and a free port, timed by an
-engine profile, with vLLM's HTTP API and /metrics.
+Each is `engine.emulator` on 127.0.0.1 and a free port, timed by an engine
+profile, with vLLM's HTTP API and /metrics: :func:`running_emulator` and
+:func:`running_emulators` (sync tests: a daemon thread's own loop),
+:func:`async_emulator` (the test's loop; yields the server, its ``.driver``
+for assertions) and :func:`emulator_process` (``prescaler emulate`` in a
+child: its own core and GIL, what timing benches want).
 
-Synchronous tests (the server runs on its own event loop in a daemon thread)::
-
-    from tests.support.emulator import running_emulator
-
-    with running_emulator(profile="llama-3-8b@p5.48xlarge", metrics_version="v1") as url:
-        urllib.request.urlopen(url + "/metrics")  # url is "http://127.0.0.1:PORT"
-
-    with running_emulators(3, max_num_seqs=2) as urls:  # several replicas at once
-        ...
-
-A separate process (its own CPU core and GIL; what timing benchmarks want;
-runs ``python -m prescaler.cli emulate --port 0``)::
-
-    with emulator_process(profile="llama-3-8b@g5.xlarge") as url:
-        ...
-
-Async tests (the server runs on the test's own loop)::
-
-    async with async_emulator(metrics_version="v0") as server:
-        server.url, server.driver.replica      # the model itself, for assertions
-
-To make requests queue (``vllm:num_requests_waiting > 0``) pass a small
-``max_num_seqs`` (e.g. 1 or 2) and send long outputs (``max_tokens`` large,
-``"stream": true``); ``num_gpu_blocks`` (with a small ``max_model_len``) makes
-the KV cache fill and preempt. ``served_model_name`` changes the model name
-clients must send and the metrics' ``model_name`` label (default: the
-profile's Hugging Face id, e.g. ``meta-llama/Meta-Llama-3-8B-Instruct``).
+Keyword arguments are :class:`EmulatorSettings` fields: a small
+``max_num_seqs`` with long streamed outputs makes requests queue,
+``num_gpu_blocks`` (with a small ``max_model_len``) fills the KV cache,
+``served_model_name`` renames the model clients send and ``/metrics`` labels.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Bench budgets and the golden-file switch are pytest options (``pytest
 --help`` lists them under "prescaler suite"), not environment variables, so a
-run's knobs are on its command line. tests/conftest.py registers them and
+run's knobs are on its command line (the scaler benches' own
+``BENCH_SCALER_*``/``BENCH_BACKFILL_*`` knobs excepted). tests/conftest.py registers them and
 stores what was given here once per run; support modules and module-level
 constants read :func:`suite_options`.
 """
@@ -65,7 +66,8 @@ def add_tune_options(parser: pytest.Parser) -> None:
     each have their own window; ``--tune-start``/``--tune-hours`` set both."""
     group = parser.getgroup("tune benches")
     group.addoption("--tune-trace", default=None, metavar="PATH",
-                    help="a per-minute trace with a daily cycle")  # fmt: skip
+                    help="a per-minute trace with a daily cycle (shipped: "
+                    "simulations/data/azure_llm2024_coding_per_minute.csv)")  # fmt: skip
     group.addoption("--tune-traces", default="", metavar="PATH[@START]:...",
                     help="os.pathsep-separated traces for the out-of-sample bench")  # fmt: skip
     group.addoption("--tune-trials", type=int, default=None,

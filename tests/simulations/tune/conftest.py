@@ -2,8 +2,8 @@
 
 The options themselves are registered at the suite's root
 (tests.support.options.add_tune_options) so ``pytest -m bench tests
---tune-trace PATH`` parses; a bench that needs a trace no repository ships
-skips without its option.
+--tune-trace PATH`` parses; a trace bench skips without its option (the
+shipped trace: ``--tune-trace simulations/data/azure_llm2024_coding_per_minute.csv``).
 """
 
 from __future__ import annotations
