@@ -71,7 +71,7 @@ vllm-test: protos
 lint: protos
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy engine forecasting decision scaler simulations prescaler prescaler_native lab
+	$(VENV)/bin/mypy engine forecasting decision scaler simulations stack prescaler prescaler_native lab
 	$(VENV)/bin/lint-imports
 
 clean:
