@@ -38,7 +38,7 @@ from simulations.sim_inputs import (
     window_start,
 )
 from simulations.sim_types import replay_config
-from simulations.traffic import TrafficOptions, load_workload
+from simulations.traffic import load_workload
 
 __all__ = [
     "DEFAULT_POLICIES",
@@ -320,15 +320,7 @@ def simulate(opts: SimulateOptions, out: TextIO | None = None) -> dict[str, Any]
     # read once (a file too) and handed down as the object; its name now finds
     # it for the trigger metadata that names it (the predictive policy's, --scaledobject's)
     profile = use_profile(opts.profile)
-    traffic = TrafficOptions(
-        rate_scale=opts.rate_scale,
-        start_s=opts.start_s,
-        duration_s=opts.duration_s,
-        seed=opts.seed,
-        arrivals=opts.arrivals,
-        cv=opts.cv,
-        tokens_from=Path(opts.tokens_from) if opts.tokens_from else None,
-    )
+    traffic = opts.traffic()
     workload = load_workload(opts.trace, traffic)
     if len(workload) == 0:
         raise ValueError(f"{opts.trace}: no requests in the selected window")

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from simulations.sim_inputs import SimInputs
+from simulations.traffic import TrafficOptions
 
 __all__ = ["ReplaySpec"]
 
@@ -41,3 +43,17 @@ class ReplaySpec:
     def fields(self) -> dict[str, Any]:
         """Each replay field by name, not copied (keywords for another options value)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(ReplaySpec)}
+
+    def traffic(self, tokens_from: str | None = None) -> TrafficOptions:
+        """The trace-to-workload half of the spec; ``tokens_from`` stands in for
+        the spec's own (a trace fetched from Prometheus carries its tokens)."""
+        tokens = tokens_from if tokens_from is not None else self.tokens_from
+        return TrafficOptions(
+            rate_scale=self.rate_scale,
+            start_s=self.start_s,
+            duration_s=self.duration_s,
+            seed=self.seed,
+            arrivals=self.arrivals,
+            cv=self.cv,
+            tokens_from=Path(tokens) if tokens else None,
+        )

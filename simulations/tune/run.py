@@ -33,7 +33,7 @@ from simulations.report import HOURS_PER_MONTH
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import replay_config
 from simulations.simulation import SimConfig
-from simulations.traffic import TrafficOptions, Workload, load_workload
+from simulations.traffic import Workload, load_workload
 from simulations.tune.held_back import (
     FRONTIER_SIZE,
     FrontierPoint,
@@ -299,15 +299,7 @@ def _load(
         on_event(FleetFetched(fleet.minutes, fleet.requests, source.prometheus))
     assert trace is not None, "TraceSource.check: a trace or Prometheus"
     try:
-        traffic = TrafficOptions(
-            rate_scale=replay.rate_scale,
-            start_s=replay.start_s,
-            duration_s=replay.duration_s,
-            seed=replay.seed,
-            arrivals=replay.arrivals,
-            cv=replay.cv,
-            tokens_from=Path(tokens_from) if tokens_from else None,
-        )
+        traffic = replay.traffic(tokens_from)
         workload = load_workload(trace, traffic)
         before = requests_before(trace, traffic) if len(workload) else None
         others = []
