@@ -116,6 +116,29 @@ def bucket_bounds(buckets: Sequence[tuple[float, float]], q: float) -> tuple[flo
     return None
 
 
+def histogram_quantile(
+    buckets: Sequence[tuple[float, float]], q: float
+) -> tuple[float, float, float] | None:
+    """The q-quantile as Prometheus' ``histogram_quantile`` reads it, and its bucket.
+
+    (value, lower, upper): linear interpolation inside the bucket holding the
+    quantile's rank, as if its observations were spread evenly over it. None
+    where the bucket is open (no lower bound above 0, or no finite upper):
+    the value would be a guess.
+    """
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank and count > below:
+            if lower <= 0.0 or upper == float("inf"):
+                return None
+            return lower + (upper - lower) * (rank - below) / (count - below), lower, upper
+        lower, below = upper, count
+    return None
+
+
 def page_values(text: str, source: str = "page", model_name: str | None = None) -> PageValues:
     """The fit's figures from one page (samples of every engine summed).
 

@@ -5,7 +5,8 @@ bandwidth, effective compute and a scheduler step's fixed cost. A fit scales
 those three from a base profile until the engine model reproduces what a
 real server measured, in a ``vllm bench serve`` result (its load replayed,
 medians of ITL and TTFT and output throughput matched) and/or /metrics
-windows (each window's mean ITL and TTFT matched at its mean batch,
+windows (each window's mean ITL and TTFT matched at its mean batch, and
+their median and p90 where the histogram's bucket pins them,
 ``engine.profile_fit_windows``); shape, vLLM settings and prices stay the
 base's. A regularised least squares in log space pulls a factor the data
 cannot see back to the base; a factor is *determined* when moving it changes
@@ -26,7 +27,9 @@ from engine.hardware import HardwareSpec
 from engine.metrics_windows import LoadWindow, PageValues
 from engine.profile_fit_windows import (
     MIN_ITL_COUNT,
+    QuantileTarget,
     metrics_targets,
+    quantile_bounds,
     window_groups,
 )
 from engine.profile_types import Profile
@@ -71,11 +74,21 @@ class TargetCheck:
     measured: float
     base_model: float
     fitted_model: float
+    #: a quantile read from a histogram: the (lower, upper) bounds of its bucket
+    bucket: tuple[float, float] | None = None
 
     @property
     def fitted_error(self) -> float:
         """Relative error of the fitted profile (0.05 = 5 % off)."""
         return self.fitted_model / self.measured - 1.0
+
+    @property
+    def miss(self) -> float:
+        """``fitted_error``, or for a bucketed quantile how far outside its bucket."""
+        if self.bucket is None:
+            return self.fitted_error
+        lower, upper = self.bucket
+        return min(0.0, self.fitted_model / lower - 1.0) + max(0.0, self.fitted_model / upper - 1)
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class ProfileFit:
     @property
     def poor_targets(self) -> tuple[TargetCheck, ...]:
         """Matched figures the fitted profile misses by more than ``POOR_FIT``."""
-        return tuple(t for t in self.targets if abs(t.fitted_error) > POOR_FIT)
+        return tuple(t for t in self.targets if abs(t.miss) > POOR_FIT)
 
 
 def _sig(value: float) -> float:
@@ -312,13 +325,15 @@ def fit_profile(
     extra_vllm: dict[str, int] | None = None,
     kept_notes: dict[str, str] | None = None,
     warn_kept: Sequence[str] = (),
+    buckets: dict[str, tuple[float, float]] | None = None,
 ) -> ProfileFit:
     """The general fit: ``residuals(profile)`` are log(model / measured) per matched figure.
 
     ``targets(profile)`` lists (name, measured, model) for the report;
     ``extra_vllm`` replaces vLLM settings the data gave directly (KV blocks);
     ``kept_notes`` says why the caller kept a field; those named in
-    ``warn_kept`` are also warnings (a figure the user should supply).
+    ``warn_kept`` are also warnings (a figure the user should supply);
+    ``buckets`` gives a histogram quantile target's bucket, by name.
     """
     start = base.with_vllm(**extra_vllm) if extra_vllm else base
     free, x, jac, res = _choose_factors(start, residuals)
@@ -339,7 +354,7 @@ def fit_profile(
     changed = {f for f, _ in determined}
     kept += [f for f in _ALL_KEPT if f not in changed]
     checks = tuple(
-        TargetCheck(n, measured, model, fitted)
+        TargetCheck(n, measured, model, fitted, (buckets or {}).get(n))
         for (n, measured, model), (_, _, fitted) in zip(
             targets(base), targets(profile), strict=True
         )
@@ -406,9 +421,9 @@ def fit_warnings(fit: ProfileFit, notes: dict[str, str]) -> tuple[str, ...]:
     out: list[str] = []
     poor = fit.poor_targets
     if poor:
-        worst = sorted(poor, key=lambda t: -abs(t.fitted_error))
+        worst = sorted(poor, key=lambda t: -abs(t.miss))
         listed = "; ".join(
-            f"{t.name} {100 * t.fitted_error:+.0f} % (measured {t.measured:.4g}, "
+            f"{t.name} {100 * t.miss:+.0f} % (measured {t.measured:.4g}, "
             f"fitted model {t.fitted_model:.4g})"
             for t in worst
         )
@@ -492,6 +507,7 @@ def fit_to_measurements(
     sources: list[str] = []
     extra: dict[str, int] = {}
     notes_extra: list[str] = []
+    quantiles: dict[str, QuantileTarget] = {}
     if bench is not None:
         parts.append(_bench_targets(bench))
         sources.append(BENCH_SOURCE)
@@ -504,7 +520,8 @@ def fit_to_measurements(
             )
         parts.append(metrics_targets(groups))
         sources.append(METRICS_SOURCE)
-        tails = [g for g in groups if g.itl_long_tail]
+        quantiles = quantile_bounds(groups)
+        tails = [g for g in groups if g.itl_long_tail and not g.itl_median_matched()]
         if tails:
             g = tails[0]
             notes_extra.append(
@@ -528,7 +545,10 @@ def fit_to_measurements(
         return [t for part in parts for t in part(profile)]
 
     def residuals(profile: Profile) -> list[float]:
-        return [math.log(model / measured) for _, measured, model in targets(profile)]
+        return [
+            quantiles[n].residual(model) if n in quantiles else math.log(model / measured)
+            for n, measured, model in targets(profile)
+        ]
 
     fit = fit_profile(
         base,
@@ -540,6 +560,7 @@ def fit_to_measurements(
         kept_notes=notes,
         # a capacity nobody measured is worth a warning; one the base file states is not
         warn_kept=() if base.vllm.num_gpu_blocks is not None else tuple(notes),
+        buckets={n: (t.lower_s, t.upper_s) for n, t in quantiles.items()},
     )
     if notes_extra:
         fit = dataclasses.replace(fit, warnings=(*fit.warnings, *notes_extra))

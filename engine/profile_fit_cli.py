@@ -146,6 +146,8 @@ def fit_report(fit: ProfileFit, *, base: Profile, out: str) -> dict[str, Any]:
                 "base_model": t.base_model,
                 "fitted_model": t.fitted_model,
                 "fitted_error": t.fitted_error,
+                # a histogram quantile's bucket: the fit matches the bucket, not the value
+                **({} if t.bucket is None else {"bucket": list(t.bucket)}),
             }
             for t in fit.targets
         ],
@@ -170,8 +172,10 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  {', '.join(fields)}: {reason}")
     lines.append("matched figures (measured / base profile / fitted profile):")
     for t in report["targets"]:
+        bucket = t.get("bucket")
+        within = "" if bucket is None else f" [bucket {bucket[0]:g} to {bucket[1]:g}]"
         lines.append(
             f"  {t['name']}: {t['measured']:.6g} / {t['base_model']:.6g} / "
-            f"{t['fitted_model']:.6g} ({100 * t['fitted_error']:+.1f} %)"
+            f"{t['fitted_model']:.6g} ({100 * t['fitted_error']:+.1f} %){within}"
         )
     return "\n".join(lines) + "\n"
