@@ -423,7 +423,8 @@ def fit_warnings(fit: ProfileFit, notes: dict[str, str]) -> tuple[str, ...]:
     if poor:
         worst = sorted(poor, key=lambda t: -abs(t.miss))
         listed = "; ".join(
-            f"{t.name} {100 * t.miss:+.0f} % (measured {t.measured:.4g}, "
+            f"{t.name} {100 * t.miss:+.0f} %{' outside its bucket' if t.bucket else ''} "
+            f"(measured {t.measured:.4g}, "
             f"fitted model {t.fitted_model:.4g})"
             for t in worst
         )
