@@ -37,6 +37,7 @@ __all__ = [
     "bound_pair",
     "bound_summary",
     "hindsight_bound",
+    "pair_configs",
     "search_hindsight",
     "timing",
 ]
@@ -191,14 +192,16 @@ def bound_pair(
 ) -> tuple[Bound, Bound]:
     """The bound at ``config``'s lead time and with an instant start-up, both
     meeting ``target`` (an attainment)."""
-    stated = hindsight_bound(
-        workload, profile, config, target, max_replicas=max_replicas, name=name
+    stated, instant = (
+        hindsight_bound(workload, profile, c, target, max_replicas=max_replicas, name=name)
+        for c in pair_configs(config)
     )
-    instant = hindsight_bound(
-        workload, profile, replace(config, startup=INSTANT), target,
-        max_replicas=max_replicas, name=name,
-    )  # fmt: skip
     return stated, instant
+
+
+def pair_configs(config: SimConfig) -> tuple[SimConfig, SimConfig]:
+    """The two start-ups a bound pair is computed at: ``config``'s, and instant."""
+    return config, replace(config, startup=INSTANT)
 
 
 def _side(bound: Bound) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,13 +19,7 @@ from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
 from simulations.traffic import Workload
 from simulations.tune.inputs import part_starts
-from simulations.tune.interrupts import (
-    interrupt_check,
-    interruptible_trials,
-    quiet_worker,
-    run_quietly,
-    wait_for_workers,
-)
+from simulations.tune.interrupts import in_processes, interrupt_check
 from simulations.tune.manifest import apply_setting, apply_to_manifest
 from simulations.tune.request import TuneRequest
 from simulations.tune.search import outcome, pareto_front, score, split_workload
@@ -141,7 +134,8 @@ def seed_runs(
             jobs.append((r.chosen, part, profile, cfg, history if prescaler else None))
             owners.append((i, request.replay.seed + 1 + k))
     runs: dict[int, list[tuple[int, float, float]]] = {}
-    for (i, seed), s in zip(owners, _score_all(jobs, request.study.jobs), strict=True):
+    scores = in_processes(_score_job, jobs, request.study.jobs)
+    for (i, seed), s in zip(owners, scores, strict=True):
         runs.setdefault(i, []).append((seed, s.attainment, s.cost_usd))
     out = list(results)
     for i, r in enumerate(results):
@@ -153,21 +147,6 @@ def seed_runs(
             )
             out[i] = replace(r, holdout_seeds=(own, *runs.get(i, [])))
     return out
-
-
-def _score_all(jobs: list[tuple[Any, ...]], processes: int) -> list[Any]:
-    """Every job's Score (:func:`_score_job`), in ``processes`` processes."""
-    with interruptible_trials():  # Ctrl-C stops the runs at their next check
-        if processes > 1 and len(jobs) > 1:
-            workers = min(processes, len(jobs))
-            with ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker) as pool:
-                futures = [pool.submit(run_quietly, _score_job, j) for j in jobs]
-                try:
-                    return wait_for_workers(futures)
-                except KeyboardInterrupt:
-                    pool.shutdown(wait=False, cancel_futures=True)  # the runs not begun
-                    raise
-        return [_score_job(j) for j in jobs]
 
 
 def _score_job(args: tuple[Any, ...]) -> Any:
@@ -230,7 +209,7 @@ def rescore(
     kept_summary = study.best.summary if study.best is not None else None
     if chosen is not None and kept_summary is None:
         jobs.append((chosen, tune_part, profile, configs[0], hist(chosen, tune_history)))
-    scores = _score_all(jobs, request.study.jobs)
+    scores = in_processes(_score_job, jobs, request.study.jobs)
 
     def summary(s: Any) -> dict[str, Any]:
         return policy_summary(outcome(s), None, tp)

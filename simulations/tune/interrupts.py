@@ -17,13 +17,14 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from types import FrameType
 from typing import Any, Final
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "INTERRUPTED",
+    "in_processes",
     "interrupt_check",
     "interruptible_trials",
     "quiet_optuna",
@@ -181,3 +182,19 @@ def quiet_optuna() -> None:
     log = logging.getLogger(_OPTUNA_RUN_LOGGER)
     if not any(isinstance(f, _NoInterruptedTrials) for f in log.filters):
         log.addFilter(_NoInterruptedTrials())
+
+
+def in_processes(fn: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
+    """``fn(job)`` for every job, in order, in up to ``processes`` worker
+    processes (here when one): Ctrl-C stops them all quietly and is raised here."""
+    with interruptible_trials():  # Ctrl-C stops the runs at their next check
+        if processes > 1 and len(jobs) > 1:
+            workers = min(processes, len(jobs))
+            with ProcessPoolExecutor(max_workers=workers, initializer=quiet_worker) as pool:
+                futures = [pool.submit(run_quietly, fn, j) for j in jobs]
+                try:
+                    return wait_for_workers(futures)
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=False, cancel_futures=True)  # the runs not begun
+                    raise
+        return [fn(j) for j in jobs]

@@ -28,7 +28,7 @@ from prescaler_native.loader import compiled_warning
 from simulations.backfill import DemandHistory
 from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_fleet_trace
 from simulations.fleet_trace import parse_labels
-from simulations.hindsight_run import bound_pair, bound_summary
+from simulations.hindsight_run import bound_summary, hindsight_bound, pair_configs
 from simulations.report import HOURS_PER_MONTH
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import replay_config
@@ -44,6 +44,7 @@ from simulations.tune.held_back import (
 )
 from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.interrupted import SoFar, TuneInterrupted
+from simulations.tune.interrupts import in_processes
 from simulations.tune.request import DEFAULT_TARGET, TuneRequest
 from simulations.tune.search import Param, slo_ceiling, split_workload
 from simulations.tune.sides import Side, make_sides
@@ -267,8 +268,15 @@ def _hindsight(
 ) -> dict[str, Any]:
     """The hindsight schedule on the part the sides are scored on (the
     held-back one), at its target: the bound the report measures them by."""
-    stated, instant = bound_pair(part, profile, config, target, max_replicas=inputs.max_replicas)
+    jobs = [(part, profile, c, target, inputs.max_replicas) for c in pair_configs(config)]
+    stated, instant = in_processes(_bound_job, jobs, request.study.jobs)
     return bound_summary(stated, instant, request.protocol.target)
+
+
+def _bound_job(args: tuple[Workload, Profile, SimConfig, float, int | None]) -> Any:
+    """One bound of the pair, in a worker (the two are independent)."""
+    part, profile, config, target, max_replicas = args
+    return hindsight_bound(part, profile, config, target, max_replicas=max_replicas)
 
 
 def _load(

@@ -678,3 +678,20 @@ def test_a_forecaster_reaches_every_runs_tracker() -> None:
     with pytest.raises(ValueError, match=r"forecaster is one of sf_autoets.*'seasonal_naive'"):
         TuneContext(w, PROFILE, SimConfig(), base, 0.5, forecaster="seasonal_naive")
     assert TuneContext(w, PROFILE, SimConfig(), base, 0.5, forecaster="sf_mstl").forecaster
+
+
+# optuna warns when two study workers write one trial's constraint (the same
+# value); the study's --jobs path is not what this test checks
+@pytest.mark.filterwarnings("ignore:The constraint value is ignored")
+def test_the_bound_pair_in_two_processes_is_the_bound_in_one(trace: Path, tmp_path: Path) -> None:
+    """With --jobs 2 the two hindsight bounds (stated lead, instant start) run
+    in two processes: the same figures as one process computing both."""
+    docs = []
+    for jobs in ("1", "2"):
+        where = tmp_path / f"jobs{jobs}"
+        where.mkdir()
+        code, out = _tune(trace, where, "--sides", "keda-queue", "--jobs", jobs)
+        assert code in (0, 3)
+        docs.append(json.loads(out.read_text())["hindsight"])
+    assert docs[0] == docs[1]
+    assert docs[0]["stated_lead"]["cost_usd"] > 0
