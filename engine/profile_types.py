@@ -28,6 +28,7 @@ from engine.throughput import (
     SaturatedThroughput,
     saturated_throughput,
 )
+from engine.validate import int_at_least
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class VllmSettings:
             )
         for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not int_at_least(value, 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.block_size not in (1, 8, 16, 32, 64, 128):
             raise ValueError(
@@ -146,11 +147,7 @@ class VllmSettings:
                 f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) "
                 f"must be >= max_model_len ({self.max_model_len}): a whole prompt must fit one step"
             )
-        if self.num_gpu_blocks is not None and (
-            isinstance(self.num_gpu_blocks, bool)
-            or not isinstance(self.num_gpu_blocks, int)
-            or self.num_gpu_blocks < 1
-        ):
+        if self.num_gpu_blocks is not None and not int_at_least(self.num_gpu_blocks, 1):
             raise ValueError(
                 f"num_gpu_blocks must be None or an integer >= 1, got {self.num_gpu_blocks!r}"
             )
@@ -177,7 +174,7 @@ class Profile:
     checked: CheckRecord | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+        if not int_at_least(self.tp, 1):
             raise ValueError(f"profile {self.name!r}: tp must be an integer >= 1, got {self.tp!r}")
         check_precision(self.precision, self.hardware)
         if self.price_on_demand_per_hour < 0 or self.price_spot_per_hour < 0:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from engine.profile_types import StartupTimes
+from engine.validate import int_at_least
 
 __all__ = [
     "COMPLETED",
@@ -90,13 +91,9 @@ class SimConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if self.rate_window_s < 2 * self.scrape_interval_s:
             raise ValueError("rate_window_s must span at least two scrape intervals")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if not int_at_least(self.seed, 0):
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if self.initial_replicas is not None and (
-            isinstance(self.initial_replicas, bool)
-            or not isinstance(self.initial_replicas, int)
-            or self.initial_replicas < 1
-        ):
+        if self.initial_replicas is not None and not int_at_least(self.initial_replicas, 1):
             raise ValueError(
                 f"initial_replicas must be an integer >= 1, got {self.initial_replicas!r}"
             )

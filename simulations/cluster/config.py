@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from engine.hardware import INSTANCES
 from engine.profiles import Profile
+from engine.validate import int_at_least
 
 __all__ = [
     "DEFAULT_SPOT_BAND",
@@ -116,11 +117,7 @@ class NodePoolSpec:
             raise ValueError(f"NodePoolSpec {self.name!r}: weight must be an int")
         if not 0 <= self.weight <= 100:
             raise ValueError(f"NodePoolSpec {self.name!r}: weight must be in [0, 100]")
-        if self.limit_nodes is not None and (
-            isinstance(self.limit_nodes, bool)
-            or not isinstance(self.limit_nodes, int)
-            or self.limit_nodes < 0
-        ):
+        if self.limit_nodes is not None and not int_at_least(self.limit_nodes, 0):
             raise ValueError(
                 f"NodePoolSpec {self.name!r}: limit_nodes must be None or an int >= 0, "
                 f"got {self.limit_nodes!r}"
@@ -218,7 +215,7 @@ class ClusterConfig:
             )
         for name in ("pods_per_node", "gpus_per_node"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not int_at_least(value, 1):
                 raise ValueError(f"ClusterConfig: {name} must be an int >= 1, got {value!r}")
 
     def price_per_s(self, capacity_type: CapacityType) -> float:
