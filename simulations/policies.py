@@ -24,6 +24,7 @@ from decision.prediction import ForecasterFactory
 from decision.prewarm import plan_balloons
 from decision.tracker_data import TrackerConfig
 from engine.profiles import Profile
+from engine.validate import int_at_least
 from forecasting import make_forecaster
 from forecasting.registry import BASELINES
 from simulations.autoscaling.hpa import Hpa
@@ -123,9 +124,7 @@ class PolicySpec:
         if self.replicas is not None and (isinstance(self.replicas, bool) or self.replicas < 0):
             raise ValueError(f"policy {self.name!r}: replicas must be >= 0, got {self.replicas!r}")
         bound = self.max_replicas
-        if bound is not None and (
-            isinstance(bound, bool) or not isinstance(bound, int) or bound < 1
-        ):
+        if bound is not None and not int_at_least(bound, 1):
             raise ValueError(f"policy {self.name!r}: max_replicas must be >= 1, got {bound!r}")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.profile_types import Profile, StartupTimes
+from engine.validate import int_at_least
 from simulations.backfill import BACKFILL_S, DemandHistory, scraped_history
 from simulations.cli_types import count_flag, number_flag
 from simulations.lead_time import LEAD_TIME_PRESETS, resolve_startup, with_startup
@@ -48,7 +49,7 @@ class SimInputs:
 
     def __post_init__(self) -> None:
         bound = self.max_replicas
-        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+        if not int_at_least(bound, 1):
             raise ValueError(f"max_replicas must be an integer >= 1, got {bound!r}")
         if self.lead_time_preset is not None and self.lead_time_preset not in LEAD_TIME_PRESETS:
             raise ValueError(

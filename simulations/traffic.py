@@ -22,6 +22,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from engine.validate import int_at_least
 from forecasting.readers import Events, detect_format, read_events, read_series
 from forecasting.series import DemandSeries
 
@@ -120,7 +121,7 @@ class TrafficOptions:
             _positive("duration_s", self.duration_s)
         if self.arrivals not in ("poisson", "gamma"):
             raise ValueError(f"arrivals must be 'poisson' or 'gamma', got {self.arrivals!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if not int_at_least(self.seed, 0):
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
 
 

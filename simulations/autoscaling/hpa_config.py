@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.validate import int_at_least
+
 __all__ = [
     "DEFAULT_SCALE_DOWN_POLICIES",
     "DEFAULT_SCALE_UP_POLICIES",
@@ -74,7 +76,7 @@ class HpaPolicy:
     def __post_init__(self) -> None:
         if self.type not in _POLICY_TYPES:
             raise ValueError(f"HpaPolicy.type must be 'Pods' or 'Percent', got {self.type!r}")
-        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value <= 0:
+        if not int_at_least(self.value, 1):
             raise ValueError(f"HpaPolicy.value must be an int > 0, got {self.value!r}")
         if not (1.0 <= self.period_s <= _MAX_PERIOD_S):
             raise ValueError(f"HpaPolicy.period_s must be in [1, 1800], got {self.period_s!r}")

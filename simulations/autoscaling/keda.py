@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.validate import int_at_least
+
 __all__ = ["FallbackBehavior", "Keda", "KedaConfig", "TriggerPoll"]
 
 FallbackBehavior = Literal[
@@ -34,7 +36,7 @@ def _ns(seconds: float) -> int:
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not int_at_least(value, minimum):
         raise ValueError(f"KedaConfig.{name} must be an int >= {minimum}, got {value!r}")
 
 
@@ -302,7 +304,7 @@ class Keda:
 
 
 def _check_int_arg(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not int_at_least(value, minimum):
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 

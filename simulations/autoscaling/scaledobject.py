@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from decision.settings import parse_settings
+from engine.validate import int_at_least
 from simulations.autoscaling.cron import DEFAULT_EPOCH
 from simulations.autoscaling.formula import ScalingModifiers, parse_formula
 from simulations.autoscaling.hpa_config import HpaBehavior, HpaConfig, HpaMetric
@@ -129,7 +130,7 @@ def seeds_reactive(*, max_replicas: int = 10) -> ScaledObjectSpec:
     polled every 15 s, scale-up 100 % per 15 s, scale-down 10 % per 60 s after
     a 300 s window, 1 to ``max_replicas`` replicas. Parsed through
     :func:`parse_scaledobject`, like a user's file."""
-    if isinstance(max_replicas, bool) or not isinstance(max_replicas, int) or max_replicas < 1:
+    if not int_at_least(max_replicas, 1):
         raise ValueError(f"max_replicas must be an integer >= 1, got {max_replicas!r}")
     return parse_scaledobject(_REACTIVE_YAML.format(max_replicas=max_replicas), "seeds_reactive")
 
@@ -384,7 +385,7 @@ def _count(
     value = spec.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+    if not int_at_least(value, lo):
         raise ValueError(f"{source}: {where}{key} must be an integer >= {lo}, got {value!r}")
     return value
 
@@ -395,7 +396,7 @@ def _seconds(
     value = spec.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < (1 if positive else 0):
+    if not int_at_least(value, 1 if positive else 0):
         bound = "> 0" if positive else ">= 0"
         raise ValueError(f"{source}: spec.{key} must be whole seconds {bound}, got {value!r}")
     return float(value)
