@@ -34,6 +34,7 @@ from engine.metrics import (
 )
 from engine.profiles import Profile, get_profile
 from engine.replica import Replica, RequestRejected
+from engine.validate import int_at_least
 
 DEFAULT_PROFILE = "llama-3-8b@g5.xlarge"
 #: vLLM's message when admission control turns a request away (HTTP 503).
@@ -234,7 +235,7 @@ def _parse(body: Any, chat: bool, state: dict[str, Any]) -> tuple[int, int, str,
     if max_tokens is None:
         max_tokens = body.get("max_tokens")
     if max_tokens is not None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        if not int_at_least(max_tokens, 1):
             raise _BadRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
         out, reason = max_tokens, "length"
     else:

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from engine.validate import int_at_least
+
 __all__ = [
     "KEDA_DEFAULT_MAX",
     "KEDA_DEFAULT_MIN",
@@ -151,7 +153,7 @@ def _count(spec: Mapping[str, Any], key: str, default: int, where: str) -> tuple
     raw = spec.get(key)
     if raw is None:
         return default, False
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+    if not int_at_least(raw, 0):
         raise InputError(f"{where}: spec.{key} must be a non-negative integer, got {raw!r}")
     return raw, True
 
