@@ -35,11 +35,6 @@ def _ns(seconds: float) -> int:
     return round(seconds * _NS)
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not int_at_least(value, minimum):
-        raise ValueError(f"KedaConfig.{name} must be an int >= {minimum}, got {value!r}")
-
-
 @dataclass(frozen=True)
 class KedaConfig:
     """The ScaledObject fields KEDA itself acts on (defaults as in the CRD).
@@ -68,15 +63,15 @@ class KedaConfig:
             v = getattr(self, name)
             if not (0.0 <= v < math.inf):
                 raise ValueError(f"KedaConfig.{name} must be >= 0, got {v!r}")
-        _check_int("min_replica_count", self.min_replica_count, 0)
-        _check_int("max_replica_count", self.max_replica_count, 1)
+        _check_int("KedaConfig.min_replica_count", self.min_replica_count, 0)
+        _check_int("KedaConfig.max_replica_count", self.max_replica_count, 1)
         if self.max_replica_count < self.min_replica_count:
             raise ValueError(
                 f"KedaConfig.max_replica_count ({self.max_replica_count}) must be >= "
                 f"min_replica_count ({self.min_replica_count})"
             )
         if self.idle_replica_count is not None:
-            _check_int("idle_replica_count", self.idle_replica_count, 0)
+            _check_int("KedaConfig.idle_replica_count", self.idle_replica_count, 0)
             if self.idle_replica_count >= self.min_replica_count:
                 raise ValueError(
                     f"KedaConfig.idle_replica_count ({self.idle_replica_count}) must be < "
@@ -88,9 +83,9 @@ class KedaConfig:
                 "given together (the fallback block) or both be None"
             )
         if self.fallback_failure_threshold is not None:
-            _check_int("fallback_failure_threshold", self.fallback_failure_threshold, 0)
+            _check_int("KedaConfig.fallback_failure_threshold", self.fallback_failure_threshold, 0)
         if self.fallback_replicas is not None:
-            _check_int("fallback_replicas", self.fallback_replicas, 0)
+            _check_int("KedaConfig.fallback_replicas", self.fallback_replicas, 0)
         if self.fallback_behavior not in _FALLBACK_BEHAVIORS:
             raise ValueError(
                 f"KedaConfig.fallback_behavior must be one of {_FALLBACK_BEHAVIORS}, "
@@ -127,7 +122,7 @@ class Keda:
             raise ValueError("Keda needs a KedaConfig")
         if not math.isfinite(created_s):
             raise ValueError(f"created_s must be finite, got {created_s!r}")
-        _check_int_arg("triggers", triggers, 1)
+        _check_int("triggers", triggers, 1)
         self.config = config
         self.created_s = created_s
         self.last_active_s: float | None = None
@@ -303,7 +298,7 @@ class Keda:
         return cfg.idle_replica_count if cfg.idle_replica_count is not None else 0
 
 
-def _check_int_arg(name: str, value: object, minimum: int) -> None:
+def _check_int(name: str, value: object, minimum: int) -> None:
     if not int_at_least(value, minimum):
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
