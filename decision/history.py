@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_WindowsAnswer = tuple[tuple[int, int, tuple[int, ...]], list[float], list[float]]
-"""``window_stats``'s last answer: (version, smoothing, window edges), peaks, counts."""
+_WindowsKey = tuple[int, int, tuple[int, ...]]
+"""A ``window_stats`` answer's key: (version, smoothing, window edges)."""
+_WINDOWS_KEPT = 4
+"""Answers kept: a refresh reads two windows at each of two horizons."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class BinnedSeries:
         # a bin closes (every refresh reads them; rebuilding the whole ring's
         # cumulative sum each time cost more than the windows read).
         self._stats_cache: tuple[int, np.ndarray, np.ndarray] | None = None
-        # The last windows' answer: refreshes between two bin closes mostly
-        # read the same bins (their start moves less than a bin).
-        self._windows_cache: _WindowsAnswer = ((-1, 0, ()), [], [])
+        # The last few windows' answers (peaks, counts), for the version in
+        # their key: refreshes between two bin closes mostly read the same
+        # bins (their start moves less than a bin).
+        self._windows_cache: dict[_WindowsKey, tuple[list[float], list[float]]] = {}
 
     def _push(self, end: float, requests: float, tokens: float) -> None:
         i = self._head
@@ -206,8 +209,10 @@ class BinnedSeries:
         edges = [start + 1e-6 for start in starts] + [start + width_s + 1e-6 for start in starts]
         where = np.searchsorted(ends, edges, side="left").tolist()
         key = (self._version, k, tuple(where))
-        if self._windows_cache[0] == key:
-            return np.array(self._windows_cache[1]), np.array(self._windows_cache[2])
+        hit = self._windows_cache.get(key)
+        if hit is not None:
+            # fresh arrays: a caller must not change another's answer
+            return np.array(hit[0]), np.array(hit[1])
         n = len(starts)
         peaks = np.full(n, math.nan)
         counts = np.full(n, math.nan)
@@ -220,7 +225,12 @@ class BinnedSeries:
             first = np.maximum(stop - k, 0)
             peaks[i] = float(np.max((cs[stop] - cs[first]) / (stop - first)))
             counts[i] = float(cs[hi] - cs[lo]) * self.step_s
-        self._windows_cache = (key, peaks.tolist(), counts.tolist())
+        # all kept answers share one version: a bin's close drops them all
+        if any(old[0] != self._version for old in self._windows_cache):
+            self._windows_cache.clear()
+        elif len(self._windows_cache) >= _WINDOWS_KEPT:
+            del self._windows_cache[next(iter(self._windows_cache))]
+        self._windows_cache[key] = (peaks.tolist(), counts.tolist())
         return peaks, counts
 
     def tokens_per_request(self, last: int) -> float | None:

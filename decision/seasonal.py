@@ -53,7 +53,10 @@ def _quantile_held(values: np.ndarray, quantile: float) -> float | None:
 def linear_quantile(values: list[float], quantile: float) -> float:
     """``np.quantile(values, quantile)`` (method linear) of a few finite
     values, bit for bit: the same index, weight and interpolation as numpy's,
-    in plain Python, since numpy's call costs ~200 us on a handful of days."""
+    in plain Python, since numpy's call costs ~200 us on a handful of days.
+    A ``quantile`` outside [0, 1] raises ValueError, as numpy's does."""
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {quantile!r}")
     ordered = sorted(values)
     n = len(ordered)
     virtual = (n - 1) * quantile

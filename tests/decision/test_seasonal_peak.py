@@ -397,3 +397,22 @@ def test_window_stats_answer_is_per_window() -> None:
     assert s.window_stats([0.0], 3 * STEP, 1)[0][0] == 9.0
     assert s.window_stats([0.0], 3 * STEP, 2)[0][0] == 5.5
     assert s.window_stats([0.0], 2 * STEP, 1)[1][0] == first[1][0] == 3.0 * STEP
+
+
+@pytest.mark.parametrize("quantile", [-0.1, 1.5, float("nan")])
+def test_linear_quantile_refuses_a_quantile_outside_0_1(quantile: float) -> None:
+    with pytest.raises(ValueError, match="quantile"):
+        linear_quantile([1.0, 2.0, 3.0], quantile)
+
+
+def test_window_stats_keeps_answers_at_alternating_windows() -> None:
+    series = BinnedSeries(step_s=15.0, capacity=400)
+    for i in range(300):
+        series.add(15.0 * i, float(i % 7), float(i % 5))
+    first = series.window_stats([100.0, 1000.0], 600.0, 4)
+    second = series.window_stats([200.0, 2000.0], 900.0, 4)
+    first[0][0] = -1.0  # a caller's change must not reach the cache
+    again = series.window_stats([100.0, 1000.0], 600.0, 4)
+    assert len(series._windows_cache) == 2
+    assert again[0][0] != -1.0
+    assert series.window_stats([200.0, 2000.0], 900.0, 4)[1].tolist() == second[1].tolist()
