@@ -119,12 +119,14 @@ def bucket_bounds(buckets: Sequence[tuple[float, float]], q: float) -> tuple[flo
 def histogram_quantile(
     buckets: Sequence[tuple[float, float]], q: float
 ) -> tuple[float, float, float] | None:
-    """The q-quantile as Prometheus' ``histogram_quantile`` reads it, and its bucket.
+    """The q-quantile by Prometheus' ``histogram_quantile`` interpolation, and its bucket.
 
     (value, lower, upper): linear interpolation inside the bucket holding the
-    quantile's rank, as if its observations were spread evenly over it. None
-    where the bucket is open (no lower bound above 0, or no finite upper):
-    the value would be a guess.
+    quantile's rank, as if its observations were spread evenly over it. It
+    departs from Prometheus in two buckets, where it returns None: the first
+    (Prometheus interpolates from 0) and the +Inf one (Prometheus returns the
+    last finite bound). The fit wants closed buckets: there the value would be
+    a guess, not a reading.
     """
     if not buckets or buckets[-1][1] <= 0:
         return None
