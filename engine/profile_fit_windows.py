@@ -202,6 +202,8 @@ def metrics_targets(groups: Sequence[WindowGroup]) -> Targets:
     def targets(profile: Profile) -> list[tuple[str, float, float]]:
         out: list[tuple[str, float, float]] = []
         for g in groups:
+            # one replay serves both: a second, coarse one for the means would
+            # cost more, and its means differ from the per-token one's in the last bits
             replay = replay_load(profile, g.load, per_token=bool(g.quantiles))
             out.append((f"mean_itl_s@{g.shape}", g.itl_mean_s, replay.mean_itl_s))
             if g.ttft_mean_s is not None:
