@@ -58,10 +58,10 @@ POLLING_INTERVAL = "spec.pollingInterval"
 BEHAVIOR_SPACE: tuple[Param, ...] = (
     Param(POLLING_INTERVAL, "choice", choices=("5", "10", "15", "30", "60"), reacts="low"),
     Param("scaleUp.stabilizationWindowSeconds", "int", 0, 300, step=15, reacts="low"),
-    Param("scaleUp.periodSeconds", "choice", choices=("15", "30", "60")),
-    Param("scaleUp.percent", "int", 25, 400, step=25),
-    Param("scaleUp.pods", "int", 0, 8),
-    Param("scaleDown.stabilizationWindowSeconds", "int", 0, 1800, step=30, reacts="low"),
+    Param("scaleUp.periodSeconds", "choice", choices=("15", "30", "60"), reacts="low"),
+    Param("scaleUp.percent", "int", 25, 400, step=25, reacts="high"),
+    Param("scaleUp.pods", "int", 0, 8, reacts="high"),
+    Param("scaleDown.stabilizationWindowSeconds", "int", 0, 1800, step=30),
     Param("scaleDown.percent", "int", 5, 100, step=5),
 )
 """The HPA behavior and KEDA polling knobs every ScaledObject has: how often
@@ -246,7 +246,7 @@ def cooldown_param(when: tuple[str, str]) -> Param:
     """``cooldownPeriod`` as a knob, searched only where the floor is 0 (``when``):
     how long a fleet at zero's last replica outlives its last request is
     what a scale-to-zero set-up trades cost for the next burst's wait on."""
-    return Param(COOLDOWN_PERIOD, "int", 30, 1800, step=30, when=when, reacts="low")
+    return Param(COOLDOWN_PERIOD, "int", 30, 1800, step=30, when=when)
 
 
 CRON_START = "startMinuteOfDay"

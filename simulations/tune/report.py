@@ -261,7 +261,8 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
         if s.study.tie_break is not None:
             print(f"  a tie-break: {s.study.tie_break.tied} other feasible trial(s) cost the "
                   "same on the tuning part; chosen as the one that reacts most (lowest "
-                  "thresholds, shortest waits)", file=out)  # fmt: skip
+                  "thresholds, shortest scale-up waits, largest scale-up steps)",
+                  file=out)  # fmt: skip
         if len(s.holdout_seeds) > 1:
             met = sum(1 for _, a, _ in s.holdout_seeds if a >= held_target)
             seeds = ", ".join(str(k) for k, _, _ in s.holdout_seeds)

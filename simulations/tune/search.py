@@ -132,7 +132,7 @@ PREDICTIVE_SPACE: tuple[Param, ...] = (
     Param("seasonalWanderSeconds", "int", 0, 3600, step=300, unless=FORECAST_OFF),
     Param(LEAD_MODE, "choice", choices=("auto", "fixed")),
     Param("leadTimeSeconds:fixed", "int", 60, 900, step=15, when=(LEAD_MODE, "fixed")),
-    Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30, reacts="low"),
+    Param("scaleDownStabilizationSeconds", "int", 0, 1800, step=30),
     Param("minReplicas", "int", 1, 8),
     Param("prewarm", "choice", choices=("false", "true"), unless=FORECAST_OFF),
     Param("nodeLeadTimeSeconds", "int", 0, 600, step=15, when=("prewarm", "true")),

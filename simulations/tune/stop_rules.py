@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from simulations.tune.search import Progress
+from simulations.tune.tie_break import TIE_RTOL
 
 __all__ = [
     "COST_PACE_EARLY",
@@ -154,7 +155,7 @@ class StopRules:
             self._next_refresh = p.t_s + self._refresh_s
         best = self._best
         hours = p.t_s / 3600.0
-        if best is not None and p.cost_usd > best.cost_usd:
+        if best is not None and p.cost_usd > best.cost_usd * (1.0 + TIE_RTOL):
             return (
                 f"cost: ${p.cost_usd:,.2f} spent by hour {hours:.1f}, more than the best "
                 f"feasible trial ({best.number}) costs in all (${best.cost_usd:,.2f})"

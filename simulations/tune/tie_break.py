@@ -3,8 +3,10 @@
 On a tuning day where the floor carries the day every threshold costs the
 same, and TPE's first pick among equals is arbitrary; a busier day then
 finds out how slowly it reacts. Among trials that tie on cost the one that
-reacts most (lowest thresholds, shortest waits: :attr:`Param.reacts`) is
-the one a careful engineer would deploy, so it is the one chosen.
+reacts most to rising demand (lowest thresholds, shortest scale-up waits,
+largest scale-up steps: :attr:`Param.reacts`) is the one a careful engineer
+would deploy, so it is the one chosen. Scale-in waits have no direction: the
+shortest is not the most reactive but the flappiest.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ that scaled even once differ by far more than this."""
 
 TIE_RULE = (
     f"feasible trials whose cost is within a relative {TIE_RTOL:g} of the cheapest tie; "
-    "among them the one that reacts most (lowest thresholds, shortest waits, by "
-    "the mean position in each such key's range), then the lowest trial number"
+    "among them the one that reacts most (lowest thresholds, shortest scale-up waits, "
+    "largest scale-up steps, by the mean position in each such key's range), then "
+    "the lowest trial number"
 )
 """The rule as the ``--json`` ``tie_break`` object states it."""
 
@@ -90,9 +93,13 @@ def choose(
     feasible: Sequence[T], space: Sequence[Param], rtol: float = TIE_RTOL
 ) -> tuple[T | None, TieBreak | None]:
     """The cheapest feasible trial, the most reactive of those tied with it
-    on cost (:data:`TIE_RULE`), and the tie when there was one."""
+    on cost (:data:`TIE_RULE`), and the tie when there was one. Without a
+    directed key in ``space`` there is nothing to break a tie by: the
+    cheapest, then the lowest trial number, and no tie reported."""
     if not feasible:
         return None, None
+    if not any(p.reacts is not None for p in space):
+        return min(feasible, key=lambda t: (t.cost_usd, t.number)), None
     cheapest = min(t.cost_usd for t in feasible)
     tol = rtol * abs(cheapest)
     tied = [t for t in feasible if t.cost_usd - cheapest <= tol]

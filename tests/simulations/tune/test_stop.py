@@ -32,6 +32,7 @@ from simulations.tune.search import (
 from simulations.tune.seeding import seed_params
 from simulations.tune.stop_rules import BestSoFar, PaceEvidence, StopRules
 from simulations.tune.study import TuneContext, read_study, run_study
+from simulations.tune.tie_break import TIE_RTOL
 from tests.support.tuned_metadata import apply_metadata
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -126,10 +127,14 @@ def _rules(ctx: TuneContext, best: BestSoFar | None) -> StopRules:
 
 def test_cost_above_the_best_feasible_total_stops_at_any_check() -> None:
     """Cost spent only grows, so once it exceeds the cheapest feasible
-    trial's whole cost the trial cannot be the answer; equal is not above."""
+    trial's whole cost the trial cannot be the answer; equal is not above,
+    nor is float noise within the tie-break's tolerance (such a trial
+    ties with the best and may yet be chosen)."""
     ctx = _ctx(_sized(100), target=0.9)
     best = BestSoFar(3, 10.0, {0.25: 2.0})
     assert _rules(ctx, best)(Progress(100.0, 10, 0, 10.0), None) is None
+    noise = 10.0 * (1 + TIE_RTOL / 2)
+    assert _rules(ctx, best)(Progress(100.0, 10, 0, noise), None) is None
     reason = _rules(ctx, best)(Progress(100.0, 10, 0, 10.01), None)
     assert reason is not None and reason.startswith("cost:")
     assert _rules(ctx, None)(Progress(100.0, 10, 0, 1e9), None) is None

@@ -66,9 +66,26 @@ def test_equally_cheap_trials_choose_the_one_that_reacts_most() -> None:
     assert result.best is not None and result.best.number == 1
     assert result.tie_break is not None and result.tie_break.tied == 2
     assert "reacts most" in result.tie_break.rule
-    # without directions (an older caller) the first of the tied is chosen, as before
+    # without a directed key there is nothing to break the tie by: the
+    # cheapest, then the lowest trial number, and no tie reported
     plain = read_study(study)
     assert plain.best is not None and plain.best.number == 0
+    assert plain.tie_break is None
+
+
+def test_larger_scale_up_steps_react_more_and_scale_in_waits_play_no_part() -> None:
+    """A "high" key counts from its large end: of two trials alike but for
+    scaleUp.percent the larger step wins; a shorter scale-down window does
+    not make a trial the more reactive one."""
+    big, small = _queue("4"), _queue("4")
+    big["scaleUp.percent"], small["scaleUp.percent"] = "400", "25"
+    flappy, steady = dict(big), dict(big)
+    flappy["scaleDown.stabilizationWindowSeconds"] = "0"
+    steady["scaleDown.stabilizationWindowSeconds"] = "1800"
+    result = read_study(_study([(small, 0.5, True), (big, 0.5, True)]), space=QUEUE_SPACE)
+    assert result.best is not None and result.best.number == 1
+    result = read_study(_study([(steady, 0.5, True), (flappy, 0.5, True)]), space=QUEUE_SPACE)
+    assert result.best is not None and result.best.number == 0
 
 
 def test_a_cheapest_trial_alone_is_chosen_as_before() -> None:
@@ -82,19 +99,22 @@ def test_a_cheapest_trial_alone_is_chosen_as_before() -> None:
     assert result.tie_break is None
 
 
-def test_every_side_has_directions_on_its_thresholds_and_waits() -> None:
-    """Thresholds, activation thresholds and waits react more when lower;
-    the other keys have no direction."""
+def test_every_side_has_directions_on_its_thresholds_and_scale_up_knobs() -> None:
+    """Thresholds, activation thresholds and scale-up waits react more when
+    lower, scale-up steps when higher; scale-in waits and the other keys
+    have no direction."""
     request = TuneRequest(replay=ReplaySpec(profile=PROFILE), choice=SideChoice(sides=SIDES))
-    waits = ("StabilizationSeconds", "stabilizationWindowSeconds", "cooldownPeriod",
-             "pollingInterval")  # fmt: skip
+    low = ("threshold", "activationThreshold", "scaleUp.stabilizationWindowSeconds",
+           "scaleUp.periodSeconds", "pollingInterval")  # fmt: skip
+    high = ("scaleUp.percent", "scaleUp.pods")
     for side in make_sides(request, PROFILE, 8):
         for p in side.space:
-            directed = p.key.endswith(("threshold", "activationThreshold", *waits))
-            directed = directed or p.key in ("targetWaitingPerReplica", "targetKvCacheUsage")
-            assert p.reacts == ("low" if directed else None), (side.name, p.key)
+            want = "low" if p.key.endswith(low) else "high" if p.key in high else None
+            if p.key in ("targetWaitingPerReplica", "targetKvCacheUsage"):
+                want = "low"
+            assert p.reacts == want, (side.name, p.key)
     assert {p.key for p in PREDICTIVE_SPACE if p.reacts} == {
-        "targetWaitingPerReplica", "targetKvCacheUsage", "scaleDownStabilizationSeconds",
+        "targetWaitingPerReplica", "targetKvCacheUsage",
     }  # fmt: skip
 
 
