@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from simulations.replay_spec import ReplaySpec
-from simulations.tune.storage import GRACE_S, MIN_GRACE_S
+from simulations.tune.storage import GRACE_S, MIN_GRACE_S, check_url
 
 __all__ = [
     "CRON_REPLICAS",
@@ -99,6 +99,8 @@ class StudySpec:
             raise ValueError(f"the worker index must be >= 0, got {self.worker_index}")
         if self.trial_grace_s < MIN_GRACE_S:
             raise ValueError(f"the trial grace period must be >= {MIN_GRACE_S} s")
+        if self.storage is not None:
+            check_url(self.storage)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ so a resumed study replaces them instead of waiting for them.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -21,6 +22,7 @@ __all__ = [
     "SCHEMA_RACE_TRIES",
     "DeadTrials",
     "StorageUnavailable",
+    "check_url",
     "heartbeat_for",
     "open_storage",
     "shown_url",
@@ -56,8 +58,28 @@ def shown_url(url: str) -> str:
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):  # not a URL: a password can only sit in one
-        return url
+    except (ArgumentError, ValueError):  # malformed (a port that is no number): hide by hand
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def check_url(url: str) -> None:
+    """Refuse a ``--storage`` that is not a database URL when the request is
+    built, before a trace is loaded, in :class:`StorageUnavailable`'s words."""
+    from sqlalchemy.engine import make_url  # optuna's storage layer, loaded with it
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise StorageUnavailable(_unopened(url, exc)) from exc
+
+
+def _unopened(url: str, exc: BaseException) -> str:
+    """The one line :class:`StorageUnavailable` says: the storage and the
+    database's reason, the password hidden in both (SQLAlchemy quotes a URL
+    it cannot parse whole)."""
+    shown = shown_url(url)
+    return f"the storage {shown} cannot be opened: {_reason(exc).replace(url, shown)}"
 
 
 def _reason(exc: BaseException) -> str:
@@ -88,7 +110,8 @@ def open_storage(
     database all create optuna's tables and stamp their version; the
     database lets one win and fails the others (:data:`SCHEMA_RACE_SIGNS`).
     A loser tries again after a short wait, when the tables are there. Any
-    other failure to connect is :class:`StorageUnavailable`."""
+    other failure (no server, a malformed URL, a constraint that is no race)
+    is :class:`StorageUnavailable`."""
     import optuna  # heavy: only a study loads it
     import sqlalchemy.exc
 
@@ -104,15 +127,14 @@ def open_storage(
                 return optuna.storages.RDBStorage(
                     url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_s, grace_period=grace_s
                 )
-        except ImportError as exc:  # the URL's database driver is not installed
-            raise StorageUnavailable(
-                f"the storage {shown_url(url)} cannot be opened: {_reason(exc)}"
-            ) from exc
-        except sqlalchemy.exc.OperationalError as exc:
-            if last or not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
-                raise StorageUnavailable(
-                    f"the storage {shown_url(url)} cannot be opened: {_reason(exc)}"
-                ) from exc
+        # the URL's database driver is not installed, or the URL is not one
+        # (a port that is no number is a ValueError)
+        except (ImportError, ValueError, sqlalchemy.exc.ArgumentError) as exc:
+            raise StorageUnavailable(_unopened(url, exc)) from exc
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            race = isinstance(exc, lost) and any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS)
+            if last or not race:
+                raise StorageUnavailable(_unopened(url, exc)) from exc
             raise
 
     lost = (
@@ -123,9 +145,7 @@ def open_storage(
     for attempt in range(1, SCHEMA_RACE_TRIES):
         try:
             return rdb(last=False)
-        except lost as exc:
-            if not any(sign in str(exc) for sign in SCHEMA_RACE_SIGNS):
-                raise
+        except lost:  # only a lost race reaches here: rdb words any other failure
             log.info(
                 "storage %s: tables being created by another process, retrying", shown_url(url)
             )

@@ -127,6 +127,7 @@ def test_a_password_is_never_shown() -> None:
     assert shown_url(URL) == "postgresql://tuner:***@127.0.0.1:1/optuna"
     assert shown_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
     assert shown_url("not a url") == "not a url"
+    assert shown_url(f"postgresql://tuner:{SECRET}@h:port/db") == "postgresql://tuner:***@h:port/db"
 
 
 def test_an_unreachable_storage_is_one_line_exit_2_without_its_password(
@@ -142,6 +143,28 @@ def test_an_unreachable_storage_is_one_line_exit_2_without_its_password(
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and SECRET not in captured.err + captured.out
     assert "tuner:***@127.0.0.1:1" in captured.err and "tuner:***@" in captured.out
+
+
+def test_a_storage_that_is_no_url_is_refused_before_the_trace_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--storage notaurl`` is one line and exit 2, not SQLAlchemy's
+    traceback; the trace named is never read (it does not exist)."""
+    argv = [str(tmp_path / "absent.csv"), "--sides", "prescaler", "--trials", "1"]
+    assert main([*argv, "--storage", "notaurl"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "the storage notaurl cannot be opened" in err
+    bad = "postgresql://tuner:" + SECRET + "@host:notaport/optuna"
+    assert main([*argv, "--storage", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot be opened" in err and SECRET not in err
+    with pytest.raises(StorageUnavailable, match="notaurl"):
+        open_storage("notaurl")
+    for bad in (f"no such://tuner:{SECRET}@h/db", f"postgresql://tuner:{SECRET}@h:x/db"):
+        with pytest.raises(StorageUnavailable) as caught:
+            open_storage(bad)
+        assert SECRET not in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_open_storage_says_which_storage_failed(tmp_path: Path) -> None:

@@ -262,10 +262,11 @@ def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
     """Two tune processes starting on an empty PostgreSQL both create
     optuna's tables, and the loser's CREATE TABLE fails with "already
     exists" (seen in CI: a duplicate ``alembic_version`` type). open_storage
-    waits and opens it again; any other database error is raised at once."""
+    waits and opens it again; any other database error is at once a
+    StorageUnavailable, one line with the database's reason."""
     import sqlalchemy.exc
 
-    from simulations.tune.storage import open_storage
+    from simulations.tune.storage import StorageUnavailable, open_storage
 
     real = optuna.storages.RDBStorage
     lost = sqlalchemy.exc.IntegrityError(
@@ -295,9 +296,9 @@ def test_a_process_that_loses_the_schema_race_opens_the_storage_after_all(
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
     waits.clear()
-    with pytest.raises(sqlalchemy.exc.IntegrityError):
+    with pytest.raises(StorageUnavailable, match="a NOT NULL constraint") as caught:
         open_storage(url, sleep=waits.append)
-    assert waits == []
+    assert waits == [] and "\n" not in str(caught.value)
 
 
 def test_the_heartbeat_is_a_sixth_of_a_short_grace() -> None:
