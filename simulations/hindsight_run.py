@@ -14,6 +14,7 @@ ordered), so a report can price the cold start itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 from engine.profile_types import StartupTimes
 from engine.profiles import Profile
 from simulations.cluster.config import ClusterConfig
+from simulations.events import PRIORITY_SCRAPE
 from simulations.hindsight import Calibrated, Schedule, calibrate, from_need, plan
 from simulations.lead_time import with_startup
 from simulations.outcome import Outcome, attainment, idle_attainment
@@ -101,9 +103,14 @@ def hindsight_bound(
     max_replicas: int | None = None,
     name: str = "hindsight",
     step_s: float = HINDSIGHT_STEP_S,
+    stop: Callable[[], None] | None = None,
+    check_s: float = 60.0,
 ) -> Bound:
     """The calibrated schedule meeting ``target`` (an attainment, not a
-    fraction of the ceiling) under ``config``, with its replay."""
+    fraction of the ceiling) under ``config``, with its replay. ``stop`` is
+    called every ``check_s`` of simulated time in each replay and ends the
+    bound by raising (Ctrl-C in a tune worker); its checks are events of
+    their own that move no other, and without it none are scheduled."""
     prof = with_startup(profile, config.startup)
     raw = step_load(workload, prof, step_s) if len(workload) else np.zeros(1)
     t = timing(profile, config, workload.duration_s)
@@ -119,7 +126,17 @@ def hindsight_bound(
     def run(sched: Schedule, miss_budget: int | None) -> SimResult:
         spec = PolicySpec(name, "hindsight", schedule=tuple(int(x) for x in sched.orders))
         controller = make_controller(spec, workload, prof)
-        return Simulation(workload, prof, controller, config, miss_budget=miss_budget).run()
+        sim = Simulation(workload, prof, controller, config, miss_budget=miss_budget)
+        if stop is not None:
+            check = stop
+
+            def periodic(now: float) -> None:
+                check()
+                if now + check_s < workload.duration_s:
+                    sim.queue.schedule(now + check_s, PRIORITY_SCRAPE, periodic)
+
+            sim.queue.schedule(min(check_s, workload.duration_s), PRIORITY_SCRAPE, periodic)
+        return sim.run()
 
     def replay(sched: Schedule) -> tuple[float, float | None]:
         try:

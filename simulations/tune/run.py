@@ -44,7 +44,7 @@ from simulations.tune.held_back import (
 )
 from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.interrupted import SoFar, TuneInterrupted
-from simulations.tune.interrupts import in_processes
+from simulations.tune.interrupts import in_processes, raise_if_interrupted
 from simulations.tune.request import DEFAULT_TARGET, TuneRequest
 from simulations.tune.search import Param, slo_ceiling, split_workload
 from simulations.tune.sides import Side, make_sides
@@ -274,9 +274,12 @@ def _hindsight(
 
 
 def _bound_job(args: tuple[Workload, Profile, SimConfig, float, int | None]) -> Any:
-    """One bound of the pair, in a worker (the two are independent)."""
+    """One bound of the pair, in a worker (the two are independent); Ctrl-C
+    ends it within a minute of simulated time, as it ends a trial."""
     part, profile, config, target, max_replicas = args
-    return hindsight_bound(part, profile, config, target, max_replicas=max_replicas)
+    return hindsight_bound(
+        part, profile, config, target, max_replicas=max_replicas, stop=raise_if_interrupted
+    )
 
 
 def _load(

@@ -140,3 +140,30 @@ def test_the_bound_does_not_fall_as_the_target_rises(
     """Two targets on the same part: the higher one's bound costs no less."""
     config = SimConfig(seed=seed)
     assert _bound_cost(part, config, low + more) >= _bound_cost(part, config, low) - 1e-9
+
+
+def test_a_stop_hook_moves_nothing_and_ends_the_bound_when_it_raises() -> None:
+    """A tune worker passes Ctrl-C's check as ``stop``: a check that lets
+    the replays run leaves the bound as it was, and one that raises ends
+    it within a minute of simulated time instead of after both bounds."""
+    part = _window(0.0, 1200.0)
+    profile = get_profile(PROFILE)
+    config = SimConfig(seed=1)
+    target = 0.95 * idle_attainment(part, profile, config.slo_ttft_s)
+    calls: list[int] = []
+    plain = hindsight_bound(part, profile, config, target, max_replicas=16)
+    checked = hindsight_bound(
+        part, profile, config, target, max_replicas=16, stop=lambda: calls.append(1)
+    )
+    assert calls and checked.result.cost_usd == plain.result.cost_usd
+    assert checked.calibrated.schedule.orders.tolist() == plain.calibrated.schedule.orders.tolist()
+
+    def ctrl_c() -> None:
+        if len(calls) > 3:
+            raise KeyboardInterrupt
+        calls.append(1)
+
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        hindsight_bound(part, profile, config, target, max_replicas=16, stop=ctrl_c)
+    assert len(calls) == 4
