@@ -273,7 +273,8 @@ def with_config(args: argparse.Namespace) -> argparse.Namespace:
     on the command line, each read by its flag's own parser; an unknown key
     or a bad value is a :class:`ConfigError` naming the file and the key.
     Sides chosen on the command line win whole: the file's ``add-sides``
-    yields to ``--sides``, its ``cron-window`` to sides without a cron one."""
+    yields to ``--sides``, its ``cron-window`` (said on stderr) to sides
+    without a cron one."""
     if not args.config_path:
         return args
     path = args.config_path
@@ -305,6 +306,11 @@ def with_config(args: argparse.Namespace) -> argparse.Namespace:
     if "cron_window" in from_file and not named & set(CRON_SIDES):
         if given & {"only_sides", "add_sides"}:
             merged.cron_window = args.cron_window  # the sides chosen have no cron one
+            print(
+                f"prescaler tune: --config {path}: cron-window ignored: the sides named "
+                f"on the command line include none of {', '.join(CRON_SIDES)}",
+                file=sys.stderr,
+            )
         else:
             raise ConfigError(
                 f"--config {path}: cron-window writes the window of {', '.join(CRON_SIDES)}: "

@@ -34,6 +34,20 @@ def test_the_file_sets_what_the_command_line_does_not(tmp_path: Path) -> None:
     assert request.choice.sides[-1] == "prescaler-cron"
 
 
+def test_a_cron_window_the_command_lines_sides_cannot_use_is_said_to_be_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--sides naming no cron side wins over the file's add-sides, and its
+    cron-window is dropped with one line on stderr saying why."""
+    text = "add-sides: [prescaler-cron]\ncron-window: '07:45-17:30/3'\n"
+    request = _request(tmp_path, text, "--sides", "prescaler")
+    assert request.choice.cron_window is None and request.choice.sides == ("prescaler",)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cron-window ignored" in err and "prescaler-cron" in err
+    _request(tmp_path, text)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_flag_on_the_command_line_wins_even_at_its_default(tmp_path: Path) -> None:
     """Given before ``--config`` and at the value it defaults to, the flag still wins."""
     request = _request(tmp_path, "prune: exact\nholdout-seeds: 5\n", "--prune", "pace")
