@@ -19,6 +19,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import simulations.router as router
 from prescaler_native.loader import is_native
 from simulations.sim_inputs import SimInputs
 from simulations.tune.request import tune_request
-from simulations.tune.run import TuneEvent, TuneStart, tune
+from simulations.tune.run import SideDone, TuneEvent, TuneStart, tune
 from tests.simulations.tune.conftest import TuneKnobs
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(4 * 3600)]
@@ -51,13 +52,31 @@ TARGET_S = 600.0
 """Goal for one side's study (``meets_target`` in the JSON)."""
 
 
-def _side(trace: str, side: str, trials: int, target: float, storage: str) -> dict[str, Any]:
-    """One side's ``tune`` run and its figures."""
+def _side(
+    trace: str,
+    side: str,
+    trials: int,
+    target: float,
+    storage: str,
+    write: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """One side's ``tune`` run and its figures: the study's handed to
+    ``write`` as soon as it ends, so a run cut during the scoring after it
+    keeps them."""
     started: list[TuneStart] = []
 
     def on_event(event: TuneEvent) -> None:
         if isinstance(event, TuneStart):
             started.append(event)
+        elif isinstance(event, SideDone):
+            write({
+                "study_wall_s": round(event.wall_s, 1),
+                "trials": event.trials,
+                "chosen_trial": event.chosen,
+                "tuned_requests": started[0].tune_requests if started else None,
+                "meets_target": event.wall_s <= TARGET_S,
+                "scored": False,
+            })  # fmt: skip
 
     request = tune_request(
         trace=trace, profile=PROFILE, target=target, trials=trials, holdout=0.5, jobs=JOBS,
@@ -76,6 +95,7 @@ def _side(trace: str, side: str, trials: int, target: float, storage: str) -> di
         "study_wall_s": round(s.study_wall_s, 1),
         "tune_wall_s": round(wall, 1),
         "trials": len(done),
+        "chosen_trial": s.study.best.number if s.study.best is not None else None,
         "trials_finished": sum(1 for t in done if t.finished),
         "trials_stopped": sum(stopped.values()),
         "trials_stopped_by_rule": dict(sorted(stopped.items())),
@@ -86,6 +106,7 @@ def _side(trace: str, side: str, trials: int, target: float, storage: str) -> di
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in load_end],
         "meets_target": s.study_wall_s <= TARGET_S,
+        "scored": True,
     }
 
 
@@ -113,8 +134,12 @@ def test_team_scale_tune(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     RESULTS.mkdir(exist_ok=True)
     for side in sides:
         storage = f"sqlite:///{tmp_path / f'{side}.db'}"
-        doc["sides"][side] = _side(trace, side, trials, tune_knobs.target, storage)
-        (RESULTS / "tune_team_scale.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+        def write(figures: dict[str, Any], side: str = side) -> None:
+            doc["sides"][side] = figures
+            (RESULTS / "tune_team_scale.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+        write(_side(trace, side, trials, tune_knobs.target, storage, write))
     assert all(v["trials"] == trials for v in doc["sides"].values())
     if not tune_knobs.trace:
         assert all(v["tuned_requests"] >= 1_000_000 for v in doc["sides"].values())
