@@ -690,8 +690,11 @@ def test_the_bound_pair_in_two_processes_is_the_bound_in_one(trace: Path, tmp_pa
     for jobs in ("1", "2"):
         where = tmp_path / f"jobs{jobs}"
         where.mkdir()
-        code, out = _tune(trace, where, "--sides", "keda-queue", "--jobs", jobs)
-        assert code in (0, 3)
-        docs.append(json.loads(out.read_text())["hindsight"])
+        # a low target, so some trial meets it whatever the two workers draw
+        code, out = _tune(trace, where, "--sides", "keda-queue", "--jobs", jobs, "--target", "0.3")
+        assert code == 0
+        bound = json.loads(out.read_text())["hindsight"]
+        bound.pop("terms", None)  # the chosen trial's waterfall: the workers' draws differ
+        docs.append(bound)
     assert docs[0] == docs[1]
     assert docs[0]["stated_lead"]["cost_usd"] > 0
