@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from engine.validate import int_at_least
+from engine.validate import int_at_least, require_positive
 from forecasting.readers import Events, detect_format, read_events, read_series
 from forecasting.series import DemandSeries
 
@@ -111,28 +111,18 @@ class TrafficOptions:
     """Per-request trace token lengths are drawn from for curves; None = DEFAULT_TOKENS_TRACE."""
 
     def __post_init__(self) -> None:
-        _positive("rate_scale", self.rate_scale)
-        _positive("cv", self.cv)
+        require_positive("rate_scale", self.rate_scale)
+        require_positive("cv", self.cv)
         if not (isinstance(self.start_s, int | float) and math.isfinite(self.start_s)):
             raise ValueError(f"start_s must be a finite number >= 0, got {self.start_s!r}")
         if self.start_s < 0:
             raise ValueError(f"start_s must be >= 0, got {self.start_s!r}")
         if self.duration_s is not None:
-            _positive("duration_s", self.duration_s)
+            require_positive("duration_s", self.duration_s)
         if self.arrivals not in ("poisson", "gamma"):
             raise ValueError(f"arrivals must be 'poisson' or 'gamma', got {self.arrivals!r}")
         if not int_at_least(self.seed, 0):
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-
-
-def _positive(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 # --------------------------------------------------------------------------

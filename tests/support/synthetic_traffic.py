@@ -9,17 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.validate import require_positive
 from simulations.traffic import Workload
-
-
-def _positive(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
 
 
 def synthetic_workload(
@@ -45,12 +36,12 @@ def synthetic_workload(
     (thinning of a homogeneous one at the peak rate). Token counts are
     lognormal with ``(mean, cv)`` (``cv = 0``: always the mean), rounded, >= 1.
     """
-    _positive("duration_s", duration_s)
+    require_positive("duration_s", duration_s)
     if not (math.isfinite(base_rps) and base_rps >= 0):
         raise ValueError(f"base_rps must be a finite number >= 0, got {base_rps!r}")
     if not (0.0 <= daily_amplitude <= 1.0):
         raise ValueError(f"daily_amplitude must lie in [0, 1], got {daily_amplitude!r}")
-    _positive("period_s", period_s)
+    require_positive("period_s", period_s)
     if not math.isfinite(phase_s):
         raise ValueError(f"phase_s must be finite, got {phase_s!r}")
     peak_mult = 1.0
@@ -60,13 +51,13 @@ def synthetic_workload(
         b_start, b_len, b_mult = (float(x) for x in b)
         if not (math.isfinite(b_start) and b_start >= 0):
             raise ValueError(f"burst start_s must be finite and >= 0, got {b!r}")
-        _positive("burst duration_s", b_len)
+        require_positive("burst duration_s", b_len)
         if not (math.isfinite(b_mult) and b_mult >= 0):
             raise ValueError(f"burst multiplier must be finite and >= 0, got {b!r}")
         peak_mult = max(peak_mult, b_mult)
     if on_off is not None:
-        _positive("on_off on_s", on_off[0])
-        _positive("on_off off_s", on_off[1])
+        require_positive("on_off on_s", on_off[0])
+        require_positive("on_off off_s", on_off[1])
     for label, (mean, cv) in (("prompt_tokens", prompt_tokens), ("output_tokens", output_tokens)):
         if not (math.isfinite(mean) and mean >= 1 and math.isfinite(cv) and cv >= 0):
             raise ValueError(f"{label} is (mean >= 1, cv >= 0), got {(mean, cv)!r}")
@@ -104,7 +95,7 @@ def true_rate(workload: Workload, step_s: float) -> np.ndarray:
     The last bin may be shorter than ``step_s``; it is divided by its own
     width so that its rate is not biased low.
     """
-    _positive("step_s", step_s)
+    require_positive("step_s", step_s)
     n = max(1, math.ceil(workload.duration_s / step_s - 1e-9))
     slot = np.minimum((workload.arrival_s // step_s).astype(np.int64), n - 1)
     counts = np.bincount(slot, minlength=n).astype(np.float64)

@@ -8,9 +8,14 @@ shipped trace: ``--tune-trace simulations/data/azure_llm2024_coding_per_minute.c
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+from simulations.tune.cli import register, request_from, with_config
+from simulations.tune.request import TuneRequest
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,13 @@ def tune_knobs(request: pytest.FixtureRequest) -> TuneKnobs:
         days=int(opt("tune_days")),
         profile=bool(opt("tune_profile")),
     )
+
+
+def config_request(tmp_path: Path, text: str, *argv: str) -> TuneRequest:
+    """The request ``prescaler tune t.csv ARGV --config FILE`` builds, FILE holding ``text``."""
+    path = tmp_path / "tune.yaml"
+    path.write_text(text, encoding="utf-8")
+    parser = argparse.ArgumentParser(prog="prescaler")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", "t.csv", *argv, "--config", str(path)])
+    return request_from(with_config(args))

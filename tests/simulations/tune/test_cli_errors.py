@@ -13,25 +13,16 @@ from typing import cast
 import numpy as np
 import pytest
 
-from simulations.tune.cli import ConfigError, main, register, request_from, with_config
+from simulations.tune.cli import ConfigError, main, register
 from simulations.tune.interrupted import SoFar, interrupted_document, so_far_line
-from simulations.tune.request import TuneRequest
 from simulations.tune.sides import Side
 from simulations.tune.storage import StorageUnavailable, open_storage, shown_url
 from simulations.tune.study import StudyResult, TrialRecord
 from simulations.tune.tie_break import TieBreak
+from tests.simulations.tune.conftest import config_request
 
 SECRET = "s3cret-pw"
 URL = f"postgresql://tuner:{SECRET}@127.0.0.1:1/optuna"
-
-
-def _request(tmp_path: Path, text: str, *argv: str) -> TuneRequest:
-    path = tmp_path / "tune.yaml"
-    path.write_text(text, encoding="utf-8")
-    parser = argparse.ArgumentParser(prog="prescaler")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["tune", "t.csv", *argv, "--config", str(path)])
-    return request_from(with_config(args))
 
 
 def _one_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
@@ -57,7 +48,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_scalars_stay_as_written(tmp_path: Path) -> None:
     """YAML 1.1 would read ``0123`` as octal 83 and ``no`` as false."""
-    request = _request(tmp_path, "name: 0123\nnamespace: no\ntarget-name: 1e3\nstudy: ~x\n")
+    request = config_request(tmp_path, "name: 0123\nnamespace: no\ntarget-name: 1e3\nstudy: ~x\n")
     assert request.paste.name == "0123" and request.paste.namespace == "no"
     assert request.paste.target_name == "1e3" and request.study.study == "~x"
 
@@ -99,11 +90,11 @@ def test_sides_on_the_command_line_win_over_the_files_add_sides_and_cron_window(
     tmp_path: Path,
 ) -> None:
     text = "add-sides: [prescaler-cron]\ncron-window: '07:00-17:00/3'\n"
-    request = _request(tmp_path, text, "--sides", "prescaler")
+    request = config_request(tmp_path, text, "--sides", "prescaler")
     assert request.choice.sides == ("prescaler",) and request.choice.cron_window is None
-    request = _request(tmp_path, text, "--add-sides", "keda-gateway")
+    request = config_request(tmp_path, text, "--add-sides", "keda-gateway")
     assert request.choice.sides[-1] == "keda-gateway" and request.choice.cron_window is None
-    request = _request(tmp_path, text, "--sides", "prescaler,keda-queue-kv-cron")
+    request = config_request(tmp_path, text, "--sides", "prescaler,keda-queue-kv-cron")
     assert request.choice.sides == ("prescaler", "keda-queue-kv-cron")
     assert request.choice.cron_window is not None and request.choice.cron_window.replicas == 3
 
@@ -112,7 +103,7 @@ def test_a_cron_window_in_the_file_without_a_cron_side_names_the_file_and_key(
     tmp_path: Path,
 ) -> None:
     with pytest.raises(ConfigError, match=r"--config .*tune\.yaml: cron-window writes"):
-        _request(tmp_path, "cron-window: '07:00-17:00'\n")
+        config_request(tmp_path, "cron-window: '07:00-17:00'\n")
 
 
 def test_the_given_flags_are_those_on_the_command_line(tmp_path: Path) -> None:

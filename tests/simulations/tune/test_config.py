@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
 from simulations.cli import UsageError
-from simulations.tune.cli import main, register, request_from, with_config
-from simulations.tune.request import TuneRequest, WrittenCron, tune_request
-
-
-def _request(tmp_path: Path, text: str, *argv: str) -> TuneRequest:
-    path = tmp_path / "tune.yaml"
-    path.write_text(text, encoding="utf-8")
-    parser = argparse.ArgumentParser(prog="prescaler")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["tune", "t.csv", *argv, "--config", str(path)])
-    return request_from(with_config(args))
+from simulations.tune.cli import main
+from simulations.tune.request import WrittenCron, tune_request
+from tests.simulations.tune.conftest import config_request
 
 
 def test_the_file_sets_what_the_command_line_does_not(tmp_path: Path) -> None:
-    request = _request(
+    request = config_request(
         tmp_path,
         "trial-grace: 90\nprune: exact\nnamespace: llm\nholdout-seeds: 2\n"
         "add-sides: [prescaler-cron]\ncron-window: '07:45-17:30/3'\nstorage: sqlite:///x.db\n",
@@ -40,17 +31,17 @@ def test_a_cron_window_the_command_lines_sides_cannot_use_is_said_to_be_ignored(
     """--sides naming no cron side wins over the file's add-sides, and its
     cron-window is dropped with one line on stderr saying why."""
     text = "add-sides: [prescaler-cron]\ncron-window: '07:45-17:30/3'\n"
-    request = _request(tmp_path, text, "--sides", "prescaler")
+    request = config_request(tmp_path, text, "--sides", "prescaler")
     assert request.choice.cron_window is None and request.choice.sides == ("prescaler",)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cron-window ignored" in err and "prescaler-cron" in err
-    _request(tmp_path, text)
+    config_request(tmp_path, text)
     assert capsys.readouterr().err == ""
 
 
 def test_a_flag_on_the_command_line_wins_even_at_its_default(tmp_path: Path) -> None:
     """Given before ``--config`` and at the value it defaults to, the flag still wins."""
-    request = _request(tmp_path, "prune: exact\nholdout-seeds: 5\n", "--prune", "pace")
+    request = config_request(tmp_path, "prune: exact\nholdout-seeds: 5\n", "--prune", "pace")
     assert request.study.prune == "pace" and request.protocol.holdout_seeds == 5
 
 
@@ -58,9 +49,9 @@ def test_an_unknown_key_is_one_error_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(UsageError, match="unknown key 'trails'"):
-        _request(tmp_path, "trails: 3\n")
+        config_request(tmp_path, "trails: 3\n")
     with pytest.raises(UsageError, match="trial-grace"):
-        _request(tmp_path, "trial-grace: 1\n")
+        config_request(tmp_path, "trial-grace: 1\n")
     path = tmp_path / "bad.yaml"
     path.write_text("margin: 1\nsince_: 7d\n", encoding="utf-8")
     assert main(["t.csv", "--config", str(path)]) == 2
