@@ -19,7 +19,7 @@ import yaml
 
 __all__ = ["SECTIONS", "ConfigError", "Section", "load_section", "sections"]
 
-SECTIONS = ("regimes", "forecast_ablation", "fit_window", "gateway_wake")
+SECTIONS = ("regimes", "forecast_ablation", "fit_window", "gateway_wake", "efficiency")
 """The sections a lab config may hold: each read by ``python -m lab.NAME``
 (``gateway_wake``, which has no keys, by its bench test alone)."""
 

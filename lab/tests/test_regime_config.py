@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab.config import ConfigError, load_section, sections
+from lab.efficiency import load_config as load_efficiency
 from lab.fit_window import FitWindowConfig
 from lab.forecast_ablation import AblationConfig
 from lab.regime_config import RegimesRun, SweepConfig, load_run
@@ -83,7 +84,8 @@ def test_every_shipped_config_loads_in_every_section_it_has(path: Path) -> None:
     """A record names its config: one that stops matching the schema fails here."""
     loaders = {"regimes": load_run, "forecast_ablation": AblationConfig.load,
                "fit_window": FitWindowConfig.load,
-               "gateway_wake": lambda p: load_section(p, "gateway_wake", ())}  # fmt: skip
+               "gateway_wake": lambda p: load_section(p, "gateway_wake", ()),
+               "efficiency": load_efficiency}  # fmt: skip
     assert sections(path)
     for name in sections(path):
         loaders[name](path)

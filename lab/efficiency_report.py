@@ -1,0 +1,249 @@
+"""The efficiency table from a directory of cells (:mod:`lab.efficiency`).
+
+Per trace and lead time, each side's held-back cost as a multiple of the
+hindsight schedule: the median over study seeds and the range, how many
+seeds' choices met the held-back target under every arrival seed, and
+prescaler's cost over the cheapest KEDA side that met it, seed by seed.
+A side that missed the target has no multiple in the median: buying less
+attainment is not a price paid.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulations.bound_report import waterfall_lines
+
+__all__ = [
+    "cells",
+    "choices_table",
+    "flip_table",
+    "markdown_table",
+    "meets",
+    "moves",
+    "report",
+    "side_rows",
+    "waterfalls",
+]
+
+PRESCALER = "prescaler"
+
+
+def cells(directory: Path) -> list[dict[str, Any]]:
+    """Every cell file in ``directory``, in name order."""
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json"))]
+
+
+def meets(cell: Mapping[str, Any], side: str) -> bool:
+    """The side's choice met the held-back target under every arrival seed
+    it was scored under (the cell's own and the next ones)."""
+    s = cell["sides"].get(side)
+    if s is None or s.get("holdout") is None:
+        return False
+    target = float(cell["target_attainment"]["holdout"])
+    runs = s.get("holdout_seeds") or []
+    own = float(s["holdout"]["slo_attainment"]) >= target
+    return own and all(bool(r["meets"]) for r in runs)
+
+
+def _multiple(cell: Mapping[str, Any], side: str) -> float | None:
+    s = cell["sides"].get(side)
+    if s is None or s.get("holdout_multiple_of_hindsight") is None:
+        return None
+    return float(s["holdout_multiple_of_hindsight"])
+
+
+def _spread(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return f"{mid:.2f}x"
+    return f"{mid:.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
+def side_rows(group: Sequence[Mapping[str, Any]], sides: Sequence[str]) -> dict[str, str]:
+    """Per side: the multiple over the seeds its choice met the target in,
+    then ``met/seeds``."""
+    out: dict[str, str] = {}
+    for side in sides:
+        met = [c for c in group if meets(c, side)]
+        values = [m for c in met if (m := _multiple(c, side)) is not None]
+        out[side] = f"{_spread(values)} {len(met)}/{len(group)}"
+    return out
+
+
+def _versus_keda(cell: Mapping[str, Any]) -> float | None:
+    """prescaler's held-back cost over the cheapest KEDA side's, both meeting."""
+    keda = [
+        float(s["holdout"]["cost_usd"])
+        for name, s in cell["sides"].items()
+        if name != PRESCALER and meets(cell, name)
+    ]
+    if not keda or not meets(cell, PRESCALER):
+        return None
+    return float(cell["sides"][PRESCALER]["holdout"]["cost_usd"]) / min(keda)
+
+
+def markdown_table(directory: Path) -> str:
+    """The table: one row per (trace, lead time), a column per side."""
+    found = cells(directory)
+    if not found:
+        return f"(no cells in {directory})"
+    sides: list[str] = []
+    for c in found:
+        sides += [s for s in c["sides"] if s not in sides]
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
+    for c in found:
+        groups[(c["trace"], float(c["lead_min"]))].append(c)
+    head = (
+        "| trace | lead | seeds | the bound | "
+        + " | ".join(sides)
+        + " | prescaler / best KEDA |\n|"
+        + "---|" * (len(sides) + 5)
+        + "\n"
+    )
+    rows = []
+    for (trace, lead), group in sorted(groups.items()):
+        by_side = side_rows(group, sides)
+        ratios = [r for c in group if (r := _versus_keda(c)) is not None]
+        bound = [float(c["hindsight"]["terms"]["bound"]["cost_per_month_usd"]) for c in group]
+        rows.append(
+            f"| {trace} | {lead:g} min | {','.join(str(c['seed']) for c in group)} "
+            f"| ${statistics.median(bound):,.0f}/month | "
+            + " | ".join(by_side[s] for s in sides)
+            + f" | {_spread(ratios)} |"
+        )
+    return head + "\n".join(rows)
+
+
+def _worst(cell: Mapping[str, Any], side: str) -> float | None:
+    """The side's lowest held-back attainment over the arrival seeds."""
+    s = cell["sides"].get(side)
+    if s is None or s.get("holdout") is None:
+        return None
+    runs = [float(r["slo_attainment"]) for r in s.get("holdout_seeds") or []]
+    return min([float(s["holdout"]["slo_attainment"]), *runs])
+
+
+def _attained(cell: Mapping[str, Any], side: str) -> str:
+    worst = _worst(cell, side)
+    if worst is None:
+        return f"{cell['seed']}: none chosen"
+    target = 100 * float(cell["target_attainment"]["holdout"])
+    return f"{cell['seed']}: {100 * worst:.2f} % ({target:.2f})"
+
+
+def moves(settings: Sequence[Mapping[str, str]]) -> str:
+    """The keys whose chosen value differs between study seeds, each with
+    its values in seed order: how far a choice moves when only the seed does."""
+    if len(settings) < 2:
+        return "-"
+    keys = [k for k in settings[0] if len({st.get(k) for st in settings}) > 1]
+    keys += sorted({k for st in settings[1:] for k in st} - set(settings[0]))
+    if not keys:
+        return "none"
+    return "; ".join(f"{k} {'/'.join(str(st.get(k, '-')) for st in settings)}" for k in keys)
+
+
+def choices_table(directory: Path) -> str:
+    """Per trace, lead time and side, each seed's choice on the held-back
+    day: worst attainment over the arrival seeds against the target, cost
+    per month, multiple of the bound, whether a tie-break chose it; then
+    the keys its choice moved on between seeds."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
+    for c in cells(directory):
+        groups[(c["trace"], float(c["lead_min"]))].append(c)
+    head = (
+        "| trace | lead | side | held back, worst arrival seed (target) per study seed "
+        "| cost per month | x bound | tie-break | what moved between seeds |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for (trace, lead), group in sorted(groups.items()):
+        sides = list(dict.fromkeys(s for c in group for s in c["sides"]))
+        for side in sides:
+            chosen = [c for c in group if (c["sides"].get(side) or {}).get("holdout")]
+            att = ", ".join(_attained(c, side) for c in group)
+            cost = ", ".join(f"${float(c['sides'][side]['holdout']['cost_per_month_usd']):,.0f}"
+                             for c in chosen)  # fmt: skip
+            mult = ", ".join(f"{m:.2f}" for c in chosen if (m := _multiple(c, side)) is not None)
+            ties = sum(1 for c in chosen if c["sides"][side].get("tie_break"))
+            settings = [c["sides"][side]["setting"] or {} for c in chosen]
+            rows.append(
+                f"| {trace} | {lead:g} min | {side} | {att} | {cost or '-'} "
+                f"| {mult or '-'} | {ties}/{len(chosen)} | {moves(settings)} |"
+            )
+    return head + "\n".join(rows)
+
+
+def waterfalls(directory: Path) -> str:
+    """Each cell's waterfall on its held-back day, as ``prescaler tune``
+    prints it: the bound, the price of the lead time, of not knowing the
+    future, and each side's shape."""
+    out = []
+    for c in cells(directory):
+        bound = c["hindsight"]
+        terms = bound["terms"]
+        months = float(terms["bound"]["cost_usd"]) / float(terms["bound"]["cost_per_month_usd"])
+        lead_s = float(bound["stated_lead"]["lead_s"])
+        out.append(f"{c['trace']}, {float(c['lead_min']):g} min, seed {c['seed']}:")
+        out += ["  " + line for line in waterfall_lines(terms, months, lead_s)]
+    return "\n".join(out)
+
+
+def _gap_closed(cell: Mapping[str, Any]) -> str:
+    """How much of prescaler's "not knowing the future" gap (its cost over
+    the bound) the forecast closes at its choice: (cost without it - cost
+    with it) / (cost without it - bound), both meeting the target."""
+    flip = cell.get("forecast_flipped")
+    side = cell["sides"].get(PRESCALER) or {}
+    if not flip or not side.get("holdout"):
+        return "-"
+    target = float(cell["target_attainment"]["holdout"])
+    chosen = (float(side["holdout"]["cost_usd"]), float(side["holdout"]["slo_attainment"]))
+    other = (float(flip["cost_usd"]), float(flip["slo_attainment"]))
+    on, off = (chosen, other) if flip["flipped_to"] == "off" else (other, chosen)
+    if on[1] < target or off[1] < target:
+        return "off misses the target" if off[1] < target <= on[1] else "on misses the target"
+    bound = float(cell["hindsight"]["terms"]["bound"]["cost_usd"])
+    if off[0] <= bound:
+        return "no gap without it"
+    return f"{100 * (off[0] - on[0]) / (off[0] - bound):+.0f} %"
+
+
+def flip_table(directory: Path) -> str:
+    """Per cell, prescaler's choice with its forecast mode as chosen and
+    flipped (:mod:`lab.efficiency_ablation`): attainment, cost per month,
+    and the share of the gap to the bound the forecast closes."""
+    head = (
+        "| trace | lead | seed | as chosen | flipped | gap to the bound the forecast closes |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for c in cells(directory):
+        flip = c.get("forecast_flipped")
+        side = c["sides"].get(PRESCALER) or {}
+        if not flip or not side.get("holdout"):
+            continue
+        per = float(side["holdout"]["cost_per_month_usd"]) / float(side["holdout"]["cost_usd"])
+        held = side["holdout"]
+        rows.append(
+            f"| {c['trace']} | {float(c['lead_min']):g} min | {c['seed']} "
+            f"| {flip['chosen_forecast']}: {100 * float(held['slo_attainment']):.2f} %, "
+            f"${float(held['cost_per_month_usd']):,.0f} "
+            f"| {flip['flipped_to']}: {100 * float(flip['slo_attainment']):.2f} %, "
+            f"${float(flip['cost_usd']) * per:,.0f} | {_gap_closed(c)} |"
+        )
+    return head + "\n".join(rows)
+
+
+def report(directory: Path) -> str:
+    """The table, each choice, the forecast flips, and each cell's waterfall."""
+    parts = (markdown_table(directory), choices_table(directory), flip_table(directory))
+    return "\n\n".join((*parts, waterfalls(directory)))

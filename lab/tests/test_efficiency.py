@@ -1,0 +1,220 @@
+"""The efficiency table's pieces: the written cron window, the config, and
+the table from cells built by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lab.config import ConfigError
+from lab.efficiency import TRACES, cell_path, load_config, written_window
+from lab.efficiency_ablation import flipped_mode
+from lab.efficiency_report import (
+    choices_table,
+    flip_table,
+    markdown_table,
+    meets,
+    moves,
+    waterfalls,
+)
+from simulations.traffic import Workload
+
+DAY_S = 86_400.0
+
+
+def _history(rate_of_minute: Any, days: int = 3) -> Workload:
+    """Requests at evenly spaced times, ``rate_of_minute(m)`` a second in
+    minute ``m`` of the day."""
+    times: list[float] = []
+    for day in range(days):
+        for m in range(1440):
+            n = round(rate_of_minute(m) * 60)
+            base = day * DAY_S + 60.0 * m
+            times += [base + 60.0 * (k + 0.5) / n for k in range(n)]
+    arr = np.array(times)
+    ones = np.ones(arr.size, dtype=np.int64)
+    return Workload(arr, ones, ones, "history", days * DAY_S)
+
+
+def test_window_covers_the_busy_hours_opened_one_lead_early() -> None:
+    history = _history(lambda m: 4.0 if 9 * 60 <= m < 17 * 60 else 1.0)
+    window = written_window(history, 15.0, per_replica_s=1.0)
+    # 09:00 - 15 min, on the quarter hour; closed at 17:00
+    assert window.start_min == 8 * 60 + 45
+    assert window.end_min == 17 * 60
+    # the floor the lowest rate inside needs, not the peak's fleet
+    assert window.replicas == 3
+
+
+def test_window_across_midnight() -> None:
+    history = _history(lambda m: 5.0 if m >= 22 * 60 or m < 4 * 60 else 0.5)
+    window = written_window(history, 2.5, per_replica_s=2.0)
+    assert window.start_min == 21 * 60 + 45
+    assert window.end_min == 4 * 60 + 15
+    assert window.replicas == 2
+    assert window.end_min < window.start_min
+
+
+def test_window_without_a_capacity_keeps_the_default_replicas() -> None:
+    history = _history(lambda m: 2.0 if m < 720 else 1.0, days=1)
+    assert written_window(history, 2.5, None).replicas == 2
+
+
+def _config(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "lab.yaml"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def test_config_defaults_and_errors_name_the_key(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, "efficiency: {seeds: [4], trials: 5}\n"))
+    assert config.seeds == (4,) and config.trials == 5 and config.traces == tuple(TRACES)
+    with pytest.raises(ConfigError, match=r"efficiency\.traces: unknown trace 'nope'"):
+        load_config(_config(tmp_path, "efficiency: {traces: [nope]}\n"))
+    with pytest.raises(ConfigError, match=r"efficiency\.leads_min: no lead-time preset of 7 min"):
+        load_config(_config(tmp_path, "efficiency: {leads_min: [7]}\n"))
+    with pytest.raises(ConfigError, match="no such section"):
+        load_config(_config(tmp_path, "regimes: {}\n"))
+
+
+def test_every_trace_is_in_the_checkout() -> None:
+    for name, case in TRACES.items():
+        assert case.resolved(name).is_file()
+
+
+def _side(att: float, cost: float, multiple: float, seeds_meet: bool = True) -> dict[str, Any]:
+    return {
+        "holdout": {"slo_attainment": att, "cost_usd": cost},
+        "holdout_multiple_of_hindsight": multiple,
+        "holdout_seeds": [
+            {"seed": 1, "slo_attainment": att, "cost_usd": cost, "meets": seeds_meet}
+        ],
+    }
+
+
+def _terms() -> dict[str, Any]:
+    """A bound's terms as ``tune --json`` writes them: a day of a 730-hour month."""
+    return {
+        "target_attainment": 0.9,
+        "instant_start": {"cost_usd": 30.0, "multiple": 0.9},
+        "lead_time_price_usd": 3.33,
+        "bound": {"cost_usd": 33.33, "cost_per_month_usd": 1000.0, "met": True,
+                  "slo_attainment": 0.91},
+        "best_causal": {"policy": "prescaler", "cost_usd": 40.0, "multiple": 1.2,
+                        "future_price_usd": 6.67},
+        "shape": [{"policy": "keda-queue", "cost_usd": 50.0, "multiple": 1.5,
+                   "shape_price_usd": 10.0}],
+        "missed_target": ["keda-queue-kv"],
+    }  # fmt: skip
+
+
+def _cell(seed: int, prescaler: dict[str, Any], keda: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "trace": "worldcup98", "lead_min": 2.5, "seed": seed,
+        "target_attainment": {"tuned": 0.9, "holdout": 0.9},
+        "hindsight": {"stated_lead": {"lead_s": 150.0}, "terms": _terms()},
+        "sides": {"keda-queue": keda, "prescaler": prescaler},
+    }  # fmt: skip
+
+
+def test_table_medians_counts_and_ratio(tmp_path: Path) -> None:
+    cells = [
+        _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00)),
+        _cell(1, _side(0.95, 120.0, 1.20), _side(0.91, 150.0, 1.50)),
+        # prescaler misses under another arrival seed: not counted
+        _cell(2, _side(0.95, 90.0, 0.90, seeds_meet=False), _side(0.89, 80.0, 0.80)),
+    ]
+    for c in cells:
+        cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
+    assert not meets(cells[2], "prescaler") and not meets(cells[2], "keda-queue")
+    table = markdown_table(tmp_path)
+    row = table.splitlines()[-1]
+    assert "| worldcup98 | 2.5 min | 0,1,2 | $1,000/month |" in row
+    assert "1.15x (1.10-1.20) 2/3" in row  # prescaler
+    assert "1.25x (1.00-1.50) 2/3" in row  # keda-queue
+    assert row.endswith("| 0.95x (0.80-1.10) |")  # 110/100 and 120/150
+
+
+def test_table_of_an_empty_directory(tmp_path: Path) -> None:
+    assert "no cells" in markdown_table(tmp_path)
+
+
+def test_moves_names_the_keys_that_differ_between_seeds() -> None:
+    a = {"threshold": "5", "minReplicaCount": "2"}
+    b = {"threshold": "7", "minReplicaCount": "2", "activationThreshold": "1"}
+    assert moves([a, b]) == "threshold 5/7; activationThreshold -/1"
+    assert moves([a, dict(a)]) == "none"
+    assert moves([a]) == "-"
+
+
+def test_choices_table_rows(tmp_path: Path) -> None:
+    def side(att: float, worst: float, setting: dict[str, str], tie: bool) -> dict[str, Any]:
+        s = _side(att, 100.0, 1.25)
+        s["holdout_seeds"][0]["slo_attainment"] = worst
+        s["holdout"]["cost_per_month_usd"] = 3000.0
+        s["setting"] = setting
+        s["tie_break"] = {"ties": 3} if tie else None
+        return s
+
+    none = {"holdout": None, "setting": None}
+    cells = [
+        _cell(0, side(0.95, 0.93, {"forecast": "auto"}, True), none),
+        _cell(1, side(0.96, 0.96, {"forecast": "off"}, False), none),
+    ]
+    for c in cells:
+        cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
+    lines = choices_table(tmp_path).splitlines()
+    prescaler = next(line for line in lines if "| prescaler |" in line)
+    assert "0: 93.00 % (90.00), 1: 96.00 % (90.00)" in prescaler
+    assert "| $3,000, $3,000 | 1.25, 1.25 | 1/2 | forecast auto/off |" in prescaler
+    keda = next(line for line in lines if "| keda-queue |" in line)
+    assert "0: none chosen, 1: none chosen" in keda
+
+
+def test_waterfall_per_cell(tmp_path: Path) -> None:
+    cell = _cell(3, _side(0.95, 40.0, 1.2), _side(0.95, 50.0, 1.5))
+    cell_path(tmp_path, "worldcup98", 2.5, 3).write_text(json.dumps(cell))
+    text = waterfalls(tmp_path)
+    assert text.startswith("worldcup98, 2.5 min, seed 3:")
+    assert "+ the lead time (150 s)" in text
+    assert "= best causal set-up (prescaler)" in text and "$1,200" in text
+    assert "missed the target: keda-queue-kv" in text
+
+
+def test_flipped_mode() -> None:
+    assert flipped_mode("auto") == "off"
+    assert flipped_mode("prescaler") == "off"
+    assert flipped_mode("off") == "auto"
+    assert flipped_mode(None) == "auto"
+
+
+def _flip_cell(seed: int, chosen: str, flipped: tuple[float, float]) -> dict[str, Any]:
+    cell = _cell(seed, _side(0.95, 40.0, 1.2), _side(0.95, 50.0, 1.5))
+    cell["sides"]["prescaler"]["holdout"]["cost_per_month_usd"] = 1200.0
+    cell["forecast_flipped"] = {
+        "chosen_forecast": chosen,
+        "flipped_to": flipped_mode(chosen),
+        "slo_attainment": flipped[0],
+        "cost_usd": flipped[1],
+    }
+    return cell
+
+
+def test_flip_table_gap_closed(tmp_path: Path) -> None:
+    # bound $33.33: off costs $46.67, on $40 -> (46.67 - 40) / (46.67 - 33.33) = 50 %
+    cells = [
+        _flip_cell(0, "auto", (0.95, 46.67)),
+        _flip_cell(1, "auto", (0.85, 30.0)),  # off misses the 0.9 target
+        _flip_cell(2, "off", (0.95, 36.0)),  # auto, cheaper than off: closes a negative share
+    ]
+    for c in cells:
+        cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
+    rows = flip_table(tmp_path).splitlines()[2:]
+    assert rows[0].endswith("| auto: 95.00 %, $1,200 | off: 95.00 %, $1,400 | +50 % |")
+    assert rows[1].endswith("| off misses the target |")
+    # chosen off at $40, auto at $36: auto closes (40 - 36) / (40 - 33.33) = 60 %
+    assert rows[2].endswith("| off: 95.00 %, $1,200 | auto: 95.00 %, $1,080 | +60 % |")
