@@ -28,7 +28,12 @@ from prescaler_native.loader import compiled_warning
 from simulations.backfill import DemandHistory
 from simulations.fleet_prometheus import fetch_fleet_trace, parse_since, write_fleet_trace
 from simulations.fleet_trace import parse_labels
-from simulations.hindsight_run import bound_summary, hindsight_bound, pair_configs
+from simulations.hindsight_run import (
+    bound_summary,
+    hindsight_bound,
+    instant_no_dearer,
+    pair_configs,
+)
 from simulations.report import HOURS_PER_MONTH
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import replay_config
@@ -270,6 +275,7 @@ def _hindsight(
     held-back one), at its target: the bound the report measures them by."""
     jobs = [(part, profile, c, target, inputs.max_replicas) for c in pair_configs(config)]
     stated, instant = in_processes(_bound_job, jobs, request.study.jobs)
+    instant = instant_no_dearer(stated, instant, part, profile, config, target)
     return bound_summary(stated, instant, request.protocol.target)
 
 

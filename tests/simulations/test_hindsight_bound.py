@@ -9,6 +9,7 @@ rises.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -21,7 +22,7 @@ from engine.profiles import get_profile
 from prescaler.demo import write_scaledobjects
 from prescaler.demo_tuned import FIXTURE, held_back_start, load_fixture
 from simulations.cli import SimulateOptions, simulate
-from simulations.hindsight_run import hindsight_bound
+from simulations.hindsight_run import hindsight_bound, instant_no_dearer, pair_configs
 from simulations.lead_time import LEAD_TIME_PRESETS
 from simulations.runner import idle_attainment
 from simulations.simulation import SimConfig
@@ -140,6 +141,31 @@ def test_the_bound_does_not_fall_as_the_target_rises(
     """Two targets on the same part: the higher one's bound costs no less."""
     config = SimConfig(seed=seed)
     assert _bound_cost(part, config, low + more) >= _bound_cost(part, config, low) - 1e-9
+
+
+def test_the_instant_bound_is_never_dearer_than_the_stated_one(part: Workload) -> None:
+    """Where the instant start's calibration lands dearer than the stated
+    lead's (here forced), the stated schedule replayed with an instant start
+    takes its place: it meets the target at no more than the stated bill."""
+    profile = get_profile(PROFILE)
+    config = SimConfig(startup=LEAD_TIME_PRESETS["8b-cold-engine"].startup)
+    target = 0.95 * idle_attainment(part, profile, config.slo_ttft_s)
+    stated, instant = (
+        hindsight_bound(part, profile, c, target, max_replicas=16) for c in pair_configs(config)
+    )
+    cheaper = dataclasses.replace(
+        instant, result=dataclasses.replace(instant.result, cost_usd=stated.result.cost_usd / 2)
+    )
+    assert instant_no_dearer(stated, cheaper, part, profile, config, target) is cheaper
+    dearer = dataclasses.replace(
+        instant, result=dataclasses.replace(instant.result, cost_usd=2 * stated.result.cost_usd)
+    )
+    settled = instant_no_dearer(stated, dearer, part, profile, config, target)
+    assert settled is not dearer
+    assert settled.result.cost_usd <= stated.result.cost_usd + 1e-9
+    assert settled.calibrated.attainment >= target and settled.calibrated.met
+    assert settled.timing == instant.timing
+    assert list(settled.schedule.orders) == list(stated.schedule.orders)
 
 
 def test_a_stop_hook_moves_nothing_and_ends_the_bound_when_it_raises() -> None:
