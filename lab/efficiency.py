@@ -16,6 +16,7 @@ Each cell is its own JSON file, so a grid runs in pieces and resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -33,7 +34,6 @@ from lab.config import ConfigError, load_section
 from lab.efficiency_ablation import forecast_flipped
 from lab.efficiency_report import report
 from lab.regime_config import LEAD_TIMES, PROFILE
-from simulations.backfill import BACKFILL_S
 from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import TrafficOptions, Workload, load_workload
@@ -69,6 +69,10 @@ class TraceCase:
     rate_scale: float
     tokens_from: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.start_s < 3 * DAY_S:
+            raise ValueError(f"{self.path}: the tuning day needs three days before it")
+
     def resolved(self, name: str) -> Path:
         path = ROOT / self.path
         if not path.is_file():
@@ -89,8 +93,8 @@ TRACES: dict[str, TraceCase] = {
     "servegen-m-large": TraceCase(
         "lab/data/servegen_language_m-large_rate_10min.csv", 3 * DAY_S, 0.1
     ),
-    # the 60th day of the 1998 World Cup site, inside the tournament; the
-    # 61st, held back, is one of its two busiest
+    # day 60 (counted from 0) of the 1998 World Cup site, inside the
+    # tournament; day 61, held back, is one of its two busiest
     "worldcup98": TraceCase(
         "lab/data/worldcup98/worldcup98_days57-61_per_minute.csv", 3 * DAY_S, 0.0125
     ),
@@ -150,6 +154,10 @@ def load_config(path: Path) -> EfficiencyConfig:
 WINDOW_SMOOTH_MIN = 60
 """A team reads its daily shape from an hourly mean of its dashboard."""
 CRON_GRID_MIN = 15
+"""A cron window opens and closes on the quarter hour (the tuner searches it there)."""
+HISTORY_S = 3 * DAY_S
+"""The days before the tuning day the cron window is written from: the
+tracker's backfill (:data:`simulations.backfill.BACKFILL_S` less its hour)."""
 
 
 def written_window(history: Workload, lead_min: float, per_replica_s: float | None) -> WrittenCron:
@@ -168,14 +176,16 @@ def written_window(history: Workload, lead_min: float, per_replica_s: float | No
     shape = np.convolve(np.tile(by_day, 3), kernel, mode="same")[1440:2880]
     above = shape >= (shape.min() + shape.max()) / 2.0
     first, length = _longest_run(above)
-    start = math.floor((first - lead_min) / CRON_GRID_MIN) * CRON_GRID_MIN % 1440
-    end = math.ceil((first + length) / CRON_GRID_MIN) * CRON_GRID_MIN % 1440
-    if end == start:
-        end = (start + 1440 - CRON_GRID_MIN) % 1440
+    start = math.floor((first - lead_min) / CRON_GRID_MIN) * CRON_GRID_MIN
+    end = math.ceil((first + length) / CRON_GRID_MIN) * CRON_GRID_MIN
+    if end - start >= 1440:  # busy all day: the longest window a cron trigger can hold
+        end = start + 1440 - CRON_GRID_MIN
     low = float(np.take(shape, np.arange(first, first + length) % 1440).min())
     if per_replica_s is None or not per_replica_s > 0:
-        return WrittenCron(start, end)
-    return WrittenCron(start, end, max(1, math.ceil(low / per_replica_s)))
+        return WrittenCron(start % 1440, end % 1440)
+    # (the mean's last bit: a flat 2.0 requests/s must not ask for a third replica)
+    replicas = max(1, math.ceil(low / per_replica_s - 1e-9))
+    return WrittenCron(start % 1440, end % 1440, replicas)
 
 
 def _longest_run(flags: np.ndarray) -> tuple[int, int]:
@@ -195,6 +205,7 @@ def _longest_run(flags: np.ndarray) -> tuple[int, int]:
 
 
 def cell_path(directory: Path, trace: str, lead_min: float, seed: int) -> Path:
+    """Where a cell's JSON lives: one file per (trace, lead time, seed)."""
     return directory / f"{trace}-lead{lead_min:g}-seed{seed}.json"
 
 
@@ -213,8 +224,8 @@ def cell_request(
     path = case.resolved(trace)
     tokens = None if case.tokens_from is None else ROOT / case.tokens_from
     past = TrafficOptions(
-        rate_scale=case.rate_scale, start_s=case.start_s - BACKFILL_S + 3600.0,
-        duration_s=BACKFILL_S - 3600.0, seed=seed, tokens_from=tokens,
+        rate_scale=case.rate_scale, start_s=case.start_s - HISTORY_S, duration_s=HISTORY_S,
+        seed=seed, tokens_from=tokens,
     )  # fmt: skip
     history = load_workload(path, past)
     per_s = workload_capacity(history, get_profile(PROFILE)).requests_per_s
@@ -253,7 +264,8 @@ def run_cell(config: EfficiencyConfig, trace: str, lead_min: float, seed: int) -
     cell = {
         "trace": trace, "lead_min": lead_min, "seed": seed, "path": case.path,
         "start_s": case.start_s, "rate_scale": case.rate_scale, "profile": PROFILE,
-        "trials": config.trials, "target": config.target,
+        "trials": config.trials, "target": config.target, "max_replicas": config.max_replicas,
+        "sides_asked": list(config.sides), "holdout_seeds": config.holdout_seeds,
         "cron_window": {"start_min": window.start_min, "end_min": window.end_min,
                         "replicas": window.replicas},
         "tuned_requests": tuned[0] if tuned else None,
@@ -267,10 +279,16 @@ def run_cell(config: EfficiencyConfig, trace: str, lead_min: float, seed: int) -
 
 
 def _flip(config: EfficiencyConfig, cell: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The forecast flip of the cell's prescaler choice; None without one."""
+    """The forecast flip of the cell's prescaler choice (None without one),
+    under the budget and bounds the cell was run with where it says them."""
     chosen = (cell["sides"].get("prescaler") or {}).get("setting")
     if not chosen:
         return None
+    config = dataclasses.replace(
+        config,
+        max_replicas=int(cell.get("max_replicas", config.max_replicas)),
+        sides=tuple(cell.get("sides_asked", config.sides)),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         storage = f"sqlite:///{Path(tmp) / 'unused.db'}"
         request, _ = cell_request(
@@ -290,6 +308,8 @@ def flip_missing(config: EfficiencyConfig, directory: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a config's grid (cells already written are kept), report a
+    directory, or add the forecast flip to cells written without it."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) == 2 and args[0] == "--report":
         print(report(Path(args[1])))

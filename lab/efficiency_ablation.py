@@ -1,7 +1,9 @@
 """What the forecast alone does at a tuned choice: prescaler's chosen setting
 replayed on the cell's held-back day with its ``forecast`` mode flipped
 (``off`` where it was on, ``auto`` where it was off), every other key as
-chosen.
+chosen. A choice made with the forecast off holds none of the forecast's
+own keys (quantile, seasonal peak), so turned on they are the trigger's
+defaults: the flip then says what an untuned forecast adds.
 
 Not a retuned side: the other keys were chosen with the forecast as it was,
 so this says what switching the forecast alone changes on that day (cost
@@ -38,7 +40,8 @@ def forecast_flipped(
 ) -> dict[str, Any]:
     """The prescaler side's ``setting`` on ``request``'s held-back part
     (under its own arrival seed), its forecast flipped (or set to ``mode``:
-    the chosen mode itself replays the held-back run ``tune`` reported)."""
+    the chosen mode itself replays the held-back run ``tune`` reported).
+    Reads the trace, as ``tune`` does: the experiment's shell, not pure."""
     replay = request.replay
     assert request.source.trace is not None, "a cell replays a trace"
     profile = use_profile(replay.profile)
@@ -50,7 +53,9 @@ def forecast_flipped(
         raise ValueError("the forecast flip needs a held-back part")
     inputs = replay.inputs or SimInputs()
     opening = inputs.apply(replay_config(replay), profile, None)
-    starts = part_starts(before, tune_part, held, profile, opening, inputs, backfill=True)
+    starts = part_starts(
+        before, tune_part, held, profile, opening, inputs, backfill=replay.backfill
+    )
     assert starts.held is not None
     side = next(
         s for s in make_sides(request, profile, inputs.max_replicas) if s.name == "prescaler"

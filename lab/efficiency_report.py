@@ -39,6 +39,14 @@ def cells(directory: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json"))]
 
 
+def _groups(found: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], list[Any]]:
+    """The cells by (trace, lead time), each group in seed order."""
+    groups: dict[tuple[str, float], list[Any]] = defaultdict(list)
+    for c in sorted(found, key=lambda c: int(c["seed"])):
+        groups[(c["trace"], float(c["lead_min"]))].append(c)
+    return groups
+
+
 def meets(cell: Mapping[str, Any], side: str) -> bool:
     """The side's choice met the held-back target under every arrival seed
     it was scored under (the cell's own and the next ones)."""
@@ -83,24 +91,23 @@ def _versus_keda(cell: Mapping[str, Any]) -> float | None:
     keda = [
         float(s["holdout"]["cost_usd"])
         for name, s in cell["sides"].items()
-        if name != PRESCALER and meets(cell, name)
+        if name.startswith("keda") and meets(cell, name)
     ]
     if not keda or not meets(cell, PRESCALER):
         return None
     return float(cell["sides"][PRESCALER]["holdout"]["cost_usd"]) / min(keda)
 
 
-def markdown_table(directory: Path) -> str:
-    """The table: one row per (trace, lead time), a column per side."""
-    found = cells(directory)
+def markdown_table(found: Sequence[Mapping[str, Any]]) -> str:
+    """The table: one row per (trace, lead time), a column per side; a
+    dagger on the bound where a cell's bound itself missed the target (its
+    multiples are then against a schedule cheaper than a valid one)."""
     if not found:
-        return f"(no cells in {directory})"
+        return "(no cells)"
     sides: list[str] = []
     for c in found:
         sides += [s for s in c["sides"] if s not in sides]
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
-    for c in found:
-        groups[(c["trace"], float(c["lead_min"]))].append(c)
+    groups = _groups(found)
     head = (
         "| trace | lead | seeds | the bound | "
         + " | ".join(sides)
@@ -113,9 +120,10 @@ def markdown_table(directory: Path) -> str:
         by_side = side_rows(group, sides)
         ratios = [r for c in group if (r := _versus_keda(c)) is not None]
         bound = [float(c["hindsight"]["terms"]["bound"]["cost_per_month_usd"]) for c in group]
+        missed = "" if all(c["hindsight"]["terms"]["bound"]["met"] for c in group) else " †"
         rows.append(
             f"| {trace} | {lead:g} min | {','.join(str(c['seed']) for c in group)} "
-            f"| ${statistics.median(bound):,.0f}/month | "
+            f"| ${statistics.median(bound):,.0f}/month{missed} | "
             + " | ".join(by_side[s] for s in sides)
             + f" | {_spread(ratios)} |"
         )
@@ -151,14 +159,12 @@ def moves(settings: Sequence[Mapping[str, str]]) -> str:
     return "; ".join(f"{k} {'/'.join(str(st.get(k, '-')) for st in settings)}" for k in keys)
 
 
-def choices_table(directory: Path) -> str:
+def choices_table(found: Sequence[Mapping[str, Any]]) -> str:
     """Per trace, lead time and side, each seed's choice on the held-back
     day: worst attainment over the arrival seeds against the target, cost
     per month, multiple of the bound, whether a tie-break chose it; then
     the keys its choice moved on between seeds."""
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = defaultdict(list)
-    for c in cells(directory):
-        groups[(c["trace"], float(c["lead_min"]))].append(c)
+    groups = _groups(found)
     head = (
         "| trace | lead | side | held back, worst arrival seed (target) per study seed "
         "| cost per month | x bound | tie-break | what moved between seeds |\n"
@@ -182,12 +188,12 @@ def choices_table(directory: Path) -> str:
     return head + "\n".join(rows)
 
 
-def waterfalls(directory: Path) -> str:
+def waterfalls(found: Sequence[Mapping[str, Any]]) -> str:
     """Each cell's waterfall on its held-back day, as ``prescaler tune``
     prints it: the bound, the price of the lead time, of not knowing the
     future, and each side's shape."""
     out = []
-    for c in cells(directory):
+    for c in found:
         bound = c["hindsight"]
         terms = bound["terms"]
         months = float(terms["bound"]["cost_usd"]) / float(terms["bound"]["cost_per_month_usd"])
@@ -209,24 +215,35 @@ def _gap_closed(cell: Mapping[str, Any]) -> str:
     chosen = (float(side["holdout"]["cost_usd"]), float(side["holdout"]["slo_attainment"]))
     other = (float(flip["cost_usd"]), float(flip["slo_attainment"]))
     on, off = (chosen, other) if flip["flipped_to"] == "off" else (other, chosen)
+    if on[1] < target and off[1] < target:
+        return "both miss the target"
     if on[1] < target or off[1] < target:
-        return "off misses the target" if off[1] < target <= on[1] else "on misses the target"
+        return "off misses the target" if off[1] < target else "on misses the target"
     bound = float(cell["hindsight"]["terms"]["bound"]["cost_usd"])
     if off[0] <= bound:
         return "no gap without it"
     return f"{100 * (off[0] - on[0]) / (off[0] - bound):+.0f} %"
 
 
-def flip_table(directory: Path) -> str:
+def _flipped_label(flip: Mapping[str, Any]) -> str:
+    """The flipped mode; turned on, the forecast's own keys were never
+    tuned (a choice with the forecast off holds none), so they are the
+    trigger's defaults."""
+    mode = str(flip["flipped_to"])
+    return mode if mode == "off" else f"{mode} (forecast keys at their defaults)"
+
+
+def flip_table(found: Sequence[Mapping[str, Any]]) -> str:
     """Per cell, prescaler's choice with its forecast mode as chosen and
     flipped (:mod:`lab.efficiency_ablation`): attainment, cost per month,
-    and the share of the gap to the bound the forecast closes."""
+    and the share of the gap to the bound the forecast closes (forecast off
+    against on, whichever was chosen)."""
     head = (
         "| trace | lead | seed | as chosen | flipped | gap to the bound the forecast closes |\n"
         "|---|---|---|---|---|---|\n"
     )
     rows = []
-    for c in cells(directory):
+    for c in found:
         flip = c.get("forecast_flipped")
         side = c["sides"].get(PRESCALER) or {}
         if not flip or not side.get("holdout"):
@@ -237,13 +254,17 @@ def flip_table(directory: Path) -> str:
             f"| {c['trace']} | {float(c['lead_min']):g} min | {c['seed']} "
             f"| {flip['chosen_forecast']}: {100 * float(held['slo_attainment']):.2f} %, "
             f"${float(held['cost_per_month_usd']):,.0f} "
-            f"| {flip['flipped_to']}: {100 * float(flip['slo_attainment']):.2f} %, "
+            f"| {_flipped_label(flip)}: {100 * float(flip['slo_attainment']):.2f} %, "
             f"${float(flip['cost_usd']) * per:,.0f} | {_gap_closed(c)} |"
         )
     return head + "\n".join(rows)
 
 
 def report(directory: Path) -> str:
-    """The table, each choice, the forecast flips, and each cell's waterfall."""
-    parts = (markdown_table(directory), choices_table(directory), flip_table(directory))
-    return "\n\n".join((*parts, waterfalls(directory)))
+    """The table, each choice, the forecast flips, and each cell's waterfall,
+    from the cells in ``directory``."""
+    found = cells(directory)
+    if not found:
+        return f"(no cells in {directory})"
+    parts = (markdown_table(found), choices_table(found), flip_table(found), waterfalls(found))
+    return "\n\n".join(parts)

@@ -11,17 +11,21 @@ import numpy as np
 import pytest
 
 from lab.config import ConfigError
-from lab.efficiency import TRACES, cell_path, load_config, written_window
-from lab.efficiency_ablation import flipped_mode
+from lab.efficiency import TRACES, TraceCase, cell_path, load_config, written_window
+from lab.efficiency_ablation import flipped_mode, forecast_flipped
 from lab.efficiency_report import (
+    cells,
     choices_table,
     flip_table,
     markdown_table,
     meets,
     moves,
+    report,
     waterfalls,
 )
 from simulations.traffic import Workload
+from simulations.tune.request import tune_request
+from simulations.tune.run import tune
 
 DAY_S = 86_400.0
 
@@ -59,6 +63,12 @@ def test_window_across_midnight() -> None:
     assert window.end_min < window.start_min
 
 
+def test_window_on_flat_traffic_is_the_longest_a_cron_trigger_holds() -> None:
+    window = written_window(_history(lambda m: 2.0), 2.5, per_replica_s=1.0)
+    assert (window.end_min - window.start_min) % 1440 == 1440 - 15
+    assert window.replicas == 2  # not 3 for the mean's last bit
+
+
 def test_window_without_a_capacity_keeps_the_default_replicas() -> None:
     history = _history(lambda m: 2.0 if m < 720 else 1.0, days=1)
     assert written_window(history, 2.5, None).replicas == 2
@@ -79,6 +89,11 @@ def test_config_defaults_and_errors_name_the_key(tmp_path: Path) -> None:
         load_config(_config(tmp_path, "efficiency: {leads_min: [7]}\n"))
     with pytest.raises(ConfigError, match="no such section"):
         load_config(_config(tmp_path, "regimes: {}\n"))
+
+
+def test_a_trace_case_needs_three_days_before_its_tuning_day() -> None:
+    with pytest.raises(ValueError, match="three days before it"):
+        TraceCase("x.csv", 2 * DAY_S, 1.0)
 
 
 def test_every_trace_is_in_the_checkout() -> None:
@@ -122,16 +137,16 @@ def _cell(seed: int, prescaler: dict[str, Any], keda: dict[str, Any]) -> dict[st
 
 
 def test_table_medians_counts_and_ratio(tmp_path: Path) -> None:
-    cells = [
+    made = [
         _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00)),
         _cell(1, _side(0.95, 120.0, 1.20), _side(0.91, 150.0, 1.50)),
         # prescaler misses under another arrival seed: not counted
         _cell(2, _side(0.95, 90.0, 0.90, seeds_meet=False), _side(0.89, 80.0, 0.80)),
     ]
-    for c in cells:
+    for c in made:
         cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
-    assert not meets(cells[2], "prescaler") and not meets(cells[2], "keda-queue")
-    table = markdown_table(tmp_path)
+    assert not meets(made[2], "prescaler") and not meets(made[2], "keda-queue")
+    table = markdown_table(cells(tmp_path))
     row = table.splitlines()[-1]
     assert "| worldcup98 | 2.5 min | 0,1,2 | $1,000/month |" in row
     assert "1.15x (1.10-1.20) 2/3" in row  # prescaler
@@ -139,8 +154,14 @@ def test_table_medians_counts_and_ratio(tmp_path: Path) -> None:
     assert row.endswith("| 0.95x (0.80-1.10) |")  # 110/100 and 120/150
 
 
-def test_table_of_an_empty_directory(tmp_path: Path) -> None:
-    assert "no cells" in markdown_table(tmp_path)
+def test_report_of_an_empty_directory(tmp_path: Path) -> None:
+    assert "no cells" in report(tmp_path)
+
+
+def test_a_bound_that_missed_its_target_is_marked(tmp_path: Path) -> None:
+    cell = _cell(0, _side(0.95, 40.0, 1.2), _side(0.95, 50.0, 1.5))
+    cell["hindsight"]["terms"]["bound"]["met"] = False
+    assert "| $1,000/month † |" in markdown_table([cell])
 
 
 def test_moves_names_the_keys_that_differ_between_seeds() -> None:
@@ -161,13 +182,13 @@ def test_choices_table_rows(tmp_path: Path) -> None:
         return s
 
     none = {"holdout": None, "setting": None}
-    cells = [
+    made = [
         _cell(0, side(0.95, 0.93, {"forecast": "auto"}, True), none),
         _cell(1, side(0.96, 0.96, {"forecast": "off"}, False), none),
     ]
-    for c in cells:
+    for c in made:
         cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
-    lines = choices_table(tmp_path).splitlines()
+    lines = choices_table(cells(tmp_path)).splitlines()
     prescaler = next(line for line in lines if "| prescaler |" in line)
     assert "0: 93.00 % (90.00), 1: 96.00 % (90.00)" in prescaler
     assert "| $3,000, $3,000 | 1.25, 1.25 | 1/2 | forecast auto/off |" in prescaler
@@ -178,7 +199,7 @@ def test_choices_table_rows(tmp_path: Path) -> None:
 def test_waterfall_per_cell(tmp_path: Path) -> None:
     cell = _cell(3, _side(0.95, 40.0, 1.2), _side(0.95, 50.0, 1.5))
     cell_path(tmp_path, "worldcup98", 2.5, 3).write_text(json.dumps(cell))
-    text = waterfalls(tmp_path)
+    text = waterfalls(cells(tmp_path))
     assert text.startswith("worldcup98, 2.5 min, seed 3:")
     assert "+ the lead time (150 s)" in text
     assert "= best causal set-up (prescaler)" in text and "$1,200" in text
@@ -206,15 +227,41 @@ def _flip_cell(seed: int, chosen: str, flipped: tuple[float, float]) -> dict[str
 
 def test_flip_table_gap_closed(tmp_path: Path) -> None:
     # bound $33.33: off costs $46.67, on $40 -> (46.67 - 40) / (46.67 - 33.33) = 50 %
-    cells = [
+    cells_ = [
         _flip_cell(0, "auto", (0.95, 46.67)),
         _flip_cell(1, "auto", (0.85, 30.0)),  # off misses the 0.9 target
-        _flip_cell(2, "off", (0.95, 36.0)),  # auto, cheaper than off: closes a negative share
+        _flip_cell(2, "off", (0.95, 36.0)),  # chosen off; auto, cheaper, closes a share
+        _flip_cell(3, "auto", (0.85, 30.0)),
     ]
-    for c in cells:
+    cells_[3]["sides"]["prescaler"]["holdout"]["slo_attainment"] = 0.89
+    for c in cells_:
         cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
-    rows = flip_table(tmp_path).splitlines()[2:]
+    rows = flip_table(cells(tmp_path)).splitlines()[2:]
     assert rows[0].endswith("| auto: 95.00 %, $1,200 | off: 95.00 %, $1,400 | +50 % |")
     assert rows[1].endswith("| off misses the target |")
     # chosen off at $40, auto at $36: auto closes (40 - 36) / (40 - 33.33) = 60 %
-    assert rows[2].endswith("| off: 95.00 %, $1,200 | auto: 95.00 %, $1,080 | +60 % |")
+    assert rows[2].endswith(
+        "| off: 95.00 %, $1,200 | auto (forecast keys at their defaults): 95.00 %, $1,080 | +60 % |"
+    )
+    assert rows[3].endswith("| both miss the target |")
+
+
+def test_the_flip_at_the_chosen_mode_replays_the_held_back_run(tmp_path: Path) -> None:
+    """``forecast_flipped`` opens the held-back part as ``tune`` does: given
+    the chosen mode itself, it reproduces the run ``tune`` reported."""
+    minutes = np.arange(3 * 1440 + 240)
+    counts = 20.0 + 15.0 * np.sin(2 * np.pi * minutes / 1440.0)
+    trace = tmp_path / "counts.csv"
+    rows = "".join(f"{60 * int(m)},{c:.3f}\n" for m, c in zip(minutes, counts, strict=True))
+    trace.write_text("minute_start_s,requests\n" + rows, encoding="utf-8")
+    request = tune_request(
+        trace=str(trace), profile="llama-3-8b@g5.xlarge", trials=2, holdout=0.5,
+        start_s=3 * DAY_S, duration_s=4 * 3600.0, storage=f"sqlite:///{tmp_path / 's.db'}",
+        sides=("prescaler",), short_history="warn", holdout_seeds=1,
+    )  # fmt: skip
+    side = tune(request).sides[0]
+    assert side.holdout is not None and side.study.best is not None
+    setting = dict(side.study.best.metadata)
+    again = forecast_flipped(request, setting, mode=setting["forecast"])
+    assert again["slo_attainment"] == pytest.approx(side.holdout["slo_attainment"], abs=1e-6)
+    assert again["cost_usd"] == pytest.approx(side.holdout["cost_usd"], abs=1e-5)

@@ -22,7 +22,12 @@ from engine.profiles import get_profile
 from prescaler.demo import write_scaledobjects
 from prescaler.demo_tuned import FIXTURE, held_back_start, load_fixture
 from simulations.cli import SimulateOptions, simulate
-from simulations.hindsight_run import hindsight_bound, instant_no_dearer, pair_configs
+from simulations.hindsight_run import (
+    bound_summary,
+    hindsight_bound,
+    instant_no_dearer,
+    pair_configs,
+)
 from simulations.lead_time import LEAD_TIME_PRESETS
 from simulations.runner import idle_attainment
 from simulations.simulation import SimConfig
@@ -157,6 +162,7 @@ def test_the_instant_bound_is_never_dearer_than_the_stated_one(part: Workload) -
         instant, result=dataclasses.replace(instant.result, cost_usd=stated.result.cost_usd / 2)
     )
     assert instant_no_dearer(stated, cheaper, part, profile, config, target) is cheaper
+    assert not bound_summary(stated, cheaper, 0.95)["instant_start"]["from_stated_schedule"]
     dearer = dataclasses.replace(
         instant, result=dataclasses.replace(instant.result, cost_usd=2 * stated.result.cost_usd)
     )
@@ -166,6 +172,9 @@ def test_the_instant_bound_is_never_dearer_than_the_stated_one(part: Workload) -
     assert settled.calibrated.attainment >= target and settled.calibrated.met
     assert settled.timing == instant.timing
     assert list(settled.schedule.orders) == list(stated.schedule.orders)
+    summary = bound_summary(stated, settled, 0.95)
+    assert summary["instant_start"]["from_stated_schedule"]
+    assert summary["lead_time_price_usd"] >= 0.0
 
 
 def test_a_stop_hook_moves_nothing_and_ends_the_bound_when_it_raises() -> None:

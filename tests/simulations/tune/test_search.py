@@ -291,7 +291,7 @@ def test_tune_writes_the_contract_json_and_metadata_that_parses(
     bound = doc["hindsight"]
     assert bound["stated_lead"]["met"] and bound["target"] == 0.3
     assert bound["stated_lead"]["slo_attainment"] >= doc["target_attainment"]["holdout"]
-    assert bound["instant_start"]["cost_usd"] <= bound["stated_lead"]["cost_usd"] * 1.05
+    assert bound["instant_start"]["cost_usd"] <= bound["stated_lead"]["cost_usd"]
     for entry in doc["sides"].values():
         if entry["holdout"] is not None:
             ratio = entry["holdout"]["cost_usd"] / bound["stated_lead"]["cost_usd"]
