@@ -220,9 +220,10 @@ def _gap_closed(cell: Mapping[str, Any]) -> str:
     if on[1] < target or off[1] < target:
         return "off misses the target" if off[1] < target else "on misses the target"
     bound = float(cell["hindsight"]["terms"]["bound"]["cost_usd"])
+    multiples = f"(off {off[0] / bound:.2f}x, on {on[0] / bound:.2f}x the bound)"
     if off[0] <= bound:
-        return "no gap without it"
-    return f"{100 * (off[0] - on[0]) / (off[0] - bound):+.0f} %"
+        return f"no gap without it {multiples}"
+    return f"{100 * (off[0] - on[0]) / (off[0] - bound):+.0f} % {multiples}"
 
 
 def _flipped_label(flip: Mapping[str, Any]) -> str:

@@ -237,11 +237,14 @@ def test_flip_table_gap_closed(tmp_path: Path) -> None:
     for c in cells_:
         cell_path(tmp_path, c["trace"], c["lead_min"], c["seed"]).write_text(json.dumps(c))
     rows = flip_table(cells(tmp_path)).splitlines()[2:]
-    assert rows[0].endswith("| auto: 95.00 %, $1,200 | off: 95.00 %, $1,400 | +50 % |")
+    assert rows[0].endswith(
+        "| auto: 95.00 %, $1,200 | off: 95.00 %, $1,400 | +50 % (off 1.40x, on 1.20x the bound) |"
+    )
     assert rows[1].endswith("| off misses the target |")
     # chosen off at $40, auto at $36: auto closes (40 - 36) / (40 - 33.33) = 60 %
     assert rows[2].endswith(
-        "| off: 95.00 %, $1,200 | auto (forecast keys at their defaults): 95.00 %, $1,080 | +60 % |"
+        "| off: 95.00 %, $1,200 | auto (forecast keys at their defaults): 95.00 %, $1,080 "
+        "| +60 % (off 1.20x, on 1.08x the bound) |"
     )
     assert rows[3].endswith("| both miss the target |")
 
