@@ -54,14 +54,18 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY_S = 86_400.0
+HISTORY_S = 3 * DAY_S
+"""The days before the tuning day: the tracker's backfill
+(:data:`simulations.backfill.BACKFILL_S` less its hour), and what the cron
+window is written from."""
 
 
 @dataclass(frozen=True)
 class TraceCase:
     """A real trace as a cell replays it: the tuning day's start (trace
     seconds; at least three days in, so the forecaster has its history), the
-    rate scale that gives a peak fleet of about 30 replicas of the profile,
-    and where its token lengths come from (None: a ServeGen rate file's own
+    rate scale that puts the bound's fleet in the tens of replicas of the
+    profile, and where its token lengths come from (None: a ServeGen rate file's own
     token means, or the default per-request trace)."""
 
     path: str
@@ -70,7 +74,7 @@ class TraceCase:
     tokens_from: str | None = None
 
     def __post_init__(self) -> None:
-        if self.start_s < 3 * DAY_S:
+        if self.start_s < HISTORY_S:
             raise ValueError(f"{self.path}: the tuning day needs three days before it")
 
     def resolved(self, name: str) -> Path:
@@ -155,18 +159,16 @@ WINDOW_SMOOTH_MIN = 60
 """A team reads its daily shape from an hourly mean of its dashboard."""
 CRON_GRID_MIN = 15
 """A cron window opens and closes on the quarter hour (the tuner searches it there)."""
-HISTORY_S = 3 * DAY_S
-"""The days before the tuning day the cron window is written from: the
-tracker's backfill (:data:`simulations.backfill.BACKFILL_S` less its hour)."""
 
 
 def written_window(history: Workload, lead_min: float, per_replica_s: float | None) -> WrittenCron:
     """The cron window a team writes from the days before the tuning day:
     the longest run of the day (minutes of the day, UTC) where the history's
-    rate, averaged over its days and over the hour around each minute, is above the midpoint between
-    its daily low and high; opened one lead time early on the quarter hour,
-    closed on the quarter hour after; holding the replicas the lowest rate
-    inside it needs (so the window is a floor, never the peak's fleet)."""
+    rate, averaged over its days and over the hour around each minute, is
+    above the midpoint between its daily low and high; opened one lead time
+    early on the quarter hour, closed on the quarter hour after; holding the
+    replicas the lowest rate inside it needs (so the window is a floor,
+    never the peak's fleet)."""
     days = max(1, round(history.duration_s / DAY_S))
     minutes = np.minimum((history.arrival_s // 60.0).astype(np.int64), days * 1440 - 1)
     counts = np.bincount(minutes, minlength=days * 1440).astype(float)
