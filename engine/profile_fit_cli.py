@@ -40,7 +40,12 @@ def register_fit_profile(engine_sub: Any) -> None:
     fit.add_argument("--base", required=True, help="base profile: a name or a .yaml path")
     fit.add_argument("--out", required=True, help="where to write the fitted profile (.yaml)")
     fit.add_argument("--name", help="the fitted profile's name (default: <base>-fitted)")
-    fit.add_argument("--bench-result", help="the JSON file `vllm bench serve --save-result` wrote")
+    fit.add_argument(
+        "--bench-result",
+        action="append",
+        help="the JSON file `vllm bench serve --save-result` wrote; give it once per run "
+        "(runs at two prompt lengths separate a request's fixed time from its prefill)",
+    )
     fit.add_argument(
         "--metrics-url", help="a running vLLM's /metrics URL, scraped for --duration seconds"
     )
@@ -79,9 +84,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     if args.metrics_url and args.metrics_pages:
         raise ValueError("give --metrics-url or --metrics-pages, not both")
     base = get_profile(args.base)
-    bench = None
-    if args.bench_result:
-        bench = bench_measurement(read_json(args.bench_result), args.bench_result)
+    runs = args.bench_result or []
+    bench = [bench_measurement(read_json(path), path) for path in runs]
     pages: list[MetricsPage] | None = None
     if args.metrics_url:
         pages = scrape_pages(args.metrics_url, duration_s=args.duration, interval_s=args.interval)
@@ -94,7 +98,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         windows, last = load_windows(pages, min_window_s=args.window, model_name=args.model_name)
     name = args.name or f"{base.name}-fitted"
     fit = fit_to_measurements(base, bench=bench, windows=windows, last_page=last, name=name)
-    sources = [s for s in (args.bench_result, args.metrics_url or args.metrics_pages) if s]
+    sources = [*runs, *[s for s in (args.metrics_url or args.metrics_pages,) if s]]
     header = (
         f"Fitted by `{COMMAND}` from {' and '.join(sources)}, starting from {base.name}.\n"
         f"Determined: {', '.join(f for f, _ in fit.determined) or 'nothing'}."

@@ -353,6 +353,38 @@ def test_a_fixed_time_per_request_is_separated_from_prefill(tmp_path: Path) -> N
         assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
 
 
+def test_bench_runs_at_two_prompt_lengths_separate_the_fixed_time(tmp_path: Path) -> None:
+    """The same 80 ms outside the scheduler, seen by two ``vllm bench serve`` runs at
+    the same concurrency, 128- and 1024-token prompts (``--bench-result`` twice):
+    the fixed time stays while prefill grows, so the fit finds it and predicts loads
+    it never saw within 10 %."""
+    truth = dataclasses.replace(true_profile(), request_overhead=RequestOverhead(in_fixed_s=0.08))
+    runs = []
+    for prompt in (128, 1024):
+        doc = synthetic_bench_document(truth, ServingLoad(120, prompt, 128, max_concurrency=8))
+        path = tmp_path / f"run-{prompt}.json"
+        path.write_text(json.dumps(doc))
+        runs += ["--bench-result", str(path)]
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = _run(
+        ["engine", "fit-profile", "--base", BASE, *runs, "--out", str(out), "--json"]
+    )
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    assert {t["name"] for t in report["targets"]} >= {
+        "median_ttft_s@8x128+128#1", "median_ttft_s@8x1024+128#2",
+    }  # fmt: skip
+    fixed = next(d for d in report["determined"] if d["field"] == "request_overhead.in_fixed_s")
+    assert 0.04 < fixed["fitted"] < 0.16
+    fitted = read_profile_file(out)
+    for load in OTHER_LOADS:
+        want, got = replay_load(truth, load), replay_load(fitted, load)
+        assert _close(got.median_ttft_s, want.median_ttft_s, 0.10), load
+        assert want.median_itl_s is not None and got.median_itl_s is not None
+        assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
+        assert _close(got.output_throughput, want.output_throughput, 0.10), load
+
+
 def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
     tmp_path: Path,
 ) -> None:

@@ -98,12 +98,26 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def vllm_server(
-    python: Path, model: Path, *args: str, name: str = "tiny", log: Path | None = None
+    python: Path,
+    model: Path,
+    *args: str,
+    name: str = "tiny",
+    log: Path | None = None,
+    bind: str = "nobind",
 ) -> Iterator[str]:
     """``vllm serve`` on a free loopback port; yields its base URL once /health is 200.
 
     ``--enforce-eager`` skips torch.compile (a minute on two cores); the
     metrics do not depend on it.
+
+    ``VLLM_CPU_OMP_THREADS_BIND=nobind`` unless ``bind`` says otherwise
+    (``lab/vllm_streaming.py`` compares them): by default the CPU build binds
+    the engine's OpenMP threads to all cores but one (on two cores: core 0,
+    core 1 left to the API server). Measured here with that binding, for
+    seconds at a time a whole response reached the client at once (TTFT
+    the request's whole time, every later gap about 0), as if the engine
+    sent a step's tokens only when it idled; unbound, they stream step by
+    step (``docs/profiles.md``).
 
     The server runs in its own session so its engine and API-server children
     are stopped together (SIGTERM to that group, then SIGKILL).
@@ -117,6 +131,7 @@ def vllm_server(
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": bind,
         "VLLM_TARGET_DEVICE": "cpu",
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",

