@@ -1,4 +1,5 @@
-"""The result file of ``vllm bench serve --save-result``, read into a ``BenchMeasurement``.
+"""The result file of ``vllm bench serve --save-result``, read into a ``BenchMeasurement``,
+and the figures a fit matches against one.
 
 Field names are those vLLM's ``vllm/benchmarks/serve.py`` writes (its
 ``result_json`` merged with ``benchmark()``'s ``result``); per-request lists
@@ -9,14 +10,52 @@ Pure: the caller parses the JSON.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from engine.profile_fit import BenchMeasurement
-from engine.serving_replay import ServingLoad
+from engine.profile_types import Profile
+from engine.serving_replay import ServingLoad, ServingOutcome, replay_load
 
 #: The replay is capped at this many requests: the medians settle well before.
 MAX_REPLAY_REQUESTS = 400
+
+
+@dataclass(frozen=True)
+class BenchMeasurement:
+    """What a ``vllm bench serve`` run measured (seconds, per second) and its load."""
+
+    load: ServingLoad
+    median_ttft_s: float
+    median_itl_s: float
+    output_throughput: float
+
+
+def bench_targets(
+    bench: BenchMeasurement, tag: str = ""
+) -> Callable[[Profile], list[tuple[str, float, float]]]:
+    """The run's three figures (name, measured, replayed through ``profile``) for the
+    fit; ``tag`` names its load where several runs are fitted."""
+
+    def targets(profile: Profile) -> list[tuple[str, float, float]]:
+        out: ServingOutcome = replay_load(profile, bench.load)
+        return [
+            ("median_itl_s" + tag, bench.median_itl_s, out.median_itl_s or 0.0),
+            ("median_ttft_s" + tag, bench.median_ttft_s, out.median_ttft_s),
+            ("output_throughput" + tag, bench.output_throughput, out.output_throughput),
+        ]
+
+    return targets
+
+
+def bench_tag(load: ServingLoad, index: int) -> str:
+    """``@4x64+48#1``: clients (``r1.5`` for a request rate, ``inf`` for all at once)
+    x prompt + output tokens, then the run's place in the list (two may share a load)."""
+    if load.max_concurrency is not None:
+        shape = str(load.max_concurrency)
+    else:
+        shape = "inf" if load.request_rate is None else f"r{load.request_rate:g}"
+    return f"@{shape}x{load.prompt_tokens}+{load.output_tokens}#{index + 1}"
 
 
 class BenchResultError(ValueError):

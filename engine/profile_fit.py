@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from engine.bench_result import BenchMeasurement, bench_tag, bench_targets
 from engine.hardware import HardwareSpec
 from engine.metrics_windows import LoadWindow, PageValues
 from engine.profile_fit_windows import (
@@ -33,7 +34,6 @@ from engine.profile_fit_windows import (
     window_groups,
 )
 from engine.profile_types import Profile
-from engine.serving_replay import ServingLoad, ServingOutcome, replay_load
 
 #: The factors a fit may move, in the order of the parameter vector.
 FACTORS: tuple[str, ...] = ("bandwidth", "compute", "overhead", "request_overhead")
@@ -469,36 +469,6 @@ def _field(profile: Profile, dotted: str) -> object:
 # -- from a serving benchmark ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BenchMeasurement:
-    """What a ``vllm bench serve`` run measured (seconds, per second) and its load."""
-
-    load: ServingLoad
-    median_ttft_s: float
-    median_itl_s: float
-    output_throughput: float
-
-
-def _bench_targets(bench: BenchMeasurement, tag: str = "") -> Targets:
-    """The run's three figures; ``tag`` names its load where several runs are fitted."""
-
-    def targets(profile: Profile) -> list[tuple[str, float, float]]:
-        out: ServingOutcome = replay_load(profile, bench.load)
-        return [
-            ("median_itl_s" + tag, bench.median_itl_s, out.median_itl_s or 0.0),
-            ("median_ttft_s" + tag, bench.median_ttft_s, out.median_ttft_s),
-            ("output_throughput" + tag, bench.output_throughput, out.output_throughput),
-        ]
-
-    return targets
-
-
-def _bench_tag(load: ServingLoad, index: int) -> str:
-    """``@4x64+48``-style (clients x prompt + output tokens), numbered if two share it."""
-    clients = "inf" if load.max_concurrency is None else str(load.max_concurrency)
-    return f"@{clients}x{load.prompt_tokens}+{load.output_tokens}#{index + 1}"
-
-
 def fit_to_measurements(
     base: Profile,
     *,
@@ -522,7 +492,7 @@ def fit_to_measurements(
     quantiles: dict[str, QuantileTarget] = {}
     benches = [bench] if isinstance(bench, BenchMeasurement) else list(bench or ())
     for i, run in enumerate(benches):
-        parts.append(_bench_targets(run, _bench_tag(run.load, i) if len(benches) > 1 else ""))
+        parts.append(bench_targets(run, bench_tag(run.load, i) if len(benches) > 1 else ""))
     if benches:
         sources.append(BENCH_SOURCE if len(benches) == 1 else f"{len(benches)} x {BENCH_SOURCE}")
     if windows is not None:

@@ -1,7 +1,7 @@
 """``prescaler engine fit-profile``: a profile file fitted to a real server's measurements.
 
-A thin shell around ``engine.profile_fit``: reads a ``vllm bench serve``
-result and/or /metrics pages (scraped now, or from a file of earlier
+A thin shell around ``engine.profile_fit``: reads ``vllm bench serve``
+results (one or several runs) and/or /metrics pages (scraped now, or from a file of earlier
 scrapes), writes the fitted profile as YAML and reports which fields the
 data determined and which were kept from the base.
 """

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from engine.percentile import percentile
+
 PHASES: tuple[tuple[str, int, int, int], ...] = (
     ("A1", 1, 64, 48), ("A2", 2, 64, 48), ("A3", 3, 64, 48), ("A4", 4, 64, 48),
     ("B3", 3, 200, 96),
@@ -56,7 +58,7 @@ def summary(responses: list[Response]) -> dict[str, float]:
     return {
         "requests": len(responses),
         "ttft_p50_ms": 1e3 * statistics.median(ttfts),
-        "ttft_p90_ms": 1e3 * ttfts[min(len(ttfts) - 1, int(0.9 * len(ttfts)))],
+        "ttft_p90_ms": 1e3 * percentile(ttfts, 90),
         "gap_p50_ms": 1e3 * statistics.median(gaps),
         "gap_mean_ms": 1e3 * statistics.fmean(gaps),
         "tpot_p50_ms": 1e3 * statistics.median(r.tpot_s for r in responses),

@@ -100,13 +100,13 @@ def test_calibration_bench(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         print("\n" + "\n".join(lines))
 
+    summary = held_out_summary(held, {p.point: p.unit for p in points})
+    (out_dir / "engine_calibration_heldout.json").write_text(json.dumps(summary, indent=2) + "\n")
     failing = [p for p in points if abs(p.error_pct) > TOLERANCE_PCT]
     assert not failing, "outside ±15 %: " + "; ".join(
         f"{p.point}: {p.error_pct:+.1f} %" for p in failing
     )
     assert len(points) >= 30
-    summary = held_out_summary(held, {p.point: p.unit for p in points})
-    (out_dir / "engine_calibration_heldout.json").write_text(json.dumps(summary, indent=2) + "\n")
     errors = list(held.values())
     assert statistics.median(abs(e) for e in errors) <= HELD_OUT_MEDIAN_PCT, summary
     assert max(abs(e) for e in errors) <= HELD_OUT_WORST_PCT, summary

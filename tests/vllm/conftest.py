@@ -1,6 +1,7 @@
 """Fixtures for the tests against a real vLLM (marker ``vllm``; ``make vllm-test``).
 
-One vLLM server serves the whole session: ``--api-server-count 2`` (the
+One vLLM server serves the whole session (but the profile-fit bench, which
+starts its own and runs in a session of its own): ``--api-server-count 2`` (the
 multiprocess metrics registry of a data-parallel or multi-front-end
 deployment), ``--max-num-seqs 4`` (so a burst queues) and
 ``--max-num-queued-reqs 100`` (so a bigger one is partly turned away). Its first /metrics

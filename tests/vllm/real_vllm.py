@@ -117,7 +117,7 @@ def vllm_server(
     seconds at a time a whole response reached the client at once (TTFT
     the request's whole time, every later gap about 0), as if the engine
     sent a step's tokens only when it idled; unbound, they stream step by
-    step (``docs/profiles.md``).
+    step (``lab/notes/2026-12-06-real-vllm-fit.md``).
 
     The server runs in its own session so its engine and API-server children
     are stopped together (SIGTERM to that group, then SIGKILL).
