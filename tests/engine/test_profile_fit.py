@@ -28,7 +28,7 @@ from engine.metrics_windows import (
 from engine.profile_files import read_profile_file
 from engine.profile_fit import fit_to_measurements
 from engine.profile_types import RequestOverhead
-from engine.profiles import get_profile
+from engine.profiles import Profile, get_profile
 from engine.serving_replay import ServingLoad, replay_load
 from prescaler.cli import main
 from tests.engine.profile_fit_truth import (
@@ -58,6 +58,20 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 
 def _close(a: float, b: float, rel: float) -> bool:
     return abs(a / b - 1.0) <= rel
+
+
+def _predicts_other_loads_like(
+    truth: Profile, fitted: Profile, rel: float, *, throughput: bool = False
+) -> None:
+    """The fitted profile's median TTFT and ITL (and throughput) on ``OTHER_LOADS``
+    within ``rel`` of the truth's."""
+    for load in OTHER_LOADS:
+        want, got = replay_load(truth, load), replay_load(fitted, load)
+        assert _close(got.median_ttft_s, want.median_ttft_s, rel), load
+        assert want.median_itl_s is not None and got.median_itl_s is not None
+        assert _close(got.median_itl_s, want.median_itl_s, rel), load
+        if throughput:
+            assert _close(got.output_throughput, want.output_throughput, rel), load
 
 
 def test_the_fixture_is_what_its_generator_gives() -> None:
@@ -345,12 +359,7 @@ def test_a_fixed_time_per_request_is_separated_from_prefill(tmp_path: Path) -> N
     fixed = next(d for d in report["determined"] if d["field"] == "request_overhead.in_fixed_s")
     assert 0.04 < fixed["fitted"] < 0.16 and fixed["uncertainty"] > 0
     assert all(d["uncertainty"] is None or d["uncertainty"] > 0 for d in report["determined"])
-    fitted = read_profile_file(out)
-    for load in OTHER_LOADS:
-        want, got = replay_load(truth, load), replay_load(fitted, load)
-        assert _close(got.median_ttft_s, want.median_ttft_s, 0.10), load
-        assert want.median_itl_s is not None and got.median_itl_s is not None
-        assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
+    _predicts_other_loads_like(truth, read_profile_file(out), 0.10)
 
 
 def test_bench_runs_at_two_prompt_lengths_separate_the_fixed_time(tmp_path: Path) -> None:
@@ -376,13 +385,7 @@ def test_bench_runs_at_two_prompt_lengths_separate_the_fixed_time(tmp_path: Path
     }  # fmt: skip
     fixed = next(d for d in report["determined"] if d["field"] == "request_overhead.in_fixed_s")
     assert 0.04 < fixed["fitted"] < 0.16
-    fitted = read_profile_file(out)
-    for load in OTHER_LOADS:
-        want, got = replay_load(truth, load), replay_load(fitted, load)
-        assert _close(got.median_ttft_s, want.median_ttft_s, 0.10), load
-        assert want.median_itl_s is not None and got.median_itl_s is not None
-        assert _close(got.median_itl_s, want.median_itl_s, 0.10), load
-        assert _close(got.output_throughput, want.output_throughput, 0.10), load
+    _predicts_other_loads_like(truth, read_profile_file(out), 0.10, throughput=True)
 
 
 def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
