@@ -35,8 +35,10 @@ PRESCALER = "prescaler"
 
 
 def cells(directory: Path) -> list[dict[str, Any]]:
-    """Every cell file in ``directory``, in name order."""
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.json"))]
+    """Every cell file in ``directory``, by trace, then lead time as a number (a name
+    order would put ``lead15`` before ``lead2.5``), then study seed."""
+    found = [json.loads(p.read_text(encoding="utf-8")) for p in directory.glob("*.json")]
+    return sorted(found, key=lambda c: (str(c["trace"]), float(c["lead_min"]), int(c["seed"])))
 
 
 def _groups(found: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], list[Any]]:
