@@ -268,3 +268,12 @@ def test_the_flip_at_the_chosen_mode_replays_the_held_back_run(tmp_path: Path) -
     again = forecast_flipped(request, setting, mode=setting["forecast"])
     assert again["slo_attainment"] == pytest.approx(side.holdout["slo_attainment"], abs=1e-6)
     assert again["cost_usd"] == pytest.approx(side.holdout["cost_usd"], abs=1e-5)
+
+
+def test_the_report_reads_cells_by_trace_then_lead_as_a_number_then_seed(tmp_path: Path) -> None:
+    """A name order would put ``lead15`` before ``lead2.5``."""
+    for trace, lead, seed in (("b", 15.0, 0), ("a", 2.5, 1), ("a", 15.0, 0), ("a", 2.5, 0)):
+        cell = {"trace": trace, "lead_min": lead, "seed": seed}
+        (tmp_path / f"{trace}-lead{lead:g}-seed{seed}.json").write_text(json.dumps(cell))
+    order = [(c["trace"], c["lead_min"], c["seed"]) for c in cells(tmp_path)]
+    assert order == [("a", 2.5, 0), ("a", 2.5, 1), ("a", 15.0, 0), ("b", 15.0, 0)]
