@@ -98,7 +98,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         windows, last = load_windows(pages, min_window_s=args.window, model_name=args.model_name)
     name = args.name or f"{base.name}-fitted"
     fit = fit_to_measurements(base, bench=bench, windows=windows, last_page=last, name=name)
-    sources = [*runs, *[s for s in (args.metrics_url or args.metrics_pages,) if s]]
+    pages_from = args.metrics_url or args.metrics_pages
+    sources = [*runs, *([pages_from] if pages_from else [])]
     header = (
         f"Fitted by `{COMMAND}` from {' and '.join(sources)}, starting from {base.name}.\n"
         f"Determined: {', '.join(f for f, _ in fit.determined) or 'nothing'}."
