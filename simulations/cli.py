@@ -254,6 +254,10 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
                    help="Prometheus scrape interval, s (default %(default)s)")  # fmt: skip
     p.add_argument("--rate-window", type=number_flag("--rate-window"), default=120.0,
                    help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
+    p.add_argument("--refit-seconds", dest="refit_interval_s",
+                   type=number_flag("--refit-seconds"), default=600.0,
+                   help="how often prescaler's tracker refits its forecaster, s: serve's "
+                   "--refit-seconds (default %(default)s, like serve's)")  # fmt: skip
 
     add_sim_input_flags(p)
 
@@ -276,6 +280,7 @@ def replay_spec_from(args: argparse.Namespace) -> ReplaySpec:
         spot=args.spot,
         scrape_interval_s=args.scrape_interval,
         rate_window_s=args.rate_window,
+        refit_interval_s=args.refit_interval_s,
         backfill=args.backfill,
         inputs=_sim_inputs(args),
     )

@@ -32,6 +32,7 @@ REPLAY_FLAGS: Mapping[str, str] = {
     "arrivals": "--arrivals",
     "scrape_interval_s": "--scrape-interval",
     "rate_window_s": "--rate-window",
+    "refit_interval_s": "--refit-seconds",
     "capacity_error": "--capacity-error",
 }
 """Besides the window's: what the simulator's commands (``simulate``,

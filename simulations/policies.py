@@ -78,6 +78,8 @@ HPA_SYNC_S = 15.0
 """kube-controller-manager --horizontal-pod-autoscaler-sync-period default."""
 REFRESH_S = 5.0
 """``prescaler serve``'s default refresh interval."""
+REFIT_S = TrackerConfig.refit_interval_s
+"""``prescaler serve``'s default refit interval (``--refit-seconds``)."""
 DEFAULT_MAX_REPLICAS = 16
 """The built-in policies' maxReplicaCount: the shipped GPU ScaledObject's
 (manifests/vllm/gpu/scaledobject.yaml). A bound from the window's own peak
@@ -368,6 +370,7 @@ class ScaledObjectController:
         history: DemandHistory | None = None,
         forecaster: str | None = None,
         forecast_memo: ForecastMemo | None = PROCESS_MEMO,
+        refit_interval_s: float = REFIT_S,
     ) -> None:
         self.name = name
         self.so = so
@@ -391,7 +394,7 @@ class ScaledObjectController:
             self.tracker = BelievingTracker(
                 (so.name, so.name),
                 trig.settings,
-                TrackerConfig(refresh_interval_s=REFRESH_S),
+                TrackerConfig(refresh_interval_s=REFRESH_S, refit_interval_s=refit_interval_s),
                 factory,
             )
         self._sim: Simulation | None = None
@@ -529,10 +532,11 @@ def make_controller(
     profile: Profile,
     *,
     forecast_memo: ForecastMemo | None = PROCESS_MEMO,
+    refit_interval_s: float = REFIT_S,
 ) -> StaticController | OracleController | HindsightController | ScaledObjectController:
     """The live controller for one run (fresh state every time; a prescaler
-    trigger's forecasts through ``forecast_memo``, see
-    :class:`ScaledObjectController`)."""
+    trigger's forecasts through ``forecast_memo`` and refitted every
+    ``refit_interval_s``, see :class:`ScaledObjectController`)."""
     if spec.kind == "static":
         if spec.replicas is None:
             raise ValueError("static policy: the replica count must be resolved before a run")
@@ -545,7 +549,12 @@ def make_controller(
         return HindsightController(spec.name, spec.schedule, HINDSIGHT_STEP_S)
     assert spec.scaledobject is not None
     return ScaledObjectController(
-        spec.name, spec.scaledobject, spec.history, spec.forecaster, forecast_memo
+        spec.name,
+        spec.scaledobject,
+        spec.history,
+        spec.forecaster,
+        forecast_memo,
+        refit_interval_s,
     )
 
 

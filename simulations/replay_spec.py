@@ -36,6 +36,8 @@ class ReplaySpec:
     spot: bool = False
     scrape_interval_s: float = 15.0
     rate_window_s: float = 120.0
+    refit_interval_s: float = 600.0
+    """The scaler's ``--refit-seconds``: how often its tracker refits."""
     backfill: bool = True
     inputs: SimInputs | None = None
     """Bounds, capacity belief, lead time (:mod:`simulations.sim_inputs`); None: defaults."""

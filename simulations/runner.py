@@ -42,7 +42,8 @@ def run_policy(
     spec: PolicySpec, workload: Workload, profile: Profile, config: SimConfig
 ) -> SimResult:
     """One full run of one resolved policy."""
-    return Simulation(workload, profile, make_controller(spec, workload, profile), config).run()
+    controller = make_controller(spec, workload, profile, refit_interval_s=config.refit_interval_s)
+    return Simulation(workload, profile, controller, config).run()
 
 
 def search_static(

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from decision.tracker_data import TrackerConfig
 from engine.profile_types import StartupTimes
 from engine.validate import int_at_least
 
@@ -83,9 +84,16 @@ class SimConfig:
     run (seconds from the window's start): it scrapes nothing and every query
     fails (:mod:`simulations.scrape`), so KEDA's ``prometheus`` triggers
     error and prescaler's tracker gets no reading. None: always up."""
+    refit_interval_s: float = TrackerConfig.refit_interval_s
+    """How often a prescaler trigger's tracker refits its forecaster: the
+    scaler's ``--refit-seconds`` (``decision.tracker_data.TrackerConfig``'s
+    default). ``prescaler tune`` screens trials at a longer one and confirms
+    the chosen setting at this (:mod:`simulations.tune.screening`)."""
 
     def __post_init__(self) -> None:
-        for name in ("slo_ttft_s", "timeout_s", "scrape_interval_s", "rate_window_s"):
+        for name in (
+            "slo_ttft_s", "timeout_s", "scrape_interval_s", "rate_window_s", "refit_interval_s",
+        ):  # fmt: skip
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
@@ -155,7 +163,10 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-REPLAY_FLAGS = ("slo_ttft_s", "timeout_s", "spot", "seed", "scrape_interval_s", "rate_window_s")
+REPLAY_FLAGS = (
+    "slo_ttft_s", "timeout_s", "spot", "seed", "scrape_interval_s", "rate_window_s",
+    "refit_interval_s",
+)  # fmt: skip
 """The :class:`SimConfig` fields every replay command (``simulate``, ``tune``)
 takes from its flags, under the same names."""
 

@@ -30,6 +30,7 @@ from simulations.tune.report import paste_block, print_event, print_report, repo
 from simulations.tune.request import (
     CRON_REPLICAS,
     DEFAULT_TARGET,
+    SCREEN_REFIT_S,
     PasteSpec,
     Protocol,
     SideChoice,
@@ -67,9 +68,10 @@ JOB_INDEX_ENV = "JOB_COMPLETION_INDEX"
 
 CONFIG_KEYS = (
     "holdout-seeds", "margin", "short-history", "storage", "study", "trial-grace", "prune",
+    "screen-refit",
     "selector", "since", "step", "save-trace", "prometheus-address", "model",
     "scaler-address", "name", "namespace", "target-name", "add-sides", "cron-window",
-    "tokens-from", "arrivals", "cv", "timeout", "scrape-interval", "rate-window",
+    "tokens-from", "arrivals", "cv", "timeout", "scrape-interval", "rate-window", "refit-seconds",
 )  # fmt: skip
 """The flags a ``--config`` file may set, by name without the dashes: the
 rarely changed half; a flag on the command line wins over the file."""
@@ -151,6 +153,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "--storage/--study (a pod of an Indexed Job): its sampler seeds are "
                    f"offset by it so they draw different settings (default: ${JOB_INDEX_ENV}, "
                    "which Kubernetes sets in an Indexed Job, else 0)")  # fmt: skip
+    p.add_argument("--screen-refit", type=number_flag("--screen-refit", 0.0, strict=False),
+                   default=SCREEN_REFIT_S, metavar="SECONDS",
+                   help="the prescaler side's trials refit their forecaster this often "
+                   "(cheaper than the scaler's 600 s); the chosen setting is confirmed at "
+                   "the scaler's own interval on the tuning part (default %(default)g; 0 "
+                   "runs every trial at the scaler's)")  # fmt: skip
     p.add_argument("--prune", choices=("pace", "exact"), default="pace",
                    help="stop trials that cannot win (exact), or also those well off the "
                    "best's pace at checkpoints (pace, the default)")  # fmt: skip
@@ -416,6 +424,7 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
         study=StudySpec(
             trials=args.trials, jobs=args.jobs, storage=args.storage or default_storage(),
             study=args.study, trial_grace_s=args.trial_grace, prune=args.prune,
+            screen_refit_s=args.screen_refit,
             worker_index=worker_index(args.worker_index),
         ),
         paste=PasteSpec(

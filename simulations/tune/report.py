@@ -179,6 +179,7 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                 "chosen_trial": None if s.study.best is None else s.study.best.number,
                 "setting": None if s.study.best is None else dict(s.study.best.metadata),
                 "tie_break": None if s.study.tie_break is None else s.study.tie_break.as_dict(),
+                "screening": _screening(s.study.extra.get("screening")),
                 "manifest": s.manifest,
                 "cost_at_target_usd": costs[s.side.name],
                 "cost_at_target_multiple_of_hindsight": multiple(costs[s.side.name]),
@@ -205,6 +206,27 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         "hindsight": bound,
         "verdict": verdict(result),
     }
+
+
+def _screening(screening: Any) -> dict[str, Any] | None:
+    """A screened side's trials' refit interval and the replays that
+    confirmed its choice (:mod:`simulations.tune.screening`); None when its
+    trials ran at the scaler's own interval."""
+    return None if screening is None else dict(screening.as_dict())
+
+
+def _confirmed_line(screening: Any) -> str:
+    """What the confirmation replays found, in a line."""
+    head = (f"trials screened with the forecaster refitted every {screening.refit_s:g} s, "
+            f"replayed at the scaler's {screening.scaler_refit_s:g} s: ")  # fmt: skip
+    runs = ", ".join(
+        f"trial {c.trial} {_pct(c.screened_attainment)} -> {_pct(c.attainment)} "
+        f"({'meets' if c.meets else 'misses'})"
+        for c in screening.confirmations
+    )
+    if screening.confirmed is None:
+        return head + (runs + ": none met the bar" if runs else "no feasible trial to replay")
+    return head + runs
 
 
 def _bound(result: TuneResult) -> dict[str, Any] | None:
@@ -252,12 +274,18 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                   f"({_pct(bar)}): the best attainment reached {reached} "
                   f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}). "
                   "Lower --target, raise --slo-ttft or maxReplicaCount", file=out)  # fmt: skip
+            if (
+                screening := s.study.extra.get("screening")
+            ) is not None and screening.confirmations:
+                print(f"  {_confirmed_line(screening)}", file=out)
             continue
         print(f"\n{s.side.name}: chosen trial {s.study.best.number if s.study.best else '-'}: "
               f"tuning part {_pct(s.tuned['slo_attainment'])} at "
               f"{month_cost(s.tuned['cost_usd'], result.months[0])}, held back "
               f"{_pct(s.holdout['slo_attainment'])} at "
               f"{month_cost(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
+        if (screening := s.study.extra.get("screening")) is not None:
+            print(f"  {_confirmed_line(screening)}", file=out)
         if s.study.tie_break is not None:
             print(f"  a tie-break: {s.study.tie_break.tied} other feasible trial(s) cost the "
                   "same on the tuning part; chosen as the one that reacts most (lowest "

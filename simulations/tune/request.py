@@ -8,6 +8,7 @@ request without importing the run; the replay part
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ from simulations.tune.storage import GRACE_S, MIN_GRACE_S, check_url
 __all__ = [
     "CRON_REPLICAS",
     "DEFAULT_TARGET",
+    "SCREEN_REFIT_S",
     "PasteSpec",
     "Protocol",
     "ReplaySpec",
@@ -76,6 +78,11 @@ class Protocol:
             raise ValueError("holdout_seeds must be >= 1 and margin >= 0")
 
 
+SCREEN_REFIT_S = 1800.0
+"""The prescaler side's trials' refit interval by default (s): three times
+the scaler's 600 s (``docs/decisions/screening-fidelity.md``)."""
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """The optuna studies: budget, processes, where they live, how trials are pruned."""
@@ -91,8 +98,17 @@ class StudySpec:
     """This command's place among commands started together on one study
     (an Indexed Job's pod index): its processes' sampler seeds are offset by
     it, so pods started at once do not draw alike."""
+    screen_refit_s: float = SCREEN_REFIT_S
+    """The prescaler side's trials refit their forecaster this often (s);
+    the chosen setting is confirmed at the scaler's own interval
+    (:mod:`simulations.tune.screening`). 0: trials at the scaler's."""
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.screen_refit_s) and self.screen_refit_s >= 0):
+            raise ValueError(
+                f"the screening refit interval must be a finite number >= 0 s, "
+                f"got {self.screen_refit_s!r}"
+            )
         if self.trials < 1 or self.jobs < 1:
             raise ValueError(f"trials and jobs must be >= 1, got {self.trials}, {self.jobs}")
         if self.worker_index < 0:

@@ -51,6 +51,7 @@ from simulations.tune.inputs import part_starts, requests_before
 from simulations.tune.interrupted import SoFar, TuneInterrupted
 from simulations.tune.interrupts import in_processes, raise_if_interrupted
 from simulations.tune.request import DEFAULT_TARGET, TuneRequest
+from simulations.tune.screening import confirm, screened
 from simulations.tune.search import Param, slo_ceiling, split_workload
 from simulations.tune.sides import Side, make_sides
 from simulations.tune.study import (
@@ -391,8 +392,9 @@ def _run_side(
     """Run (or resume) ``side``'s study; its name goes into ``started`` first,
     so a stopped tune can read back what the study holds."""
     study = request.study
+    trials_config = screened(config, study.screen_refit_s, side.base.prescaler_trigger is not None)
     ctx = TuneContext(
-        tune_part, profile, config, side.base, target, side.space,
+        tune_part, profile, trials_config or config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.replay.seed, prune=study.prune,
         manifest=side.manifest,
         history=history if side.base.prescaler_trigger is not None else None,
@@ -409,6 +411,9 @@ def _run_side(
     }  # fmt: skip
     if ctx.history is not None:
         parts["history"] = _digest(ctx.history.times_s, ctx.history.requests_per_s)
+    if trials_config is not None:
+        # trials scored at another fidelity do not compare with full ones
+        parts["screen_refit_s"] = trials_config.refit_interval_s
     if request.protocol.margin:
         # the bar each trial's constraint was scored against (absent at 0: a
         # study started before the margin existed is joined as it was)
@@ -418,8 +423,12 @@ def _run_side(
     name = f"{prefix}-{side.name}" if study.study else f"{prefix}-{side.name}-{fingerprint}"
     if started is not None:
         started.append((side, name))
-    return run_study(
+    result = run_study(
         ctx, storage=storage, study_name=name, n_trials=study.trials, jobs=study.jobs,
         fingerprint=fingerprint, worker=f"{socket.gethostname()}:{os.getpid()}",
         grace_s=study.trial_grace_s, worker_index=study.worker_index,
     )  # fmt: skip
+    if trials_config is None:
+        return result
+    full = replace(ctx, config=config)
+    return confirm(result, full, trials_config.refit_interval_s, study.jobs)

@@ -347,9 +347,8 @@ def score(
     profile = use_profile(profile)
     kept = history if so.prescaler_trigger is not None else None
     spec = PolicySpec(so.name, "scaledobject", scaledobject=so, history=kept, forecaster=forecaster)
-    sim = Simulation(
-        workload, profile, make_controller(spec, workload, profile), config, miss_budget=miss_budget
-    )
+    controller = make_controller(spec, workload, profile, refit_interval_s=config.refit_interval_s)
+    sim = Simulation(workload, profile, controller, config, miss_budget=miss_budget)
     arrival = workload.arrival_s
     spent0: list[float] = []
     curve: list[tuple[float, Progress]] = []

@@ -44,6 +44,7 @@ from simulations.tune.search import (
     PREDICTIVE_SPACE,
     RUNGS,
     Param,
+    Score,
     exact_miss_budget,
     outcome,
     rung_times,
@@ -74,6 +75,7 @@ __all__ = [
     "read_study",
     "run_study",
     "study_fingerprint",
+    "trial_violation",
 ]
 
 
@@ -245,14 +247,9 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         trial.set_user_attr("curve", [[f, p.cost_usd, p.running_attainment] for f, p in s.curve])
         # the constraint: <= 0 is feasible; TPE ranks infeasible trials by it.
         # A stopped trial's is its attainment so far: what it was on course for
-        violation = ctx.target - s.attainment
-        if s.finished and ctx.day_targets:
-            assert s.result is not None
-            starts = [start for start, _ in ctx.day_targets]
-            days = part_attainments(s.result, ctx.workload.arrival_s, starts)
+        violation, days = trial_violation(ctx, s)
+        if days:
             trial.set_user_attr("day_attainment", list(days))
-            short = max(t - a for (_, t), a in zip(ctx.day_targets, days, strict=True))
-            violation = max(violation, short)
         trial.set_user_attr("constraint", violation)
         trial.set_constraint("slo_attainment", violation)
         if s.finished:
@@ -275,6 +272,20 @@ def _objective(ctx: TuneContext) -> Callable[[Any], float]:
         return _unfinished_cost(ctx)
 
     return objective
+
+
+def trial_violation(ctx: TuneContext, s: Score) -> tuple[float, tuple[float, ...]]:
+    """How far a run falls short of ``ctx``'s bar (<= 0: met), over the whole
+    part and, for a finished run judged day by day, each day; and those days'
+    attainments (empty when not judged so)."""
+    violation = ctx.target - s.attainment
+    if not (s.finished and ctx.day_targets):
+        return violation, ()
+    assert s.result is not None
+    starts = [start for start, _ in ctx.day_targets]
+    days = tuple(part_attainments(s.result, ctx.workload.arrival_s, starts))
+    short = max(t - a for (_, t), a in zip(ctx.day_targets, days, strict=True))
+    return max(violation, short), days
 
 
 def _unfinished_cost(ctx: TuneContext) -> float:

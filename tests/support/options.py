@@ -91,6 +91,12 @@ def add_tune_options(parser: pytest.Parser) -> None:
                     help="both benches' hours unless its own option says")  # fmt: skip
     group.addoption("--tune-sides", default="",
                     help="comma-separated sides for the day bench (default: tune's)")  # fmt: skip
+    group.addoption("--tune-tokens-from", default=None, metavar="PATH",
+                    help="per-request trace the day bench draws token lengths from")  # fmt: skip
+    group.addoption("--tune-max-replicas", type=int, default=None, metavar="N",
+                    help="the day bench's fleet bound (default: tune's)")  # fmt: skip
+    group.addoption("--tune-screen-refit", type=float, default=None, metavar="S",
+                    help="the day bench's --screen-refit (default: tune's; 0: off)")  # fmt: skip
     group.addoption("--tune-days", type=int, default=2,
                     help="days of each trace in the out-of-sample bench (default 2)")  # fmt: skip
     group.addoption("--tune-profile", action="store_true",

@@ -34,6 +34,9 @@ class TuneKnobs:
     sides: tuple[str, ...]
     days: int
     profile: bool
+    tokens_from: str | None
+    screen_refit_s: float | None
+    max_replicas: int | None
 
 
 def _first(*given: float | None) -> float | None:
@@ -57,6 +60,9 @@ def tune_knobs(request: pytest.FixtureRequest) -> TuneKnobs:
         sides=tuple(s for s in str(opt("tune_sides")).split(",") if s),
         days=int(opt("tune_days")),
         profile=bool(opt("tune_profile")),
+        tokens_from=opt("tune_tokens_from"),
+        screen_refit_s=opt("tune_screen_refit"),
+        max_replicas=opt("tune_max_replicas"),
     )
 
 

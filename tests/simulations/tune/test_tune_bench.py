@@ -25,11 +25,12 @@ import simulations.router as router
 from engine.profiles import get_profile
 from prescaler_native.loader import is_native
 from simulations.policies import fleet_bound
+from simulations.sim_inputs import SimInputs
 from simulations.simulation import SimConfig
 from simulations.traffic import TrafficOptions, load_workload
 from simulations.tune.cli import main
 from simulations.tune.request import tune_request
-from simulations.tune.run import tune
+from simulations.tune.run import TuneEvent, TuneStart, tune
 from simulations.tune.search import default_bases, slo_ceiling
 from simulations.tune.study import TuneContext, run_study
 from tests.simulations.tune.conftest import TuneKnobs
@@ -134,21 +135,37 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     time, trials finished and stopped by rule and the forecast memo's
     counts, whether the native modules were loaded, the load average and
     the BLAS threads (run it with ``OPENBLAS_NUM_THREADS=1``, as
-    ``prescaler`` sets it). Goal: each study within 5 minutes."""
+    ``prescaler`` sets it), the CPU seconds of the whole run (its worker
+    processes too) and how the prescaler side was screened
+    (``--tune-screen-refit``; the file is ``tune_day_speed.json`` at tune's
+    default, ``tune_day_speed-screenS.json`` otherwise). Goal: a 40-trial
+    study on a day of at least 1 M requests within 10 minutes on 2 cores."""
     if not tune_knobs.trace:
         pytest.skip("--tune-trace is not given")
     hours, trials = tune_knobs.day_hours, tune_knobs.trials or 40
     scale, start = tune_knobs.rate_scale, tune_knobs.day_start_s or 0.0
+    screen = tune_knobs.screen_refit_s
     request = tune_request(
         trace=tune_knobs.trace, profile=PROFILE, target=tune_knobs.target,
         trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
         duration_s=2 * hours * 3600.0, storage=f"sqlite:///{tmp_path / 'day.db'}",
-        sides=tune_knobs.sides,
+        sides=tune_knobs.sides, tokens_from=tune_knobs.tokens_from, holdout_seeds=1,
+        **({} if screen is None else {"screen_refit_s": screen}),
+        **({} if tune_knobs.max_replicas is None
+           else {"inputs": SimInputs(max_replicas=tune_knobs.max_replicas)}),
     )  # fmt: skip
+    tuned: list[int] = []
+
+    def on_event(event: TuneEvent) -> None:
+        if isinstance(event, TuneStart):
+            tuned.append(event.tune_requests)
+
     load_before = os.getloadavg()
+    cpu0 = _cpu_s()
     t0 = time.perf_counter()
-    result = tune(request)
+    result = tune(request, on_event)
     wall = time.perf_counter() - t0
+    cpu = _cpu_s() - cpu0
     sides: dict[str, Any] = {}
     for s in result.sides:
         done = s.study.trials
@@ -164,6 +181,8 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
             "chosen_trial": None if s.study.best is None else s.study.best.number,
             "held_back_attainment": None if s.holdout is None else s.holdout["slo_attainment"],
             "forecast_memo": _memo_totals(s.study.storage, s.study.study_name),
+            "screening": None if (sc := s.study.extra.get("screening")) is None else sc.as_dict(),
+            "tuned_attainment": None if s.tuned is None else s.tuned["slo_attainment"],
         }
     doc = {
         "trace": Path(request.source.trace or "").name,
@@ -178,12 +197,18 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "tuned_requests": tuned[0] if tuned else None,
+        "tokens_from": tune_knobs.tokens_from,
+        "max_replicas": tune_knobs.max_replicas,
+        "screen_refit_s": request.study.screen_refit_s,
         "wall_s": round(wall, 1),
-        "study_goal_s": 300.0,
+        "cpu_s": round(cpu, 1),
+        "study_goal_s": 600.0,
         "sides": sides,
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "tune_day_speed.json").write_text(json.dumps(doc, indent=2) + "\n")
+    name = "tune_day_speed" if screen is None else f"tune_day_speed-screen{screen:g}"
+    (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     assert all(v["trials"] == trials for v in sides.values())
 
 

@@ -1,0 +1,160 @@
+"""Screen the prescaler side's trials at a cheaper fidelity; confirm the choice at the real one.
+
+Most of a prescaler trial's time is its tracker refitting the forecaster,
+every ``--refit-seconds`` (10 minutes) of simulated time over three days of
+history. The study's trials run with the tracker refitting every
+``StudySpec.screen_refit_s`` instead (30 minutes by default), which moves a
+trial's attainment and cost a little and its time a lot
+(``docs/decisions/screening-fidelity.md``). A setting is never chosen on
+that fidelity alone: the feasible trials, in the order the study would
+choose them, are replayed at the scaler's own cadence on the tuning part,
+and the first that meets the bar there is the choice, with the figures of
+that replay. The KEDA sides have no tracker: their trials run at full
+fidelity and nothing is confirmed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.profiles import use_profile
+from simulations.report import policy_summary
+from simulations.sim_types import SimConfig
+from simulations.tune.interrupts import in_processes, interrupt_check
+from simulations.tune.manifest import apply_setting
+from simulations.tune.request import SCREEN_REFIT_S
+from simulations.tune.search import Score, outcome, score
+from simulations.tune.study import StudyResult, TrialRecord, TuneContext, trial_violation
+from simulations.tune.tie_break import TieBreak, choose
+
+__all__ = [
+    "CONFIRM_LIMIT",
+    "SCREEN_REFIT_S",
+    "Confirmation",
+    "Screening",
+    "confirm",
+    "screened",
+]
+
+CONFIRM_LIMIT = 4
+"""Feasible trials replayed at most before the side is reported as having
+no confirmed choice (the first usually holds)."""
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """One feasible trial replayed at the scaler's cadence on the tuning part."""
+
+    trial: int
+    screened_attainment: float
+    screened_cost_usd: float
+    attainment: float
+    cost_usd: float
+    meets: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial,
+            "screened_attainment": round(self.screened_attainment, 6),
+            "screened_cost_usd": round(self.screened_cost_usd, 4),
+            "attainment": round(self.attainment, 6),
+            "cost_usd": round(self.cost_usd, 4),
+            "meets": self.meets,
+        }
+
+
+@dataclass(frozen=True)
+class Screening:
+    """How a side's trials were screened and its choice confirmed."""
+
+    refit_s: float
+    """The trials' refit interval."""
+    scaler_refit_s: float
+    """The scaler's, at which the choice was confirmed."""
+    confirmed: int | None
+    """The chosen trial's number; None when no replayed trial met the bar."""
+    confirmations: tuple[Confirmation, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "refit_s": self.refit_s,
+            "scaler_refit_s": self.scaler_refit_s,
+            "confirmed_trial": self.confirmed,
+            "confirmations": [c.as_dict() for c in self.confirmations],
+        }
+
+
+def screened(config: SimConfig, screen_refit_s: float, prescaler: bool) -> SimConfig | None:
+    """The trials' config when the side is screened (a prescaler trigger, and
+    a screening interval other than the scaler's), else None."""
+    if not prescaler or screen_refit_s <= 0 or screen_refit_s == config.refit_interval_s:
+        return None
+    return dataclasses.replace(config, refit_interval_s=screen_refit_s)
+
+
+def _in_choice_order(
+    feasible: Sequence[TrialRecord], space: Sequence[Any]
+) -> list[tuple[TrialRecord, TieBreak | None]]:
+    """The feasible trials in the order the study would choose them, each
+    with the tie its choice broke."""
+    left = list(feasible)
+    out: list[tuple[TrialRecord, TieBreak | None]] = []
+    while left:
+        best, tie = choose(left, space)
+        assert best is not None
+        out.append((best, tie))
+        left.remove(best)
+    return out
+
+
+def _replay(args: tuple[TuneContext, Mapping[str, str]]) -> Score:
+    """A trial's setting run to the end at the context's own config."""
+    ctx, metadata = args
+    so = apply_setting(ctx.base, metadata, ctx.manifest)
+    return score(so, ctx.workload, ctx.profile, ctx.config, history=ctx.history,
+                 forecaster=ctx.forecaster, stop=interrupt_check)  # fmt: skip
+
+
+def confirm(
+    study: StudyResult,
+    ctx: TuneContext,
+    screen_refit_s: float,
+    jobs: int = 1,
+    limit: int = CONFIRM_LIMIT,
+) -> StudyResult:
+    """``study`` (screened trials) with its best replaced by the first
+    feasible trial, in choice order, that meets ``ctx``'s bar when replayed
+    at ``ctx.config`` (the scaler's cadence), carrying that replay's
+    figures; ``jobs`` replays at once. Its ``extra["screening"]`` says what
+    was replayed. No trial meets it: best None."""
+    order = _in_choice_order([t for t in study.trials if t.feasible], ctx.space)[:limit]
+    tp = use_profile(ctx.profile).tp
+    done: list[Confirmation] = []
+    chosen: tuple[TrialRecord, TieBreak | None, Score] | None = None
+    for lo in range(0, len(order), max(1, jobs)):
+        batch = order[lo : lo + max(1, jobs)]
+        scores = in_processes(_replay, [(ctx, t.metadata) for t, _ in batch], jobs)
+        for (trial, tie), s in zip(batch, scores, strict=True):
+            violation, _ = trial_violation(ctx, s)
+            meets = s.finished and violation <= 0.0
+            done.append(Confirmation(trial.number, trial.attainment, trial.cost_usd,
+                                     s.attainment, s.cost_usd, meets))  # fmt: skip
+            if meets and chosen is None:
+                chosen = (trial, tie, s)
+        if chosen is not None:
+            break
+    screening = Screening(screen_refit_s, ctx.config.refit_interval_s,
+                          chosen[0].number if chosen else None, tuple(done))  # fmt: skip
+    extra = {**study.extra, "screening": screening}
+    if chosen is None:
+        return dataclasses.replace(study, best=None, tie_break=None, extra=extra)
+    trial, tie, s = chosen
+    _, days = trial_violation(ctx, s)
+    best = dataclasses.replace(
+        trial, attainment=s.attainment, cost_usd=s.cost_usd,
+        summary=policy_summary(outcome(s), None, tp), day_attainment=days,
+    )  # fmt: skip
+    return dataclasses.replace(study, best=best, tie_break=tie, extra=extra)

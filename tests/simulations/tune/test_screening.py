@@ -1,0 +1,187 @@
+"""`prescaler tune` screens the prescaler side's trials at a longer refit
+interval and confirms the chosen setting at the scaler's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.profiles import get_profile
+from prescaler.cli import build_parser
+from simulations.backfill import DemandHistory
+from simulations.cli import replay_spec_from
+from simulations.policies import PolicySpec, ScaledObjectController, make_controller
+from simulations.sim_types import replay_config
+from simulations.simulation import SimConfig
+from simulations.traffic import Workload
+from simulations.tune.cli import main
+from simulations.tune.manifest import apply_setting
+from simulations.tune.request import SCREEN_REFIT_S, StudySpec
+from simulations.tune.screening import CONFIRM_LIMIT, confirm, screened
+from simulations.tune.search import default_bases, score
+from simulations.tune.study import StudyResult, TuneContext, run_study
+from simulations.tune.tie_break import TIE_RTOL
+from tests.support.synthetic_traffic import synthetic_workload
+
+PROFILE = "llama-3-8b@g5.xlarge"
+
+
+def _busy_history() -> DemandHistory:
+    """Two hours at 4 requests/s before the window: the tracker forecasts from the start."""
+    times = -15.0 * np.arange(479, -1, -1)
+    return DemandHistory(times, np.full(480, 4.0), np.full(480, 4.0 * 1280.0))
+
+
+def _window() -> Workload:
+    return synthetic_workload(duration_s=3600.0, base_rps=2.0, seed=5, daily_amplitude=0.5)
+
+
+@pytest.fixture(scope="module")
+def screened_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[TuneContext, StudyResult]:
+    """Four prescaler trials on an hour, their tracker refitting every 30 minutes."""
+    base, _ = default_bases(PROFILE, 8)
+    full = TuneContext(_window(), PROFILE, SimConfig(), base, 0.5, max_replicas=8,
+                       history=_busy_history())  # fmt: skip
+    config = screened(SimConfig(), SCREEN_REFIT_S, prescaler=True)
+    assert config is not None
+    trials = dataclasses.replace(full, config=config)
+    db = tmp_path_factory.mktemp("screen") / "study.db"
+    return full, run_study(trials, storage=f"sqlite:///{db}", study_name="s", n_trials=4)
+
+
+def test_the_refit_interval_reaches_a_prescaler_trackers_config() -> None:
+    """The simulated scaler's ``--refit-seconds`` is the run's: the tracker a
+    prescaler trigger gets refits at it; a config refuses one that is not a
+    positive number."""
+    base, _ = default_bases(PROFILE, 8)
+    spec = PolicySpec("p", "scaledobject", scaledobject=base)
+    for refit in (600.0, 1800.0):
+        controller = make_controller(spec, _window(), get_profile(PROFILE), refit_interval_s=refit)
+        assert isinstance(controller, ScaledObjectController) and controller.tracker is not None
+        assert controller.tracker.config.refit_interval_s == refit
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="refit_interval_s must be a finite number > 0"):
+            SimConfig(refit_interval_s=bad)
+
+
+def test_only_a_side_with_a_tracker_is_screened() -> None:
+    """Trials are screened where a tracker refits (the prescaler trigger) at
+    an interval other than the scaler's; 0 turns screening off."""
+    config = SimConfig()
+    trials = screened(config, 1800.0, prescaler=True)
+    assert trials is not None and trials.refit_interval_s == 1800.0
+    assert dataclasses.replace(trials, refit_interval_s=config.refit_interval_s) == config
+    assert screened(config, 1800.0, prescaler=False) is None
+    assert screened(config, 0.0, prescaler=True) is None
+    assert screened(config, config.refit_interval_s, prescaler=True) is None
+    with pytest.raises(ValueError, match="screening refit interval"):
+        StudySpec(screen_refit_s=-1.0)
+
+
+def test_the_choice_is_the_screened_choice_replayed_at_the_scalers_cadence(
+    screened_study: tuple[TuneContext, StudyResult],
+) -> None:
+    """The screened study's choice is replayed first; when it meets the bar
+    at the scaler's cadence it stays the choice, with that replay's figures
+    (the same as scoring its setting at the scaler's config)."""
+    full, study = screened_study
+    assert study.best is not None, "a target of 0.5 is met by the hour's trials"
+    out = confirm(study, full, SCREEN_REFIT_S)
+    screening = out.extra["screening"]
+    assert screening.refit_s == SCREEN_REFIT_S and screening.scaler_refit_s == 600.0
+    first = screening.confirmations[0]
+    assert first.trial == study.best.number
+    assert (first.screened_attainment, first.screened_cost_usd) == (
+        study.best.attainment, study.best.cost_usd,
+    )  # fmt: skip
+    assert out.best is not None and screening.confirmed == out.best.number
+    replay = score(apply_setting(full.base, out.best.metadata, full.manifest), full.workload,
+                   PROFILE, full.config, history=full.history)  # fmt: skip
+    assert (out.best.attainment, out.best.cost_usd) == (replay.attainment, replay.cost_usd)
+    assert out.best.summary is not None
+    assert out.best.summary["slo_attainment"] == pytest.approx(replay.attainment, abs=1e-6)
+    assert out.trials == study.trials  # the study's own record is untouched
+
+
+def test_no_choice_when_no_replay_meets_the_bar(
+    screened_study: tuple[TuneContext, StudyResult],
+) -> None:
+    """A bar no run can meet: the feasible trials are replayed in the order the
+    study would choose them, at most CONFIRM_LIMIT, and none is chosen."""
+    full, study = screened_study
+    feasible = [t for t in study.trials if t.feasible]
+    out = confirm(study, dataclasses.replace(full, target=1.01), SCREEN_REFIT_S, jobs=2)
+    screening = out.extra["screening"]
+    assert out.best is None and screening.confirmed is None
+    replayed = [c.trial for c in screening.confirmations]
+    assert len(replayed) == len(set(replayed)) == min(len(feasible), CONFIRM_LIMIT)
+    assert study.best is not None and replayed[0] == study.best.number
+    assert set(replayed) <= {t.number for t in feasible}
+    costs = [c.screened_cost_usd for c in screening.confirmations]
+    # cheapest first; a tie-break may put one a hair dearer before another
+    assert all(b >= a * (1.0 - TIE_RTOL) for a, b in itertools.pairwise(costs))
+    assert not any(c.meets for c in screening.confirmations)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-minute counts trace of 20 minutes."""
+    path = tmp_path_factory.mktemp("trace") / "counts.csv"
+    rng = np.random.default_rng(1)
+    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 20))]
+    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("flag", [[], ["--screen-refit", "0"]])
+def test_tune_json_says_how_the_prescaler_side_was_screened(
+    trace: Path, tmp_path: Path, flag: list[str]
+) -> None:
+    """``--json``: the prescaler side's ``screening`` names the trials' refit
+    interval, the scaler's and the confirmed trial (the chosen one); the KEDA
+    side's, and every side's under ``--screen-refit 0``, is null."""
+    out = tmp_path / "tune.json"
+    code = main([
+        str(trace), "--duration", "1200", "--trials", "3", "--quiet", "--target", "0.8",
+        "--holdout-seeds", "1", "--sides", "prescaler,keda-queue",
+        "--storage", f"sqlite:///{tmp_path / 'study.db'}", "--json", str(out), *flag,
+    ])  # fmt: skip
+    assert code == 0
+    sides = json.loads(out.read_text())["sides"]
+    assert sides["keda-queue"]["screening"] is None
+    prescaler = sides["prescaler"]
+    if flag:
+        assert prescaler["screening"] is None
+        return
+    screening = prescaler["screening"]
+    assert screening["refit_s"] == SCREEN_REFIT_S and screening["scaler_refit_s"] == 600.0
+    assert screening["confirmed_trial"] == prescaler["chosen_trial"]
+    kept = [c for c in screening["confirmations"] if c["trial"] == prescaler["chosen_trial"]]
+    assert kept and kept[0]["meets"]
+    assert kept[0]["attainment"] == pytest.approx(prescaler["tuned"]["slo_attainment"], abs=1e-6)
+
+
+def test_a_negative_screening_interval_is_a_usage_error(trace: Path) -> None:
+    try:
+        code = main([str(trace), "--screen-refit", "-5"])
+    except SystemExit as exc:  # argparse's own usage error
+        code = int(exc.code or 0)
+    assert code == 2
+
+
+@pytest.mark.parametrize("command", ["simulate", "tune"])
+def test_refit_seconds_is_the_simulated_scalers_cadence(command: str) -> None:
+    """``--refit-seconds`` (``prescaler serve``'s flag of that name) sets the
+    replay's refit interval in both commands, 600 s unless given; for ``tune``
+    it is the cadence the choice is confirmed at."""
+    parser = build_parser()
+    for argv, want in (([], 600.0), (["--refit-seconds", "300"], 300.0)):
+        args = parser.parse_args([command, "t.csv", *argv])
+        assert replay_config(replay_spec_from(args)).refit_interval_s == want
+    with pytest.raises(SystemExit):
+        parser.parse_args([command, "t.csv", "--refit-seconds", "0"])
