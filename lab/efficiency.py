@@ -108,7 +108,7 @@ comes from and under which licence)."""
 
 KEYS = (
     "traces", "leads_min", "seeds", "trials", "jobs", "sides", "target",
-    "holdout_seeds", "max_replicas", "directory",
+    "holdout_seeds", "max_replicas", "screen_refit_s", "directory",
 )  # fmt: skip
 DEFAULT_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "prescaler")
 """The default sides and the cron side; the gateway sides scale to zero,
@@ -128,6 +128,9 @@ class EfficiencyConfig:
     target: float = 0.95
     holdout_seeds: int = 3
     max_replicas: int = 320
+    screen_refit_s: float = 0.0
+    """``tune --screen-refit``: 0, every prescaler trial at the scaler's own
+    refit interval, as the table's first cells were run (a cell records it)."""
     directory: Path = ROOT / "bench-results" / "efficiency"
 
 
@@ -145,12 +148,16 @@ def load_config(path: Path) -> EfficiencyConfig:
             known = ", ".join(f"{x:g}" for x in sorted(LEAD_TIMES))
             raise s.error("leads_min", f"no lead-time preset of {lead:g} min (known: {known})")
     directory = s.path("directory")
+    screen = s.get_float("screen_refit_s", d.screen_refit_s)
+    if not screen >= 0.0:
+        raise s.error("screen_refit_s", f"must be a number >= 0 (0: no screening), got {screen}")
     return EfficiencyConfig(
         traces=traces, leads_min=leads, seeds=s.ints("seeds", d.seeds),
         trials=s.get_int("trials", d.trials), jobs=s.get_int("jobs", d.jobs),
         sides=s.strs("sides", d.sides), target=s.get_float("target", d.target),
         holdout_seeds=s.get_int("holdout_seeds", d.holdout_seeds),
         max_replicas=s.get_int("max_replicas", d.max_replicas),
+        screen_refit_s=screen,
         directory=d.directory if directory is None else directory,
     )  # fmt: skip
 
@@ -214,7 +221,7 @@ def cell_path(directory: Path, trace: str, lead_min: float, seed: int) -> Path:
 def _sides_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """Per side, what the table reads (the manifests left out)."""
     keep = ("setting", "tie_break", "holdout", "tuned", "holdout_multiple_of_hindsight",
-            "holdout_seeds", "study_wall_s", "trials", "chosen_trial")  # fmt: skip
+            "holdout_seeds", "study_wall_s", "trials", "chosen_trial", "screening")  # fmt: skip
     return {name: {k: side.get(k) for k in keep} for name, side in doc["sides"].items()}
 
 
@@ -239,6 +246,7 @@ def cell_request(
         duration_s=2 * DAY_S, seed=seed, tokens_from=None if tokens is None else str(tokens),
         storage=storage, sides=config.sides, cron_window=window,
         holdout_seeds=config.holdout_seeds, inputs=inputs,
+        screen_refit_s=config.screen_refit_s,
     )  # fmt: skip
     return request, window
 
@@ -268,6 +276,7 @@ def run_cell(config: EfficiencyConfig, trace: str, lead_min: float, seed: int) -
         "start_s": case.start_s, "rate_scale": case.rate_scale, "profile": PROFILE,
         "trials": config.trials, "target": config.target, "max_replicas": config.max_replicas,
         "sides_asked": list(config.sides), "holdout_seeds": config.holdout_seeds,
+        "screen_refit_s": config.screen_refit_s,
         "cron_window": {"start_min": window.start_min, "end_min": window.end_min,
                         "replicas": window.replicas},
         "tuned_requests": tuned[0] if tuned else None,

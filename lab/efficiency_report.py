@@ -190,6 +190,53 @@ def choices_table(found: Sequence[Mapping[str, Any]]) -> str:
     return head + "\n".join(rows)
 
 
+def slack_drops(
+    found: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, float, str, int, float, float]]:
+    """Per cell and side with a choice: (trace, lead, side, seed, points its
+    tuning-day attainment cleared that day's target by, points its worst
+    held-back attainment cleared the held-back target by). Their difference
+    is what the choice lost out of sample: the margin it needed to hold."""
+    out = []
+    for c in sorted(found, key=lambda c: (c["trace"], float(c["lead_min"]), c["seed"])):
+        targets = c["target_attainment"]
+        for side, s in c["sides"].items():
+            worst = _worst(c, side)
+            if worst is None or s.get("tuned") is None:
+                continue
+            tuned = 100 * (float(s["tuned"]["slo_attainment"]) - float(targets["tuned"]))
+            held = 100 * (worst - float(targets["holdout"]))
+            out.append((c["trace"], float(c["lead_min"]), side, int(c["seed"]), tuned, held))
+    return out
+
+
+def slack_table(found: Sequence[Mapping[str, Any]]) -> str:
+    """Each choice's slack over its target on the tuning day and on the
+    held-back day (worst arrival seed), in points, and the drop; then the
+    margin that would have covered every drop, per trace and in all."""
+    drops = slack_drops(found)
+    if not drops:
+        return "(no choice has both days' figures)"
+    head = (
+        "| trace | lead | side | seed | tuning day, points over target "
+        "| held back, points over target | drop |\n|---|---|---|---|---|---|---|\n"
+    )
+    rows = [
+        f"| {t} | {lead:g} min | {side} | {seed} | {tuned:+.2f} | {held:+.2f} "
+        f"| {tuned - held:+.2f} |"
+        for t, lead, side, seed, tuned, held in drops
+    ]
+    lines = []
+    for trace in sorted({d[0] for d in drops}):
+        mine = sorted(d[4] - d[5] for d in drops if d[0] == trace)
+        median = statistics.median(mine)
+        lines.append(f"{trace}: drop median {median:+.2f}, largest {mine[-1]:+.2f} "
+                     f"points over {len(mine)} choices")  # fmt: skip
+    every = max(d[4] - d[5] for d in drops)
+    lines.append(f"a margin of {max(every, 0.0):.2f} points would have covered every drop")
+    return head + "\n".join(rows) + "\n\n" + "\n".join(lines)
+
+
 def waterfalls(found: Sequence[Mapping[str, Any]]) -> str:
     """Each cell's waterfall on its held-back day, as ``prescaler tune``
     prints it: the bound, the price of the lead time, of not knowing the
@@ -269,5 +316,8 @@ def report(directory: Path) -> str:
     found = cells(directory)
     if not found:
         return f"(no cells in {directory})"
-    parts = (markdown_table(found), choices_table(found), flip_table(found), waterfalls(found))
+    parts = (
+        markdown_table(found), choices_table(found), slack_table(found), flip_table(found),
+        waterfalls(found),
+    )  # fmt: skip
     return "\n\n".join(parts)

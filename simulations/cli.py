@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from decision.tracker_data import TrackerConfig
 from engine.profiles import use_profile
 from simulations.autoscaling.scaledobject import load_scaledobject
 from simulations.cli_messages import in_flags, message_of
@@ -255,7 +256,7 @@ def add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-window", type=number_flag("--rate-window"), default=120.0,
                    help="rate() window, s (default %(default)s, like serve's)")  # fmt: skip
     p.add_argument("--refit-seconds", dest="refit_interval_s",
-                   type=number_flag("--refit-seconds"), default=600.0,
+                   type=number_flag("--refit-seconds"), default=TrackerConfig.refit_interval_s,
                    help="how often prescaler's tracker refits its forecaster, s: serve's "
                    "--refit-seconds (default %(default)s, like serve's)")  # fmt: skip
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from decision.tracker_data import TrackerConfig
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import TrafficOptions
 
@@ -36,7 +37,7 @@ class ReplaySpec:
     spot: bool = False
     scrape_interval_s: float = 15.0
     rate_window_s: float = 120.0
-    refit_interval_s: float = 600.0
+    refit_interval_s: float = TrackerConfig.refit_interval_s
     """The scaler's ``--refit-seconds``: how often its tracker refits."""
     backfill: bool = True
     inputs: SimInputs | None = None

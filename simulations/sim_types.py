@@ -84,11 +84,13 @@ class SimConfig:
     run (seconds from the window's start): it scrapes nothing and every query
     fails (:mod:`simulations.scrape`), so KEDA's ``prometheus`` triggers
     error and prescaler's tracker gets no reading. None: always up."""
-    refit_interval_s: float = TrackerConfig.refit_interval_s
+    refit_interval_s: float = field(default=TrackerConfig.refit_interval_s, repr=False)
     """How often a prescaler trigger's tracker refits its forecaster: the
     scaler's ``--refit-seconds`` (``decision.tracker_data.TrackerConfig``'s
     default). ``prescaler tune`` screens trials at a longer one and confirms
-    the chosen setting at this (:mod:`simulations.tune.screening`)."""
+    the chosen setting at this (:mod:`simulations.tune.screening`). Out of the
+    repr, which studies' fingerprints hash: a side without a tracker does not
+    depend on it, and one with a tracker adds it where it is not the default."""
 
     def __post_init__(self) -> None:
         for name in (

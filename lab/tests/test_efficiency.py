@@ -21,6 +21,7 @@ from lab.efficiency_report import (
     meets,
     moves,
     report,
+    slack_table,
     waterfalls,
 )
 from simulations.traffic import Workload
@@ -89,6 +90,13 @@ def test_config_defaults_and_errors_name_the_key(tmp_path: Path) -> None:
         load_config(_config(tmp_path, "efficiency: {leads_min: [7]}\n"))
     with pytest.raises(ConfigError, match="no such section"):
         load_config(_config(tmp_path, "regimes: {}\n"))
+    assert config.screen_refit_s == 0.0  # the table's cells: no screening unless asked
+    assert (
+        load_config(_config(tmp_path, "efficiency: {screen_refit_s: 1800}\n")).screen_refit_s
+        == 1800
+    )
+    with pytest.raises(ConfigError, match=r"efficiency\.screen_refit_s: must be a number >= 0"):
+        load_config(_config(tmp_path, "efficiency: {screen_refit_s: -1}\n"))
 
 
 def test_a_trace_case_needs_three_days_before_its_tuning_day() -> None:
@@ -277,3 +285,21 @@ def test_the_report_reads_cells_by_trace_then_lead_as_a_number_then_seed(tmp_pat
         (tmp_path / f"{trace}-lead{lead:g}-seed{seed}.json").write_text(json.dumps(cell))
     order = [(c["trace"], c["lead_min"], c["seed"]) for c in cells(tmp_path)]
     assert order == [("a", 2.5, 0), ("a", 2.5, 1), ("a", 15.0, 0), ("b", 15.0, 0)]
+
+
+def test_slack_table_gives_each_choices_drop_out_of_sample(tmp_path: Path) -> None:
+    """Points over the target on the tuning day and on the held-back day's
+    worst arrival seed, their difference, and the margin covering them all;
+    a side with no choice has no row."""
+    chosen = _side(0.91, 100.0, 1.1)
+    chosen["tuned"] = {"slo_attainment": 0.915}
+    chosen["holdout_seeds"][0]["slo_attainment"] = 0.898  # the worst: 0.2 under
+    none = {"holdout": None, "tuned": None, "setting": None}
+    cell = _cell(0, chosen, none)
+    cell["target_attainment"] = {"tuned": 0.91, "holdout": 0.90}
+    cell_path(tmp_path, cell["trace"], cell["lead_min"], 0).write_text(json.dumps(cell))
+    text = slack_table(cells(tmp_path))
+    rows = [line for line in text.splitlines() if line.startswith("| worldcup98")]
+    assert rows == ["| worldcup98 | 2.5 min | prescaler | 0 | +0.50 | -0.20 | +0.70 |"]
+    assert "worldcup98: drop median +0.70, largest +0.70 points over 1 choices" in text
+    assert "a margin of 0.70 points would have covered every drop" in text

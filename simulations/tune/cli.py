@@ -155,10 +155,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "which Kubernetes sets in an Indexed Job, else 0)")  # fmt: skip
     p.add_argument("--screen-refit", type=number_flag("--screen-refit", 0.0, strict=False),
                    default=SCREEN_REFIT_S, metavar="SECONDS",
-                   help="the prescaler side's trials refit their forecaster this often "
-                   "(cheaper than the scaler's 600 s); the chosen setting is confirmed at "
-                   "the scaler's own interval on the tuning part (default %(default)g; 0 "
-                   "runs every trial at the scaler's)")  # fmt: skip
+                   help="the prescaler side's trials refit their forecaster this often, at "
+                   "most 1800 (cheaper than the scaler's own); the chosen setting is "
+                   "confirmed at --refit-seconds on the tuning part (default %(default)g; "
+                   "0, or --refit-seconds or less, runs every trial at that)")  # fmt: skip
     p.add_argument("--prune", choices=("pace", "exact"), default="pace",
                    help="stop trials that cannot win (exact), or also those well off the "
                    "best's pace at checkpoints (pace, the default)")  # fmt: skip
@@ -411,6 +411,13 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
             "--add-sides or --sides (a cron trigger in your --scaledobject is tuned from "
             "what it says)"
         )
+    try:
+        return _request(args)
+    except ValueError as exc:  # the parts' cross-checks, in the flags' words
+        raise UsageError(str(exc)) from None
+
+
+def _request(args: argparse.Namespace) -> TuneRequest:
     return TuneRequest(
         replay=replay_spec_from(args),
         source=TraceSource(

@@ -23,9 +23,11 @@ from simulations.tune.manifest import load_manifest, manifest_yaml, metadata_of
 from simulations.tune.paste import paste_manifest
 from simulations.tune.request import TuneRequest
 from simulations.tune.run import FleetFetched, SideDone, TuneEvent, TuneStart
+from simulations.tune.screening import Screening
 from simulations.tune.storage import shown_url
 
 __all__ = [
+    "confirmed_line",
     "cost_at_target",
     "paste_block",
     "print_event",
@@ -208,14 +210,14 @@ def report_document(result: TuneResult) -> dict[str, Any]:
     }
 
 
-def _screening(screening: Any) -> dict[str, Any] | None:
+def _screening(screening: Screening | None) -> dict[str, Any] | None:
     """A screened side's trials' refit interval and the replays that
     confirmed its choice (:mod:`simulations.tune.screening`); None when its
     trials ran at the scaler's own interval."""
-    return None if screening is None else dict(screening.as_dict())
+    return None if screening is None else screening.as_dict()
 
 
-def _confirmed_line(screening: Any) -> str:
+def confirmed_line(screening: Screening) -> str:
     """What the confirmation replays found, in a line."""
     head = (f"trials screened with the forecaster refitted every {screening.refit_s:g} s, "
             f"replayed at the scaler's {screening.scaler_refit_s:g} s: ")  # fmt: skip
@@ -225,7 +227,10 @@ def _confirmed_line(screening: Any) -> str:
         for c in screening.confirmations
     )
     if screening.confirmed is None:
-        return head + (runs + ": none met the bar" if runs else "no feasible trial to replay")
+        if not runs:
+            return head + "no feasible trial to replay"
+        return head + runs + ": none met the bar (--screen-refit 0 runs every trial at "
+        "the scaler's interval)"
     return head + runs
 
 
@@ -277,7 +282,7 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
             if (
                 screening := s.study.extra.get("screening")
             ) is not None and screening.confirmations:
-                print(f"  {_confirmed_line(screening)}", file=out)
+                print(f"  {confirmed_line(screening)}", file=out)
             continue
         print(f"\n{s.side.name}: chosen trial {s.study.best.number if s.study.best else '-'}: "
               f"tuning part {_pct(s.tuned['slo_attainment'])} at "
@@ -285,7 +290,7 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
               f"{_pct(s.holdout['slo_attainment'])} at "
               f"{month_cost(s.holdout['cost_usd'], months)}", file=out)  # fmt: skip
         if (screening := s.study.extra.get("screening")) is not None:
-            print(f"  {_confirmed_line(screening)}", file=out)
+            print(f"  {confirmed_line(screening)}", file=out)
         if s.study.tie_break is not None:
             print(f"  a tie-break: {s.study.tie_break.tied} other feasible trial(s) cost the "
                   "same on the tuning part; chosen as the one that reacts most (lowest "

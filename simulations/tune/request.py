@@ -18,6 +18,7 @@ from simulations.tune.storage import GRACE_S, MIN_GRACE_S, check_url
 __all__ = [
     "CRON_REPLICAS",
     "DEFAULT_TARGET",
+    "SCREEN_REFIT_MAX_S",
     "SCREEN_REFIT_S",
     "PasteSpec",
     "Protocol",
@@ -81,6 +82,10 @@ class Protocol:
 SCREEN_REFIT_S = 1800.0
 """The prescaler side's trials' refit interval by default (s): three times
 the scaler's 600 s (``docs/decisions/screening-fidelity.md``)."""
+SCREEN_REFIT_MAX_S = 1800.0
+"""The longest screening refit: the tracker's history must span the fit
+window, a refit and the longest scale-in wait searched (1800 s), and the
+backfill offers the fit window plus an hour (``simulations.backfill``)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,14 @@ class TuneRequest:
     study: StudySpec = field(default_factory=StudySpec)
     paste: PasteSpec = field(default_factory=PasteSpec)
     choice: SideChoice = field(default_factory=SideChoice)
+
+    def __post_init__(self) -> None:
+        if self.study.screen_refit_s > SCREEN_REFIT_MAX_S:
+            raise ValueError(
+                f"--screen-refit (screen_refit_s) must be at most {SCREEN_REFIT_MAX_S:g} s, "
+                f"got {self.study.screen_refit_s:g}: the backfill holds the fit window plus "
+                "an hour, which a longer refit and the longest scale-in wait would outrun"
+            )
 
     # The flat request's names, read-only, for callers written against it.
     @property

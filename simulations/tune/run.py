@@ -34,6 +34,7 @@ from simulations.hindsight_run import (
     instant_no_dearer,
     pair_configs,
 )
+from simulations.policies import REFIT_S
 from simulations.report import HOURS_PER_MONTH
 from simulations.sim_inputs import SimInputs
 from simulations.sim_types import replay_config
@@ -390,9 +391,13 @@ def _run_side(
     started: list[tuple[Side, str]] | None = None,
 ) -> StudyResult:
     """Run (or resume) ``side``'s study; its name goes into ``started`` first,
-    so a stopped tune can read back what the study holds."""
+    so a stopped tune can read back what the study holds. A side whose trials
+    were screened (:mod:`simulations.tune.screening`) comes back with its
+    choice confirmed at the scaler's refit interval."""
     study = request.study
-    trials_config = screened(config, study.screen_refit_s, side.base.prescaler_trigger is not None)
+    trials_config = screened(
+        config, study.screen_refit_s, prescaler=side.base.prescaler_trigger is not None
+    )
     ctx = TuneContext(
         tune_part, profile, trials_config or config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.replay.seed, prune=study.prune,
@@ -411,6 +416,11 @@ def _run_side(
     }  # fmt: skip
     if ctx.history is not None:
         parts["history"] = _digest(ctx.history.times_s, ctx.history.requests_per_s)
+    tracker = side.base.prescaler_trigger is not None
+    if tracker and config.refit_interval_s != REFIT_S:
+        # the cadence the side's runs refit at (absent at the default, so a
+        # study started before the flag existed is joined as it was)
+        parts["refit_s"] = config.refit_interval_s
     if trials_config is not None:
         # trials scored at another fidelity do not compare with full ones
         parts["screen_refit_s"] = trials_config.refit_interval_s

@@ -25,14 +25,12 @@ from simulations.report import policy_summary
 from simulations.sim_types import SimConfig
 from simulations.tune.interrupts import in_processes, interrupt_check
 from simulations.tune.manifest import apply_setting
-from simulations.tune.request import SCREEN_REFIT_S
 from simulations.tune.search import Score, outcome, score
 from simulations.tune.study import StudyResult, TrialRecord, TuneContext, trial_violation
 from simulations.tune.tie_break import TieBreak, choose
 
 __all__ = [
     "CONFIRM_LIMIT",
-    "SCREEN_REFIT_S",
     "Confirmation",
     "Screening",
     "confirm",
@@ -87,26 +85,29 @@ class Screening:
         }
 
 
-def screened(config: SimConfig, screen_refit_s: float, prescaler: bool) -> SimConfig | None:
+def screened(config: SimConfig, screen_refit_s: float, *, prescaler: bool) -> SimConfig | None:
     """The trials' config when the side is screened (a prescaler trigger, and
-    a screening interval other than the scaler's), else None."""
-    if not prescaler or screen_refit_s <= 0 or screen_refit_s == config.refit_interval_s:
+    a screening interval longer than the scaler's: a shorter one would cost
+    more, not less), else None."""
+    if not prescaler or screen_refit_s <= config.refit_interval_s:
         return None
-    return dataclasses.replace(config, refit_interval_s=screen_refit_s)
+    return dataclasses.replace(config, refit_interval_s=float(screen_refit_s))
 
 
 def _in_choice_order(
-    feasible: Sequence[TrialRecord], space: Sequence[Any]
+    feasible: Sequence[TrialRecord], space: Sequence[Any], limit: int
 ) -> list[tuple[TrialRecord, TieBreak | None]]:
-    """The feasible trials in the order the study would choose them, each
-    with the tie its choice broke."""
+    """The first ``limit`` feasible trials in the order the study would
+    choose them, each with the tie its choice broke; a trial whose setting
+    an earlier one already has is left out (its replay would be the same)."""
     left = list(feasible)
     out: list[tuple[TrialRecord, TieBreak | None]] = []
-    while left:
+    while left and len(out) < limit:
         best, tie = choose(left, space)
         assert best is not None
-        out.append((best, tie))
         left.remove(best)
+        if all(dict(best.metadata) != dict(t.metadata) for t, _ in out):
+            out.append((best, tie))
     return out
 
 
@@ -129,32 +130,42 @@ def confirm(
     feasible trial, in choice order, that meets ``ctx``'s bar when replayed
     at ``ctx.config`` (the scaler's cadence), carrying that replay's
     figures; ``jobs`` replays at once. Its ``extra["screening"]`` says what
-    was replayed. No trial meets it: best None."""
-    order = _in_choice_order([t for t in study.trials if t.feasible], ctx.space)[:limit]
+    was replayed; its ``tie_break`` is the choice's only when that was the
+    first replayed (a later one was chosen because those before it failed).
+    No trial meets it: best None, and closest the best replay."""
+    order = _in_choice_order([t for t in study.trials if t.feasible], ctx.space, limit)
     tp = use_profile(ctx.profile).tp
     done: list[Confirmation] = []
-    chosen: tuple[TrialRecord, TieBreak | None, Score] | None = None
-    for lo in range(0, len(order), max(1, jobs)):
-        batch = order[lo : lo + max(1, jobs)]
+    replays: list[tuple[TrialRecord, Score, tuple[float, ...]]] = []
+    chosen: int | None = None  # its index in ``replays``
+    step = max(1, jobs)
+    for lo in range(0, len(order), step):
+        batch = order[lo : lo + step]
         scores = in_processes(_replay, [(ctx, t.metadata) for t, _ in batch], jobs)
-        for (trial, tie), s in zip(batch, scores, strict=True):
-            violation, _ = trial_violation(ctx, s)
+        for (trial, _), s in zip(batch, scores, strict=True):
+            violation, days = trial_violation(ctx, s)
             meets = s.finished and violation <= 0.0
             done.append(Confirmation(trial.number, trial.attainment, trial.cost_usd,
                                      s.attainment, s.cost_usd, meets))  # fmt: skip
+            replays.append((trial, s, days))
             if meets and chosen is None:
-                chosen = (trial, tie, s)
+                chosen = len(replays) - 1
         if chosen is not None:
             break
-    screening = Screening(screen_refit_s, ctx.config.refit_interval_s,
-                          chosen[0].number if chosen else None, tuple(done))  # fmt: skip
+    number = None if chosen is None else replays[chosen][0].number
+    screening = Screening(screen_refit_s, ctx.config.refit_interval_s, number, tuple(done))
     extra = {**study.extra, "screening": screening}
+
+    def as_replayed(k: int) -> TrialRecord:
+        trial, s, days = replays[k]
+        summary = policy_summary(outcome(s), None, tp) if s.finished else None
+        return dataclasses.replace(trial, attainment=s.attainment, cost_usd=s.cost_usd,
+                                   summary=summary, day_attainment=days)  # fmt: skip
+
     if chosen is None:
-        return dataclasses.replace(study, best=None, tie_break=None, extra=extra)
-    trial, tie, s = chosen
-    _, days = trial_violation(ctx, s)
-    best = dataclasses.replace(
-        trial, attainment=s.attainment, cost_usd=s.cost_usd,
-        summary=policy_summary(outcome(s), None, tp), day_attainment=days,
-    )  # fmt: skip
-    return dataclasses.replace(study, best=best, tie_break=tie, extra=extra)
+        closest = study.closest
+        if replays:
+            closest = as_replayed(max(range(len(replays)), key=lambda k: replays[k][1].attainment))
+        return dataclasses.replace(study, best=None, closest=closest, tie_break=None, extra=extra)
+    tie = order[0][1] if chosen == 0 else None
+    return dataclasses.replace(study, best=as_replayed(chosen), tie_break=tie, extra=extra)

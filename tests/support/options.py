@@ -95,6 +95,8 @@ def add_tune_options(parser: pytest.Parser) -> None:
                     help="per-request trace the day bench draws token lengths from")  # fmt: skip
     group.addoption("--tune-max-replicas", type=int, default=None, metavar="N",
                     help="the day bench's fleet bound (default: tune's)")  # fmt: skip
+    group.addoption("--tune-seed", type=int, default=0,
+                    help="the day bench's --seed: arrivals and samplers (default 0)")  # fmt: skip
     group.addoption("--tune-screen-refit", type=float, default=None, metavar="S",
                     help="the day bench's --screen-refit (default: tune's; 0: off)")  # fmt: skip
     group.addoption("--tune-days", type=int, default=2,

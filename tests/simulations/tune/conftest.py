@@ -37,6 +37,7 @@ class TuneKnobs:
     tokens_from: str | None
     screen_refit_s: float | None
     max_replicas: int | None
+    seed: int
 
 
 def _first(*given: float | None) -> float | None:
@@ -63,6 +64,7 @@ def tune_knobs(request: pytest.FixtureRequest) -> TuneKnobs:
         tokens_from=opt("tune_tokens_from"),
         screen_refit_s=opt("tune_screen_refit"),
         max_replicas=opt("tune_max_replicas"),
+        seed=int(opt("tune_seed")),
     )
 
 

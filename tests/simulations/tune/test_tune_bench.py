@@ -150,6 +150,7 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
         trials=trials, holdout=0.5, jobs=2, rate_scale=scale, start_s=start,
         duration_s=2 * hours * 3600.0, storage=f"sqlite:///{tmp_path / 'day.db'}",
         sides=tune_knobs.sides, tokens_from=tune_knobs.tokens_from, holdout_seeds=1,
+        seed=tune_knobs.seed,
         **({} if screen is None else {"screen_refit_s": screen}),
         **({} if tune_knobs.max_replicas is None
            else {"inputs": SimInputs(max_replicas=tune_knobs.max_replicas)}),
@@ -183,6 +184,8 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
             "forecast_memo": _memo_totals(s.study.storage, s.study.study_name),
             "screening": None if (sc := s.study.extra.get("screening")) is None else sc.as_dict(),
             "tuned_attainment": None if s.tuned is None else s.tuned["slo_attainment"],
+            "tuned_cost_usd": None if s.tuned is None else s.tuned["cost_usd"],
+            "held_back_cost_usd": None if s.holdout is None else s.holdout["cost_usd"],
         }
     doc = {
         "trace": Path(request.source.trace or "").name,
@@ -198,6 +201,7 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "tuned_requests": tuned[0] if tuned else None,
+        "seed": tune_knobs.seed,
         "tokens_from": tune_knobs.tokens_from,
         "max_replicas": tune_knobs.max_replicas,
         "screen_refit_s": request.study.screen_refit_s,
@@ -208,6 +212,7 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     name = "tune_day_speed" if screen is None else f"tune_day_speed-screen{screen:g}"
+    name += f"-seed{tune_knobs.seed}" if tune_knobs.seed else ""
     (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
     assert all(v["trials"] == trials for v in sides.values())
 
