@@ -6,11 +6,11 @@ import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from prescaler.cli import main
 from simulations.report import CONTRACT_KEYS
+from tests.support.counts_trace import write_counts_trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -18,11 +18,7 @@ DATA = Path(__file__).parent / "data"
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small per-minute counts trace (``minute_start_s,requests``): 20 minutes."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(0)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 180, 20))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 20, 0, 60, 180)
 
 
 def test_simulate_writes_the_contract_json_and_plots(

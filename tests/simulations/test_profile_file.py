@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pytest
 
@@ -24,6 +23,7 @@ from engine.profile_files import write_profile_file
 from engine.profiles import PROFILES, get_profile, use_profile
 from prescaler.cli import main
 from tests.engine.profile_fit_truth import BASE, BENCH_FIXTURE
+from tests.support.counts_trace import write_counts_trace
 
 FIT_DATA = Path(__file__).parents[1] / "engine" / "data" / "profile_fit" / BENCH_FIXTURE
 NAME = "llama-3-8b@my-l4"
@@ -32,11 +32,7 @@ NAME = "llama-3-8b@my-l4"
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small per-minute counts trace (``minute_start_s,requests``): 20 minutes."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(3)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 20))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 20, 3)
 
 
 @pytest.fixture(scope="module")

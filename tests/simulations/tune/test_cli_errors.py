@@ -10,7 +10,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
-import numpy as np
 import pytest
 
 from simulations.tune.cli import ConfigError, main, register
@@ -20,6 +19,7 @@ from simulations.tune.storage import StorageUnavailable, open_storage, shown_url
 from simulations.tune.study import StudyResult, TrialRecord
 from simulations.tune.tie_break import TieBreak
 from tests.simulations.tune.conftest import config_request
+from tests.support.counts_trace import write_counts_trace
 
 SECRET = "s3cret-pw"
 URL = f"postgresql://tuner:{SECRET}@127.0.0.1:1/optuna"
@@ -39,11 +39,7 @@ def _one_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) ->
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """90 minutes of per-minute counts."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(5)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 90))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 90, 5)
 
 
 def test_scalars_stay_as_written(tmp_path: Path) -> None:

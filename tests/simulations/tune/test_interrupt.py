@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pytest
 
@@ -27,16 +26,13 @@ from simulations.tune.interrupts import (
     interruptible_trials,
     run_quietly,
 )
+from tests.support.counts_trace import write_counts_trace
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """90 minutes of per-minute counts: a trial takes a second or two."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(5)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 90))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 90, 5)
 
 
 def _finished(storage: str) -> dict[str, list[tuple[int, Any, Any]]]:

@@ -32,6 +32,7 @@ from simulations.tune.screening import CONFIRM_LIMIT, confirm, screened
 from simulations.tune.search import Score, default_bases, score
 from simulations.tune.study import StudyResult, TuneContext, run_study
 from simulations.tune.tie_break import TIE_RTOL
+from tests.support.counts_trace import write_counts_trace
 from tests.support.synthetic_traffic import synthetic_workload
 
 PROFILE = "llama-3-8b@g5.xlarge"
@@ -141,11 +142,7 @@ def test_no_choice_when_no_replay_meets_the_bar(
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A per-minute counts trace of 20 minutes."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(1)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 20))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 20, 1)
 
 
 @pytest.mark.parametrize("flag", [[], ["--screen-refit", "0"]])

@@ -37,6 +37,7 @@ from simulations.tune.seeding import seed_params
 from simulations.tune.sides import WrittenCron
 from simulations.tune.study import TuneContext, run_study
 from simulations.tune.timing_floors import timing_floors
+from tests.support.counts_trace import write_counts_trace
 from tests.support.synthetic_traffic import synthetic_workload
 from tests.support.tuned_metadata import apply_metadata
 
@@ -47,11 +48,7 @@ SUMMARY_KEYS = {"slo_attainment", "cost_usd", "cost_per_month_usd", "requests_to
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small per-minute counts trace (``minute_start_s,requests``): 20 minutes."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(1)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 20))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 20, 1)
 
 
 def test_every_sampled_setting_is_valid_trigger_metadata() -> None:

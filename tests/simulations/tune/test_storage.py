@@ -27,6 +27,7 @@ import optuna
 import pytest
 
 from tests.support.ci import fail_in_ci_else_skip
+from tests.support.counts_trace import write_counts_trace
 from tests.support.prometheus import free_port
 
 pytestmark = pytest.mark.integration
@@ -37,11 +38,7 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small per-minute counts trace: 15 minutes."""
-    path = tmp_path_factory.mktemp("trace") / "counts.csv"
-    rng = np.random.default_rng(2)
-    rows = [f"{60 * i},{int(c)}" for i, c in enumerate(rng.integers(60, 160, 15))]
-    path.write_text("minute_start_s,requests\n" + "\n".join(rows) + "\n")
-    return path
+    return write_counts_trace(tmp_path_factory.mktemp("trace"), 15, 2)
 
 
 BUSY_MINUTES = 30
