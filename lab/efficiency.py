@@ -38,7 +38,7 @@ from simulations.servable import workload_capacity
 from simulations.sim_inputs import SimInputs
 from simulations.traffic import TrafficOptions, Workload, load_workload
 from simulations.tune.report import report_document
-from simulations.tune.request import TuneRequest, WrittenCron, tune_request
+from simulations.tune.request import SCREEN_REFIT_MAX_S, TuneRequest, WrittenCron, tune_request
 from simulations.tune.run import SideDone, TuneEvent, TuneStart, tune
 
 __all__ = [
@@ -149,8 +149,11 @@ def load_config(path: Path) -> EfficiencyConfig:
             raise s.error("leads_min", f"no lead-time preset of {lead:g} min (known: {known})")
     directory = s.path("directory")
     screen = s.get_float("screen_refit_s", d.screen_refit_s)
-    if not screen >= 0.0:
-        raise s.error("screen_refit_s", f"must be a number >= 0 (0: no screening), got {screen}")
+    if not 0.0 <= screen <= SCREEN_REFIT_MAX_S:
+        raise s.error(
+            "screen_refit_s",
+            f"must be a number from 0 (no screening) to {SCREEN_REFIT_MAX_S:g}, got {screen}",
+        )
     return EfficiencyConfig(
         traces=traces, leads_min=leads, seeds=s.ints("seeds", d.seeds),
         trials=s.get_int("trials", d.trials), jobs=s.get_int("jobs", d.jobs),

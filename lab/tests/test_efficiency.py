@@ -95,8 +95,11 @@ def test_config_defaults_and_errors_name_the_key(tmp_path: Path) -> None:
         load_config(_config(tmp_path, "efficiency: {screen_refit_s: 1800}\n")).screen_refit_s
         == 1800
     )
-    with pytest.raises(ConfigError, match=r"efficiency\.screen_refit_s: must be a number >= 0"):
-        load_config(_config(tmp_path, "efficiency: {screen_refit_s: -1}\n"))
+    for bad in ("-1", "3600"):
+        with pytest.raises(
+            ConfigError, match=r"efficiency\.screen_refit_s: must be a number from 0"
+        ):
+            load_config(_config(tmp_path, f"efficiency: {{screen_refit_s: {bad}}}\n"))
 
 
 def test_a_trace_case_needs_three_days_before_its_tuning_day() -> None:

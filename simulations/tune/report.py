@@ -275,13 +275,16 @@ def print_report(out: TextIO, result: TuneResult, doc: Mapping[str, Any]) -> Non
                 if c.finished
                 else f"was on course for {_pct(c.attainment)} (stopped early: {c.stopped})"
             )
+            screening: Screening | None = s.study.extra.get("screening")
+            replayed = screening is not None and bool(screening.confirmations)
+            # screened trials met the bar but none held on its replay: the
+            # way out is the full fidelity, said on the line below
+            advice = "" if replayed else " Lower --target, raise --slo-ttft or maxReplicaCount"
             print(f"\n{s.side.name}: no setting met the tuning part's target "
                   f"({_pct(bar)}): the best attainment reached {reached} "
-                  f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)}). "
-                  "Lower --target, raise --slo-ttft or maxReplicaCount", file=out)  # fmt: skip
-            if (
-                screening := s.study.extra.get("screening")
-            ) is not None and screening.confirmations:
+                  f"(trial {c.number}: {json.dumps(dict(c.metadata), sort_keys=True)})."
+                  f"{advice}", file=out)  # fmt: skip
+            if screening is not None and replayed:
                 print(f"  {confirmed_line(screening)}", file=out)
             continue
         print(f"\n{s.side.name}: chosen trial {s.study.best.number if s.study.best else '-'}: "

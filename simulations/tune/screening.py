@@ -38,8 +38,8 @@ __all__ = [
 ]
 
 CONFIRM_LIMIT = 4
-"""Feasible trials replayed at most before the side is reported as having
-no confirmed choice (the first usually holds)."""
+"""Distinct feasible settings replayed at most before the side is reported
+as having no confirmed choice (the first usually holds)."""
 
 
 @dataclass(frozen=True)
@@ -159,13 +159,17 @@ def confirm(
     def as_replayed(k: int) -> TrialRecord:
         trial, s, days = replays[k]
         summary = policy_summary(outcome(s), None, tp) if s.finished else None
-        return dataclasses.replace(trial, attainment=s.attainment, cost_usd=s.cost_usd,
-                                   summary=summary, day_attainment=days)  # fmt: skip
+        return dataclasses.replace(
+            trial, attainment=s.attainment, cost_usd=s.cost_usd, summary=summary,
+            day_attainment=days, finished=s.finished, feasible=k == chosen,
+            stopped=s.stopped,
+        )  # fmt: skip
 
     if chosen is None:
         closest = study.closest
         if replays:
-            closest = as_replayed(max(range(len(replays)), key=lambda k: replays[k][1].attainment))
+            ranked = [(s.finished, s.attainment) for _, s, _ in replays]
+            closest = as_replayed(max(range(len(replays)), key=ranked.__getitem__))
         return dataclasses.replace(study, best=None, closest=closest, tie_break=None, extra=extra)
     tie = order[0][1] if chosen == 0 else None
     return dataclasses.replace(study, best=as_replayed(chosen), tie_break=tie, extra=extra)

@@ -78,7 +78,7 @@ def test_the_refit_interval_reaches_a_prescaler_trackers_config() -> None:
 
 def test_only_a_side_with_a_tracker_is_screened() -> None:
     """Trials are screened where a tracker refits (the prescaler trigger) at
-    an interval other than the scaler's; 0 turns screening off."""
+    an interval longer than the scaler's; 0 turns screening off."""
     config = SimConfig()
     trials = screened(config, 1800.0, prescaler=True)
     assert trials is not None and trials.refit_interval_s == 1800.0
@@ -120,7 +120,8 @@ def test_no_choice_when_no_replay_meets_the_bar(
     screened_study: tuple[TuneContext, StudyResult],
 ) -> None:
     """A bar no run can meet: the feasible trials are replayed in the order the
-    study would choose them, at most CONFIRM_LIMIT, and none is chosen."""
+    study would choose them, each distinct setting once, at most
+    CONFIRM_LIMIT, and none is chosen."""
     full, study = screened_study
     feasible = [t for t in study.trials if t.feasible]
     out = confirm(study, dataclasses.replace(full, target=1.01), SCREEN_REFIT_S, jobs=2)

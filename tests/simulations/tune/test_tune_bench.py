@@ -138,7 +138,8 @@ def test_tune_day_study_speed(tmp_path: Path, tune_knobs: TuneKnobs) -> None:
     ``prescaler`` sets it), the CPU seconds of the whole run (its worker
     processes too) and how the prescaler side was screened
     (``--tune-screen-refit``; the file is ``tune_day_speed.json`` at tune's
-    default, ``tune_day_speed-screenS.json`` otherwise). Goal: a 40-trial
+    default, ``tune_day_speed-screenS.json`` otherwise, with ``-seedN``
+    after it for ``--tune-seed N`` other than 0). Goal: a 40-trial
     study on a day of at least 1 M requests within 10 minutes on 2 cores."""
     if not tune_knobs.trace:
         pytest.skip("--tune-trace is not given")
