@@ -196,9 +196,10 @@ def slack_drops(
     """Per cell and side with a choice: (trace, lead, side, seed, points its
     tuning-day attainment cleared that day's target by, points its worst
     held-back attainment cleared the held-back target by). Their difference
-    is what the choice lost out of sample: the margin it needed to hold."""
+    is what the choice lost out of sample: the margin it needed to hold.
+    In the order of ``found`` (:func:`cells` sorts them)."""
     out = []
-    for c in sorted(found, key=lambda c: (c["trace"], float(c["lead_min"]), c["seed"])):
+    for c in found:
         targets = c["target_attainment"]
         for side, s in c["sides"].items():
             worst = _worst(c, side)

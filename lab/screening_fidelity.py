@@ -32,15 +32,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.profiles import use_profile
-from lab.efficiency import TRACES, EfficiencyConfig, cell_request, load_config
-from simulations.sim_inputs import SimInputs
-from simulations.sim_types import replay_config
-from simulations.traffic import load_workload
-from simulations.tune.inputs import part_starts, requests_before
+from lab.efficiency import TRACES, cell_request, load_config
+from lab.efficiency_ablation import CellDays, cell_days
 from simulations.tune.manifest import apply_setting
-from simulations.tune.search import sample_metadata, score, slo_ceiling, split_workload
-from simulations.tune.sides import make_sides
+from simulations.tune.search import sample_metadata, score, slo_ceiling
 
 __all__ = ["chosen_settings", "main", "run"]
 
@@ -75,31 +70,15 @@ def _random_settings(
 
 
 def run(
-    config: EfficiencyConfig,
-    trace: str,
-    lead_min: float,
+    days: CellDays,
+    target_fraction: float,
     settings: Sequence[Mapping[str, str]],
     refits: Sequence[float],
-    seed: int = 0,
 ) -> dict[str, Any]:
-    """Each setting on the cell's tuning day at each refit interval."""
-    with tempfile.TemporaryDirectory() as tmp:
-        request, _ = cell_request(config, trace, lead_min, seed, f"sqlite:///{tmp}/unused.db")
-    replay = request.replay
-    assert request.source.trace is not None
-    profile = use_profile(replay.profile)
-    traffic = replay.traffic(replay.tokens_from)
-    workload = load_workload(request.source.trace, traffic)
-    before = requests_before(request.source.trace, traffic)
-    tune_part, held = split_workload(workload, request.protocol.holdout)
-    inputs = replay.inputs or SimInputs()
-    opening = inputs.apply(replay_config(replay), profile, None)
-    starts = part_starts(before, tune_part, held, profile, opening, inputs,
-                         backfill=replay.backfill)  # fmt: skip
-    side = next(
-        s for s in make_sides(request, profile, inputs.max_replicas) if s.name == "prescaler"
-    )
-    target = request.protocol.target * slo_ceiling(tune_part, profile, opening.slo_ttft_s)
+    """Each setting on the cell's tuning day (``days``) at each refit interval;
+    ``target_fraction`` of the day's idle-fleet ceiling is the target."""
+    tune_part, side, starts = days.tune_part, days.side, days.starts
+    ceiling = slo_ceiling(tune_part, days.profile, days.opening.slo_ttft_s)
     rows = []
     for k, setting in enumerate(settings):
         spec = apply_setting(side.base, setting, side.manifest)
@@ -107,7 +86,7 @@ def run(
         for refit in refits:
             cfg = dataclasses.replace(starts.tuning_config, refit_interval_s=float(refit))
             t0 = time.perf_counter()
-            s = score(spec, tune_part, profile, cfg, history=starts.tuning.history)
+            s = score(spec, tune_part, days.profile, cfg, history=starts.tuning.history)
             wall = time.perf_counter() - t0
             runs.append({"refit_s": refit, "attainment": round(s.attainment, 6),
                          "cost_usd": round(s.cost_usd, 4), "wall_s": round(wall, 1)})  # fmt: skip
@@ -115,8 +94,8 @@ def run(
                   f"${s.cost_usd:,.2f}, {wall:.0f} s", flush=True)  # fmt: skip
         rows.append({"setting": dict(setting), "runs": runs})
     return {
-        "trace": trace, "lead_min": lead_min, "seed": seed, "target": round(target, 6),
-        "tuned_requests": len(tune_part), "refits_s": list(refits), "settings": rows,
+        "target": round(target_fraction * ceiling, 6), "tuned_requests": len(tune_part),
+        "refits_s": list(refits), "settings": rows,
     }  # fmt: skip
 
 
@@ -171,15 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = chosen_settings(ROOT / args.cells, args.trace, args.lead_min)
     with tempfile.TemporaryDirectory() as tmp:
         request, _ = cell_request(
-            config, args.trace, args.lead_min, args.seed, f"sqlite:///{tmp}/x.db"
+            config, args.trace, args.lead_min, args.seed, f"sqlite:///{tmp}/unused.db"
         )
-    profile = use_profile(request.replay.profile)
-    inputs = request.replay.inputs or SimInputs()
-    side = next(
-        s for s in make_sides(request, profile, inputs.max_replicas) if s.name == "prescaler"
-    )
-    drawn = _random_settings(side.space, side.max_replicas, args.random, args.seed)
-    doc = run(config, args.trace, args.lead_min, [*chosen, *drawn], args.refits, args.seed)
+    days = cell_days(request)
+    drawn = _random_settings(days.side.space, days.side.max_replicas, args.random, args.seed)
+    doc = {
+        "trace": args.trace, "lead_min": args.lead_min, "seed": args.seed,
+        **run(days, request.protocol.target, [*chosen, *drawn], args.refits),
+    }  # fmt: skip
     doc["chosen_from_cells"] = len(chosen)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

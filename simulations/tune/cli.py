@@ -411,13 +411,6 @@ def request_from(args: argparse.Namespace) -> TuneRequest:
             "--add-sides or --sides (a cron trigger in your --scaledobject is tuned from "
             "what it says)"
         )
-    try:
-        return _request(args)
-    except ValueError as exc:  # the parts' cross-checks, in the flags' words
-        raise UsageError(str(exc)) from None
-
-
-def _request(args: argparse.Namespace) -> TuneRequest:
     return TuneRequest(
         replay=replay_spec_from(args),
         source=TraceSource(

@@ -181,7 +181,9 @@ def report_document(result: TuneResult) -> dict[str, Any]:
                 "chosen_trial": None if s.study.best is None else s.study.best.number,
                 "setting": None if s.study.best is None else dict(s.study.best.metadata),
                 "tie_break": None if s.study.tie_break is None else s.study.tie_break.as_dict(),
-                "screening": _screening(s.study.extra.get("screening")),
+                "screening": None
+                if (screening := s.study.extra.get("screening")) is None
+                else screening.as_dict(),
                 "manifest": s.manifest,
                 "cost_at_target_usd": costs[s.side.name],
                 "cost_at_target_multiple_of_hindsight": multiple(costs[s.side.name]),
@@ -208,13 +210,6 @@ def report_document(result: TuneResult) -> dict[str, Any]:
         "hindsight": bound,
         "verdict": verdict(result),
     }
-
-
-def _screening(screening: Screening | None) -> dict[str, Any] | None:
-    """A screened side's trials' refit interval and the replays that
-    confirmed its choice (:mod:`simulations.tune.screening`); None when its
-    trials ran at the scaler's own interval."""
-    return None if screening is None else screening.as_dict()
 
 
 def confirmed_line(screening: Screening) -> str:

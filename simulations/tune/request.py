@@ -114,6 +114,12 @@ class StudySpec:
                 f"the screening refit interval must be a finite number >= 0 s, "
                 f"got {self.screen_refit_s!r}"
             )
+        if self.screen_refit_s > SCREEN_REFIT_MAX_S:
+            raise ValueError(
+                f"--screen-refit (screen_refit_s) must be at most {SCREEN_REFIT_MAX_S:g} s, "
+                f"got {self.screen_refit_s:g}: the backfill holds the fit window plus "
+                "an hour, which a longer refit and the longest scale-in wait would outrun"
+            )
         if self.trials < 1 or self.jobs < 1:
             raise ValueError(f"trials and jobs must be >= 1, got {self.trials}, {self.jobs}")
         if self.worker_index < 0:
@@ -180,14 +186,6 @@ class TuneRequest:
     study: StudySpec = field(default_factory=StudySpec)
     paste: PasteSpec = field(default_factory=PasteSpec)
     choice: SideChoice = field(default_factory=SideChoice)
-
-    def __post_init__(self) -> None:
-        if self.study.screen_refit_s > SCREEN_REFIT_MAX_S:
-            raise ValueError(
-                f"--screen-refit (screen_refit_s) must be at most {SCREEN_REFIT_MAX_S:g} s, "
-                f"got {self.study.screen_refit_s:g}: the backfill holds the fit window plus "
-                "an hour, which a longer refit and the longest scale-in wait would outrun"
-            )
 
     # The flat request's names, read-only, for callers written against it.
     @property

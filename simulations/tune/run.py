@@ -395,14 +395,13 @@ def _run_side(
     were screened (:mod:`simulations.tune.screening`) comes back with its
     choice confirmed at the scaler's refit interval."""
     study = request.study
-    trials_config = screened(
-        config, study.screen_refit_s, prescaler=side.base.prescaler_trigger is not None
-    )
+    tracker = side.base.prescaler_trigger is not None
+    trials_config = screened(config, study.screen_refit_s, prescaler=tracker)
     ctx = TuneContext(
         tune_part, profile, trials_config or config, side.base, target, side.space,
         max_replicas=side.max_replicas, seed=request.replay.seed, prune=study.prune,
         manifest=side.manifest,
-        history=history if side.base.prescaler_trigger is not None else None,
+        history=history if tracker else None,
     )  # fmt: skip
     parts: dict[str, Any] = {
         # the requests themselves, not the path: the same trace at another
@@ -416,7 +415,6 @@ def _run_side(
     }  # fmt: skip
     if ctx.history is not None:
         parts["history"] = _digest(ctx.history.times_s, ctx.history.requests_per_s)
-    tracker = side.base.prescaler_trigger is not None
     if tracker and config.refit_interval_s != REFIT_S:
         # the cadence the side's runs refit at (absent at the default, so a
         # study started before the flag existed is joined as it was)

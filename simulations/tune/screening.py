@@ -135,8 +135,7 @@ def confirm(
     No trial meets it: best None, and closest the best replay."""
     order = _in_choice_order([t for t in study.trials if t.feasible], ctx.space, limit)
     tp = use_profile(ctx.profile).tp
-    done: list[Confirmation] = []
-    replays: list[tuple[TrialRecord, Score, tuple[float, ...]]] = []
+    replays: list[tuple[TrialRecord, Score, tuple[float, ...], bool]] = []
     chosen: int | None = None  # its index in ``replays``
     step = max(1, jobs)
     for lo in range(0, len(order), step):
@@ -145,19 +144,21 @@ def confirm(
         for (trial, _), s in zip(batch, scores, strict=True):
             violation, days = trial_violation(ctx, s)
             meets = s.finished and violation <= 0.0
-            done.append(Confirmation(trial.number, trial.attainment, trial.cost_usd,
-                                     s.attainment, s.cost_usd, meets))  # fmt: skip
-            replays.append((trial, s, days))
+            replays.append((trial, s, days, meets))
             if meets and chosen is None:
                 chosen = len(replays) - 1
         if chosen is not None:
             break
     number = None if chosen is None else replays[chosen][0].number
-    screening = Screening(screen_refit_s, ctx.config.refit_interval_s, number, tuple(done))
+    done = tuple(
+        Confirmation(t.number, t.attainment, t.cost_usd, s.attainment, s.cost_usd, meets)
+        for t, s, _, meets in replays
+    )
+    screening = Screening(screen_refit_s, ctx.config.refit_interval_s, number, done)
     extra = {**study.extra, "screening": screening}
 
     def as_replayed(k: int) -> TrialRecord:
-        trial, s, days = replays[k]
+        trial, s, days, _ = replays[k]
         summary = policy_summary(outcome(s), None, tp) if s.finished else None
         return dataclasses.replace(
             trial, attainment=s.attainment, cost_usd=s.cost_usd, summary=summary,
@@ -168,7 +169,7 @@ def confirm(
     if chosen is None:
         closest = study.closest
         if replays:
-            ranked = [(s.finished, s.attainment) for _, s, _ in replays]
+            ranked = [(s.finished, s.attainment) for _, s, _, _ in replays]
             closest = as_replayed(max(range(len(replays)), key=ranked.__getitem__))
         return dataclasses.replace(study, best=None, closest=closest, tie_break=None, extra=extra)
     tie = order[0][1] if chosen == 0 else None
