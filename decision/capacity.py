@@ -64,6 +64,9 @@ def profile_capacity(
         step     = step_time_s(B*P/D, B, B*(P + D/2))
         tokens/s = (B*P/D + B) / step          (prompt + generation)
         req/s    = (B/D) / step
+
+    A profile whose server stalls between steps loses that share of the
+    busy time: ``step`` is then the step over ``1 - share``.
     """
     if not 0 < kv_target <= 1 or itl_budget_s <= 0:
         raise ValueError("kv_target must be in (0, 1] and itl_budget_s > 0")
@@ -88,7 +91,8 @@ def profile_capacity(
         else:
             hi = mid - 1
     batch = lo
-    t = step(batch)
+    # a profile's stalls (``EngineStalls.share``) take their part of the busy time
+    t = step(batch) / (1.0 - float(_attr(profile, "stalls.share", 0.0)))
     requests = (batch / d) / t
     tokens = (batch * p / d + batch) / t
     return ReplicaCapacity(requests_per_s=requests, tokens_per_s=tokens)

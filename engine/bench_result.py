@@ -29,6 +29,13 @@ class BenchMeasurement:
     median_ttft_s: float
     median_itl_s: float
     output_throughput: float
+    #: the tails, where the run reports them (``vllm bench serve`` writes the mean
+    #: ITL and p99s by default, p90 with ``--metric-percentiles 90,99``): they
+    #: let a fit read the server's stalls (``engine.profile_fit_stalls``)
+    mean_itl_s: float | None = None
+    p99_itl_s: float | None = None
+    p90_ttft_s: float | None = None
+    p99_ttft_s: float | None = None
 
 
 def bench_targets(
@@ -103,9 +110,17 @@ def bench_measurement(doc: Any, source: str) -> BenchMeasurement:
         max_concurrency=conc_raw,
         request_rate=rate,
     )
+    tails = {
+        name: _number(doc, f"{name}_ms", source) / 1e3 if f"{name}_ms" in doc else None
+        for name in ("mean_itl", "p99_itl", "p90_ttft", "p99_ttft")
+    }
     return BenchMeasurement(
         load=load,
         median_ttft_s=_number(doc, "median_ttft_ms", source) / 1e3,
         median_itl_s=_number(doc, "median_itl_ms", source) / 1e3,
         output_throughput=_number(doc, "output_throughput", source),
+        mean_itl_s=tails["mean_itl"],
+        p99_itl_s=tails["p99_itl"],
+        p90_ttft_s=tails["p90_ttft"],
+        p99_ttft_s=tails["p99_ttft"],
     )

@@ -23,16 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from engine.bench_result import BenchMeasurement, bench_tag, bench_targets
 from engine.hardware import HardwareSpec
-from engine.metrics_windows import LoadWindow, PageValues
-from engine.profile_fit_windows import (
-    MIN_ITL_COUNT,
-    QuantileTarget,
-    metrics_targets,
-    quantile_bounds,
-    window_groups,
-)
+from engine.profile_fit_stalls import STALL_FIELDS
 from engine.profile_types import Profile
 
 #: The factors a fit may move, in the order of the parameter vector.
@@ -326,6 +318,7 @@ def fit_profile(
     kept_notes: dict[str, str] | None = None,
     warn_kept: Sequence[str] = (),
     buckets: dict[str, tuple[float, float]] | None = None,
+    report_base: Profile | None = None,
 ) -> ProfileFit:
     """The general fit: ``residuals(profile)`` are log(model / measured) per matched figure.
 
@@ -333,7 +326,9 @@ def fit_profile(
     ``extra_vllm`` replaces vLLM settings the data gave directly (KV blocks);
     ``kept_notes`` says why the caller kept a field; those named in
     ``warn_kept`` are also warnings (a figure the user should supply);
-    ``buckets`` gives a histogram quantile target's bucket, by name.
+    ``buckets`` gives a histogram quantile target's bucket, by name;
+    ``report_base`` is the profile the report's base figures come from
+    (``base`` unless the caller started the fit from an amended one).
     """
     start = base.with_vllm(**extra_vllm) if extra_vllm else base
     free, x, jac, res = _choose_factors(start, residuals)
@@ -345,7 +340,9 @@ def fit_profile(
     kept: list[str] = []
     for i, factor in enumerate(FACTORS):
         fields = FACTOR_FIELDS[factor]
-        moved = [f for f in fields if i in free and _field(profile, f) != _field(base, f)]
+        moved = [
+            f for f in fields if i in free and profile_field(profile, f) != profile_field(base, f)
+        ]
         determined += [(f, source) for f in moved]
         kept += [f for f in fields if f not in moved]
     for key, value in (extra_vllm or {}).items():
@@ -356,7 +353,7 @@ def fit_profile(
     checks = tuple(
         TargetCheck(n, measured, model, fitted, (buckets or {}).get(n))
         for (n, measured, model), (_, _, fitted) in zip(
-            targets(base), targets(profile), strict=True
+            targets(report_base or base), targets(profile), strict=True
         )
     )
     notes = dict(kept_notes or {})
@@ -458,112 +455,10 @@ _ALL_KEPT: tuple[str, ...] = (
     "hardware.knee",
     "hardware.interconnect_gbps",
     "hardware.allreduce_latency_s",
+    *STALL_FIELDS,
 )
 
 
-def _field(profile: Profile, dotted: str) -> object:
+def profile_field(profile: Profile, dotted: str) -> object:
     section, _, name = dotted.partition(".")
     return getattr(getattr(profile, section), name)
-
-
-# -- from a serving benchmark ----------------------------------------------------
-
-
-def fit_to_measurements(
-    base: Profile,
-    *,
-    bench: BenchMeasurement | Sequence[BenchMeasurement] | None = None,
-    windows: Sequence[LoadWindow] | None = None,
-    last_page: PageValues | None = None,
-    name: str | None = None,
-) -> ProfileFit:
-    """One fit to benchmark results, /metrics windows, or both together.
-
-    Every matched figure weighs the same (log errors), whichever source it
-    comes from; the KV capacity comes from the last page when it says.
-    Several benchmark runs at different prompt lengths (or concurrencies)
-    let the fit tell a request's fixed time outside the engine from its
-    prefill, which one run cannot.
-    """
-    parts: list[Targets] = []
-    sources: list[str] = []
-    extra: dict[str, int] = {}
-    notes_extra: list[str] = []
-    quantiles: dict[str, QuantileTarget] = {}
-    benches = [bench] if isinstance(bench, BenchMeasurement) else list(bench or ())
-    for i, run in enumerate(benches):
-        parts.append(bench_targets(run, bench_tag(run.load, i) if len(benches) > 1 else ""))
-    if benches:
-        sources.append(BENCH_SOURCE if len(benches) == 1 else f"{len(benches)} x {BENCH_SOURCE}")
-    if windows is not None:
-        groups = window_groups(windows)
-        if not groups:
-            raise ValueError(
-                f"{METRICS_SOURCE}: no steady window with at least {MIN_ITL_COUNT} inter-token "
-                "observations and known request lengths; scrape for longer or under more load"
-            )
-        parts.append(metrics_targets(groups))
-        sources.append(METRICS_SOURCE)
-        quantiles = quantile_bounds(groups)
-        tails = [g for g in groups if g.itl_long_tail and not g.itl_median_matched()]
-        if tails:
-            g = tails[0]
-            notes_extra.append(
-                f"the inter-token latency has a long tail at {len(tails)} load shape(s) "
-                f"(e.g. {g.load.max_concurrency} running: mean {g.itl_mean_s * 1e3:.1f} ms, "
-                "above the bucket that holds the median): the fit matches means (vLLM's "
-                "buckets are too coarse to read a median there), so the profile will "
-                "predict median ITL high"
-            )
-    notes: dict[str, str] = {}
-    if last_page is not None and last_page.num_gpu_blocks is not None:
-        extra["num_gpu_blocks"] = last_page.num_gpu_blocks
-        if last_page.block_size is not None:
-            extra["block_size"] = last_page.block_size
-    else:
-        notes["vllm.num_gpu_blocks"] = _kv_note(base, from_pages=windows is not None)
-    if not parts:
-        raise ValueError("nothing to fit: give a benchmark result and/or /metrics pages")
-
-    def targets(profile: Profile) -> list[tuple[str, float, float]]:
-        return [t for part in parts for t in part(profile)]
-
-    def residuals(profile: Profile) -> list[float]:
-        return [
-            quantiles[n].residual(model) if n in quantiles else math.log(model / measured)
-            for n, measured, model in targets(profile)
-        ]
-
-    fit = fit_profile(
-        base,
-        residuals,
-        " + ".join(sources),
-        targets,
-        name=name,
-        extra_vllm=extra or None,
-        kept_notes=notes,
-        # a capacity nobody measured is worth a warning; one the base file states is not
-        warn_kept=() if base.vllm.num_gpu_blocks is not None else tuple(notes),
-        buckets={n: (t.lower_s, t.upper_s) for n, t in quantiles.items()},
-    )
-    if notes_extra:
-        fit = dataclasses.replace(fit, warnings=(*fit.warnings, *notes_extra))
-    return fit
-
-
-def _kv_note(base: Profile, *, from_pages: bool) -> str:
-    """Why the KV capacity was kept, and what it is."""
-    capacity = f"{base.kv_blocks} blocks of {base.vllm.block_size} tokens"
-    if base.vllm.num_gpu_blocks is None:
-        capacity += ", derived from the device memory"
-    why = (
-        "the /metrics pages have no vllm:cache_config_info with num_gpu_blocks (vLLM 0.32 "
-        "exports it; older servers, `prescaler emulate` without --metrics-version v0.32 and "
-        "filtered scrapes do not)"
-        if from_pages
-        else "a `vllm bench serve` result does not report it"
-    )
-    return (
-        f"{why}; the KV capacity stays the base's ({capacity}). Set vllm.num_gpu_blocks "
-        "to the 'GPU KV cache size' vLLM logs at start (tokens / block_size) if it differs"
-    )

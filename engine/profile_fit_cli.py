@@ -18,7 +18,8 @@ from engine.cli_shell import read_json, run_reported
 from engine.metrics_reader import ScrapeError, read_pages, scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
 from engine.profile_files import write_profile_file
-from engine.profile_fit import FACTOR_FIELDS, ProfileFit, fit_to_measurements
+from engine.profile_fit import FACTOR_FIELDS, ProfileFit
+from engine.profile_fit_measurements import fit_to_measurements
 from engine.profiles import Profile, get_profile
 
 COMMAND = "prescaler engine fit-profile"

@@ -17,7 +17,9 @@ from engine.hardware import HardwareSpec
 from engine.models import ModelSpec
 from engine.profile_types import (
     NO_OVERHEAD,
+    NO_STALLS,
     CheckRecord,
+    EngineStalls,
     Profile,
     RequestOverhead,
     StartupTimes,
@@ -41,6 +43,7 @@ _TOP_LEVEL: tuple[str, ...] = (
     "vllm",
     "startup",
     "request_overhead",
+    "stalls",
     "checked",
 )
 _SECTIONS: dict[str, type[Any]] = {
@@ -52,6 +55,7 @@ _SECTIONS: dict[str, type[Any]] = {
 #: Sections a file may leave out (their dataclass's defaults), with the Profile default.
 _OPTIONAL_SECTIONS: dict[str, tuple[type[Any], Any]] = {
     "request_overhead": (RequestOverhead, NO_OVERHEAD),
+    "stalls": (EngineStalls, NO_STALLS),
     "checked": (CheckRecord, None),
 }
 

@@ -94,6 +94,61 @@ class RequestOverhead:
 
 NO_OVERHEAD = RequestOverhead()
 
+#: The largest share of a server's busy time stalls may take.
+MAX_STALL_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class EngineStalls:
+    """Pauses between scheduler steps that the step-time model does not make (docs/profiles.md).
+
+    A real server loses time between steps to things no roofline sees: a
+    garbage-collection pause, a process descheduled on shared cores, the API
+    server's work on new requests starving the engine. They make the long
+    tails of TTFT and of the gaps between tokens, and lower throughput below
+    what the median gap implies. Two kinds, each exponential in length:
+
+    - while working: ``share`` of the busy time is spent stalled (0: never),
+      in stalls of mean ``mean_s``, wherever the steps happen to be;
+    - on admission: a step that admits a new request first waits out a stall
+      of mean ``admit_mean_s`` with probability ``admit_chance``.
+
+    A stall holds the whole batch (and whatever arrives meanwhile) and
+    delays nothing while the replica is idle. All zero (the default, and the
+    catalogue's) is the steps alone.
+    """
+
+    share: float = 0.0
+    mean_s: float = 0.0
+    admit_chance: float = 0.0
+    admit_mean_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("mean_s", "admit_mean_s"):
+            value = getattr(self, name)
+            if not (value >= 0.0 and value < float("inf")):
+                raise ValueError(f"stalls: {name} must be a number >= 0, got {value}")
+        if not 0.0 <= self.share <= MAX_STALL_SHARE:
+            raise ValueError(f"stalls: share must be in [0, {MAX_STALL_SHARE}], got {self.share}")
+        if not 0.0 <= self.admit_chance <= 1.0:
+            raise ValueError(f"stalls: admit_chance must be in [0, 1], got {self.admit_chance}")
+        for chance, mean in (("share", "mean_s"), ("admit_chance", "admit_mean_s")):
+            if getattr(self, chance) > 0.0 and getattr(self, mean) <= 0.0:
+                raise ValueError(f"stalls: {chance} above 0 needs {mean} above 0")
+
+    @property
+    def active(self) -> bool:
+        return self.share > 0.0 or self.admit_chance > 0.0
+
+    @property
+    def work_between_s(self) -> float:
+        """Mean seconds of steps between two stalls while working (share = stalled /
+        (stalled + working)); infinite without them."""
+        return self.mean_s * (1.0 - self.share) / self.share if self.share > 0 else float("inf")
+
+
+NO_STALLS = EngineStalls()
+
 
 @dataclass(frozen=True)
 class CheckRecord:
@@ -170,6 +225,8 @@ class Profile:
     notes: str = field(default="", compare=False)
     #: per-request time outside the scheduler (optional in a file; zero: the engine alone)
     request_overhead: RequestOverhead = NO_OVERHEAD
+    #: pauses between steps (optional in a file; zero: the steps alone)
+    stalls: EngineStalls = NO_STALLS
     #: the last check against a real server (optional; not part of what the profile is)
     checked: CheckRecord | None = field(default=None, compare=False, repr=False)
 
@@ -286,17 +343,29 @@ class Profile:
         """Steady-state tokens/s of this replica kept full with ``mix`` (see engine.throughput).
 
         A sustainable per-replica capacity for sizing; ``chunked_prefill``
-        defaults to the profile's vLLM setting.
+        defaults to the profile's vLLM setting. The profile's stalls take
+        their share of the busy time.
         """
         v = self.vllm
         chunked = v.enable_chunked_prefill if chunked_prefill is None else chunked_prefill
-        return saturated_throughput(
+        steps = saturated_throughput(
             self,
             kv_tokens=self.kv_tokens,
             max_num_seqs=v.max_num_seqs,
             block_size=v.block_size,
             mix=mix,
             chunked_prefill=chunked,
+        )
+        if self.stalls.share <= 0.0:
+            return steps
+        # stalls stretch the busy time by 1 / (1 - share); the step itself is unchanged
+        # (admissions' stalls depend on the arrivals, which a saturated replica has not)
+        keep = 1.0 - self.stalls.share
+        return dataclasses.replace(
+            steps,
+            output_tokens_per_s=steps.output_tokens_per_s * keep,
+            input_tokens_per_s=steps.input_tokens_per_s * keep,
+            requests_per_s=steps.requests_per_s * keep,
         )
 
     # -- derived --------------------------------------------------------------

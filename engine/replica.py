@@ -44,6 +44,7 @@ class Replica(StepLoop):
         start_s: float = 0.0,
         jump: bool = True,
         latency_histograms: bool = True,
+        stall_seed: int = 0,
     ) -> None:
         """`jump=False` plans every step on its own (slow; a reference for tests).
 
@@ -51,8 +52,11 @@ class Replica(StepLoop):
         queue-time histograms empty: a simulator that reads only the counters
         and gauges skips the per-step histogram work (a large share of its
         time; the records and every counter are the same either way).
+
+        `stall_seed` seeds the replica's own stalls (the profile's `stalls`):
+        a simulation gives each replica its own, so they do not stall together.
         """
-        super().__init__(profile, float(start_s), jump, latency_histograms)
+        super().__init__(profile, float(start_s), jump, latency_histograms, stall_seed)
 
     # ------------------------------------------------------------------ state
     @property

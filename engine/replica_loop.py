@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop
+from random import Random
 
 from engine.replica_counters import ReplicaCounters
 from engine.replica_state import (
@@ -33,9 +34,15 @@ class StepLoop(ReplicaCounters):
     """A replica's queues, KV blocks and step plan, and the loop that advances them."""
 
     def __init__(
-        self, profile: ProfileLike, start_s: float, jump: bool, latency_histograms: bool
+        self,
+        profile: ProfileLike,
+        start_s: float,
+        jump: bool,
+        latency_histograms: bool,
+        stall_seed: int = 0,
     ) -> None:
-        """See `engine.replica.Replica` for what `jump` and `latency_histograms` do."""
+        """See `engine.replica.Replica` for what `jump`, `latency_histograms` and
+        `stall_seed` do."""
         self.limits = SchedulerLimits.from_profile(profile)
         super().__init__(self.limits.max_model_len, latency_histograms)
         self._jump = jump
@@ -61,6 +68,21 @@ class StepLoop(ReplicaCounters):
         self._has_inbound = self._in_fixed > 0.0 or self._in_per_token > 0.0
         self._inbound: list[tuple[float, int, SeqState]] = []
         self._inbound_order = 0
+        # the profile's stalls (``EngineStalls``): seconds of steps left before the
+        # next one, drawn from the replica's own generator
+        stalls = getattr(profile, "stalls", None)
+        share = 0.0 if stalls is None else float(stalls.share)
+        self._stall_rng = Random(stall_seed)
+        self._stall_mean = 0.0 if stalls is None else float(stalls.mean_s)
+        self._admit_chance = 0.0 if stalls is None else float(stalls.admit_chance)
+        self._admit_mean = 0.0 if stalls is None else float(stalls.admit_mean_s)
+        self._stalling = share > 0.0 or self._admit_chance > 0.0
+        # mean seconds of steps between two stalls while working (see EngineStalls)
+        self._stall_every = self._stall_mean * (1.0 - share) / share if share > 0.0 else 0.0
+        self._work_left = (
+            self._stall_rng.expovariate(1.0 / self._stall_every) if share > 0.0 else float("inf")
+        )
+        self._plan_began = float(start_s)
 
     def advance_to(self, t: float) -> list[RequestRecord]:
         """Run every step ending at or before `t`; return requests that finished."""
@@ -87,6 +109,8 @@ class StepLoop(ReplicaCounters):
                 self._commit(plan, plan.owed + plan.steps, end_all, done)
                 self._plan = None
                 self._pending_at = end_all if (self._running or self._waiting) else None
+                if self._stalling:
+                    self._stall_after(end_all)
                 continue
             n = plan.steps_done_by(t)
             if n == 0:
@@ -156,6 +180,18 @@ class StepLoop(ReplicaCounters):
                 plan.restop()
         elif self._pending_at is None and (self._waiting or self._running):
             self._pending_at = self._now
+
+    def _stall_after(self, end: float) -> None:
+        """Count the plan that ended at `end` as work; where the work before the next
+        stall has run out, the next step waits out a stall (nothing waits while idle)."""
+        self._work_left -= end - self._plan_began
+        if self._work_left > 0.0:
+            return
+        rng = self._stall_rng
+        stall = rng.expovariate(1.0 / self._stall_mean)
+        self._work_left = rng.expovariate(1.0 / self._stall_every)
+        if self._pending_at is not None:
+            self._pending_at = end + stall
 
     def _ensure_plan(self) -> None:
         if self._plan is None and self._pending_at is not None:
@@ -325,6 +361,17 @@ class StepLoop(ReplicaCounters):
                     if abs(dt0 + mid * slope - true_mid) <= STEP_TIME_RTOL * true_mid:
                         break
                     steps = mid
+        if self._stalling:
+            if admitted and self._admit_chance > 0.0:
+                rng = self._stall_rng
+                if rng.random() < self._admit_chance:
+                    # the step admitting new requests waits out a stall first
+                    t += rng.expovariate(1.0 / self._admit_mean)
+            self._plan_began = t
+            if steps > 1 and self._work_left < steps * dt0:
+                # a jump ends by the step in which the work before the next stall
+                # runs out (steps only lengthen: dt0 per step at most overshoots)
+                steps = int(self._work_left / dt0) + 1
         self._plan = StepPlan(t, dt0, slope, steps, items, steps > 1 or all_decode)
 
     def _kv_steps(self, items: list[tuple[SeqState, int]], k_fin: int) -> int:

@@ -168,7 +168,9 @@ class Router:
         """A pod turned Ready: route to it, starting with the gateway's queue."""
         # nothing here reads the replica's latency histograms (the results
         # carry per-request times): skipping them saves a large share of the run
-        replica = Replica(self.profile, start_s=now, latency_histograms=False)
+        # the pod's id seeds its stalls (if the profile has any): replicas stall
+        # apart, and the same run stalls the same way again
+        replica = Replica(self.profile, start_s=now, latency_histograms=False, stall_seed=pod_id)
         pod = ReplicaPod(pod_id, replica, _noop)
         pod.action = functools.partial(self._on_replica, pod)
         self._pods[pod_id] = pod

@@ -90,3 +90,16 @@ def test_tracker_counts_capacity_at_its_config_speed() -> None:
     assert fast == capacity_for(settings, 10.0)
     with pytest.raises(ValueError, match="speed"):
         TrackerConfig(speed=0.0)
+
+
+def test_a_profile_that_stalls_loses_the_stalled_share_of_its_capacity() -> None:
+    profiles = pytest.importorskip("engine.profiles")
+    types = pytest.importorskip("engine.profile_types")
+    base = profiles.get_profile("llama-3-8b@g5.xlarge")
+    plain = profile_capacity(base)
+    stalled = profile_capacity(
+        dataclasses.replace(base, stalls=types.EngineStalls(share=0.2, mean_s=0.1))
+    )
+    assert plain.tokens_per_s is not None and stalled.tokens_per_s is not None
+    assert stalled.tokens_per_s == pytest.approx(0.8 * plain.tokens_per_s)
+    assert stalled.requests_per_s == pytest.approx(0.8 * (plain.requests_per_s or 0.0))

@@ -9,18 +9,24 @@ can be checked against the truth.
 from __future__ import annotations
 
 import random
+import statistics
 from typing import Any
 
 from engine.metrics import ServerInfo, render_metrics
 from engine.metrics_windows import MetricsPage
+from engine.percentile import percentile
 from engine.profile_types import Profile
 from engine.replica import Replica
 from engine.requests import Request
 from engine.serving_replay import ServingLoad, replay_load
 
 
-def synthetic_bench_document(profile: Profile, load: ServingLoad) -> dict[str, Any]:
-    """What ``vllm bench serve --save-result`` would write for ``load`` on ``profile``."""
+def synthetic_bench_document(
+    profile: Profile, load: ServingLoad, *, tails: bool = False
+) -> dict[str, Any]:
+    """What ``vllm bench serve --save-result`` would write for ``load`` on ``profile``
+    (with ``tails``, the mean ITL and the p90 and p99s that ``--metric-percentiles
+    90,99`` adds)."""
     out = replay_load(profile, load)
     assert out.median_itl_s is not None  # replayed per token
     duration = out.duration_s
@@ -46,6 +52,16 @@ def synthetic_bench_document(profile: Profile, load: ServingLoad) -> dict[str, A
         "median_ttft_ms": out.median_ttft_s * 1e3,
         "median_tpot_ms": out.median_tpot_s * 1e3,
         "median_itl_ms": out.median_itl_s * 1e3,
+        **(
+            {
+                "mean_itl_ms": statistics.fmean(out.itls) * 1e3,
+                "p99_itl_ms": percentile(out.itls, 99) * 1e3,
+                "p90_ttft_ms": percentile(out.ttfts, 90) * 1e3,
+                "p99_ttft_ms": percentile(out.ttfts, 99) * 1e3,
+            }
+            if tails
+            else {}
+        ),
     }
 
 

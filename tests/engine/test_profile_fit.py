@@ -26,7 +26,7 @@ from engine.metrics_windows import (
     page_values,
 )
 from engine.profile_files import read_profile_file
-from engine.profile_fit import fit_to_measurements
+from engine.profile_fit_measurements import fit_to_measurements
 from engine.profile_types import RequestOverhead
 from engine.profiles import Profile, get_profile
 from engine.serving_replay import ServingLoad, replay_load

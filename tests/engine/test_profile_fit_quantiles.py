@@ -13,7 +13,8 @@ import pytest
 
 from engine.metrics_reader import write_pages
 from engine.metrics_windows import LoadWindow, histogram_quantile, load_windows
-from engine.profile_fit import ProfileFit, fit_to_measurements
+from engine.profile_fit import ProfileFit
+from engine.profile_fit_measurements import fit_to_measurements
 from engine.profile_fit_windows import MAX_BUCKET_RATIO, window_groups
 from engine.profiles import get_profile
 from prescaler.cli import main
