@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import brentq, minimize
+from scipy.special import expit
 
 from engine.bench_result import BenchMeasurement
 from engine.percentile import percentile
@@ -41,6 +42,9 @@ from engine.serving_replay import replay_load
 DEFAULT_STALL_GAPS = 4.0
 #: The share search stops within this much of the share (0.005: half a point).
 SHARE_TOLERANCE = 0.005
+#: The chance of a stall on admission assumed where a run gives a p99 TTFT but
+#: no p90 (a tail past its p90 cannot be told from one that starts at p99).
+P99_ONLY_CHANCE = 0.1
 #: Replays the tail search may spend (each replays every run once).
 REFINE_EVALUATIONS = 120
 #: The tail search's first steps, in log length and logit chance.
@@ -64,29 +68,36 @@ def admission_stalls(benches: Sequence[BenchMeasurement]) -> tuple[float, float]
 
     With a chance c of an exponential stall of mean D, a request's TTFT passes
     the median by more than x with probability about c e^(-x / D): p90 and p99
-    give D = (x99 - x90) / ln 10 and c = 0.1 e^(x90 / D). The median over the
-    runs that report both; (0, 0) where none shows a tail.
+    give D = (x99 - x90) / ln 10 and c = 0.1 e^(x90 / D). A run with a p99
+    but no p90 (``vllm bench serve``'s default percentiles) is read with c =
+    ``P99_ONLY_CHANCE``, so D = x99 / ln(c / 0.01), and so is one whose p90
+    is at its median (a chance of one in ten at most); the search after
+    moves both. The median over the runs that report a p99; (0, 0) where
+    none shows a tail.
     """
     chances: list[float] = []
     means: list[float] = []
     for b in benches:
-        if b.p90_ttft_s is None or b.p99_ttft_s is None:
+        if b.p99_ttft_s is None:
             continue
-        x90 = b.p90_ttft_s - b.median_ttft_s
         x99 = b.p99_ttft_s - b.median_ttft_s
-        if x90 <= 0.0 or x99 <= x90:
+        x90 = None if b.p90_ttft_s is None else b.p90_ttft_s - b.median_ttft_s
+        if x99 <= 0.0 or (x90 is not None and x90 > 0.0 and x99 <= x90):
             chances.append(0.0)
             means.append(0.0)
-            continue
-        mean = (x99 - x90) / math.log(10.0)
-        chances.append(min(1.0, 0.1 * math.exp(x90 / mean)))
-        means.append(mean)
+        elif x90 is None or x90 <= 0.0:
+            chances.append(P99_ONLY_CHANCE)
+            means.append(x99 / math.log(P99_ONLY_CHANCE / 0.01))
+        else:
+            mean = (x99 - x90) / math.log(10.0)
+            chances.append(min(1.0, 0.1 * math.exp(x90 / mean)))
+            means.append(mean)
     if not chances:
         return 0.0, 0.0
     chance = statistics.median(chances)
     if chance <= 0.0:
         return 0.0, 0.0
-    return chance, float(f"{statistics.median(m for m in means if m > 0.0):.4g}")
+    return chance, _round(statistics.median(m for m in means if m > 0.0))
 
 
 def working_stall_mean_s(benches: Sequence[BenchMeasurement]) -> float:
@@ -203,16 +214,16 @@ def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStall
         values = dict(zip(_names(kinds), x.tolist(), strict=True))
         out = start
         if "work" in kinds:
-            share = MAX_STALL_SHARE / (1.0 + math.exp(-values["share"]))
+            share = MAX_STALL_SHARE * float(expit(values["share"]))
             out = dataclasses.replace(
-                out, share=_round(share), mean_s=_round(math.exp(values["mean_s"]))
+                out, share=_round(share), mean_s=_round(_seconds(values["mean_s"]))
             )
         if "admit" in kinds:
-            chance = 1.0 / (1.0 + math.exp(-values["admit_chance"]))
+            chance = float(expit(values["admit_chance"]))
             out = dataclasses.replace(
                 out,
                 admit_chance=_round(chance),
-                admit_mean_s=_round(math.exp(values["admit_mean_s"])),
+                admit_mean_s=_round(_seconds(values["admit_mean_s"])),
             )
         return out
 
@@ -224,6 +235,7 @@ def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStall
         )
 
     x0 = np.array(_start_vector(start, kinds))
+    at_start = loss(x0)
     # the first simplex spans a factor of about 2 in every length and odds (scipy's
     # default of 5 % of each coordinate is nothing at a logit of 0)
     simplex = np.vstack([x0, x0 + SIMPLEX_STEP * np.eye(len(x0))])
@@ -238,10 +250,11 @@ def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStall
             "initial_simplex": simplex,
         },
     )
-    return stalls_at(result.x) if result.fun < loss(x0) else start
+    return stalls_at(result.x) if result.fun < at_start else start
 
 
 def _names(kinds: Sequence[str]) -> list[str]:
+    """The searched coordinates, in order, for the kinds of stall present."""
     names: list[str] = []
     if "work" in kinds:
         names += ["share", "mean_s"]
@@ -251,6 +264,8 @@ def _names(kinds: Sequence[str]) -> list[str]:
 
 
 def _start_vector(start: EngineStalls, kinds: Sequence[str]) -> list[float]:
+    """``start`` in the search's coordinates: logit chances, log lengths."""
+
     def logit(p: float) -> float:
         p = min(max(p, 1e-4), 1.0 - 1e-4)
         return math.log(p / (1.0 - p))
@@ -261,6 +276,11 @@ def _start_vector(start: EngineStalls, kinds: Sequence[str]) -> list[float]:
     if "admit" in kinds:
         x += [logit(start.admit_chance), math.log(start.admit_mean_s)]
     return x
+
+
+def _seconds(log_s: float) -> float:
+    """A searched log length in seconds, kept within 1 ns and 1 minute."""
+    return math.exp(min(max(log_s, -20.0), math.log(60.0)))
 
 
 def _round(value: float) -> float:

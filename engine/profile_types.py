@@ -138,6 +138,7 @@ class EngineStalls:
 
     @property
     def active(self) -> bool:
+        """Whether the replica stalls at all (either kind)."""
         return self.share > 0.0 or self.admit_chance > 0.0
 
     @property

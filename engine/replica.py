@@ -184,19 +184,27 @@ class Replica(StepLoop):
         """When the batch composition next changes; None when idle."""
         plan = self._plan
         if plan is None:
-            if self._pending_at is None:
+            pending = self._pending_at
+            if pending is None:
                 return self._next_join(None) if self._inbound else None
-            self._start_step(self._pending_at)
+            if pending <= self._now:
+                self._start_step(pending)
             plan = self._plan
-            if plan is None:  # pragma: no cover - a pending step always plans work
-                return None
+            if plan is None:
+                # a stall holds the next step until then (`EngineStalls`); it is
+                # planned when the stall ends, with whatever arrived meanwhile
+                held = self._pending_at
+                if held is None:  # pragma: no cover - a pending step always plans work
+                    return None
+                return self._next_join(held) if self._inbound else held
         return self._next_join(plan.stop) if self._inbound else plan.stop
 
     def next_token_time(self) -> float | None:
         """When the step in flight ends (tokens may appear); None when idle."""
         self._ensure_plan()
         plan = self._plan
-        end = None if plan is None else plan.end(1)
+        # no plan but a step pending: a stall holds it until then
+        end = self._pending_at if plan is None else plan.end(1)
         return self._next_join(end) if self._inbound else end
 
     def metrics_snapshot(self) -> MetricsSnapshot:

@@ -83,6 +83,7 @@ class StepLoop(ReplicaCounters):
             self._stall_rng.expovariate(1.0 / self._stall_every) if share > 0.0 else float("inf")
         )
         self._plan_began = float(start_s)
+        self._admit_drawn = False  # the pending step already waited its admission stall
 
     def advance_to(self, t: float) -> list[RequestRecord]:
         """Run every step ending at or before `t`; return requests that finished."""
@@ -183,19 +184,26 @@ class StepLoop(ReplicaCounters):
 
     def _stall_after(self, end: float) -> None:
         """Count the plan that ended at `end` as work; where the work before the next
-        stall has run out, the next step waits out a stall (nothing waits while idle)."""
+        stall has run out, the next step waits out a stall (nothing waits while idle).
+
+        The next step is planned when the stall ends (`_pending_at` in the
+        future), so whatever arrives meanwhile joins it. The work the step ran
+        past the stall's point counts towards the next one, so the share holds.
+        """
         self._work_left -= end - self._plan_began
         if self._work_left > 0.0:
             return
         rng = self._stall_rng
         stall = rng.expovariate(1.0 / self._stall_mean)
-        self._work_left = rng.expovariate(1.0 / self._stall_every)
+        self._work_left += rng.expovariate(1.0 / self._stall_every)
         if self._pending_at is not None:
             self._pending_at = end + stall
 
     def _ensure_plan(self) -> None:
-        if self._plan is None and self._pending_at is not None:
-            self._start_step(self._pending_at)
+        """Plan the pending step, unless a stall still holds it (see `_stall_after`)."""
+        pending = self._pending_at
+        if self._plan is None and pending is not None and pending <= self._now:
+            self._start_step(pending)
 
     def _preempt(self, seq: SeqState) -> None:
         self._free_blocks += seq.blocks
@@ -207,6 +215,8 @@ class StepLoop(ReplicaCounters):
 
     def _start_step(self, t: float) -> None:
         """Schedule the step (or steady jump) starting at `t` (vLLM V1 `schedule()`)."""
+        if self._admit_chance > 0.0 and self._admission_stall(t):
+            return
         self._pending_at = None
         lim = self.limits
         bs = lim.block_size
@@ -361,18 +371,30 @@ class StepLoop(ReplicaCounters):
                     if abs(dt0 + mid * slope - true_mid) <= STEP_TIME_RTOL * true_mid:
                         break
                     steps = mid
+        plan = StepPlan(t, dt0, slope, steps, items, steps > 1 or all_decode)
         if self._stalling:
-            if admitted and self._admit_chance > 0.0:
-                rng = self._stall_rng
-                if rng.random() < self._admit_chance:
-                    # the step admitting new requests waits out a stall first
-                    t += rng.expovariate(1.0 / self._admit_mean)
             self._plan_began = t
-            if steps > 1 and self._work_left < steps * dt0:
-                # a jump ends by the step in which the work before the next stall
-                # runs out (steps only lengthen: dt0 per step at most overshoots)
-                steps = int(self._work_left / dt0) + 1
-        self._plan = StepPlan(t, dt0, slope, steps, items, steps > 1 or all_decode)
+            if steps > 1 and plan.stop > t + self._work_left:
+                # a jump ends with the step in which the work before the next stall
+                # runs out
+                plan.steps = min(steps, plan.steps_done_by(t + self._work_left) + 1)
+                plan.steady = plan.steps > 1 or all_decode
+                plan.restop()
+        self._plan = plan
+
+    def _admission_stall(self, t: float) -> bool:
+        """Whether the step due at `t`, which may admit waiting requests, first waits
+        out a stall (the profile's `admit_chance`); if so the step is due when it
+        ends, and whatever arrives meanwhile joins it. One draw per such step."""
+        if self._admit_drawn or not self._waiting or len(self._running) >= self.limits.max_num_seqs:
+            self._admit_drawn = False
+            return False
+        rng = self._stall_rng
+        if rng.random() >= self._admit_chance:
+            return False
+        self._admit_drawn = True
+        self._pending_at = t + rng.expovariate(1.0 / self._admit_mean)
+        return True
 
     def _kv_steps(self, items: list[tuple[SeqState, int]], k_fin: int) -> int:
         """Most identical decode steps (< `k_fin`) whose KV blocks fit in the free ones."""

@@ -350,6 +350,7 @@ class EmulatorProcess:
         self.port = free_port()
         self.index = index
         args = ["emulate", "--profile", profile, "--host", LOCALHOST, "--port", str(self.port)]
+        args += ["--stall-seed", str(index)]  # a profile with stalls: each replica its own
         if served_model_name:
             args += ["--served-model-name", served_model_name]
         self.child = Child(

@@ -60,6 +60,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="as vLLM's flag: refuse (503) a request that would make more than this "
         "many waiting + running, counted in vllm:admission_rejections_total",
     )
+    p.add_argument(
+        "--stall-seed",
+        type=int,
+        default=0,
+        help="seed of the replica's stalls, where its profile has any (replicas side by "
+        "side take different seeds; default 0)",
+    )
     p.set_defaults(func=emulate_command)
 
 
@@ -83,6 +90,7 @@ def emulate_command(args: argparse.Namespace, *, clock: ModelClock = WALL_CLOCK)
             default_max_tokens=args.default_max_tokens,
             api_server_count=args.api_server_count,
             max_num_queued_reqs=args.max_num_queued_reqs,
+            stall_seed=args.stall_seed,
         )
         settings.build_profile()
     except (ValueError, KeyError) as exc:

@@ -57,6 +57,8 @@ class EmulatorSettings:
     (waiting + running): one more is refused with 503 and counted in
     ``vllm:admission_rejections_total{reason="max_num_queued_reqs"}``.
     `clock` maps the model's time to the wall clock (the stack runs it faster).
+    `stall_seed` seeds the replica's stalls (a profile's `stalls`), so emulated
+    replicas side by side do not stall together.
     """
 
     profile: str = DEFAULT_PROFILE
@@ -69,6 +71,7 @@ class EmulatorSettings:
     api_server_count: int = 1
     max_num_queued_reqs: int | None = None
     clock: ModelClock = WALL_CLOCK
+    stall_seed: int = 0
     overrides: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,7 +144,7 @@ def create_app(settings: EmulatorSettings) -> web.Application:
     app[_STATE] = state
 
     async def on_startup(app: web.Application) -> None:
-        driver = ReplicaDriver(Replica(profile), settings.clock)
+        driver = ReplicaDriver(Replica(profile, stall_seed=settings.stall_seed), settings.clock)
         driver.start()
         app[_DRIVER] = driver
 

@@ -15,7 +15,7 @@ import pytest
 from engine.bench_result import BenchMeasurement
 from engine.percentile import percentile
 from engine.profile_files import read_profile_file
-from engine.profile_fit_stalls import admission_stalls
+from engine.profile_fit_stalls import P99_ONLY_CHANCE, admission_stalls, starting_stalls
 from engine.profile_types import EngineStalls
 from engine.serving_replay import ServingLoad, replay_load
 from prescaler.cli import main
@@ -47,12 +47,16 @@ def test_an_exponential_ttft_tail_gives_back_its_chance_and_mean() -> None:
     x90, x99 = mean * math.log(chance / 0.1), mean * math.log(chance / 0.01)
     got = admission_stalls([_run_with(0.05, 0.05 + x90, 0.05 + x99)])
     assert got == pytest.approx((chance, mean))
-    # no tail past the median, or runs without the tails: no stall on admission
-    assert admission_stalls([_run_with(0.05, 0.05, 0.06)]) == (0.0, 0.0)
-    assert admission_stalls([dataclasses.replace(_run_with(1, 2, 3), p90_ttft_s=None)]) == (
-        0.0,
-        0.0,
-    )
+    # no tail past the median: no stall on admission; a p90 at the median with a
+    # p99 past it: one in ten at most, read from the p99
+    assert admission_stalls([_run_with(0.05, 0.05, 0.05)]) == (0.0, 0.0)
+    chance, mean = admission_stalls([_run_with(0.05, 0.05, 0.06)])
+    assert chance == P99_ONLY_CHANCE and mean == pytest.approx(0.01 / math.log(10.0), rel=1e-3)
+    # a p99 alone (vllm bench serve's default percentiles): one admission in ten
+    chance, mean = admission_stalls([dataclasses.replace(_run_with(1, 2, 3), p90_ttft_s=None)])
+    assert chance == P99_ONLY_CHANCE and mean == pytest.approx(2.0 / math.log(10.0), rel=1e-3)
+    no_tails = dataclasses.replace(_run_with(1, 2, 3), p90_ttft_s=None, p99_ttft_s=None)
+    assert admission_stalls([no_tails]) == (0.0, 0.0)
 
 
 def test_a_bench_fit_reads_the_stalls_from_the_tails_and_predicts_another_load(
@@ -102,3 +106,13 @@ def test_a_bench_fit_without_tails_keeps_the_stalls_and_says_why(tmp_path: Path)
     report = json.loads(stdout)
     assert "no tails" in report["kept_reasons"]["stalls.share"]
     assert not any(d["field"].startswith("stalls.") for d in report["determined"])
+
+
+def test_default_percentiles_still_start_the_stalls_on_admission() -> None:
+    """``vllm bench serve`` writes p99s but no p90 unless asked: the admission
+    stalls start from the p99 alone rather than being left out."""
+    run = dataclasses.replace(_run_with(0.05, 0.0, 0.25), p90_ttft_s=None, mean_itl_s=0.012)
+    start = starting_stalls([run])
+    assert start.admit_chance == P99_ONLY_CHANCE
+    assert start.admit_mean_s == pytest.approx(0.2 / math.log(10.0), rel=1e-3)
+    assert start.share == pytest.approx(1.0 - 0.01 / 0.012)

@@ -134,3 +134,41 @@ def test_profile_files_carry_the_stalls_and_old_files_still_load() -> None:
 def test_the_catalogue_has_no_stalls() -> None:
     """Stalls are a measured server's; the built-ins model the steps alone."""
     assert all(not p.stalls.active for p in PROFILES.values())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    # distinct arrival times: two at one instant meet a step planned between them
+    # if the driver looks in between, stalls or not
+    reqs=st.lists(
+        st.tuples(st.floats(0.0, 3.0), st.integers(1, 800), st.integers(1, 200)),
+        min_size=2,
+        max_size=15,
+        unique_by=lambda r: r[0],
+    ),
+    share=st.floats(0.1, 0.6),
+    chance=st.floats(0.0, 1.0),
+)
+def test_a_stall_holds_the_next_step_whoever_looks_at_the_replica(
+    reqs: list[tuple[float, int, int]], share: float, chance: float
+) -> None:
+    """Asking when the next event or token comes never plans a step a stall still
+    holds: a request that arrives during a stall joins the step after it, and the
+    records are the same whether or not the driver looked before each arrival."""
+    stalls = EngineStalls(share=share, mean_s=0.05, admit_chance=chance, admit_mean_s=0.05)
+    profile = _with(stalls)
+    batch = sorted(
+        (Request(f"r{i}", a, p, o) for i, (a, p, o) in enumerate(reqs)), key=lambda r: r.arrival_s
+    )
+    _, quiet = run_requests(profile, batch)
+    looked = Replica(profile)
+    records = []
+    for req in batch:
+        looked.next_event_time()
+        looked.next_token_time()
+        records += looked.advance_to(req.arrival_s)
+        looked.submit(req)
+    while (t := looked.next_event_time()) is not None:
+        records += looked.advance_to(t)
+    by_id = {r.request_id: (r.first_token_s, r.finish_s) for r in quiet}
+    assert {r.request_id: (r.first_token_s, r.finish_s) for r in records} == by_id
