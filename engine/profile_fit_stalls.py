@@ -1,24 +1,11 @@
 """A server's stalls read from its benchmark runs' tails (``EngineStalls``).
 
-The medians a fit matches say how fast the steps are; they cannot say how
-often, or how long, the server stops between steps, which is what its mean
-gap, its throughput and the tails of TTFT and of the gaps show. Each kind of
-stall is read where it shows most plainly:
-
-- on admission (chance and mean length): from each run's TTFT p90 and p99,
-  whose excess over the median an exponential tail explains with one mean and
-  one chance;
-- while working (mean length): from the p99 gap's excess over the median gap;
-- while working (share of the busy time): the share at which the fitted
-  profile's replay gives the runs' mean gaps, searched after the speed fit
-  (it trades with nothing the medians see).
-
-Those readings start a search that replays the runs through the fitted
-profile and matches every tail figure they report at once (``refine``): a
-stall of either kind shows in both tails (an admission's stall delays the
-whole batch's next token), and a run's p99 is a handful of requests, which
-the replay's own p99 estimates with the same noise.
-
+The medians a fit matches say how fast the steps are, not how often or how
+long the server stops between them: that shows in its mean gap, its
+throughput and the tails of TTFT and of the gaps. A closed-form reading of
+each run's tails starts a search that replays the runs through the fitted
+profile and matches every tail figure at once, since an admission's stall
+also delays the batch's next token (``docs/profiles.md`` has the stages).
 Pure: the caller gives the measured runs and the profile to replay.
 """
 

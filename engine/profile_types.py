@@ -102,20 +102,16 @@ MAX_STALL_SHARE = 0.9
 class EngineStalls:
     """Pauses between scheduler steps that the step-time model does not make (docs/profiles.md).
 
-    A real server loses time between steps to things no roofline sees: a
-    garbage-collection pause, a process descheduled on shared cores, the API
-    server's work on new requests starving the engine. They make the long
-    tails of TTFT and of the gaps between tokens, and lower throughput below
-    what the median gap implies. Two kinds, each exponential in length:
-
-    - while working: ``share`` of the busy time is spent stalled (0: never),
-      in stalls of mean ``mean_s``, wherever the steps happen to be;
-    - on admission: a step that admits a new request first waits out a stall
-      of mean ``admit_mean_s`` with probability ``admit_chance``.
-
-    A stall holds the whole batch (and whatever arrives meanwhile) and
-    delays nothing while the replica is idle. All zero (the default, and the
-    catalogue's) is the steps alone.
+    A real server loses time between steps to what no roofline sees (a GC
+    pause, a process descheduled on shared cores, the API server starving
+    the engine): the long tails of TTFT and of the token gaps, and less
+    throughput than the median gap implies. While working, ``share`` of the
+    busy time goes to stalls of mean ``mean_s``; on admission, a step that
+    would admit a waiting request first waits a stall of mean
+    ``admit_mean_s`` with probability ``admit_chance``. Lengths are
+    exponential; a stall holds the batch and whatever arrives meanwhile and
+    delays nothing while idle. All zero (the default, and the catalogue's)
+    is the steps alone.
     """
 
     share: float = 0.0
