@@ -8,8 +8,10 @@ can be checked against the truth.
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
+from pathlib import Path
 from typing import Any
 
 from engine.metrics import ServerInfo, render_metrics
@@ -128,3 +130,18 @@ def synthetic_pages(
                 pages.append(MetricsPage(t, text.decode()))
                 next_page += every_s
     return pages
+
+
+def bench_files(profile: Profile, folder: Path, requests: int, *, tails: bool = False) -> list[str]:
+    """Two synthetic ``vllm bench serve`` runs of ``profile`` at 8 clients, 128- and
+    1024-token prompts (128 out), written to ``folder``: the ``--bench-result``
+    arguments of a fit that can tell a fixed time from prefill."""
+    args: list[str] = []
+    for prompt in (128, 1024):
+        doc = synthetic_bench_document(
+            profile, ServingLoad(requests, prompt, 128, max_concurrency=8), tails=tails
+        )
+        path = folder / f"run-{prompt}.json"
+        path.write_text(json.dumps(doc))
+        args += ["--bench-result", str(path)]
+    return args

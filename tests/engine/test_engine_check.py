@@ -5,9 +5,7 @@ request overhead must reach them, and ``--record`` must write the outcome."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from engine.profile_check import (
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_types import RequestOverhead
 from engine.profiles import get_profile
-from prescaler.cli import main
+from tests.support.cli_run import run_cli
 from tests.support.emulator import emulator_process
 
 DATA = Path(__file__).parent / "data" / "check"
@@ -37,13 +35,6 @@ OVERHEAD = RequestOverhead(
 )
 
 
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
-
-
 def _rows(report: dict[str, object]) -> dict[str, dict[str, float | None]]:
     return {r["metric"]: r for r in report["rows"]}  # type: ignore[attr-defined,index]
 
@@ -51,7 +42,7 @@ def _rows(report: dict[str, object]) -> dict[str, dict[str, float | None]]:
 def test_a_shipped_result_file_is_checked_side_by_side() -> None:
     """The stored run (the emulator, the same profile): every figure measured, each
     prediction within 25 %, exit 0; the text shows measured, predicted and error."""
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result", str(FIXTURE),
          "--json"]
     )  # fmt: skip
@@ -64,7 +55,7 @@ def test_a_shipped_result_file_is_checked_side_by_side() -> None:
     assert all(r["measured"] is not None and r["predicted"] > 0 for r in rows.values())
     assert report["passed"] and report["max_abs_error"] <= 0.25
     assert report["load"]["per_request_lengths"] and report["load"]["send_times"]
-    code, text, _ = _run(
+    code, text, _ = run_cli(
         ["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result", str(FIXTURE)]
     )
     assert code == 0 and "measured" in text and "ttft_p90_ms" in text and " %" in text
@@ -106,7 +97,7 @@ def test_check_against_a_running_emulator_with_request_overhead(tmp_path: Path) 
     path = write_profile_file(profile, tmp_path / "with-overhead.yaml", "a test profile")
     saved = tmp_path / "run.json"
     with emulator_process(profile=str(path)) as url:
-        code, stdout, stderr = _run(
+        code, stdout, stderr = run_cli(
             ["engine", "check", "--profile", str(path), "--url", url, *FIXTURE_LOAD,
              "--save-result", str(saved), "--record", "--json"]
         )  # fmt: skip
@@ -128,10 +119,10 @@ def test_check_against_a_running_emulator_with_request_overhead(tmp_path: Path) 
 def test_check_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"completed": 3}))
-    code, _, err = _run(["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result",
+    code, _, err = run_cli(["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result",
                          str(bad)])  # fmt: skip
     assert code == 2 and "total_input_tokens" in err and err.count("\n") == 1
-    code, _, err = _run(["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result",
+    code, _, err = run_cli(["engine", "check", "--profile", FIXTURE_PROFILE, "--bench-result",
                          str(FIXTURE), "--record"])  # fmt: skip
     assert code == 2 and "--record" in err and err.count("\n") == 1
 
@@ -147,7 +138,7 @@ def test_a_check_that_compared_nothing_exits_2_and_records_nothing(tmp_path: Pat
     run.write_text(json.dumps(doc))
     path = write_profile_file(get_profile(FIXTURE_PROFILE), tmp_path / "p.yaml", "mine")
     before = path.read_text()
-    code, out, err = _run(["engine", "check", "--profile", str(path), "--bench-result",
+    code, out, err = run_cli(["engine", "check", "--profile", str(path), "--bench-result",
                            str(run), "--record", "--json"])  # fmt: skip
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "nothing to compare" in err and "no request in the run succeeded" in err
@@ -206,7 +197,7 @@ def test_a_cut_replay_is_compared_with_the_same_requests() -> None:
 if __name__ == "__main__":
     # regenerate the fixture against a fresh emulator
     with emulator_process(profile=FIXTURE_PROFILE) as server:
-        code, _, err = _run(
+        code, _, err = run_cli(
             ["engine", "load", server, *FIXTURE_LOAD, "--save-result", str(FIXTURE)]
         )
     assert code == 0, err

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
-import io
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,6 @@ from engine.profile_fit_measurements import fit_to_measurements
 from engine.profile_types import RequestOverhead
 from engine.profiles import Profile, get_profile
 from engine.serving_replay import ServingLoad, replay_load
-from prescaler.cli import main
 from tests.engine.profile_fit_truth import (
     BASE,
     BENCH_FIXTURE,
@@ -38,7 +35,8 @@ from tests.engine.profile_fit_truth import (
     TRUE_HARDWARE,
     true_profile,
 )
-from tests.engine.synthetic_vllm import synthetic_bench_document, synthetic_pages
+from tests.engine.synthetic_vllm import bench_files, synthetic_bench_document, synthetic_pages
+from tests.support.cli_run import run_cli
 
 DATA = Path(__file__).parent / "data" / "profile_fit"
 VLLM_PAGE = Path(__file__).parent.parent / "vllm" / "data" / "vllm-0.32-after-64.txt"
@@ -47,13 +45,6 @@ OTHER_LOADS = (
     ServingLoad(80, 256, 256, max_concurrency=4),
     ServingLoad(80, 1024, 64, request_rate=1.0),
 )
-
-
-def _run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _close(a: float, b: float, rel: float) -> bool:
@@ -90,7 +81,7 @@ def test_fit_from_a_bench_result_recovers_the_truth(tmp_path: Path) -> None:
     medians, gets the altered compute efficiency back, and predicts loads it never
     saw within 5 % of the true profile."""
     out = tmp_path / "fitted.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
          "--out", str(out), "--name", "llama-3-8b@my-a10g", "--json"]
     )  # fmt: skip
@@ -122,7 +113,7 @@ def test_fit_from_metrics_pages_recovers_the_truth_and_the_kv_capacity(tmp_path:
                             output_tokens=128)  # fmt: skip
     saved = write_pages(pages, tmp_path / "pages.jsonl")
     out = tmp_path / "fitted.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
          "--out", str(out)]
     )  # fmt: skip
@@ -143,7 +134,7 @@ def test_fit_from_both_sources_at_once(tmp_path: Path) -> None:
     pages = synthetic_pages(truth, [(2, 30), (8, 30)], prompt_tokens=512, output_tokens=128)
     saved = write_pages(pages, tmp_path / "pages.jsonl")
     out = tmp_path / "both.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
          "--bench-result", str(DATA / BENCH_FIXTURE), "--out", str(out), "--json"]
     )  # fmt: skip
@@ -173,16 +164,16 @@ def test_a_bad_bench_result_names_the_file_and_field(edit: object, needle: str) 
 
 
 def test_cli_errors_are_one_line_naming_the_cause(tmp_path: Path) -> None:
-    code, _, err = _run(["engine", "fit-profile", "--base", BASE, "--out", str(tmp_path / "x")])
+    code, _, err = run_cli(["engine", "fit-profile", "--base", BASE, "--out", str(tmp_path / "x")])
     assert code == 2 and "--bench-result" in err
-    code, _, err = _run(
+    code, _, err = run_cli(
         ["engine", "fit-profile", "--base", "llama-3-8b@g5.xlarg", "--out", "x.yaml",
          "--bench-result", str(DATA / BENCH_FIXTURE)]
     )  # fmt: skip
     assert code == 2 and "did you mean 'llama-3-8b@g5.xlarge'" in err
     text = VLLM_PAGE.read_text()
     idle = write_pages([MetricsPage(0, text), MetricsPage(60, text)], tmp_path / "idle.jsonl")
-    code, _, err = _run(
+    code, _, err = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(idle), "--out", "x.yaml"]
     )
     assert code == 2 and "no steady window" in err and err.count("\n") == 1
@@ -293,7 +284,7 @@ def test_a_poor_fit_is_warned_naming_the_figure(tmp_path: Path) -> None:
     doc["output_throughput"] *= 3.0
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--bench-result", str(bad),
          "--out", str(tmp_path / "bad.yaml"), "--json"]
     )  # fmt: skip
@@ -302,7 +293,7 @@ def test_a_poor_fit_is_warned_naming_the_figure(tmp_path: Path) -> None:
     poor = [w for w in report["warnings"] if w.startswith("poor fit")]
     assert len(poor) == 1 and "output_throughput" in poor[0] and " %" in poor[0]
     assert "warning: poor fit" in stderr
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
          "--out", str(tmp_path / "good.yaml"), "--json"]
     )  # fmt: skip
@@ -323,7 +314,7 @@ def test_a_kv_capacity_the_pages_do_not_give_is_kept_and_said(tmp_path: Path) ->
     ]
     saved = write_pages(stripped, tmp_path / "pages.jsonl")
     out = tmp_path / "fitted.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
          "--out", str(out), "--json"]
     )  # fmt: skip
@@ -350,7 +341,7 @@ def test_a_fixed_time_per_request_is_separated_from_prefill(tmp_path: Path) -> N
                             output_tokens=128)  # fmt: skip
     saved = write_pages(pages, tmp_path / "pages.jsonl")
     out = tmp_path / "fitted.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--metrics-pages", str(saved),
          "--out", str(out), "--json"]
     )  # fmt: skip
@@ -368,14 +359,9 @@ def test_bench_runs_at_two_prompt_lengths_separate_the_fixed_time(tmp_path: Path
     the fixed time stays while prefill grows, so the fit finds it and predicts loads
     it never saw within 10 %."""
     truth = dataclasses.replace(true_profile(), request_overhead=RequestOverhead(in_fixed_s=0.08))
-    runs = []
-    for prompt in (128, 1024):
-        doc = synthetic_bench_document(truth, ServingLoad(120, prompt, 128, max_concurrency=8))
-        path = tmp_path / f"run-{prompt}.json"
-        path.write_text(json.dumps(doc))
-        runs += ["--bench-result", str(path)]
+    runs = bench_files(truth, tmp_path, 120)
     out = tmp_path / "fitted.yaml"
-    code, stdout, stderr = _run(
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, *runs, "--out", str(out), "--json"]
     )
     assert code == 0, stderr
@@ -391,7 +377,9 @@ def test_bench_runs_at_two_prompt_lengths_separate_the_fixed_time(tmp_path: Path
 def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
     tmp_path: Path,
 ) -> None:
-    code, stdout, stderr = _run(
+    """One run at one prompt length, with medians only (no tails): the fixed time
+    outside the engine and the stalls are both kept, each with its reason."""
+    code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, "--bench-result", str(DATA / BENCH_FIXTURE),
          "--out", str(tmp_path / "f.yaml"), "--json"]
     )  # fmt: skip
@@ -401,6 +389,8 @@ def test_a_bench_fit_keeps_the_request_overhead_it_cannot_see_and_says_why(
     assert "several concurrencies or prompt lengths" in reason and "docs/facts.md" in reason
     assert set(report["factor_uncertainty"]) <= {"bandwidth", "compute", "overhead"}
     assert read_profile_file(tmp_path / "f.yaml").request_overhead == RequestOverhead()
+    assert "no tails" in report["kept_reasons"]["stalls.share"]
+    assert not any(d["field"].startswith("stalls.") for d in report["determined"])
 
 
 def test_a_long_tail_in_the_itl_histogram_is_said(tmp_path: Path) -> None:

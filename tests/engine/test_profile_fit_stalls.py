@@ -4,10 +4,8 @@ through ``prescaler engine fit-profile`` on data the engine made from a known tr
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -18,16 +16,9 @@ from engine.profile_files import read_profile_file
 from engine.profile_fit_stalls import P99_ONLY_CHANCE, admission_stalls, starting_stalls
 from engine.profile_types import EngineStalls
 from engine.serving_replay import ServingLoad, replay_load
-from prescaler.cli import main
 from tests.engine.profile_fit_truth import BASE, BENCH_LOAD, true_profile
-from tests.engine.synthetic_vllm import synthetic_bench_document
-
-
-def run_cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(argv)
-    return code, out.getvalue(), err.getvalue()
+from tests.engine.synthetic_vllm import bench_files
+from tests.support.cli_run import run_cli
 
 
 def _run_with(median: float, p90: float, p99: float) -> BenchMeasurement:
@@ -68,12 +59,7 @@ def test_a_bench_fit_reads_the_stalls_from_the_tails_and_predicts_another_load(
     throughput within 10 %; p90 TTFT, a tail of a few dozen requests, within 50 %)."""
     stalls = EngineStalls(share=0.2, mean_s=0.05, admit_chance=0.2, admit_mean_s=0.15)
     truth = dataclasses.replace(true_profile(), stalls=stalls)
-    runs = []
-    for prompt in (128, 1024):
-        load = ServingLoad(200, prompt, 128, max_concurrency=8)
-        path = tmp_path / f"run-{prompt}.json"
-        path.write_text(json.dumps(synthetic_bench_document(truth, load, tails=True)))
-        runs += ["--bench-result", str(path)]
+    runs = bench_files(truth, tmp_path, 200, tails=True)
     out = tmp_path / "fitted.yaml"
     code, stdout, stderr = run_cli(
         ["engine", "fit-profile", "--base", BASE, *runs, "--out", str(out), "--json"]
@@ -93,19 +79,6 @@ def test_a_bench_fit_reads_the_stalls_from_the_tails_and_predicts_another_load(
     assert got.median_itl_s == pytest.approx(want.median_itl_s, rel=0.10)
     assert got.output_throughput == pytest.approx(want.output_throughput, rel=0.10)
     assert percentile(got.ttfts, 90) == pytest.approx(percentile(want.ttfts, 90), rel=0.5)
-
-
-def test_a_bench_fit_without_tails_keeps_the_stalls_and_says_why(tmp_path: Path) -> None:
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(synthetic_bench_document(true_profile(), BENCH_LOAD)))
-    code, stdout, stderr = run_cli(
-        ["engine", "fit-profile", "--base", BASE, "--bench-result", str(path),
-         "--out", str(tmp_path / "f.yaml"), "--json"]
-    )  # fmt: skip
-    assert code == 0, stderr
-    report = json.loads(stdout)
-    assert "no tails" in report["kept_reasons"]["stalls.share"]
-    assert not any(d["field"].startswith("stalls.") for d in report["determined"])
 
 
 def test_default_percentiles_still_start_the_stalls_on_admission() -> None:

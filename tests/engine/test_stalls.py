@@ -29,6 +29,16 @@ def _with(stalls: EngineStalls, name: str = BASE) -> Profile:
     return dataclasses.replace(get_profile(name), stalls=stalls)
 
 
+def _requests(
+    until_s: float, prompt: int, output: int, least: int, most: int, *, distinct: bool = False
+) -> st.SearchStrategy[list[tuple[float, int, int]]]:
+    """(arrival, prompt, output) lists; ``distinct``: no two arrivals at one instant."""
+    item = st.tuples(st.floats(0.0, until_s), st.integers(1, prompt), st.integers(1, output))
+    if distinct:
+        return st.lists(item, min_size=least, max_size=most, unique_by=lambda r: r[0])
+    return st.lists(item, min_size=least, max_size=most)
+
+
 def test_working_stalls_take_their_share_of_the_busy_time_and_leave_the_median_gap() -> None:
     plain = replay_load(get_profile(BASE), BUSY)
     for share in (0.1, 0.3):
@@ -66,11 +76,7 @@ def test_a_replica_stalls_the_same_way_under_one_seed_and_otherwise_under_anothe
 
 @settings(max_examples=25, deadline=None)
 @given(
-    reqs=st.lists(
-        st.tuples(st.floats(0.0, 5.0), st.integers(1, 1500), st.integers(1, 300)),
-        min_size=1,
-        max_size=20,
-    ),
+    reqs=_requests(5.0, 1500, 300, 1, 20),
     share=st.floats(0.01, 0.6),
     mean_s=st.floats(0.001, 0.5),
     chance=st.floats(0.0, 1.0),
@@ -140,12 +146,7 @@ def test_the_catalogue_has_no_stalls() -> None:
 @given(
     # distinct arrival times: two at one instant meet a step planned between them
     # if the driver looks in between, stalls or not
-    reqs=st.lists(
-        st.tuples(st.floats(0.0, 3.0), st.integers(1, 800), st.integers(1, 200)),
-        min_size=2,
-        max_size=15,
-        unique_by=lambda r: r[0],
-    ),
+    reqs=_requests(3.0, 800, 200, 2, 15, distinct=True),
     share=st.floats(0.1, 0.6),
     chance=st.floats(0.0, 1.0),
 )
