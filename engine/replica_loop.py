@@ -77,8 +77,10 @@ class StepLoop(ReplicaCounters):
         self._admit_chance = 0.0 if stalls is None else float(stalls.admit_chance)
         self._admit_mean = 0.0 if stalls is None else float(stalls.admit_mean_s)
         self._stalling = share > 0.0 or self._admit_chance > 0.0
-        # mean seconds of steps between two stalls while working (see EngineStalls)
-        self._stall_every = self._stall_mean * (1.0 - share) / share if share > 0.0 else 0.0
+        # mean seconds of steps between two stalls while working
+        self._stall_every = (
+            float(stalls.work_between_s) if stalls is not None and share > 0.0 else 0.0
+        )
         self._work_left = (
             self._stall_rng.expovariate(1.0 / self._stall_every) if share > 0.0 else float("inf")
         )
