@@ -27,6 +27,7 @@ from engine.profile_fit import (
 )
 from engine.profile_fit_stalls import (
     STALL_FIELDS,
+    bench_residuals,
     fit_share,
     has_tails,
     refine,
@@ -87,7 +88,8 @@ def fit_to_measurements(
                 f"(e.g. {g.load.max_concurrency} running: mean {g.itl_mean_s * 1e3:.1f} ms, "
                 "above the bucket that holds the median): the fit matches means (vLLM's "
                 "buckets are too coarse to read a median there), so the profile will "
-                "predict median ITL high"
+                "predict median ITL high; a `vllm bench serve` result (its medians, and its "
+                "mean and p99 ITL) lets the fit read the stalls behind such a tail"
             )
     notes: dict[str, str] = {}
     if last_page is not None and last_page.num_gpu_blocks is not None:
@@ -131,7 +133,7 @@ def fit_to_measurements(
         # again with those stalls
         first = fit_from(dataclasses.replace(base, stalls=starting_stalls(benches)))
         shared = dataclasses.replace(first.profile, stalls=fit_share(first.profile, benches))
-        fit = fit_from(dataclasses.replace(base, stalls=refine(shared, benches)))
+        fit = fit_from(dataclasses.replace(base, stalls=refine(shared, bench_residuals(benches))))
         fit = _with_stall_account(fit, base, benches, source)
     else:
         fit = fit_from(base)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import brentq, minimize
@@ -36,6 +36,8 @@ P99_ONLY_CHANCE = 0.1
 REFINE_EVALUATIONS = 120
 #: The tail search's first steps, in log length and logit chance.
 SIMPLEX_STEP = 0.7
+#: A profile's misses on the measured tails (log errors), for the search to square and sum.
+TailResiduals = Callable[[Profile], list[float]]
 #: The stall fields, as a profile file names them.
 STALL_FIELDS: tuple[str, ...] = (
     "stalls.share",
@@ -180,9 +182,23 @@ def tail_checks(
     return out
 
 
-def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStalls:
-    """``profile``'s stalls moved until its replays match the runs' tail figures
-    (mean and p99 gap, p90 and p99 TTFT; log errors, squared and summed).
+def bench_residuals(benches: Sequence[BenchMeasurement]) -> TailResiduals:
+    """The runs' tail figures (mean and p99 gap, p90 and p99 TTFT) as log errors."""
+    tags = [""] * len(benches)
+
+    def residuals(profile: Profile) -> list[float]:
+        return [
+            math.log(max(model, 1e-12) / measured)
+            for _, measured, model in tail_checks(profile, benches, tags)
+        ]
+
+    return residuals
+
+
+def refine(profile: Profile, residuals: TailResiduals) -> EngineStalls:
+    """``profile``'s stalls moved until its replays match the measured tails
+    (``residuals``, squared and summed; ``bench_residuals`` gives a
+    benchmark's).
 
     Nelder-Mead in log lengths and logit chances from ``profile.stalls``: the
     replayed quantiles move in steps (a stall more or less), which a
@@ -195,7 +211,6 @@ def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStall
     ]
     if not kinds:
         return start
-    tags = [""] * len(benches)
 
     def stalls_at(x: np.ndarray) -> EngineStalls:
         values = dict(zip(_names(kinds), x.tolist(), strict=True))
@@ -216,10 +231,7 @@ def refine(profile: Profile, benches: Sequence[BenchMeasurement]) -> EngineStall
 
     def loss(x: np.ndarray) -> float:
         trial = dataclasses.replace(profile, stalls=stalls_at(x))
-        return sum(
-            math.log(max(model, 1e-12) / measured) ** 2
-            for _, measured, model in tail_checks(trial, benches, tags)
-        )
+        return sum(r**2 for r in residuals(trial))
 
     x0 = np.array(_start_vector(start, kinds))
     at_start = loss(x0)

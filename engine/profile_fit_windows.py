@@ -80,6 +80,9 @@ class WindowGroup:
     itl_long_tail: bool = False
     #: the quantiles whose buckets pin them (``MAX_BUCKET_RATIO``, ``MIN_QUANTILE_COUNT``)
     quantiles: tuple[QuantileTarget, ...] = ()
+    #: the pooled histograms, (upper bound, cumulative count): the tails stalls make
+    itl_buckets: tuple[tuple[float, float], ...] = ()
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
 
     @property
     def shape(self) -> str:
@@ -135,10 +138,20 @@ def window_groups(windows: Sequence[LoadWindow]) -> list[WindowGroup]:
         bounds = bucket_bounds(itl_buckets, 0.5)
         tail = bounds is not None and bounds[1] < itl
         quantiles = _quantiles("itl", itl_buckets)
-        if ttft is not None:
-            quantiles += _quantiles("ttft", _pooled([w.ttft_buckets for w in ttft_members]))
+        ttft_buckets = _pooled([w.ttft_buckets for w in ttft_members]) if ttft is not None else ()
+        quantiles += _quantiles("ttft", ttft_buckets)
         groups.append(
-            WindowGroup(load, itl, itl_n, ttft, ttft_n, itl_long_tail=tail, quantiles=quantiles)
+            WindowGroup(
+                load,
+                itl,
+                itl_n,
+                ttft,
+                ttft_n,
+                itl_long_tail=tail,
+                quantiles=quantiles,
+                itl_buckets=itl_buckets,
+                ttft_buckets=ttft_buckets,
+            )
         )
     return groups
 
