@@ -221,7 +221,8 @@ TRUE_STALLS = EngineStalls(share=0.2, mean_s=0.05, admit_chance=0.2, admit_mean_
 #: Closed-loop clients and seconds per phase, scraped every second (as the fit's tests).
 PHASES = [(1, 40.0), (4, 40.0), (16, 40.0)]
 PROMPT_TOKENS, OUTPUT_TOKENS = 512, 128
-#: Loads the fit never saw (the fit tests' two, and four clients at its own lengths).
+#: Loads to predict: the fit tests' two, which the fit never saw, and four clients
+#: at the scraped lengths (a shape the fit was fitted on).
 OTHER_LOADS = (
     ServingLoad(80, 256, 256, max_concurrency=4),
     ServingLoad(80, 1024, 64, request_rate=1.0),
@@ -231,11 +232,14 @@ OTHER_LOADS = (
 SCAN_SHARES = (0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 
 
-def read_stalls(base: Profile, windows: Sequence[LoadWindow], last: PageValues) -> EngineStalls:
-    """The stalls the pages' tails give: start, search, as the module says."""
-    plain = fit_to_measurements(base, windows=windows, last_page=last)
-    shapes = shape_tails(window_groups(windows))
-    start = window_starting_stalls(shapes, plain.profile)
+def read_stalls(
+    base: Profile,
+    windows: Sequence[LoadWindow],
+    last: PageValues,
+    shapes: Sequence[ShapeTail],
+    start: EngineStalls,
+) -> EngineStalls:
+    """The stalls the pages' tails give from ``start``: the speed, then the search."""
     if not start.active:
         return start
     first = fit_to_measurements(
@@ -269,16 +273,18 @@ def case(stalls: EngineStalls, *, scan: bool) -> dict[str, object]:
     truth = dataclasses.replace(true_profile(), stalls=stalls).with_vllm(num_gpu_blocks=2000)
     pages = synthetic_pages(truth, PHASES, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS)
     windows, last = load_windows(pages, min_window_s=10.0)
-    shapes = shape_tails(window_groups(windows))
+    groups = window_groups(windows)
+    shapes = shape_tails(groups)
     tails = window_residuals(shapes)
     plain = fit_to_measurements(base, windows=windows, last_page=last)
-    read = read_stalls(base, windows, last)
+    start = window_starting_stalls(shapes, plain.profile)
+    read = read_stalls(base, windows, last, shapes, start)
     with_read = fit_to_measurements(
         dataclasses.replace(base, stalls=read), windows=windows, last_page=last
     )
     out: dict[str, object] = {
         "true_stalls": dataclasses.asdict(stalls),
-        "start_stalls": dataclasses.asdict(window_starting_stalls(shapes, plain.profile)),
+        "start_stalls": dataclasses.asdict(start),
         "read_stalls": dataclasses.asdict(read),
         "tail_loss": {
             "truth": _loss(tails, truth),
@@ -291,8 +297,9 @@ def case(stalls: EngineStalls, *, scan: bool) -> dict[str, object]:
         },
     }
     if scan:
-        start = window_starting_stalls(shapes, plain.profile)
-        rounds, smooth = expected_effect_fit(base.with_vllm(num_gpu_blocks=2000), windows, start)
+        rounds, smooth = expected_effect_fit(
+            base.with_vllm(num_gpu_blocks=2000), groups, tails, start
+        )
         again = fit_to_measurements(
             dataclasses.replace(base, stalls=smooth.stalls), windows=windows, last_page=last
         )
@@ -319,7 +326,7 @@ def case(stalls: EngineStalls, *, scan: bool) -> dict[str, object]:
                 }
             )
         out["scan"] = rows
-        out["truth_worst_target_miss"] = _worst_miss(window_groups(windows), truth)
+        out["truth_worst_target_miss"] = _worst_miss(groups, truth)
     return out
 
 
@@ -366,15 +373,13 @@ def expected_effect_targets(groups: Sequence[WindowGroup]) -> Targets:
 
 
 def expected_effect_fit(
-    base: Profile, windows: Sequence[LoadWindow], start: EngineStalls
+    base: Profile, groups: Sequence[WindowGroup], tails: TailResiduals, start: EngineStalls
 ) -> tuple[list[dict[str, object]], Profile]:
     """Rounds of a speed fit on stall-free replays (``expected_effect_targets``, smooth
     in the speed) and ``refine`` on stalling ones: each round's speed and stalls,
-    and the last speed with the last stalls."""
-    groups = window_groups(windows)
+    and the last speed with the last stalls (``tails``: ``window_residuals``)."""
     buckets = quantile_bounds(groups)
     targets = expected_effect_targets(groups)
-    tails = window_residuals(shape_tails(groups))
 
     def residuals(profile: Profile) -> list[float]:
         return [
