@@ -10,6 +10,7 @@ constants read :func:`suite_options`.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -32,6 +33,11 @@ class SuiteOptions:
     bench_trials: int | None = None
     bench_prune: Literal["pace", "exact"] = "exact"
     vllm_home: Path = DEFAULT_VLLM_HOME
+    vllm_server_cpus: frozenset[int] | Literal["last", "none"] = "last"
+    """The CPUs the profile-fit bench pins its vLLM server to (its own process
+    and clients take the others): by default the last one, since with the
+    clients on the server's cores its p90 TTFT moved twelvefold between runs
+    (``docs/profiles.md``); "none": nothing pinned."""
 
 
 _given = [SuiteOptions()]
@@ -56,7 +62,28 @@ def add_options(parser: pytest.Parser) -> None:
                     help="the capacity-error bench's --prune rule (default exact)")  # fmt: skip
     group.addoption("--vllm-home", type=Path, default=DEFAULT_VLLM_HOME, metavar="PATH",
                     help="where the real vLLM's venv and model are cached")  # fmt: skip
+    group.addoption("--vllm-server-cpus", type=_cpu_list, default="last",
+                    metavar="last|none|N[,N...]",
+                    help="pin the profile-fit bench's vLLM server to these CPUs, its "
+                         "clients to the others (default: last, the highest-numbered "
+                         "CPU, when there are two or more; none: unpinned)")  # fmt: skip
     add_tune_options(parser)
+
+
+def _cpu_list(text: str) -> frozenset[int] | Literal["last", "none"]:
+    """``--vllm-server-cpus``: ``last``, ``none`` or CPU numbers, comma-separated
+    (``tests.vllm.real_vllm.server_cpus`` resolves it on the machine)."""
+    if text in ("last", "none"):
+        return "last" if text == "last" else "none"
+    try:
+        cpus = frozenset(int(part) for part in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"not 'last', 'none' or a comma-separated list of CPU numbers: {text!r}"
+        ) from exc
+    if any(cpu < 0 for cpu in cpus):
+        raise argparse.ArgumentTypeError(f"CPU numbers are 0 or more: {text!r}")
+    return cpus
 
 
 def add_tune_options(parser: pytest.Parser) -> None:
@@ -114,4 +141,5 @@ def configure(config: pytest.Config) -> None:
         bench_trials=config.getoption("bench_trials"),
         bench_prune=config.getoption("bench_prune"),
         vllm_home=config.getoption("vllm_home"),
+        vllm_server_cpus=config.getoption("vllm_server_cpus"),
     )

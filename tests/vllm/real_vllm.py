@@ -15,14 +15,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 from tests.support.options import suite_options
 
@@ -96,6 +99,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def server_cpus(asked: frozenset[int] | Literal["last", "none"]) -> frozenset[int] | None:
+    """The CPUs to pin a bench's server to (``--vllm-server-cpus``), or None
+    for none: ``last`` is the highest-numbered CPU this process may use when
+    it may use two or more and ``taskset`` is on PATH (else unpinned, with a
+    warning); a list must be some, not all, of those CPUs."""
+    allowed = os.sched_getaffinity(0)
+    if asked == "none" or (asked == "last" and len(allowed) < 2):
+        return None
+    if shutil.which("taskset") is None:
+        if asked == "last":
+            warnings.warn("taskset is not on PATH: the vLLM server is not pinned", stacklevel=2)
+            return None
+        raise RuntimeError("--vllm-server-cpus needs taskset (util-linux) on PATH")
+    cpus = frozenset({max(allowed)}) if asked == "last" else asked
+    if not cpus < allowed:
+        raise RuntimeError(
+            f"--vllm-server-cpus {','.join(map(str, sorted(cpus)))} must be some, not all, "
+            f"of the CPUs this process may use ({','.join(map(str, sorted(allowed)))})"
+        )
+    return cpus
+
+
 @contextlib.contextmanager
 def vllm_server(
     python: Path,
@@ -104,6 +129,7 @@ def vllm_server(
     name: str = "tiny",
     log: Path | None = None,
     bind: str = "nobind",
+    cpus: frozenset[int] | None = None,
 ) -> Iterator[str]:
     """``vllm serve`` on a free loopback port; yields its base URL once /health is 200.
 
@@ -119,6 +145,9 @@ def vllm_server(
     sent a step's tokens only when it idled; unbound, they stream step by
     step (``lab/notes/2026-12-06-real-vllm-fit.md``).
 
+    ``cpus``: the CPUs the server and its children may run on (``taskset``;
+    None: any).
+
     The server runs in its own session so its engine and API-server children
     are stopped together (SIGTERM to that group, then SIGKILL).
     """
@@ -128,6 +157,8 @@ def vllm_server(
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", "512", "--enforce-eager", *args,
     ]  # fmt: skip
+    if cpus is not None:  # taskset execs the server: the pid and session stay its own
+        cmd = ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus))), *cmd]
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",

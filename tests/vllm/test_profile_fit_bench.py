@@ -22,7 +22,10 @@ engine check``'s replay (TTFT and ITL p50/p90/p99, throughput). Writes
 ``bench-results/profile_fit.json`` and ``bench-results/profile_fit.yaml``.
 
 Run: ``.venv/bin/python -m pytest -m vllm -p no:cacheprovider -o addopts=-q
-tests/vllm/test_profile_fit_bench.py``.
+tests/vllm/test_profile_fit_bench.py``. The server runs on the last CPU alone
+and the clients on the others (``--vllm-server-cpus``, ``none`` to share),
+so a client never takes the server's core: sharing them, the server's p90
+TTFT moved twelvefold between runs (the JSON records where each ran).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import ProfileFit
 from engine.profile_fit_measurements import fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
+from tests.support.options import suite_options
 from tests.vllm.conftest import MAX_NUM_SEQS, MODEL_NAME
-from tests.vllm.real_vllm import home, tiny_model, vllm_server
+from tests.vllm.real_vllm import home, server_cpus, tiny_model, vllm_server
 
 # ``vllm`` only: ``make bench`` runs ``-m bench`` and then ``make vllm-test``, so a
 # second marker would run this twice.
@@ -87,6 +91,9 @@ class FitServer:
     """The bench's own server (its base URL)."""
 
     url: str
+    server_cpus: list[int] | None = None
+    """Where the server was pinned (``--vllm-server-cpus``) and the clients were, or None."""
+    client_cpus: list[int] | None = None
 
     @property
     def metrics_url(self) -> str:
@@ -100,8 +107,17 @@ def fit_vllm(vllm_python_path: Path) -> Iterator[FitServer]:
     model = tiny_model(vllm_python_path)
     args = ("--api-server-count", "1", "--max-num-seqs", str(MAX_NUM_SEQS))
     log = home() / "server-profile-fit.log"
-    with vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log) as url:
-        yield FitServer(url)
+    cpus = server_cpus(suite_options().vllm_server_cpus)
+    ours = os.sched_getaffinity(0)
+    with vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log, cpus=cpus) as url:
+        if cpus is None:
+            yield FitServer(url)
+            return
+        os.sched_setaffinity(0, ours - cpus)  # the clients off its CPUs
+        try:
+            yield FitServer(url, server_cpus=sorted(cpus), client_cpus=sorted(ours - cpus))
+        finally:
+            os.sched_setaffinity(0, ours)
 
 
 @dataclass
@@ -306,6 +322,8 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             "windows": len(windows),
             "seen_by_clients": seen,
             "loadavg_1m_before": load_before_a,
+            "server_cpus": fit_vllm.server_cpus,
+            "client_cpus": fit_vllm.client_cpus,
         },
         "fits": {k: _fit_doc(f) for k, f in fits.items()},
         "check_load": {
