@@ -284,6 +284,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
         "mean_itl_s": statistics.fmean(measured.itls),
         "p99_ttft_s": percentile(measured.ttfts, 99),
     }
+    load_before_c = os.getloadavg()[0]
     rate_doc = asyncio.run(run_load(fit_vllm.url, RATE_CHECK, model=MODEL_NAME))
     predictions: dict[str, dict[str, dict[str, float]]] = {}
     rate_checks: dict[str, dict[str, object]] = {}
@@ -341,6 +342,17 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             "prompt_tokens": RATE_CHECK.prompt_tokens,
             "output_tokens": RATE_CHECK.output_tokens,
             "request_rate": RATE_CHECK.request_rate,
+            "loadavg_1m_before": load_before_c,
+        },
+        # each request of load C as the client saw it: a TTFT against the idle
+        # time before its send can be read back without running the server again
+        "rate_check_requests": {
+            "start_s": [round(x, 5) for x in rate_doc["start_times"]],
+            "ttft_s": [round(x, 5) for x in rate_doc["ttfts"]],
+            "e2e_s": [
+                round(t + sum(gaps), 5)
+                for t, gaps in zip(rate_doc["ttfts"], rate_doc["itls"], strict=True)
+            ],
         },
         "rate_checks": rate_checks,
         "target_relative_error": TARGET,
