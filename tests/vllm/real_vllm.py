@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -22,13 +23,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from tests.support.options import suite_options
 
+LOG = logging.getLogger(__name__)
 VLLM_VERSION = "0.32.0"
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -102,23 +103,32 @@ def free_port() -> int:
 def server_cpus(asked: frozenset[int] | Literal["last", "none"]) -> frozenset[int] | None:
     """The CPUs to pin a bench's server to (``--vllm-server-cpus``), or None
     for none: ``last`` is the highest-numbered CPU this process may use when
-    it may use two or more and ``taskset`` is on PATH (else unpinned, with a
-    warning); a list must be some, not all, of those CPUs."""
-    allowed = os.sched_getaffinity(0)
-    if asked == "none" or (asked == "last" and len(allowed) < 2):
+    it may use two or more, on Linux, with ``taskset`` on PATH (else the
+    server is not pinned and the log says why); a list must be some, not
+    all, of those CPUs."""
+    if asked == "none":
         return None
-    if shutil.which("taskset") is None:
+    why_not = (
+        "this platform cannot set CPU affinity"
+        if not hasattr(os, "sched_getaffinity")
+        else "taskset (util-linux) is not on PATH"
+        if shutil.which("taskset") is None
+        else None
+    )
+    if why_not is not None:
         if asked == "last":
-            warnings.warn("taskset is not on PATH: the vLLM server is not pinned", stacklevel=2)
+            LOG.warning("the vLLM server is not pinned: %s", why_not)
             return None
-        raise RuntimeError("--vllm-server-cpus needs taskset (util-linux) on PATH")
-    cpus = frozenset({max(allowed)}) if asked == "last" else asked
-    if not cpus < allowed:
+        raise RuntimeError(f"--vllm-server-cpus cannot pin the server: {why_not}")
+    allowed = os.sched_getaffinity(0)
+    if asked == "last":
+        return frozenset({max(allowed)}) if len(allowed) >= 2 else None
+    if not asked < allowed:
         raise RuntimeError(
-            f"--vllm-server-cpus {','.join(map(str, sorted(cpus)))} must be some, not all, "
+            f"--vllm-server-cpus {','.join(map(str, sorted(asked)))} must be some, not all, "
             f"of the CPUs this process may use ({','.join(map(str, sorted(allowed)))})"
         )
-    return cpus
+    return asked
 
 
 @contextlib.contextmanager

@@ -108,12 +108,13 @@ def fit_vllm(vllm_python_path: Path) -> Iterator[FitServer]:
     args = ("--api-server-count", "1", "--max-num-seqs", str(MAX_NUM_SEQS))
     log = home() / "server-profile-fit.log"
     cpus = server_cpus(suite_options().vllm_server_cpus)
-    ours = os.sched_getaffinity(0)
     with vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log, cpus=cpus) as url:
         if cpus is None:
             yield FitServer(url)
             return
-        os.sched_setaffinity(0, ours - cpus)  # the clients off its CPUs
+        ours = os.sched_getaffinity(0)
+        # this thread's CPUs, inherited by the client threads started after it
+        os.sched_setaffinity(0, ours - cpus)
         try:
             yield FitServer(url, server_cpus=sorted(cpus), client_cpus=sorted(ours - cpus))
         finally:

@@ -149,11 +149,12 @@ def _check_shared(storage: str, docs: list[dict[str, object]], trials: int) -> N
         picked = {k: v for k, v in best.user_attrs["metadata"].items() if "." not in k}
         assert {k: meta[k] for k in picked} == picked
     # the trials were screened (tune's default); each worker replayed the choice
-    # at the scaler's cadence itself and both confirmed the study's best
-    screenings = [doc["sides"]["prescaler"]["screening"] for doc in docs]  # type: ignore[index]
+    # at the scaler's cadence itself, and both confirmed the trial they report
+    sides = [doc["sides"]["prescaler"] for doc in docs]  # type: ignore[index]
+    screenings = [side["screening"] for side in sides]
     assert screenings[0] is not None and screenings[0]["refit_s"] > screenings[0]["scaler_refit_s"]
     assert screenings[0] == screenings[1]
-    assert screenings[0]["confirmed_trial"] == best.number
+    assert screenings[0]["confirmed_trial"] == sides[0]["chosen_trial"] == sides[1]["chosen_trial"]
 
 
 def test_two_tune_processes_share_one_postgresql_study(busy_trace: Path, tmp_path: Path) -> None:
