@@ -18,19 +18,18 @@ the cores): ``.venv/bin/python -m lab.vllm_idle_wake OUT.json``.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from engine.percentile import percentile
+from lab.vllm_streaming import stream_one
 
 PAUSES_S = (0.0, 0.02, 0.1, 0.3, 0.7, 1.5)
 """Idle time between one response's end and the next request's send."""
@@ -40,20 +39,8 @@ OUTPUT_TOKENS = 64
 
 
 async def _one(session: aiohttp.ClientSession, url: str, prompt: list[int]) -> dict[str, Any]:
-    body = {
-        "model": "tiny", "prompt": prompt, "max_tokens": OUTPUT_TOKENS, "ignore_eos": True,
-        "stream": True, "temperature": 0.0,
-    }  # fmt: skip
-    start = time.perf_counter()
-    stamps: list[float] = []
-    async with session.post(url + "/v1/completions", json=body) as resp:
-        resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if line.startswith("data:") and line != "data: [DONE]":
-                stamps.append(time.perf_counter())
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    return {"ttft_s": stamps[0] - start, "gap_p50_s": statistics.median(gaps)}
+    response = await stream_one(session, url, prompt, OUTPUT_TOKENS)
+    return {"ttft_s": response.ttft_s, "gap_p50_s": statistics.median(response.gaps_s)}
 
 
 async def _run(url: str, rng: random.Random) -> list[dict[str, Any]]:

@@ -66,9 +66,10 @@ def summary(responses: list[Response]) -> dict[str, float]:
     }
 
 
-async def _one(
+async def stream_one(
     session: aiohttp.ClientSession, url: str, prompt: list[int], tokens: int
 ) -> Response:
+    """One streamed completion of ``tokens`` tokens, as its client saw it."""
     body = {
         "model": "tiny", "prompt": prompt, "max_tokens": tokens, "ignore_eos": True,
         "stream": True, "temperature": 0.0,
@@ -97,7 +98,7 @@ async def _phase(
             await asyncio.sleep(0.5 * join)
             while time.perf_counter() < end:
                 prompt = [rng.randrange(3, 1024) for _ in range(prompt_len)]
-                out.append(await _one(session, url, prompt, tokens))
+                out.append(await stream_one(session, url, prompt, tokens))
 
         await asyncio.gather(*(client(j) for j in range(clients)))
     return out
