@@ -85,7 +85,10 @@ def main(argv: list[str]) -> int:
         ours = os.sched_getaffinity(0)
         if cpus is not None:
             os.sched_setaffinity(0, ours - cpus)
-        rows = asyncio.run(_run(url, random.Random(0)))
+        try:
+            rows = asyncio.run(_run(url, random.Random(0)))
+        finally:
+            os.sched_setaffinity(0, ours)
     table = summary(rows)
     for line in table:
         print(", ".join(f"{k} {v:g}" for k, v in line.items()), flush=True)
