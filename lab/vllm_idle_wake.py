@@ -76,25 +76,22 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m lab.vllm_idle_wake OUT.json\n")
         return 2
-    from tests.vllm.real_vllm import server_cpus, tiny_model, vllm_python, vllm_server
+    from tests.vllm.real_vllm import clients_off, server_cpus, tiny_model, vllm_python, vllm_server
 
     python = vllm_python()
     cpus = server_cpus("last")
     args = ("--api-server-count", "1", "--max-num-seqs", "4")
-    with vllm_server(python, tiny_model(python), *args, name="tiny", cpus=cpus) as url:
-        ours = os.sched_getaffinity(0)
-        if cpus is not None:
-            os.sched_setaffinity(0, ours - cpus)
-        try:
-            rows = asyncio.run(_run(url, random.Random(0)))
-        finally:
-            os.sched_setaffinity(0, ours)
+    with (
+        vllm_server(python, tiny_model(python), *args, name="tiny", cpus=cpus) as url,
+        clients_off(cpus) as client_cpus,
+    ):
+        rows = asyncio.run(_run(url, random.Random(0)))
     table = summary(rows)
     for line in table:
         print(", ".join(f"{k} {v:g}" for k, v in line.items()), flush=True)
     doc = {
         "server_cpus": None if cpus is None else sorted(cpus),
-        "client_cpus": None if cpus is None else sorted(ours - cpus),
+        "client_cpus": client_cpus,
         "loadavg_1m_after": os.getloadavg()[0],
         "prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS,
         "summary": table, "requests": rows,

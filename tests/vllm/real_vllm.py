@@ -132,6 +132,22 @@ def server_cpus(asked: frozenset[int] | Literal["last", "none"]) -> frozenset[in
 
 
 @contextlib.contextmanager
+def clients_off(cpus: frozenset[int] | None) -> Iterator[list[int] | None]:
+    """This thread (and the client threads it starts after) kept off a pinned
+    server's ``cpus`` while inside; yields the CPUs the clients may use, or
+    None when nothing is pinned."""
+    if cpus is None:
+        yield None
+        return
+    ours = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, ours - cpus)
+    try:
+        yield sorted(ours - cpus)
+    finally:
+        os.sched_setaffinity(0, ours)
+
+
+@contextlib.contextmanager
 def vllm_server(
     python: Path,
     model: Path,

@@ -56,7 +56,7 @@ from engine.profile_fit_measurements import fit_to_measurements
 from engine.serving_replay import ServingLoad, replay_load
 from tests.support.options import suite_options
 from tests.vllm.conftest import MAX_NUM_SEQS, MODEL_NAME
-from tests.vllm.real_vllm import home, server_cpus, tiny_model, vllm_server
+from tests.vllm.real_vllm import clients_off, home, server_cpus, tiny_model, vllm_server
 
 # ``vllm`` only: ``make bench`` runs ``-m bench`` and then ``make vllm-test``, so a
 # second marker would run this twice.
@@ -108,17 +108,11 @@ def fit_vllm(vllm_python_path: Path) -> Iterator[FitServer]:
     args = ("--api-server-count", "1", "--max-num-seqs", str(MAX_NUM_SEQS))
     log = home() / "server-profile-fit.log"
     cpus = server_cpus(suite_options().vllm_server_cpus)
-    with vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log, cpus=cpus) as url:
-        if cpus is None:
-            yield FitServer(url)
-            return
-        ours = os.sched_getaffinity(0)
-        # this thread's CPUs, inherited by the client threads started after it
-        os.sched_setaffinity(0, ours - cpus)
-        try:
-            yield FitServer(url, server_cpus=sorted(cpus), client_cpus=sorted(ours - cpus))
-        finally:
-            os.sched_setaffinity(0, ours)
+    with (
+        vllm_server(vllm_python_path, model, *args, name=MODEL_NAME, log=log, cpus=cpus) as url,
+        clients_off(cpus) as client_cpus,
+    ):
+        yield FitServer(url, None if cpus is None else sorted(cpus), client_cpus)
 
 
 @dataclass
