@@ -38,10 +38,30 @@ def add_load_arguments(parser: Any, *, required: bool) -> None:
         type=float,
         help="mean requests/s, Poisson arrivals (default: all at once)",
     )
+    parser.add_argument(
+        "--idle-pauses",
+        type=_pauses,
+        default=(),
+        help="comma-separated seconds, e.g. 0,0.02,0.1,0.3,0.7,1.5: send one request at a "
+        "time, each after one of these idle pauses (shuffled, each as often): the input "
+        "`fit-profile --wake-result` reads an idle server's wake-up from",
+    )
     parser.add_argument("--seed", type=int, default=0, help="prompts and arrivals (default 0)")
     parser.add_argument(
         "--served-model-name", help="the model name to send (default: the server's)"
     )
+
+
+def _pauses(text: str) -> tuple[float, ...]:
+    try:
+        pauses = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated seconds, e.g. 0,0.1,1.5; got {text!r}"
+        ) from None
+    if any(not (p >= 0.0 and p < float("inf")) for p in pauses):
+        raise argparse.ArgumentTypeError(f"pauses must be seconds >= 0, got {text!r}")
+    return pauses
 
 
 def load_spec(args: argparse.Namespace) -> LoadSpec:
@@ -52,6 +72,7 @@ def load_spec(args: argparse.Namespace) -> LoadSpec:
         max_concurrency=args.max_concurrency,
         request_rate=args.request_rate,
         seed=args.seed,
+        idle_pauses_s=args.idle_pauses,
     )
 
 

@@ -41,6 +41,9 @@ class LoadSpec:
 
     ``request_rate`` None sends them all at once (capped by ``max_concurrency``
     if set); otherwise Poisson arrivals at that mean rate, seeded.
+    ``idle_pauses_s`` instead sends them one at a time, each that many seconds
+    after the previous one ended, the pauses in a seeded shuffled order (each
+    as often as the others): the input an idle wake-up is fitted from.
     """
 
     num_requests: int
@@ -49,6 +52,7 @@ class LoadSpec:
     max_concurrency: int | None = None
     request_rate: float | None = None
     seed: int = 0
+    idle_pauses_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_requests", "prompt_tokens", "output_tokens"):
@@ -58,6 +62,25 @@ class LoadSpec:
             raise ValueError(f"load: max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.request_rate is not None and not self.request_rate > 0:
             raise ValueError(f"load: request_rate must be > 0, got {self.request_rate}")
+        if any(not (p >= 0.0 and p < float("inf")) for p in self.idle_pauses_s):
+            raise ValueError(f"load: idle pauses must be seconds >= 0, got {self.idle_pauses_s}")
+        if self.idle_pauses_s and (
+            self.request_rate is not None or self.max_concurrency not in (None, 1)
+        ):
+            raise ValueError(
+                "load: idle pauses send one request at a time; leave out the request rate "
+                "and the concurrency"
+            )
+
+    def pauses(self) -> list[float]:
+        """The idle pause before each request after the first (``idle_pauses_s``)."""
+        k = len(self.idle_pauses_s)
+        if not k:
+            return []
+        need = self.num_requests - 1
+        pauses = list(self.idle_pauses_s) * (-(-need // k))
+        random.Random(self.seed).shuffle(pauses)
+        return pauses[:need]
 
     def send_offsets(self) -> list[float]:
         """When each request is due (seconds from the start), before any concurrency cap."""
@@ -121,7 +144,8 @@ def result_document(
         "num_prompts": spec.num_requests,
         "request_rate": "inf" if spec.request_rate is None else spec.request_rate,
         "burstiness": 1.0,
-        "max_concurrency": spec.max_concurrency,
+        "max_concurrency": 1 if spec.idle_pauses_s else spec.max_concurrency,
+        **({"idle_pauses_s": list(spec.idle_pauses_s)} if spec.idle_pauses_s else {}),
         "duration": duration,
         "completed": len(done),
         "failed": len(outcomes) - len(done),
@@ -258,7 +282,17 @@ async def run_load(url: str, spec: LoadSpec, model: str | None = None) -> dict[s
                 outcomes.append(out)
                 await _one(session, base, model_id, prompts[i], spec.output_tokens, out)
 
-        await asyncio.gather(*(send(i) for i in range(spec.num_requests)))
+        async def one_at_a_time() -> None:
+            for i, pause in enumerate([0.0, *spec.pauses()]):
+                await asyncio.sleep(pause)
+                out = RequestOutcome(time.perf_counter() - started, spec.prompt_tokens)
+                outcomes.append(out)
+                await _one(session, base, model_id, prompts[i], spec.output_tokens, out)
+
+        if spec.idle_pauses_s:
+            await one_at_a_time()
+        else:
+            await asyncio.gather(*(send(i) for i in range(spec.num_requests)))
         duration = time.perf_counter() - started
     outcomes.sort(key=lambda o: o.start_s)
     if not any(o.ttft_s is not None and not o.error for o in outcomes):

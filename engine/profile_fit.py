@@ -25,6 +25,7 @@ from scipy.optimize import least_squares
 
 from engine.hardware import HardwareSpec
 from engine.profile_fit_stalls import STALL_FIELDS
+from engine.profile_fit_wake import WAKE_FIELDS
 from engine.profile_types import Profile
 
 #: The factors a fit may move, in the order of the parameter vector.
@@ -35,6 +36,8 @@ FACTOR_FIELDS: dict[str, tuple[str, ...]] = {
     "overhead": ("hardware.step_overhead_s",),
     "request_overhead": ("request_overhead.in_fixed_s",),
 }
+#: Every field a factor moves, in order.
+FACTOR_FIELD_NAMES: tuple[str, ...] = tuple(f for fields in FACTOR_FIELDS.values() for f in fields)
 #: A request's fixed time outside the scheduler as a public measurement gives it
 #: (docs/facts.md: vLLM's HTTP server and its hop to the engine, about 4 ms): the
 #: scale the fit searches from when the base has none.
@@ -98,6 +101,8 @@ class ProfileFit:
     kept_reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     #: what a user must know before trusting the profile (poor fit, a capacity kept)
     warnings: tuple[str, ...] = ()
+    #: a determined field's own relative 1-sigma uncertainty where no factor carries it
+    field_uncertainty: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def poor_targets(self) -> tuple[TargetCheck, ...]:
@@ -349,7 +354,7 @@ def fit_profile(
         if getattr(base.vllm, key) != value:
             determined.append((f"vllm.{key}", source))
     changed = {f for f, _ in determined}
-    kept += [f for f in _ALL_KEPT if f not in changed]
+    kept += [f for f in KEPT_FIELDS if f not in changed]
     checks = tuple(
         TargetCheck(n, measured, model, fitted, (buckets or {}).get(n))
         for (n, measured, model), (_, _, fitted) in zip(
@@ -436,7 +441,8 @@ def fit_warnings(fit: ProfileFit, notes: dict[str, str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-_ALL_KEPT: tuple[str, ...] = (
+#: Fields no factor moves (kept unless a caller's data set them).
+KEPT_FIELDS: tuple[str, ...] = (
     "model",
     "instance_type",
     "tp",
@@ -456,6 +462,7 @@ _ALL_KEPT: tuple[str, ...] = (
     "hardware.interconnect_gbps",
     "hardware.allreduce_latency_s",
     *STALL_FIELDS,
+    *WAKE_FIELDS,
 )
 
 

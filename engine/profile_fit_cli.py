@@ -20,6 +20,7 @@ from engine.metrics_windows import MetricsPage, load_windows
 from engine.profile_files import write_profile_file
 from engine.profile_fit import FACTOR_FIELDS, ProfileFit
 from engine.profile_fit_measurements import fit_to_measurements
+from engine.profile_fit_wake import idle_requests
 from engine.profiles import Profile, get_profile
 
 COMMAND = "prescaler engine fit-profile"
@@ -46,6 +47,13 @@ def register_fit_profile(engine_sub: Any) -> None:
         action="append",
         help="the JSON file `vllm bench serve --save-result` wrote; give it once per run "
         "(runs at two prompt lengths separate a request's fixed time from its prefill)",
+    )
+    fit.add_argument(
+        "--wake-result",
+        help="a result file of requests sent one at a time after idle pauses (`prescaler "
+        "engine load --idle-pauses ... --save-result`): the idle server's wake-up "
+        "(stalls.wake_s, stalls.wake_tau_s) is read from it; alone, it adds the wake-up "
+        "to the base and fits nothing else",
     )
     fit.add_argument(
         "--metrics-url", help="a running vLLM's /metrics URL, scraped for --duration seconds"
@@ -80,8 +88,10 @@ def run_fit_profile(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> dict[str, Any]:
-    if not (args.bench_result or args.metrics_url or args.metrics_pages):
-        raise ValueError("give --bench-result and/or --metrics-url or --metrics-pages")
+    if not (args.bench_result or args.metrics_url or args.metrics_pages or args.wake_result):
+        raise ValueError(
+            "give --bench-result and/or --metrics-url or --metrics-pages, and/or --wake-result"
+        )
     if args.metrics_url and args.metrics_pages:
         raise ValueError("give --metrics-url or --metrics-pages, not both")
     base = get_profile(args.base)
@@ -97,10 +107,25 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     windows = last = None
     if pages is not None:
         windows, last = load_windows(pages, min_window_s=args.window, model_name=args.model_name)
+    idle = None
+    if args.wake_result:
+        idle = idle_requests(read_json(args.wake_result), args.wake_result)
     name = args.name or f"{base.name}-fitted"
-    fit = fit_to_measurements(base, bench=bench, windows=windows, last_page=last, name=name)
+    fit = fit_to_measurements(
+        base,
+        bench=bench,
+        windows=windows,
+        last_page=last,
+        name=name,
+        idle=idle,
+        idle_source=args.wake_result or "",
+    )
     pages_from = args.metrics_url or args.metrics_pages
-    sources = [*runs, *([pages_from] if pages_from else [])]
+    sources = [
+        *runs,
+        *([pages_from] if pages_from else []),
+        *([args.wake_result] if args.wake_result else []),
+    ]
     header = (
         f"Fitted by `{COMMAND}` from {' and '.join(sources)}, starting from {base.name}.\n"
         f"Determined: {', '.join(f for f, _ in fit.determined) or 'nothing'}."
@@ -117,7 +142,10 @@ def _value(profile: Profile, dotted: str) -> Any:
 
 
 def _uncertainty(fit: ProfileFit, field: str) -> float | None:
-    """The relative 1-sigma uncertainty of a determined field (its factor's), if any."""
+    """The relative 1-sigma uncertainty of a determined field (its own, else its
+    factor's), if any."""
+    if field in fit.field_uncertainty:
+        return fit.field_uncertainty[field]
     for factor, fields in FACTOR_FIELDS.items():
         if field in fields and factor in fit.log_sd:
             return math.exp(fit.log_sd[factor]) - 1.0

@@ -17,6 +17,8 @@ from engine.bench_result import BenchMeasurement, bench_tag, bench_targets
 from engine.metrics_windows import LoadWindow, PageValues
 from engine.profile_fit import (
     BENCH_SOURCE,
+    FACTOR_FIELD_NAMES,
+    KEPT_FIELDS,
     METRICS_SOURCE,
     ProfileFit,
     TargetCheck,
@@ -34,6 +36,7 @@ from engine.profile_fit_stalls import (
     starting_stalls,
     tail_checks,
 )
+from engine.profile_fit_wake import WAKE_FIELDS, IdleRequest, WakeFit, fit_wake
 from engine.profile_fit_windows import (
     MIN_ITL_COUNT,
     QuantileTarget,
@@ -51,6 +54,8 @@ def fit_to_measurements(
     windows: Sequence[LoadWindow] | None = None,
     last_page: PageValues | None = None,
     name: str | None = None,
+    idle: Sequence[IdleRequest] | None = None,
+    idle_source: str = "an idle-pause run",
 ) -> ProfileFit:
     """One fit to benchmark results, /metrics windows, or both together.
 
@@ -58,8 +63,24 @@ def fit_to_measurements(
     comes from; the KV capacity comes from the last page when it says.
     Several benchmark runs at different prompt lengths (or concurrencies)
     let the fit tell a request's fixed time outside the engine from its
-    prefill, which one run cannot.
+    prefill, which one run cannot. ``idle`` (requests that found the server
+    idle, ``engine.profile_fit_wake``, from ``idle_source``) gives the idle
+    server's wake-up: every replay of the fit carries it, and it alone may be
+    given. Its idle times are the model's (``IdleRequest.engine_idle_s``), so
+    it is read with the base's time outside the scheduler, and again with the
+    fitted one.
     """
+    if idle is not None:
+        provisional = fit_wake(idle, idle_source, base.request_overhead)
+        woken = _with_wake(base, provisional, base)
+        if not bench and windows is None:
+            return _wake_account(_unfitted(woken, name), base, provisional, idle_source)
+        fit = fit_to_measurements(
+            woken, bench=bench, windows=windows, last_page=last_page, name=name
+        )
+        wake = fit_wake(idle, idle_source, fit.profile.request_overhead)
+        fit = dataclasses.replace(fit, profile=_with_wake(fit.profile, wake, base))
+        return _wake_account(fit, base, wake, idle_source)
     parts: list[Targets] = []
     sources: list[str] = []
     extra: dict[str, int] = {}
@@ -131,7 +152,11 @@ def fit_to_measurements(
         # the speed from the medians with the stalls the tails suggest, the share
         # of time stalled from the mean gaps, every tail at once, then the speed
         # again with those stalls
-        first = fit_from(dataclasses.replace(base, stalls=starting_stalls(benches)))
+        # (the stalls read here leave the base's wake-up as it is)
+        starting = dataclasses.replace(
+            starting_stalls(benches), wake_s=base.stalls.wake_s, wake_tau_s=base.stalls.wake_tau_s
+        )
+        first = fit_from(dataclasses.replace(base, stalls=starting))
         shared = dataclasses.replace(first.profile, stalls=fit_share(first.profile, benches))
         fit = fit_from(dataclasses.replace(base, stalls=refine(shared, bench_residuals(benches))))
         fit = _with_stall_account(fit, base, benches, source)
@@ -146,7 +171,106 @@ def fit_to_measurements(
         )
     if notes_extra:
         fit = dataclasses.replace(fit, warnings=(*fit.warnings, *notes_extra))
-    return fit
+    reasons = {f: _NO_WAKE for f in WAKE_FIELDS if f in fit.kept}
+    return dataclasses.replace(fit, kept_reasons={**fit.kept_reasons, **reasons})
+
+
+_NO_WAKE = (
+    "no run sent requests after idle pauses (`prescaler engine load --idle-pauses`, "
+    "given to `fit-profile --wake-result`): kept from the base"
+)
+
+
+def _with_wake(profile: Profile, wake: WakeFit, base: Profile) -> Profile:
+    """``profile`` with the fitted wake-up, held at the longest idle time measured,
+    where the data tell it from none; else the base's."""
+    if wake.seen:
+        stalls = dataclasses.replace(
+            profile.stalls,
+            wake_s=wake.wake_s,
+            wake_tau_s=wake.wake_tau_s,
+            wake_max_idle_s=_round_s(wake.max_idle_s),
+        )
+    else:
+        stalls = dataclasses.replace(
+            profile.stalls,
+            wake_s=base.stalls.wake_s,
+            wake_tau_s=base.stalls.wake_tau_s,
+            wake_max_idle_s=base.stalls.wake_max_idle_s,
+        )
+    return dataclasses.replace(profile, stalls=stalls)
+
+
+def _round_s(value: float) -> float:
+    return float(f"{value:.4g}")
+
+
+def _unfitted(profile: Profile, name: str | None) -> ProfileFit:
+    """``profile`` as a fit that matched nothing: every field kept but the wake-up."""
+    named = dataclasses.replace(profile, name=name) if name else profile
+    kept = tuple(f for f in (*FACTOR_FIELD_NAMES, *KEPT_FIELDS) if f not in WAKE_FIELDS)
+    why = "only an idle-pause run was given: kept from the base"
+    return ProfileFit(
+        profile=named,
+        determined=(),
+        kept=kept,
+        targets=(),
+        factors={},
+        kept_reasons={f: why for f in kept},
+    )
+
+
+def _wake_account(fit: ProfileFit, base: Profile, wake: WakeFit, source: str) -> ProfileFit:
+    """``fit`` with the wake-up listed as determined (from ``source``), with its
+    uncertainty, and a warning where the data cannot tell it from none."""
+    told = (
+        f"{source}: {wake.requests} requests sent to an idle server "
+        f"({wake.idle_range_s[0] * 1e3:.0f} ms to {wake.idle_range_s[1]:.2f} s idle)"
+    )
+    moved = [f for f in WAKE_FIELDS if profile_field(fit.profile, f) != profile_field(base, f)]
+    uncertainty = {
+        "stalls.wake_s": wake.wake_sd_s / wake.wake_s if wake.wake_s > 0 else math.inf,
+        "stalls.wake_tau_s": math.expm1(min(wake.tau_log_sd, MAX_REPORTED_LOG_SD)),
+    }
+    warnings = list(fit.warnings)
+    if wake.seen:
+        same = f"{told}: the same as the base's"
+        if wake.still_rising:
+            warnings.append(
+                f"{source}: the first token still comes later the longer the pause at the "
+                f"longest one measured ({wake.max_idle_s:.3g} s; time constant "
+                f"{wake.wake_tau_s:.3g} s): the profile holds the wake-up there "
+                f"({wake.at_max_idle_s * 1e3:.3g} ms) for any longer idle time; pause longer "
+                "to see where it stops"
+            )
+    else:
+        same = f"{told}: {wake.unidentified_reason}; kept from the base"
+        warnings.append(f"{source}: {wake.unidentified_reason}; the base's wake-up is kept")
+    return dataclasses.replace(
+        fit,
+        determined=(*fit.determined, *((f, told) for f in moved)),
+        kept=tuple(
+            sorted(
+                {
+                    *(f for f in fit.kept if f not in moved),
+                    *(f for f in WAKE_FIELDS if f not in moved),
+                }
+            )
+        ),
+        kept_reasons={
+            **{f: r for f, r in fit.kept_reasons.items() if f not in moved},
+            **{f: same for f in WAKE_FIELDS if f not in moved},
+        },
+        field_uncertainty={
+            **fit.field_uncertainty,
+            **{f: u for f, u in uncertainty.items() if f in moved and math.isfinite(u)},
+        },
+        warnings=tuple(warnings),
+    )
+
+
+#: A log uncertainty past this is reported as this (e^7: a factor of about 1,100).
+MAX_REPORTED_LOG_SD = 7.0
 
 
 _NO_TAILS = (

@@ -7,6 +7,7 @@ without importing each other; ``engine.profiles`` re-exports them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -110,17 +111,29 @@ class EngineStalls:
     would admit a waiting request first waits a stall of mean
     ``admit_mean_s`` with probability ``admit_chance``. Lengths are
     exponential; a stall holds the batch and whatever arrives meanwhile and
-    delays nothing while idle. All zero (the default, and the catalogue's)
-    is the steps alone.
+    delays nothing while idle. An idle server is also slower to start: the
+    first step after the scheduler had nothing for ``d`` seconds waits
+    ``wake_s x (1 - exp(-d' / wake_tau_s))`` first, with ``d'`` the idle time
+    held at ``wake_max_idle_s`` where that is set (a real server's first
+    token after an idle pause comes later than one sent into a busy loop; a
+    fit sets the cap at the longest pause it measured, so the model never
+    extrapolates the curve).
+    All zero (the default, and the catalogue's) is the steps alone.
     """
 
     share: float = 0.0
     mean_s: float = 0.0
     admit_chance: float = 0.0
     admit_mean_s: float = 0.0
+    #: the longest wake-up of an idle engine, in seconds
+    wake_s: float = 0.0
+    #: idle seconds over which the wake-up grows towards ``wake_s`` (its time constant)
+    wake_tau_s: float = 0.0
+    #: idle seconds past which the wake-up stops growing (0: it never stops)
+    wake_max_idle_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("mean_s", "admit_mean_s"):
+        for name in ("mean_s", "admit_mean_s", "wake_s", "wake_tau_s", "wake_max_idle_s"):
             value = getattr(self, name)
             if not (value >= 0.0 and value < float("inf")):
                 raise ValueError(f"stalls: {name} must be a number >= 0, got {value}")
@@ -128,14 +141,39 @@ class EngineStalls:
             raise ValueError(f"stalls: share must be in [0, {MAX_STALL_SHARE}], got {self.share}")
         if not 0.0 <= self.admit_chance <= 1.0:
             raise ValueError(f"stalls: admit_chance must be in [0, 1], got {self.admit_chance}")
-        for chance, mean in (("share", "mean_s"), ("admit_chance", "admit_mean_s")):
+        for chance, mean in (
+            ("share", "mean_s"),
+            ("admit_chance", "admit_mean_s"),
+            ("wake_s", "wake_tau_s"),
+        ):
             if getattr(self, chance) > 0.0 and getattr(self, mean) <= 0.0:
                 raise ValueError(f"stalls: {chance} above 0 needs {mean} above 0")
 
     @property
     def active(self) -> bool:
-        """Whether the replica stalls at all (either kind)."""
-        return self.share > 0.0 or self.admit_chance > 0.0
+        """Whether the replica stalls at all (any kind, the wake-up included)."""
+        return self.share > 0.0 or self.admit_chance > 0.0 or self.wake_s > 0.0
+
+    def __repr__(self) -> str:
+        # the wake-up's fields only where set: a study keyed on a profile's repr
+        # (``prescaler tune`` with a profile file) is joined as before they existed
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if not f.name.startswith("wake_")
+            or self.wake_s
+            or self.wake_tau_s
+            or self.wake_max_idle_s
+        ]
+        return f"EngineStalls({', '.join(shown)})"
+
+    def wake_after_s(self, idle_s: float) -> float:
+        """The wait before the first step after ``idle_s`` seconds with nothing to do."""
+        if self.wake_s <= 0.0 or idle_s <= 0.0:
+            return 0.0
+        if self.wake_max_idle_s > 0.0:
+            idle_s = min(idle_s, self.wake_max_idle_s)
+        return self.wake_s * -math.expm1(-idle_s / self.wake_tau_s)
 
     @property
     def work_between_s(self) -> float:

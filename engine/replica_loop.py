@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappop
+from math import expm1
 from random import Random
 
 from engine.replica_counters import ReplicaCounters
@@ -86,6 +87,13 @@ class StepLoop(ReplicaCounters):
         )
         self._plan_began = float(start_s)
         self._admit_drawn = False  # the pending step already waited its admission stall
+        # the idle engine's wake-up (``EngineStalls.wake_s``): deterministic, so it
+        # draws nothing from the stalls' generator; idle since the replica started
+        self._wake = 0.0 if stalls is None else float(getattr(stalls, "wake_s", 0.0))
+        self._wake_tau = 0.0 if stalls is None else float(getattr(stalls, "wake_tau_s", 0.0))
+        cap = 0.0 if stalls is None else float(getattr(stalls, "wake_max_idle_s", 0.0))
+        self._wake_cap = cap if cap > 0.0 else float("inf")
+        self._idle_since = float(start_s)
 
     def advance_to(self, t: float) -> list[RequestRecord]:
         """Run every step ending at or before `t`; return requests that finished."""
@@ -111,7 +119,11 @@ class StepLoop(ReplicaCounters):
             if end_all <= t:
                 self._commit(plan, plan.owed + plan.steps, end_all, done)
                 self._plan = None
-                self._pending_at = end_all if (self._running or self._waiting) else None
+                if self._running or self._waiting:
+                    self._pending_at = end_all
+                else:
+                    self._pending_at = None
+                    self._idle_since = end_all
                 if self._stalling:
                     self._stall_after(end_all)
                 continue
@@ -182,7 +194,13 @@ class StepLoop(ReplicaCounters):
                 plan.steps = 1
                 plan.restop()
         elif self._pending_at is None and (self._waiting or self._running):
-            self._pending_at = self._now
+            # the scheduler had nothing: an idle engine first wakes up
+            # (`EngineStalls.wake_s`); whatever arrives meanwhile joins the step
+            now = self._now
+            if self._wake > 0.0 and now > self._idle_since:
+                idle = min(now - self._idle_since, self._wake_cap)
+                now -= self._wake * expm1(-idle / self._wake_tau)
+            self._pending_at = now
 
     def _stall_after(self, end: float) -> None:
         """Count the plan that ended at `end` as work; where the work before the next
@@ -329,6 +347,7 @@ class StepLoop(ReplicaCounters):
         if not items:
             if running or waiting:  # pragma: no cover - submit() rejects what cannot fit
                 raise AssertionError("scheduler made no progress with work queued")
+            self._idle_since = t  # what it was due for went away (an abort)
             return
         self.events_run += 1
         all_decode = prefill == 0

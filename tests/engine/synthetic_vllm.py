@@ -19,7 +19,7 @@ from engine.metrics_windows import MetricsPage
 from engine.percentile import percentile
 from engine.profile_types import Profile
 from engine.replica import Replica
-from engine.requests import Request
+from engine.requests import Request, RequestRecord
 from engine.serving_replay import ServingLoad, replay_load
 
 
@@ -145,3 +145,44 @@ def bench_files(profile: Profile, folder: Path, requests: int, *, tails: bool = 
         path.write_text(json.dumps(doc))
         args += ["--bench-result", str(path)]
     return args
+
+
+def synthetic_idle_document(
+    profile: Profile, pauses_s: list[float], prompt: int = 128, output: int = 16
+) -> dict[str, Any]:
+    """What ``prescaler engine load --idle-pauses`` would save from ``profile``: one
+    request at a time, each ``pauses_s[i - 1]`` after the one before it ended (the
+    first at 1 s, after the replica sat idle since 0); gaps even between first and
+    last token."""
+    replica = Replica(profile)
+    starts: list[float] = []
+    ttfts: list[float] = []
+    itls: list[list[float]] = []
+    t = 1.0
+    for i, pause in enumerate([0.0, *pauses_s]):
+        t += pause
+        replica.advance_to(t)
+        replica.submit(Request(f"r{i}", t, prompt, output))
+        done: list[RequestRecord] = []
+        while not done:
+            step = replica.next_event_time()
+            assert step is not None
+            done = replica.advance_to(step)
+        [record] = done
+        assert record.first_token_s is not None
+        starts.append(t - 1.0)
+        ttfts.append(record.first_token_s - t)
+        itls.append([(record.finish_s - record.first_token_s) / (output - 1)] * (output - 1))
+        t = record.finish_s
+    n = len(starts)
+    return {
+        "completed": n,
+        "total_input_tokens": n * prompt,
+        "total_output_tokens": n * output,
+        "start_times": starts,
+        "ttfts": ttfts,
+        "itls": itls,
+        "errors": [""] * n,
+        "input_lens": [prompt] * n,
+        "output_lens": [output] * n,
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import statistics
 from collections.abc import AsyncIterator
@@ -165,3 +166,25 @@ async def test_all_at_once_means_every_request_in_flight_together() -> None:
     finally:
         await runner.cleanup()
     assert state["peak"] == n and doc["completed"] == n
+
+
+def test_idle_pauses_are_each_used_as_often_in_a_seeded_order() -> None:
+    spec = LoadSpec(num_requests=13, prompt_tokens=8, output_tokens=2, idle_pauses_s=(0, 0.1, 1))
+    pauses = spec.pauses()
+    assert len(pauses) == 12 and sorted(pauses) == [0] * 4 + [0.1] * 4 + [1] * 4
+    assert pauses == spec.pauses() != dataclasses.replace(spec, seed=1).pauses()
+    for bad in ({"request_rate": 1.0}, {"max_concurrency": 2}, {"idle_pauses_s": (-1.0,)}):
+        with pytest.raises(ValueError, match="load: idle pauses"):
+            LoadSpec(**{"num_requests": 3, "prompt_tokens": 8, "output_tokens": 2,
+                        "idle_pauses_s": (0.1,), **bad})  # type: ignore[arg-type]  # fmt: skip
+
+
+async def test_idle_pauses_send_one_request_after_the_last_ended() -> None:
+    spec = LoadSpec(num_requests=5, prompt_tokens=16, output_tokens=3, idle_pauses_s=(0.05, 0.2))
+    async with async_emulator() as srv:
+        doc = await run_load(srv.url, spec)
+    rows = zip(doc["start_times"], doc["ttfts"], doc["itls"], strict=True)
+    ends = [start + ttft + sum(gaps) for start, ttft, gaps in rows]
+    for i, pause in enumerate(spec.pauses(), start=1):
+        assert doc["start_times"][i] >= ends[i - 1] + pause - 1e-3
+    assert doc["max_concurrency"] == 1 and doc["idle_pauses_s"] == [0.05, 0.2]

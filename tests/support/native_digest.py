@@ -12,6 +12,7 @@ and spot interruptions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ import numpy as np
 import engine.replica
 import engine.replica_loop
 import simulations.router
+from engine.profile_types import EngineStalls
 from engine.profiles import get_profile
 from engine.replica import Replica
 from engine.requests import Request
@@ -60,6 +62,25 @@ def _engine_case(profile_name: str, seed: int, jump: bool, covers: dict[str, int
     replica, records = run_requests(get_profile(profile_name), _requests(seed, 300), jump=jump)
     records.sort(key=lambda r: r.request_id)
     covers["preemptions"] += replica.preemptions_total
+    return _hash([*records, replica.metrics_snapshot(), replica.steps_run])
+
+
+def _stalls_case() -> str:
+    """Stalls of both kinds and the idle wake-up, on arrivals sparse enough that the
+    replica often idles between them (a deterministic wait and seeded draws)."""
+    stalls = EngineStalls(
+        share=0.1,
+        mean_s=0.02,
+        admit_chance=0.2,
+        admit_mean_s=0.03,
+        wake_s=0.01,
+        wake_tau_s=0.1,
+        wake_max_idle_s=0.5,
+    )
+    profile = dataclasses.replace(get_profile(SIM_PROFILE), stalls=stalls)
+    sparse = [dataclasses.replace(r, arrival_s=20.0 * r.arrival_s) for r in _requests(3, 200)]
+    replica, records = run_requests(profile, sparse)
+    records.sort(key=lambda r: r.request_id)
     return _hash([*records, replica.metrics_snapshot(), replica.steps_run])
 
 
@@ -206,6 +227,7 @@ def digests(covers: dict[str, int]) -> dict[str, str]:
                 key = f"{name}-{seed}-{'jump' if jump else 'step'}"
                 out[key] = _engine_case(name, seed, jump, covers)
     out["aborts"] = _aborts_case(covers)
+    out["stalls-wake"] = _stalls_case()
     out.update(_forecast_cases())
     out.update(_sim_cases(covers))
     return out

@@ -7,7 +7,9 @@ which no replica model of one server should learn. Run it in a pytest
 invocation of its own, as ``make vllm-test`` does, so no other server shares
 the cores. Load A, the fit's: closed-loop clients
 joining one by one (1, then 2, then 4) with 64-token prompts, then the 4 with
-256-token prompts, 48-token outputs, while /metrics is scraped every second;
+256-token prompts, 48-token outputs, while /metrics is scraped every second,
+then one request at a time after idle pauses of 0 to 3 s (``prescaler engine
+load --idle-pauses``), from which both fits read the idle server's wake-up;
 the fit starts from ``data/tiny-llama-cpu.yaml``, whose device figures are
 guesses. Load B, the check: a benchmark-style run the fit never saw (120
 requests through 3 clients starting together, 200-token prompts, 96-token
@@ -53,6 +55,7 @@ from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import ProfileFit
 from engine.profile_fit_measurements import fit_to_measurements
+from engine.profile_fit_wake import WakeFit, fit_wake, idle_requests
 from engine.serving_replay import ServingLoad, replay_load
 from tests.support.options import suite_options
 from tests.vllm.conftest import MAX_NUM_SEQS, MODEL_NAME
@@ -72,6 +75,15 @@ FIT_PHASES: tuple[tuple[int, float, int], ...] = (
     (1, 25.0, 64), (2, 25.0, 64), (4, 25.0, 64), (4, 25.0, 256),
 )  # fmt: skip
 FIT_OUTPUT = 48
+IDLE_SOURCE = "load A's idle pauses"
+#: Load A's last part: one request at a time after idle pauses, each pause six times.
+IDLE_PAUSES = LoadSpec(
+    num_requests=43,
+    prompt_tokens=64,
+    output_tokens=FIT_OUTPUT,
+    idle_pauses_s=(0.0, 0.02, 0.1, 0.3, 0.7, 1.5, 3.0),
+    seed=5,
+)
 JOIN_S = 2.0
 SCRAPE_EVERY_S = 1.0
 WINDOW_S = 6.0
@@ -234,12 +246,22 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     base = read_profile_file(BASE)
     load_before_a = os.getloadavg()[0]
     pages, phases = asyncio.run(_fit_load(fit_vllm, rng))
+    idle_doc = asyncio.run(run_load(fit_vllm.url, IDLE_PAUSES, model=MODEL_NAME))
+    idle = idle_requests(idle_doc, IDLE_SOURCE)
+    # the wake-up as the clients saw it (the fits read it again with their own
+    # time outside the scheduler)
+    wake = fit_wake(idle, IDLE_SOURCE)
     RESULTS.mkdir(exist_ok=True)
     write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
     windows, last = load_windows(pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
     fits = {
         "metrics": fit_to_measurements(
-            base, windows=windows, last_page=last, name="tiny-llama@this-cpu"
+            base,
+            windows=windows,
+            last_page=last,
+            name="tiny-llama@this-cpu",
+            idle=idle,
+            idle_source=IDLE_SOURCE,
         )
     }
     seen = [_medians(m, seconds) for m, (_, seconds, _) in zip(phases, FIT_PHASES, strict=True)]
@@ -267,6 +289,8 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
         base.with_vllm(num_gpu_blocks=fits["metrics"].profile.vllm.num_gpu_blocks),
         bench=runs,
         name="tiny-llama@this-cpu",
+        idle=idle,
+        idle_source=IDLE_SOURCE,
     )
     write_profile_file(fits["metrics"].profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
     load_before_b = os.getloadavg()[0]
@@ -320,6 +344,13 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             "loadavg_1m_before": load_before_a,
             "server_cpus": fit_vllm.server_cpus,
             "client_cpus": fit_vllm.client_cpus,
+            "idle_pauses": {
+                "pauses_s": list(IDLE_PAUSES.idle_pauses_s),
+                "num_requests": IDLE_PAUSES.num_requests,
+                "prompt_tokens": IDLE_PAUSES.prompt_tokens,
+                "wake": _wake_doc(wake),
+                "median_ttft_s_by_pause": _by_pause(idle_doc),
+            },
         },
         "fits": {k: _fit_doc(f) for k, f in fits.items()},
         "check_load": {
@@ -349,6 +380,9 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
                 for t, gaps in zip(rate_doc["ttfts"], rate_doc["itls"], strict=True)
             ],
         },
+        # load C's requests that found the server idle, read as the fit reads load A's
+        # (never fitted): how many, and their TTFT against the others'
+        "rate_check_idle": _idle_split(rate_doc),
         "rate_checks": rate_checks,
         "target_relative_error": TARGET,
         "target_p90_ttft_relative_error": TARGET_P90_TTFT,
@@ -357,6 +391,41 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     assert fits["metrics"].profile.vllm.num_gpu_blocks is not None  # the KV capacity was read
     assert all(v > 0 for v in real.values())
     assert "request_overhead.in_fixed_s" in {f for f, _ in fits["bench"].determined}
+    assert wake.seen  # the server answers later after a pause (whether the fit can pin
+    # the curve is recorded, not required)
+
+
+def _wake_doc(wake: WakeFit) -> dict[str, object]:
+    return {
+        **dataclasses.asdict(wake),
+        "seen": wake.seen,
+        "still_rising": wake.still_rising,
+        "at_max_idle_s": wake.at_max_idle_s,
+    }
+
+
+def _by_pause(doc: dict[str, object]) -> dict[str, float]:
+    """Median TTFT of the idle-pause requests by the pause before each (the first,
+    after the closed loops, left out)."""
+    ttfts = doc["ttfts"]
+    assert isinstance(ttfts, list)
+    groups: dict[str, list[float]] = {}
+    for pause, ttft in zip(IDLE_PAUSES.pauses(), ttfts[1:], strict=True):
+        groups.setdefault(f"{pause:g}", []).append(float(ttft))
+    return {k: statistics.median(v) for k, v in sorted(groups.items(), key=lambda kv: float(kv[0]))}
+
+
+def _idle_split(doc: dict[str, object]) -> dict[str, object]:
+    idle = idle_requests(doc, "load C")
+    ttfts = doc["ttfts"]
+    assert isinstance(ttfts, list)
+    return {
+        "found_idle": len(idle),
+        "requests": len(ttfts),
+        "median_idle_s": statistics.median(r.idle_s for r in idle) if idle else None,
+        "median_ttft_s_found_idle": statistics.median(r.ttft_s for r in idle) if idle else None,
+        "median_ttft_s_all": statistics.median(float(t) for t in ttfts),
+    }
 
 
 def _fit_doc(fit: ProfileFit) -> dict[str, object]:
