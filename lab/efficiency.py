@@ -108,7 +108,7 @@ comes from and under which licence)."""
 
 KEYS = (
     "traces", "leads_min", "seeds", "trials", "jobs", "sides", "target",
-    "holdout_seeds", "max_replicas", "screen_refit_s", "directory",
+    "holdout_seeds", "max_replicas", "screen_refit_s", "margin", "directory",
 )  # fmt: skip
 DEFAULT_SIDES = ("keda-queue", "keda-queue-kv", "keda-queue-kv-cron", "prescaler")
 """The default sides and the cron side; the gateway sides scale to zero,
@@ -131,6 +131,9 @@ class EfficiencyConfig:
     screen_refit_s: float = 0.0
     """``tune --screen-refit``: 0, every prescaler trial at the scaler's own
     refit interval, as the table's first cells were run (a cell records it)."""
+    margin: float = 0.0
+    """``tune --margin``: points each choice must clear the tuning day's target by
+    (0, as the table's cells were run; a cell records it)."""
     directory: Path = ROOT / "bench-results" / "efficiency"
 
 
@@ -154,13 +157,16 @@ def load_config(path: Path) -> EfficiencyConfig:
             "screen_refit_s",
             f"must be a number from 0 (no screening) to {SCREEN_REFIT_MAX_S:g}, got {screen}",
         )
+    margin = s.get_float("margin", d.margin)
+    if not 0.0 <= margin <= 100.0:
+        raise s.error("margin", f"must be points from 0 to 100, got {margin}")
     return EfficiencyConfig(
         traces=traces, leads_min=leads, seeds=s.ints("seeds", d.seeds),
         trials=s.get_int("trials", d.trials), jobs=s.get_int("jobs", d.jobs),
         sides=s.strs("sides", d.sides), target=s.get_float("target", d.target),
         holdout_seeds=s.get_int("holdout_seeds", d.holdout_seeds),
         max_replicas=s.get_int("max_replicas", d.max_replicas),
-        screen_refit_s=screen,
+        screen_refit_s=screen, margin=margin,
         directory=d.directory if directory is None else directory,
     )  # fmt: skip
 
@@ -249,7 +255,7 @@ def cell_request(
         duration_s=2 * DAY_S, seed=seed, tokens_from=None if tokens is None else str(tokens),
         storage=storage, sides=config.sides, cron_window=window,
         holdout_seeds=config.holdout_seeds, inputs=inputs,
-        screen_refit_s=config.screen_refit_s,
+        screen_refit_s=config.screen_refit_s, margin=config.margin,
     )  # fmt: skip
     return request, window
 
@@ -279,7 +285,7 @@ def run_cell(config: EfficiencyConfig, trace: str, lead_min: float, seed: int) -
         "start_s": case.start_s, "rate_scale": case.rate_scale, "profile": PROFILE,
         "trials": config.trials, "target": config.target, "max_replicas": config.max_replicas,
         "sides_asked": list(config.sides), "holdout_seeds": config.holdout_seeds,
-        "screen_refit_s": config.screen_refit_s,
+        "screen_refit_s": config.screen_refit_s, "margin": config.margin,
         "cron_window": {"start_min": window.start_min, "end_min": window.end_min,
                         "replicas": window.replicas},
         "tuned_requests": tuned[0] if tuned else None,

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from lab.config import ConfigError
-from lab.efficiency import TRACES, TraceCase, cell_path, load_config, written_window
+from lab.efficiency import (
+    TRACES,
+    TraceCase,
+    cell_path,
+    cell_request,
+    load_config,
+    written_window,
+)
 from lab.efficiency_ablation import flipped_mode, forecast_flipped
 from lab.efficiency_report import (
     cells,
@@ -100,6 +107,13 @@ def test_config_defaults_and_errors_name_the_key(tmp_path: Path) -> None:
             ConfigError, match=r"efficiency\.screen_refit_s: must be a number from 0"
         ):
             load_config(_config(tmp_path, f"efficiency: {{screen_refit_s: {bad}}}\n"))
+    assert config.margin == 0.0  # the table's cells: no margin unless asked
+    margined = load_config(_config(tmp_path, "efficiency: {margin: 1.5}\n"))
+    assert margined.margin == 1.5
+    request, _ = cell_request(margined, "worldcup98", 15.0, 0, "sqlite:///unused.db")
+    assert request.protocol.margin == 1.5
+    with pytest.raises(ConfigError, match=r"efficiency\.margin: must be points from 0"):
+        load_config(_config(tmp_path, "efficiency: {margin: -1}\n"))
 
 
 def test_a_trace_case_needs_three_days_before_its_tuning_day() -> None:
