@@ -104,21 +104,14 @@ class EngineStalls:
     """Pauses between scheduler steps that the step-time model does not make (docs/profiles.md).
 
     A real server loses time between steps to what no roofline sees (a GC
-    pause, a process descheduled on shared cores, the API server starving
-    the engine): the long tails of TTFT and of the token gaps, and less
-    throughput than the median gap implies. While working, ``share`` of the
-    busy time goes to stalls of mean ``mean_s``; on admission, a step that
-    would admit a waiting request first waits a stall of mean
-    ``admit_mean_s`` with probability ``admit_chance``. Lengths are
-    exponential; a stall holds the batch and whatever arrives meanwhile and
-    delays nothing while idle. An idle server is also slower to start: the
-    first step after the scheduler had nothing for ``d`` seconds waits
-    ``wake_s x (1 - exp(-d' / wake_tau_s))`` first, with ``d'`` the idle time
-    held at ``wake_max_idle_s`` where that is set (a real server's first
-    token after an idle pause comes later than one sent into a busy loop; a
-    fit sets the cap at the longest pause it measured, so the model never
-    extrapolates the curve).
-    All zero (the default, and the catalogue's) is the steps alone.
+    pause, a process descheduled, the API server starving the engine), and
+    an idle one is slower to start. While working, ``share`` of the busy
+    time goes to stalls of mean ``mean_s``; a step that would admit a
+    waiting request first waits one of mean ``admit_mean_s`` with
+    probability ``admit_chance`` (exponential lengths); the first step after
+    ``d`` idle seconds waits ``wake_s x (1 - exp(-d / wake_tau_s))``, ``d``
+    held at ``wake_max_idle_s`` where set. Each holds the batch and whatever
+    arrives meanwhile. All zero (the default, the catalogue's) is the steps alone.
     """
 
     share: float = 0.0
