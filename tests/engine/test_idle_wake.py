@@ -14,10 +14,9 @@ from engine.profile_files import parse_profile_text, profile_yaml
 from engine.profile_schema import ProfileFileError
 from engine.profile_types import EngineStalls, Profile
 from engine.profiles import get_profile
-from engine.replica import Replica
 from engine.requests import Request, RequestRecord
 from engine.serving_replay import ServingLoad, replay_load
-from tests.support.replica_runs import run_requests
+from tests.support.replica_runs import run_looking, run_requests
 
 BASE = "llama-3-8b@g5.xlarge"
 WAKE = EngineStalls(wake_s=0.02, wake_tau_s=0.1)
@@ -95,15 +94,7 @@ def test_the_wake_up_changes_when_tokens_come_never_how_many_whoever_looks(
     assert sorted(r.request_id for r in quiet) == sorted(r.request_id for r in batch)
     outputs = {r.request_id: r.output_tokens for r in batch}
     assert all(r.output_tokens == outputs[r.request_id] for r in quiet)
-    looked = Replica(profile)
-    records: list[RequestRecord] = []
-    for req in batch:
-        looked.next_event_time()
-        looked.next_token_time()
-        records += looked.advance_to(req.arrival_s)
-        looked.submit(req)
-    while (t := looked.next_event_time()) is not None:
-        records += looked.advance_to(t)
+    records = run_looking(profile, batch)
     by_id = {r.request_id: (r.first_token_s, r.finish_s) for r in quiet}
     assert {r.request_id: (r.first_token_s, r.finish_s) for r in records} == by_id
     _, [plain_alone] = run_requests(get_profile(BASE), batch[:1])

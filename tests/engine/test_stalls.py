@@ -18,7 +18,7 @@ from engine.profiles import PROFILES, get_profile
 from engine.replica import Replica
 from engine.requests import Request
 from engine.serving_replay import ServingLoad, replay_load
-from tests.support.replica_runs import run_requests
+from tests.support.replica_runs import run_looking, run_requests
 
 BASE = "llama-3-8b@g5.xlarge"
 #: A closed loop that keeps the replica busy the whole run.
@@ -162,14 +162,6 @@ def test_a_stall_holds_the_next_step_whoever_looks_at_the_replica(
         (Request(f"r{i}", a, p, o) for i, (a, p, o) in enumerate(reqs)), key=lambda r: r.arrival_s
     )
     _, quiet = run_requests(profile, batch)
-    looked = Replica(profile)
-    records = []
-    for req in batch:
-        looked.next_event_time()
-        looked.next_token_time()
-        records += looked.advance_to(req.arrival_s)
-        looked.submit(req)
-    while (t := looked.next_event_time()) is not None:
-        records += looked.advance_to(t)
+    records = run_looking(profile, batch)
     by_id = {r.request_id: (r.first_token_s, r.finish_s) for r in quiet}
     assert {r.request_id: (r.first_token_s, r.finish_s) for r in records} == by_id

@@ -25,3 +25,19 @@ def run_requests(
     while (t := replica.next_event_time()) is not None:
         records.extend(replica.advance_to(t))
     return replica, records
+
+
+def run_looking(profile: ProfileLike, requests: Iterable[Request]) -> list[RequestRecord]:
+    """`run_requests`, but the driver asks when the next event and the next token
+    come before each arrival (as the simulator and the emulator do): a held step
+    must not be planned by looking."""
+    replica = Replica(profile)
+    records: list[RequestRecord] = []
+    for req in sorted(requests, key=lambda r: r.arrival_s):
+        replica.next_event_time()
+        replica.next_token_time()
+        records.extend(replica.advance_to(req.arrival_s))
+        replica.submit(req)
+    while (t := replica.next_event_time()) is not None:
+        records.extend(replica.advance_to(t))
+    return records
