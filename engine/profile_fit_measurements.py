@@ -189,7 +189,7 @@ def _with_wake(profile: Profile, wake: WakeFit, base: Profile) -> Profile:
             profile.stalls,
             wake_s=wake.wake_s,
             wake_tau_s=wake.wake_tau_s,
-            wake_max_idle_s=_round_s(wake.max_idle_s),
+            wake_max_idle_s=wake.max_idle_s,
         )
     else:
         stalls = dataclasses.replace(
@@ -199,10 +199,6 @@ def _with_wake(profile: Profile, wake: WakeFit, base: Profile) -> Profile:
             wake_max_idle_s=base.stalls.wake_max_idle_s,
         )
     return dataclasses.replace(profile, stalls=stalls)
-
-
-def _round_s(value: float) -> float:
-    return float(f"{value:.4g}")
 
 
 def _unfitted(profile: Profile, name: str | None) -> ProfileFit:

@@ -84,8 +84,9 @@ class WakeFit:
 
     @property
     def max_idle_s(self) -> float:
-        """The longest idle time measured: the model holds the curve there beyond it."""
-        return self.idle_range_s[1]
+        """The longest idle time measured (four significant digits, as the profile
+        file writes it): the model holds the curve there beyond it."""
+        return _round(self.idle_range_s[1])
 
     @property
     def at_max_idle_s(self) -> float:
