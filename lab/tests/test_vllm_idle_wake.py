@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.vllm_idle_wake import PAUSES_S, summary
+from lab.vllm_idle_wake import PAUSES_S, SERVER_TIMES, histogram_sums, summary
 
 
 def test_the_table_has_a_row_per_pause_with_its_own_requests_only() -> None:
@@ -21,3 +21,41 @@ def test_the_table_has_a_row_per_pause_with_its_own_requests_only() -> None:
         assert r["ttft_p50_ms"] == pytest.approx(20.0 + 100.0 * r["pause_s"])
         assert r["ttft_p50_ms"] < r["ttft_p90_ms"] <= 30.0 + 100.0 * r["pause_s"]
         assert r["gap_p50_ms"] == pytest.approx(3.0)
+
+
+PAGE = """\
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.01"} 2
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf"} 3
+vllm:time_to_first_token_seconds_count{engine="0"} 3
+vllm:time_to_first_token_seconds_sum{engine="0"} 0.05
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf"} 1
+vllm:time_to_first_token_seconds_count{engine="1"} 1
+vllm:time_to_first_token_seconds_sum{engine="1"} 0.02
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf"} 4
+vllm:request_queue_time_seconds_count{engine="0"} 4
+vllm:request_queue_time_seconds_sum{engine="0"} 0.001
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0"} 0
+"""
+
+
+def test_the_server_times_are_the_histograms_sums_over_label_sets() -> None:
+    sums = histogram_sums(PAGE)
+    assert sums == pytest.approx({"server_ttft_s": 0.07, "server_queue_s": 0.001})
+    # histograms the page lacks are left out, not read as 0
+    assert "server_prefill_s" not in sums and set(sums) <= set(SERVER_TIMES)
+
+
+def test_the_table_carries_a_server_time_only_where_every_row_has_it() -> None:
+    rows = [
+        {"pause_s": 0.0, "ttft_s": 0.01, "gap_p50_s": 0.003, "server_prefill_s": 0.004},
+        {"pause_s": 0.0, "ttft_s": 0.02, "gap_p50_s": 0.003, "server_prefill_s": 0.006},
+        {"pause_s": 0.02, "ttft_s": 0.01, "gap_p50_s": 0.003, "server_prefill_s": 0.004},
+        {"pause_s": 0.02, "ttft_s": 0.01, "gap_p50_s": 0.003},
+    ]
+    first, second = summary(rows)
+    assert first["server_prefill_p50_ms"] == pytest.approx(5.0)
+    assert "server_prefill_p50_ms" not in second
+    assert [r["pause_s"] for r in summary(rows)] == [0.0, 0.02]

@@ -1,0 +1,94 @@
+"""The profile-fit bench's runs side by side, as the tables in ``docs/profiles.md``.
+
+Why: the real server's speed moves from run to run, so one run of
+``tests/vllm/test_profile_fit_bench.py`` says little about the fit; the
+tables over every kept run (``lab/results/profile_fit/``) are what the docs
+quote, and this prints them from the JSONs so they can be regenerated.
+
+Run: ``.venv/bin/python -m lab.profile_fit_runs RUN.json...`` (in the order
+the runs were made).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FITS = {"bench": "the clients' figures", "metrics": "`/metrics`"}
+#: (the bench's figure for load B, the check's metric for load C, the column's title)
+FIGURES = (
+    ("median_ttft_s", "ttft_p50_ms", "TTFT p50"),
+    ("p90_ttft_s", "ttft_p90_ms", "TTFT p90"),
+    ("median_itl_s", "itl_p50_ms", "ITL p50"),
+    ("output_throughput", "output_tokens_per_s", "tok/s"),
+)
+TARGET = 0.25
+TARGET_P90_TTFT = 0.35
+
+
+def _percent(error: float, limit: float) -> str:
+    text = f"{100 * error:+.0f}".replace("-", "−")
+    return text if abs(error) <= limit else f"**{text}**"
+
+
+def errors(doc: dict[str, Any], fit: str) -> list[tuple[str, float, float]]:
+    """(column, error, its target) for load B then load C, as fraction of the server's."""
+    load_b = doc["predictions"][f"fitted_from_{fit}"]["relative_error"]
+    load_c = {r["metric"]: r["error"] for r in doc["rate_checks"][f"fitted_from_{fit}"]["rows"]}
+    out = []
+    for load, values, index in (("B", load_b, 0), ("C", load_c, 1)):
+        for figure in FIGURES:
+            limit = TARGET_P90_TTFT if figure[2] == "TTFT p90" else TARGET
+            out.append((f"{load} {figure[2]}", float(values[figure[index]]), limit))
+    return out
+
+
+def error_table(docs: list[dict[str, Any]], fit: str) -> str:
+    """One row per run: each load's errors in percent, a miss in bold."""
+    columns = [name for name, _, _ in errors(docs[0], fit)]
+    lines = [
+        f"| run ({FITS[fit]}) | " + " | ".join(columns) + " | every target met |",
+        "|---" * (len(columns) + 2) + "|",
+    ]
+    for number, doc in enumerate(docs, 1):
+        row = errors(doc, fit)
+        met = all(abs(e) <= limit for _, e, limit in row)
+        cells = " | ".join(_percent(e, limit) for _, e, limit in row)
+        lines.append(f"| {number} | {cells} | {'yes' if met else 'no'} |")
+    return "\n".join(lines)
+
+
+def server_table(docs: list[dict[str, Any]]) -> str:
+    """One row per run: what the server did, and the wake-up load A's pauses showed."""
+    lines = [
+        "| run | load B: TTFT p50, ITL p50 (ms), tok/s "
+        "| load A's pauses: TTFT p50 after 0 / 3 s (ms) | wake-up fitted (clients' fit) |",
+        "|---|---|---|---|",
+    ]
+    for number, doc in enumerate(docs, 1):
+        real = doc["real"]
+        pauses = doc["fit_load"]["idle_pauses"]["median_ttft_s_by_pause"]
+        stalls = doc["fits"]["bench"]["stalls"]
+        lines.append(
+            f"| {number} | {1e3 * real['median_ttft_s']:.1f}, {1e3 * real['median_itl_s']:.2f}, "
+            f"{real['output_throughput']:.0f} | {1e3 * pauses['0']:.1f} / {1e3 * pauses['3']:.1f} "
+            f"| {1e3 * stalls['wake_s']:.1f} ms, time constant {stalls['wake_tau_s']:.2f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        sys.stderr.write("usage: python -m lab.profile_fit_runs RUN.json...\n")
+        return 2
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in argv]
+    for fit in FITS:
+        print(error_table(docs, fit), end="\n\n")
+    print(server_table(docs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+"""The profile-fit runs' tables (``lab.profile_fit_runs``): the pure part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.profile_fit_runs import error_table, errors, server_table
+
+
+def _run(b_ttft: float, c_p90: float) -> dict[str, Any]:
+    """A bench JSON with the fields the tables read: load B's relative errors,
+    load C's check rows, what the server did and the wake-up."""
+    b = {"median_ttft_s": b_ttft, "p90_ttft_s": -0.3, "median_itl_s": 0.0, "output_throughput": 0.1}
+    c = {"ttft_p50_ms": 0.0, "ttft_p90_ms": c_p90, "itl_p50_ms": 0.2, "output_tokens_per_s": 0.0}
+    fit = {
+        "predictions": {"relative_error": b},
+        "rows": [{"metric": m, "error": e} for m, e in c.items()],
+    }
+    return {
+        "predictions": {f"fitted_from_{k}": fit["predictions"] for k in ("bench", "metrics")},
+        "rate_checks": {f"fitted_from_{k}": {"rows": fit["rows"]} for k in ("bench", "metrics")},
+        "real": {"median_ttft_s": 0.0166, "median_itl_s": 0.00376, "output_throughput": 751.2},
+        "fit_load": {"idle_pauses": {"median_ttft_s_by_pause": {"0": 0.0086, "3": 0.0523}}},
+        "fits": {"bench": {"stalls": {"wake_s": 0.0587, "wake_tau_s": 2.392}}},
+    }
+
+
+def test_each_figure_is_held_to_its_own_target() -> None:
+    row = dict((name, (error, limit)) for name, error, limit in errors(_run(-0.3, -0.3), "bench"))
+    assert row["B TTFT p50"] == (-0.3, 0.25)
+    assert row["B TTFT p90"] == (-0.3, 0.35)
+    assert row["C TTFT p90"] == (-0.3, 0.35)
+    assert len(row) == 8
+
+
+def test_a_miss_is_bold_and_the_run_not_met() -> None:
+    table = error_table([_run(-0.1, -0.3), _run(-0.3, -0.4)], "bench").splitlines()
+    assert table[0].startswith("| run (the clients' figures) | B TTFT p50 |")
+    first, second = table[2], table[3]
+    assert first.startswith("| 1 | −10 | −30 |") and first.endswith("| yes |")
+    assert "**−30**" in second and "**−40**" in second and second.endswith("| no |")
+
+
+def test_the_server_table_reads_what_the_server_did() -> None:
+    line = server_table([_run(0.0, 0.0)]).splitlines()[2]
+    assert line == "| 1 | 16.6, 3.76, 751 | 8.6 / 52.3 | 58.7 ms, time constant 2.39 s |"
