@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from engine.percentile import percentile
-from lab.vllm_streaming import Response, stream_one
+from lab.vllm_streaming import Response, pinned_tiny_server, stream_one
 
 CLIENTS = 2
 PROMPT = 64
@@ -86,19 +86,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python -m lab.vllm_drift OUT.json\n")
         return 2
-    from tests.vllm.real_vllm import clients_off, server_cpus, tiny_model, vllm_python, vllm_server
-
-    python = vllm_python()
-    cpus = server_cpus("last")
-    args = ("--api-server-count", "1", "--max-num-seqs", "4")
-    with (
-        vllm_server(python, tiny_model(python), *args, name="tiny", cpus=cpus) as url,
-        clients_off(cpus) as client_cpus,
-    ):
-        table = asyncio.run(_run(url, random.Random(0)))
+    with pinned_tiny_server() as server:
+        table = asyncio.run(_run(server.url, random.Random(0)))
     doc: dict[str, Any] = {
-        "server_cpus": None if cpus is None else sorted(cpus),
-        "client_cpus": client_cpus,
+        "server_cpus": server.server_cpus,
+        "client_cpus": server.client_cpus,
         "loadavg_1m_after": os.getloadavg()[0],
         "clients": CLIENTS, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
         "phase_s": PHASE_S, "phases": table,

@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.load_client import LoadSpec, run_load
 from engine.percentile import percentile
-from lab.vllm_streaming import stream_one
+from lab.vllm_streaming import pinned_tiny_server, stream_one
 
 PAUSES_S = (0.0, 0.02, 0.1, 0.3, 0.7, 1.5, 3.0)
 """Idle time between one response's end and the next request's send."""
@@ -195,23 +195,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-server-times", action="store_true",
                         help="do not read /metrics around each request")  # fmt: skip
     args = parser.parse_args(argv)
-    from tests.vllm.real_vllm import clients_off, server_cpus, tiny_model, vllm_python, vllm_server
-
-    python = vllm_python()
-    cpus = server_cpus("last")
-    server_args = ("--api-server-count", "1", "--max-num-seqs", "4")
-    with (
-        vllm_server(python, tiny_model(python), *server_args, name="tiny", cpus=cpus) as url,
-        clients_off(cpus) as client_cpus,
-    ):
-        shape = Shape(args.prompt_tokens, args.output_tokens, not args.no_server_times)
-        rows = asyncio.run(_run(url, random.Random(0), shape, args.load_first_s, args.load_client))
+    shape = Shape(args.prompt_tokens, args.output_tokens, not args.no_server_times)
+    with pinned_tiny_server() as server:
+        rows = asyncio.run(
+            _run(server.url, random.Random(0), shape, args.load_first_s, args.load_client)
+        )
     table = summary(rows)
     for line in table:
         print(", ".join(f"{k} {v:g}" for k, v in line.items()), flush=True)
     doc = {
-        "server_cpus": None if cpus is None else sorted(cpus),
-        "client_cpus": client_cpus,
+        "server_cpus": server.server_cpus,
+        "client_cpus": server.client_cpus,
         "loadavg_1m_after": os.getloadavg()[0],
         "prompt_tokens": shape.prompt_tokens, "output_tokens": shape.output_tokens,
         "server_times": shape.server_times and not args.load_client,

@@ -23,6 +23,8 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import aiohttp
@@ -64,6 +66,31 @@ def summary(responses: list[Response]) -> dict[str, float]:
         "tpot_p50_ms": 1e3 * statistics.median(r.tpot_s for r in responses),
         "chunks_per_response": statistics.fmean(len(r.gaps_s) + 1 for r in responses),
     }
+
+
+@dataclass(frozen=True)
+class PinnedServer:
+    """A running tiny-model server and where it and its clients run."""
+
+    url: str
+    server_cpus: list[int] | None
+    client_cpus: list[int] | None
+
+
+@contextmanager
+def pinned_tiny_server(max_num_seqs: int = 4) -> Iterator[PinnedServer]:
+    """The real-vLLM suite's tiny model on one API server, pinned to the last CPU
+    and this process's clients kept off it, as the profile-fit bench serves it."""
+    from tests.vllm.real_vllm import clients_off, server_cpus, tiny_model, vllm_python, vllm_server
+
+    python = vllm_python()
+    cpus = server_cpus("last")
+    args = ("--api-server-count", "1", "--max-num-seqs", str(max_num_seqs))
+    with (
+        vllm_server(python, tiny_model(python), *args, name="tiny", cpus=cpus) as url,
+        clients_off(cpus) as client_cpus,
+    ):
+        yield PinnedServer(url, None if cpus is None else sorted(cpus), client_cpus)
 
 
 async def stream_one(
