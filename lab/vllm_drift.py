@@ -4,7 +4,7 @@ Why: the profile-fit bench fits on load A, the first load its server sees,
 and predicts loads B and C, which come after. On 2026-12-07 the fitted
 profiles put load B's gaps 12 - 20 % fast, and one request at a time after
 idle pauses (``lab.vllm_idle_wake``) had a median gap of 2.5 ms on a fresh
-server and 2.9 - 3.3 ms after 100 s of load. If the server drifts slower as
+server and 2.9 ms or more after 100 s of load. If the server drifts slower as
 it serves, a fit on the first load cannot predict the later ones, whatever
 the replica model.
 

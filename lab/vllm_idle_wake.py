@@ -16,7 +16,8 @@ Where the wait is spent: after each request it reads the server's own
 histograms' sums (``SERVER_TIMES``: the API server's time to a first token,
 the engine's queueing and prefill), so a wait that grows with the pause can
 be placed before the engine, in its queue or in the first forward pass. The
-pause is timed from the end of that read.
+pause is timed from the end of the read before the request (which follows
+the previous request's own read after it).
 
 A server's history may matter (a fresh server waited less than one that had
 served the profile-fit bench's load A): ``--load-first-s`` seconds of closed-loop
@@ -135,6 +136,11 @@ async def _run_load_client(url: str, shape: Shape) -> list[dict[str, Any]]:
         idle_pauses_s=PAUSES_S,
     )
     doc = await run_load(url, spec)
+    failed = [(i, e) for i, e in enumerate(doc["errors"]) if e]
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} requests failed, the first ({failed[0][0]}): {failed[0][1]}"
+        )
     return [
         {"pause_s": pause, "ttft_s": ttft, "gap_p50_s": statistics.median(itls)}
         for pause, ttft, itls in zip(spec.pauses(), doc["ttfts"][1:], doc["itls"][1:], strict=True)
