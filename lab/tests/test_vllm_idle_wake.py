@@ -59,3 +59,40 @@ def test_the_table_carries_a_server_time_only_where_every_row_has_it() -> None:
     assert first["server_prefill_p50_ms"] == pytest.approx(5.0)
     assert "server_prefill_p50_ms" not in second
     assert [r["pause_s"] for r in summary(rows)] == [0.0, 0.02]
+
+
+@pytest.mark.parametrize("load_client", [False, True])
+def test_the_probe_runs_against_the_emulator_over_http(
+    monkeypatch: pytest.MonkeyPatch, load_client: bool
+) -> None:
+    """Every pause is run as often as the others and each row keeps its own pause
+    (through ``prescaler engine load``'s client too); the server times are what one
+    request added to the emulator's histograms (it renders TTFT, queue and e2e)."""
+    import asyncio
+    import random
+    from collections import Counter
+
+    import lab.vllm_idle_wake as probe
+    from tests.support.emulator import running_emulator
+
+    monkeypatch.setattr(probe, "PAUSES_S", (0.0, 0.01))
+    monkeypatch.setattr(probe, "REPEATS", 2)
+    shape = probe.Shape(prompt_tokens=16, output_tokens=4, server_times=True)
+    # stream_one asks for the model the probe's own server serves
+    with running_emulator(served_model_name="tiny") as url:
+        rows = asyncio.run(probe._run(url, random.Random(0), shape, 0.0, load_client))
+    assert Counter(r["pause_s"] for r in rows) == {0.0: 2, 0.01: 2}
+    assert all(r["ttft_s"] > 0 and r["gap_p50_s"] >= 0 for r in rows)
+    if load_client:
+        from engine.load_client import LoadSpec
+
+        spec = LoadSpec(
+            num_requests=5, prompt_tokens=16, output_tokens=4, idle_pauses_s=(0.0, 0.01)
+        )
+        assert [r["pause_s"] for r in rows] == spec.pauses()
+        assert not any(k.startswith("server_") for r in rows for k in r)
+    else:
+        for r in rows:
+            # one request's share of each sum; the whole request outlasts its first token
+            assert 0 < r["server_ttft_s"] <= r["server_e2e_s"]
+            assert r["server_queue_s"] >= 0
