@@ -21,8 +21,6 @@ the cores): ``.venv/bin/python -m lab.vllm_drift OUT.json``.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
 import statistics
 import sys
@@ -33,7 +31,7 @@ from typing import Any
 import aiohttp
 
 from engine.percentile import percentile
-from lab.vllm_streaming import Response, pinned_tiny_server, stream_one
+from lab.vllm_streaming import Response, pinned_tiny_server, stream_one, write_run
 
 CLIENTS = 2
 PROMPT = 64
@@ -89,14 +87,10 @@ def main(argv: list[str]) -> int:
     with pinned_tiny_server() as server:
         table = asyncio.run(_run(server.url, random.Random(0)))
     doc: dict[str, Any] = {
-        "server_cpus": server.server_cpus,
-        "client_cpus": server.client_cpus,
-        "loadavg_1m_after": os.getloadavg()[0],
         "clients": CLIENTS, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
         "phase_s": PHASE_S, "phases": table,
     }  # fmt: skip
-    Path(argv[0]).parent.mkdir(parents=True, exist_ok=True)
-    Path(argv[0]).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_run(Path(argv[0]), server, doc)
     return 0
 
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import random
 import statistics
 import sys
@@ -47,7 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.load_client import LoadSpec, run_load
 from engine.percentile import percentile
-from lab.vllm_streaming import pinned_tiny_server, stream_one
+from lab.vllm_streaming import pinned_tiny_server, stream_one, write_run
 
 PAUSES_S = (0.0, 0.02, 0.1, 0.3, 0.7, 1.5, 3.0)
 """Idle time between one response's end and the next request's send."""
@@ -78,7 +76,8 @@ def histogram_sums(page: str) -> dict[str, float]:
     return sums
 
 
-async def _sums(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+async def server_sums(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """``histogram_sums`` of the server's /metrics page now."""
     async with session.get(url + "/metrics") as resp:
         resp.raise_for_status()
         return histogram_sums(await resp.text())
@@ -98,10 +97,10 @@ async def _one(
 ) -> dict[str, Any]:
     """One request ``pause`` seconds after a read of /metrics (if ``shape.server_times``),
     and its share of the sums."""
-    before = await _sums(session, url) if shape.server_times else {}
+    before = await server_sums(session, url) if shape.server_times else {}
     await asyncio.sleep(pause)
     response = await stream_one(session, url, prompt, shape.output_tokens)
-    after = await _sums(session, url) if shape.server_times else {}
+    after = await server_sums(session, url) if shape.server_times else {}
     return {
         "pause_s": pause, "ttft_s": response.ttft_s,
         "gap_p50_s": statistics.median(response.gaps_s),
@@ -210,16 +209,12 @@ def main(argv: list[str]) -> int:
     for line in table:
         print(", ".join(f"{k} {v:g}" for k, v in line.items()), flush=True)
     doc = {
-        "server_cpus": server.server_cpus,
-        "client_cpus": server.client_cpus,
-        "loadavg_1m_after": os.getloadavg()[0],
         "prompt_tokens": shape.prompt_tokens, "output_tokens": shape.output_tokens,
         "server_times": shape.server_times and not args.load_client,
         "load_first_s": args.load_first_s, "load_client": args.load_client,
         "summary": table, "requests": rows,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_run(args.out, server, doc)
     return 0
 
 

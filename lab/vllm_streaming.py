@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import os
 import random
 import statistics
 import sys
@@ -26,6 +28,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -91,6 +95,18 @@ def pinned_tiny_server(max_num_seqs: int = 4) -> Iterator[PinnedServer]:
         clients_off(cpus) as client_cpus,
     ):
         yield PinnedServer(url, None if cpus is None else sorted(cpus), client_cpus)
+
+
+def write_run(out: Path, server: PinnedServer, doc: dict[str, Any]) -> None:
+    """Write a probe's result ``doc`` to ``out`` (JSON), with where the server and
+    its clients ran and the load average after the run."""
+    head = {
+        "server_cpus": server.server_cpus,
+        "client_cpus": server.client_cpus,
+        "loadavg_1m_after": os.getloadavg()[0],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**head, **doc}, indent=2) + "\n", encoding="utf-8")
 
 
 async def stream_one(

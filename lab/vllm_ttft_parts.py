@@ -21,8 +21,6 @@ the cores): ``.venv/bin/python -m lab.vllm_ttft_parts OUT.json``.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
 import statistics
 import sys
@@ -32,8 +30,8 @@ from typing import Any
 
 import aiohttp
 
-from lab.vllm_idle_wake import histogram_sums
-from lab.vllm_streaming import Response, pinned_tiny_server, stream_one
+from lab.vllm_idle_wake import server_sums
+from lab.vllm_streaming import Response, pinned_tiny_server, stream_one, write_run
 
 CLIENTS = (1, 2, 3)
 PROMPT = 200
@@ -63,16 +61,10 @@ def parts(
     }
 
 
-async def _sums(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(url + "/metrics") as resp:
-        resp.raise_for_status()
-        return histogram_sums(await resp.text())
-
-
 async def _phase(url: str, clients: int, rng: random.Random) -> dict[str, float]:
     out: list[Response] = []
     async with aiohttp.ClientSession() as session:
-        before = await _sums(session, url)
+        before = await server_sums(session, url)
         end = time.perf_counter() + PHASE_S
 
         async def client() -> None:
@@ -81,7 +73,7 @@ async def _phase(url: str, clients: int, rng: random.Random) -> dict[str, float]
                 out.append(await stream_one(session, url, prompt, OUTPUT))
 
         await asyncio.gather(*(client() for _ in range(clients)))
-        after = await _sums(session, url)
+        after = await server_sums(session, url)
     return {"clients": clients, **parts(out, before, after)}
 
 
@@ -101,14 +93,10 @@ def main(argv: list[str]) -> int:
     with pinned_tiny_server() as server:
         table = asyncio.run(_run(server.url, random.Random(0)))
     doc: dict[str, Any] = {
-        "server_cpus": server.server_cpus,
-        "client_cpus": server.client_cpus,
-        "loadavg_1m_after": os.getloadavg()[0],
         "prompt_tokens": PROMPT, "output_tokens": OUTPUT, "phase_s": PHASE_S,
         "phases": table,
     }  # fmt: skip
-    Path(argv[0]).parent.mkdir(parents=True, exist_ok=True)
-    Path(argv[0]).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_run(Path(argv[0]), server, doc)
     return 0
 
 

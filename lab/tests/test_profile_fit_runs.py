@@ -9,7 +9,7 @@ from lab.profile_fit_runs import error_table, errors, server_table
 
 def _run(b_ttft: float, c_p90: float) -> dict[str, Any]:
     """A bench JSON with the fields the tables read: load B's relative errors,
-    load C's check rows, what the server did and the wake-up."""
+    load C's check rows, what the server did, the wake-up and the targets."""
     b = {"median_ttft_s": b_ttft, "p90_ttft_s": -0.3, "median_itl_s": 0.0, "output_throughput": 0.1}
     c = {"ttft_p50_ms": 0.0, "ttft_p90_ms": c_p90, "itl_p50_ms": 0.2, "output_tokens_per_s": 0.0}
     fit = {
@@ -22,6 +22,8 @@ def _run(b_ttft: float, c_p90: float) -> dict[str, Any]:
         "real": {"median_ttft_s": 0.0166, "median_itl_s": 0.00376, "output_throughput": 751.2},
         "fit_load": {"idle_pauses": {"median_ttft_s_by_pause": {"0": 0.0086, "3": 0.0523}}},
         "fits": {"bench": {"stalls": {"wake_s": 0.0587, "wake_tau_s": 2.392}}},
+        "target_relative_error": 0.25,
+        "target_p90_ttft_relative_error": 0.35,
     }
 
 
