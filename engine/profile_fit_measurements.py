@@ -154,7 +154,10 @@ def fit_to_measurements(
         # again with those stalls
         # (the stalls read here leave the base's wake-up as it is)
         starting = dataclasses.replace(
-            starting_stalls(benches), wake_s=base.stalls.wake_s, wake_tau_s=base.stalls.wake_tau_s
+            starting_stalls(benches),
+            wake_s=base.stalls.wake_s,
+            wake_tau_s=base.stalls.wake_tau_s,
+            wake_max_idle_s=base.stalls.wake_max_idle_s,
         )
         first = fit_from(dataclasses.replace(base, stalls=starting))
         shared = dataclasses.replace(first.profile, stalls=fit_share(first.profile, benches))

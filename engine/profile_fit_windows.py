@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from engine.metrics_windows import LoadWindow, bucket_bounds, histogram_quantile
 from engine.percentile import percentile
 from engine.profile_types import Profile
-from engine.serving_replay import ServingLoad, replay_load
+from engine.serving_replay import ServingLoad, replay_load, steady_clients
 
 #: (name, measured, model) of each matched figure, for a profile.
 Targets = Callable[[Profile], list[tuple[str, float, float]]]
@@ -126,14 +126,7 @@ def window_groups(windows: Sequence[LoadWindow]) -> list[WindowGroup]:
             if ttft_n
             else None
         )
-        load = ServingLoad(
-            num_requests=clients * REPLAY_REQUESTS_PER_CLIENT,
-            prompt_tokens=prompt,
-            output_tokens=output,
-            max_concurrency=clients,
-            first_arrivals_over_s=itl * output,
-            think_s=itl,
-        )
+        load = steady_clients(clients * REPLAY_REQUESTS_PER_CLIENT, prompt, output, clients, itl)
         itl_buckets = _pooled([w.itl_buckets for w in members])
         bounds = bucket_bounds(itl_buckets, 0.5)
         tail = bounds is not None and bounds[1] < itl

@@ -11,6 +11,7 @@ Pure and deterministic: arrivals at a fixed rate are evenly spaced.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -67,6 +68,30 @@ class ServingLoad:
             raise ValueError(f"ServingLoad: think_s must be >= 0, got {self.think_s}")
         if self.request_rate is not None and not self.request_rate > 0:
             raise ValueError(f"ServingLoad: request_rate must be > 0, got {self.request_rate}")
+
+
+def steady_clients(
+    num_requests: int, prompt_tokens: int, output_tokens: int, clients: int, itl_s: float
+) -> ServingLoad:
+    """``clients`` closed-loop clients of a steady service, out of step with each other.
+
+    Identical requests from clients that start together stay in step in the
+    model for ever (they finish in the same step), while a real server's
+    jitter soon spreads them: then a newcomer meets requests mid-decode
+    rather than a batch of newcomers. So the first requests are spread over
+    one request's decode (``itl_s x output_tokens``) and each client pauses
+    about one gap (``itl_s``) before its next.
+    """
+    if not (itl_s > 0 and math.isfinite(itl_s)):
+        raise ValueError(f"steady_clients: itl_s must be a number > 0, got {itl_s}")
+    return ServingLoad(
+        num_requests=num_requests,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        max_concurrency=clients,
+        first_arrivals_over_s=itl_s * output_tokens,
+        think_s=itl_s,
+    )
 
 
 @dataclass(frozen=True)

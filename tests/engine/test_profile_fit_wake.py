@@ -223,3 +223,24 @@ def test_a_curve_still_rising_at_the_longest_pause_is_held_there(tmp_path: Path)
     assert stalls.wake_after_s(60.0) == stalls.wake_after_s(1.5)
     assert stalls.wake_after_s(60.0) == pytest.approx(slow.wake_after_s(1.5), rel=0.02)
     assert any("holds the wake-up there" in w for w in fitted.warnings)
+
+
+def test_a_speed_fit_without_idle_requests_keeps_the_base_s_whole_wake_up(
+    tmp_path: Path,
+) -> None:
+    """Benchmark runs with tails and no idle requests: the stalls are read from the
+    tails, and the base's wake-up stays as the base wrote it, its cap included (a
+    cap dropped would let the fitted profile's wait grow past any idle time measured)."""
+    capped = EngineStalls(wake_s=0.01, wake_tau_s=1.0, wake_max_idle_s=2.0)
+    base = dataclasses.replace(get_profile(BASE), stalls=capped)
+    base_path = tmp_path / "base.yaml"
+    write_profile_file(base, base_path, "a base with a capped wake-up")
+    out = tmp_path / "fitted.yaml"
+    code, stdout, stderr = run_cli(
+        ["engine", "fit-profile", "--base", str(base_path),
+         *bench_files(true_profile(), tmp_path, 40, tails=True), "--out", str(out), "--json"]
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "stalls.wake_max_idle_s" in json.loads(stdout)["kept"]
+    stalls = read_profile_file(out).stalls
+    assert (stalls.wake_s, stalls.wake_tau_s, stalls.wake_max_idle_s) == (0.01, 1.0, 2.0)
