@@ -82,6 +82,31 @@ def server_table(docs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def repeat_table(docs: list[dict[str, Any]]) -> str | None:
+    """One row per run that ran loads B and C twice: the second run's figures against
+    the first's, the server's own error (None when no run did)."""
+    repeated = [(n, doc["repeat"]) for n, doc in enumerate(docs, 1) if "repeat" in doc]
+    if not repeated:
+        return None
+    columns = [name for name, _, _ in errors(docs[0], "bench")]
+    lines = [
+        "| run (the server again) | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for number, repeat in repeated:
+        cells = []
+        for load, index in (("load_b", 0), ("load_c", 1)):
+            errs = repeat[load]["error"]
+            cells += [
+                f"{100 * errs[figure[index]]:+.0f}".replace("-", "−")
+                if figure[index] in errs
+                else "n/a"
+                for figure in FIGURES
+            ]
+        lines.append(f"| {number} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         sys.stderr.write("usage: python -m lab.profile_fit_runs RUN.json...\n")
@@ -90,6 +115,9 @@ def main(argv: list[str]) -> int:
     for fit in FITS:
         print(error_table(docs, fit), end="\n\n")
     print(server_table(docs))
+    repeats = repeat_table(docs)
+    if repeats is not None:
+        print("", repeats, sep="\n")
     return 0
 
 

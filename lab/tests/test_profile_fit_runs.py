@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.profile_fit_runs import error_table, errors, server_table
+from lab.profile_fit_runs import error_table, errors, repeat_table, server_table
 
 
 def _run(b_ttft: float, c_p90: float) -> dict[str, Any]:
@@ -46,3 +46,21 @@ def test_a_miss_is_bold_and_the_run_not_met() -> None:
 def test_the_server_table_reads_what_the_server_did() -> None:
     line = server_table([_run(0.0, 0.0)]).splitlines()[2]
     assert line == "| 1 | 16.6, 3.76, 751 | 8.6 / 52.3 | 58.7 ms, time constant 2.39 s |"
+
+
+def test_the_repeat_table_shows_the_server_against_itself_where_it_ran_twice() -> None:
+    """Only runs that ran loads B and C twice have a row; load C's throughput, which
+    the repeat does not read, says so."""
+    assert repeat_table([_run(0.0, 0.0)]) is None
+    again = _run(0.0, 0.0)
+    again["repeat"] = {
+        "load_b": {"error": {"median_ttft_s": -0.12, "p90_ttft_s": 0.2, "median_itl_s": 0.03,
+                             "output_throughput": -0.05}},
+        "load_c": {"error": {"ttft_p50_ms": 0.31, "ttft_p90_ms": -0.4, "itl_p50_ms": 0.0,
+                             "itl_p90_ms": 0.1}},
+    }  # fmt: skip
+    table = repeat_table([_run(0.0, 0.0), again])
+    assert table is not None
+    lines = table.splitlines()
+    assert lines[0].startswith("| run (the server again) | B TTFT p50 |")
+    assert lines[2] == "| 2 | −12 | +20 | +3 | −5 | +31 | −40 | +0 | n/a |"
