@@ -59,7 +59,7 @@ from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import ProfileFit
 from engine.profile_fit_measurements import fit_to_measurements
-from engine.profile_fit_wake import MIN_IDLE_REQUESTS, WakeFit, fit_wake, idle_requests
+from engine.profile_fit_wake import WakeFit, fit_wake, idle_requests
 from engine.profile_types import Profile
 from engine.serving_replay import ServingLoad, replay_load, steady_clients
 from tests.support.options import suite_options
@@ -98,6 +98,9 @@ CHECK = ServingLoad(num_requests=120, prompt_tokens=200, output_tokens=96, max_c
 #: different prompt length, put on the server by ``prescaler engine load``'s client and
 #: compared by ``prescaler engine check``'s replay (the send times it recorded).
 RATE_CHECK = LoadSpec(num_requests=30, prompt_tokens=128, output_tokens=64, request_rate=1.5)
+#: Load C again: other prompts (no prefix the server may have cached) and another
+#: draw of its arrivals (``LoadSpec`` seeds both from ``seed``).
+RATE_AGAIN = dataclasses.replace(RATE_CHECK, seed=RATE_CHECK.seed + 2)
 TARGET = 0.25
 #: p90 TTFT may be off by this much (the issue's target).
 TARGET_P90_TTFT = 0.35
@@ -325,7 +328,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     # both checks once more: the server's own error against itself, the floor under
     # any prediction's (its speed wanders from minute to minute)
     real_again = _real_figures(*asyncio.run(_benchmark(fit_vllm.url, rng)))
-    rate_again = asyncio.run(run_load(fit_vllm.url, RATE_CHECK, model=MODEL_NAME))
+    rate_again = asyncio.run(run_load(fit_vllm.url, RATE_AGAIN, model=MODEL_NAME))
     predictions: dict[str, dict[str, dict[str, Any]]] = {}
     rate_checks: dict[str, dict[str, object]] = {}
     profiles = {"base": base, **{f"fitted_from_{k}": f.profile for k, f in fits.items()}}
@@ -385,7 +388,8 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
         # load C's requests that found the server idle, read as the fit reads load A's
         # (never fitted): how many, and their TTFT against the others'
         "rate_check_idle": _idle_split(rate_doc),
-        # loads B and C run again at the end: each figure's second run against its first
+        # loads B and C run again at the end (load C with other prompts and arrivals):
+        # each figure's second run against its first
         "repeat": {
             "load_b": {"again": real_again, "error": _errors(real_again, real)},
             "load_c": {
@@ -402,10 +406,9 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     assert fits["metrics"].profile.vllm.num_gpu_blocks is not None  # the KV capacity was read
     assert all(v > 0 for v in real.values())
     assert "request_overhead.in_fixed_s" in {f for f, _ in fits["bench"].determined}
-    # enough requests found the server idle for the fit to read a wake-up; whether
-    # there was one to see is recorded, not required (36 - 44 ms after 3 s on one
-    # machine, 1.7 - 3.3 ms on another: docs/profiles.md)
-    assert wake.requests >= MIN_IDLE_REQUESTS
+    # (``fit_wake`` raised had too few requests found the server idle; whether there
+    # was a wake-up to see is recorded, not required: 36 - 44 ms after 3 s on one
+    # machine, 1.7 - 3.3 ms on another, docs/profiles.md)
 
 
 def phase_measurement(phase: dict[str, float], load: ServingLoad) -> BenchMeasurement:
