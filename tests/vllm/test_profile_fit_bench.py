@@ -248,27 +248,26 @@ def _errors(predicted: dict[str, float], measured: dict[str, float]) -> dict[str
     return {k: _error(v, measured[k]) for k, v in predicted.items()}
 
 
+#: Load B's figures the bench records (of ``_medians``'), as ``vllm bench serve`` names them.
+REAL_FIGURES = (
+    "median_ttft_s", "p90_ttft_s", "median_itl_s", "output_throughput", "mean_itl_s",
+    "p99_ttft_s",
+)  # fmt: skip
+
+
 def _real_figures(measured: Measured, duration: float) -> dict[str, float]:
-    """Load B's figures as ``vllm bench serve`` reports them."""
-    return {
-        "median_ttft_s": statistics.median(measured.ttfts),
-        "p90_ttft_s": percentile(measured.ttfts, 90),
-        "median_itl_s": statistics.median(measured.itls),
-        "output_throughput": measured.output_tokens / duration,
-        "mean_itl_s": statistics.fmean(measured.itls),
-        "p99_ttft_s": percentile(measured.ttfts, 99),
-    }
+    figures = _medians(measured, duration)
+    return {k: figures[k] for k in REAL_FIGURES}
 
 
 def _rate_figures(doc: dict[str, Any]) -> dict[str, float]:
-    """Load C's figures as ``prescaler engine check`` names them (ms)."""
-    gaps = [float(g) for gaps in doc["itls"] for g in gaps]
-    ttfts = [float(t) for t in doc["ttfts"]]
+    """Load C's figures as ``prescaler engine check`` names them, read from the
+    result document ``run_load`` wrote (its statistics are in ms)."""
     return {
-        "ttft_p50_ms": percentile(ttfts, 50) * 1e3,
-        "ttft_p90_ms": percentile(ttfts, 90) * 1e3,
-        "itl_p50_ms": percentile(gaps, 50) * 1e3,
-        "itl_p90_ms": percentile(gaps, 90) * 1e3,
+        "ttft_p50_ms": doc["median_ttft_ms"],
+        "ttft_p90_ms": doc["p90_ttft_ms"],
+        "itl_p50_ms": doc["median_itl_ms"],
+        "itl_p90_ms": doc["p90_itl_ms"],
     }
 
 
