@@ -99,10 +99,22 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
     return {**env, **(extra or {})}
 
 
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc Linux: children cannot be asked to die with the stack
+        return None
+
+
+_LIBC = _libc()
+"""Loaded here, in the parent: a child between fork and exec must not
+``dlopen``, whose lock another of the stack's threads may have held at the fork."""
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _LIBC is not None:
+        with contextlib.suppress(Exception):
+            _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _fmt_s(seconds: float) -> str:

@@ -8,6 +8,13 @@ benches' ``--tune-*`` and ``--vllm-home``) are registered here
 Under CI the property tests run derandomized, so a submission's result does
 not depend on the seed of the day; on developers' machines they explore new
 examples on every run, which is where new counter-examples come from.
+
+The stack tests run the stack in this process, so it runs as ``prescaler
+stack`` does: gRPC's fork handlers off before gRPC loads
+(:func:`stack.processes.quiet_grpc_forks`). With them on, a child forked
+while the stack's gRPC client was busy could abort before it ran its
+program. Children started through ``stack.processes.Child`` keep gRPC's own
+setting; other subprocesses of the suite inherit the "off".
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
+from stack.processes import quiet_grpc_forks
 from tests.support.ci import in_ci
 from tests.support.options import add_options, configure
+
+quiet_grpc_forks()
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
