@@ -11,6 +11,8 @@ with like: the run's own fit read its wake-up again from the idle requests
 (which a run does not keep) with its own time outside the engine, so a refit
 in the old description lands near the run's fit, not on it.
 
+A run whose load A ended in waves (clients sending together) is also refitted
+without them, steady: what the waves add to the fit, on the very same run.
 Writes one JSON per run and description, shaped as the bench's (its clients'
 fit's predictions replaced, the refit's own account under ``refit``), so
 ``python -m lab.profile_fit_runs`` prints the tables. Run:
@@ -42,26 +44,42 @@ Clients = Literal["steady", "together"]
 CLIENTS: tuple[Clients, ...] = ("steady", "together")
 
 
-def load_a_runs(doc: Mapping[str, Any], clients: Clients) -> list[BenchMeasurement]:
-    """Load A's phases as the fit reads them, each replayed with ``clients``: steady
-    (``steady_clients``, as the bench now replays them) or together (the first
-    requests spread over the join time and the rest waiting until then, which left
-    identical requests in step for ever: the bench's replay before)."""
+def load_a_runs(
+    doc: Mapping[str, Any], clients: Clients, *, waves: bool = True
+) -> list[BenchMeasurement]:
+    """Load A's phases as the fit reads them, each phase not in step replayed with
+    ``clients``: steady (``steady_clients``, as the bench now replays them) or
+    together (the first requests spread over the join time and the rest waiting
+    until then, which left identical requests in step for ever: the bench's replay
+    before). A phase whose clients sent in waves (``phases_in_step``; runs kept
+    before it had none) is replayed in step whatever ``clients`` says, or left out
+    with ``waves=False``: what the waves add, on the very same run."""
+    if clients not in CLIENTS:
+        raise ValueError(f"clients must be one of {CLIENTS}, got {clients!r}")
     fit_load = doc["fit_load"]
     output = int(fit_load["output_tokens"])
+    phases = fit_load["phases"]
+    in_step = fit_load.get("phases_in_step", [False] * len(phases))
     runs = []
-    for seen, (count, _, prompt) in zip(
-        fit_load["seen_by_clients"], fit_load["phases"], strict=True
+    for seen, (count, _, prompt), wave in zip(
+        fit_load["seen_by_clients"], phases, in_step, strict=True
     ):
         requests = int(seen["requests"])
-        if clients == "steady":
+        if wave:
+            if not waves:
+                continue
+            load = ServingLoad(requests, prompt, output, count)
+        elif clients == "steady":
             load = steady_clients(requests, prompt, output, count, seen["median_itl_s"])
-        elif clients == "together":
-            load = ServingLoad(requests, prompt, output, count, first_arrivals_over_s=JOIN_S)
         else:
-            raise ValueError(f"clients must be one of {CLIENTS}, got {clients!r}")
+            load = ServingLoad(requests, prompt, output, count, first_arrivals_over_s=JOIN_S)
         runs.append(phase_measurement(seen, load))
     return runs
+
+
+def has_waves(doc: Mapping[str, Any]) -> bool:
+    """Whether the run's load A had a phase sent in waves."""
+    return any(doc["fit_load"].get("phases_in_step", ()))
 
 
 def run_base(doc: Mapping[str, Any], base: Profile) -> Profile:
@@ -109,12 +127,17 @@ def load_c_document(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def refit(doc: Mapping[str, Any], clients: Clients, base: Profile) -> dict[str, Any]:
-    """``doc`` with its clients' fit made again under ``clients`` and checked again."""
-    fit = fit_to_measurements(run_base(doc, base), bench=load_a_runs(doc, clients), name=base.name)
+def refit(
+    doc: Mapping[str, Any], clients: Clients, base: Profile, *, waves: bool = True
+) -> dict[str, Any]:
+    """``doc`` with its clients' fit made again under ``clients`` (without load A's
+    waves where ``waves`` is False) and checked again."""
+    runs = load_a_runs(doc, clients, waves=waves)
+    fit = fit_to_measurements(run_base(doc, base), bench=runs, name=base.name)
     out = copy.deepcopy(dict(doc))
     out["refit"] = {
         "clients": clients,
+        "waves": waves and has_waves(doc),
         "determined": [f for f, _ in fit.determined],
         "factors": fit.factors,
         "request_overhead_in_fixed_s": fit.profile.request_overhead.in_fixed_s,
@@ -138,11 +161,14 @@ def main(argv: Sequence[str]) -> int:
     out_dir = Path(argv[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     base = read_profile_file(BASE)
-    jobs = [(Path(p), c) for p in argv[1:] for c in CLIENTS]
-    for path, clients in tqdm(jobs, desc="refits", unit="fit"):
-        doc = json.loads(path.read_text())
-        result = refit(doc, clients, base)
-        target = out_dir / f"{path.stem}-{clients}.json"
+    docs = {Path(p): json.loads(Path(p).read_text()) for p in argv[1:]}
+    # each description; a run with waves also without them, steady
+    jobs = [(path, c, True) for path in docs for c in CLIENTS]
+    jobs += [(path, "steady", False) for path, doc in docs.items() if has_waves(doc)]
+    for path, clients, waves in tqdm(jobs, desc="refits", unit="fit"):
+        result = refit(docs[path], clients, base, waves=waves)
+        name = clients if waves else f"{clients}-no-waves"
+        target = out_dir / f"{path.stem}-{name}.json"
         target.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 

@@ -9,7 +9,15 @@ import pytest
 from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file
 from engine.serving_replay import ServingLoad
-from lab.profile_fit_refit import BASE, JOIN_S, load_a_runs, load_b, load_c_document, run_base
+from lab.profile_fit_refit import (
+    BASE,
+    JOIN_S,
+    has_waves,
+    load_a_runs,
+    load_b,
+    load_c_document,
+    run_base,
+)
 
 
 def _seen(clients: int) -> dict[str, float]:
@@ -76,6 +84,29 @@ def test_load_a_is_read_phase_by_phase_under_either_description() -> None:
     assert together[1].load.think_s == 0.0
     with pytest.raises(ValueError, match="clients must be one of"):
         load_a_runs(_run(), BURSTY)
+    assert not has_waves(_run())
+
+
+def _run_with_waves() -> dict[str, Any]:
+    run = _run()
+    run["fit_load"]["phases"].append([4, 25.0, 448])
+    run["fit_load"]["seen_by_clients"].append(_seen(4))
+    run["fit_load"]["phases_in_step"] = [False, False, True]
+    return run
+
+
+def test_the_waves_are_replayed_in_step_under_either_description_or_left_out() -> None:
+    """A phase sent in waves starts its clients together with no pause (identical
+    requests then stay in step); without waves the refit reads the other phases alone."""
+    run = _run_with_waves()
+    assert has_waves(run)
+    for clients in ("steady", "together"):
+        wave = load_a_runs(run, clients)[-1]
+        assert (wave.load.max_concurrency, wave.load.prompt_tokens) == (4, 448)
+        assert wave.load.first_arrivals_over_s == 0.0
+        assert wave.load.think_s == 0.0
+    without = load_a_runs(run, "steady", waves=False)
+    assert [r.load.prompt_tokens for r in without] == [64, 256]
 
 
 def test_the_base_takes_the_runs_capacity_and_wake_up() -> None:

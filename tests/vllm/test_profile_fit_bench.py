@@ -7,8 +7,9 @@ which no replica model of one server should learn. Run it in a pytest
 invocation of its own, as ``make vllm-test`` does, so no other server shares
 the cores. Load A, the fit's: closed-loop clients
 joining one by one (1, then 2, then 4) with 64-token prompts, then the 4 with
-256-token prompts, 48-token outputs, while /metrics is scraped every second,
-then one request at a time after idle pauses of 0 to 3 s (``prescaler engine
+256-token prompts, then the 4 in waves with 448-token prompts (each wave's
+requests sent together once the last wave has ended), 48-token outputs, while
+/metrics is scraped every second, then one request at a time after idle pauses of 0 to 3 s (``prescaler engine
 load --idle-pauses``), from which both fits read the idle server's wake-up;
 the fit starts from ``data/tiny-llama-cpu.yaml``, whose device figures are
 guesses. Load B, the check: a benchmark-style run the fit never saw (120
@@ -17,8 +18,8 @@ outputs), measured on the client like ``vllm bench serve`` (TTFT, every
 streamed chunk's gap, output tokens/s) and replayed through the engine with
 each fitted profile (one from the /metrics pages, one from the medians the
 clients saw in each of load A's phases, as ``vllm bench serve`` would report
-one run per phase, each replayed with its clients out of step as they ran,
-``engine.serving_replay.steady_clients``). Load C, a second check: 30
+one run per phase, each replayed as its clients ran: out of step,
+``engine.serving_replay.steady_clients``, or in step for the waves). Load C, a second check: 30
 requests at 1.5 per second (Poisson), 128-token prompts, 64-token outputs,
 sent by ``prescaler engine load``'s client and compared by ``prescaler
 engine check``'s replay (TTFT and ITL p50/p90/p99, throughput). Then loads B
@@ -74,11 +75,17 @@ HERE = Path(__file__).parent
 BASE = HERE / "data" / "tiny-llama-cpu.yaml"
 RESULTS = HERE.parent.parent / "bench-results"
 #: Load A: (clients, seconds, prompt tokens) phases; clients join over JOIN_S, out
-#: of step. The last phase's longer prompts are what separates a request's fixed
-#: time outside the engine from its prefill (``docs/profiles.md``).
+#: of step. The 256-token phase's longer prompts are what separates a request's
+#: fixed time outside the engine from its prefill (``docs/profiles.md``).
 FIT_PHASES: tuple[tuple[int, float, int], ...] = (
     (1, 25.0, 64), (2, 25.0, 64), (4, 25.0, 64), (4, 25.0, 256),
 )  # fmt: skip
+#: Load A's last closed-loop phase, (clients, seconds, prompt tokens): the clients
+#: send in waves, all together, each wave once the last one has ended, so their
+#: prefills meet in one step (4 x 448 tokens). Out of step, a prefill rarely
+#: shares its step, and fits of those phases alone put the compute factor
+#: anywhere from 0.5 to 22 (``docs/profiles.md``).
+WAVE_PHASE: tuple[int, float, int] = (4, 25.0, 448)
 FIT_OUTPUT = 48
 IDLE_SOURCE = "load A's idle pauses"
 #: Load A's last part: one request at a time after idle pauses, each pause six times.
@@ -140,6 +147,8 @@ class Measured:
     ttfts: list[float] = field(default_factory=list)
     itls: list[float] = field(default_factory=list)
     output_tokens: int = 0
+    #: the phase's own length where it ends with its last request (the waves)
+    seconds: float | None = None
 
 
 def _prompt(rng: random.Random, n: int) -> list[int]:
@@ -173,8 +182,9 @@ async def _one(
 
 
 async def _clients(url: str, rng: random.Random) -> list[Measured]:
-    """Load A: closed-loop clients, each from its join time to the end of the load;
-    what the clients saw, per phase (a request counts in the phase it started in)."""
+    """Load A: closed-loop clients, each from its join time to the end of the
+    steady phases, then the waves; what the clients saw, per phase (a request
+    counts in the phase it started in)."""
     total = sum(s for _, s, _ in FIT_PHASES)
     joins: list[float] = []
     ends: list[float] = []
@@ -196,7 +206,31 @@ async def _clients(url: str, rng: random.Random) -> list[Measured]:
 
         started = time.perf_counter()
         await asyncio.gather(*(client(j) for j in joins))
-    return phases
+        waves = Measured()
+        clients, seconds, prompt_tokens = WAVE_PHASE
+        wave_start = time.perf_counter()
+        while time.perf_counter() - wave_start < seconds:
+            prompts = [_prompt(rng, prompt_tokens) for _ in range(clients)]
+            await asyncio.gather(*(_one(session, url, p, FIT_OUTPUT, waves) for p in prompts))
+        waves.seconds = time.perf_counter() - wave_start
+    return [*phases, waves]
+
+
+def load_a_phases() -> list[tuple[int, float, int]]:
+    """Load A's closed-loop phases as run, the waves last."""
+    return [*FIT_PHASES, WAVE_PHASE]
+
+
+def phase_replay(
+    phase: dict[str, float], clients: int, prompt_tokens: int, in_step: bool
+) -> ServingLoad:
+    """How the clients' fit replays one phase of load A: the waves' clients
+    together (identical requests stay in step), the others out of step as they
+    ran (``steady_clients``); ``lab.profile_fit_refit`` reads kept runs with it too."""
+    requests = int(phase["requests"])
+    if in_step:
+        return ServingLoad(requests, prompt_tokens, FIT_OUTPUT, max_concurrency=clients)
+    return steady_clients(requests, prompt_tokens, FIT_OUTPUT, clients, phase["median_itl_s"])
 
 
 async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
@@ -218,7 +252,7 @@ async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
 async def _fit_load(
     server: FitServer, rng: random.Random
 ) -> tuple[list[MetricsPage], list[Measured]]:
-    total = sum(s for _, s, _ in FIT_PHASES)
+    total = sum(s for _, s, _ in load_a_phases())
     scrape = asyncio.to_thread(
         scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
     )
@@ -299,17 +333,16 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             idle_source=IDLE_SOURCE,
         )
     }
-    seen = [_medians(m, seconds) for m, (_, seconds, _) in zip(phases, FIT_PHASES, strict=True)]
+    phase_specs = load_a_phases()
+    in_step = [False] * len(FIT_PHASES) + [True]
+    seen = [
+        _medians(m, m.seconds or seconds)
+        for m, (_, seconds, _) in zip(phases, phase_specs, strict=True)
+    ]
     # one benchmark-style run per phase, as ``vllm bench serve`` would report each
     runs = [
-        # the clients joined one by one and ran out of step
-        phase_measurement(
-            phase,
-            steady_clients(
-                int(phase["requests"]), prompt_tokens, FIT_OUTPUT, clients, phase["median_itl_s"]
-            ),
-        )
-        for phase, (clients, _, prompt_tokens) in zip(seen, FIT_PHASES, strict=True)
+        phase_measurement(phase, phase_replay(phase, clients, prompt_tokens, wave))
+        for phase, (clients, _, prompt_tokens), wave in zip(seen, phase_specs, in_step, strict=True)
     ]
     fits["bench"] = fit_to_measurements(
         base.with_vllm(num_gpu_blocks=fits["metrics"].profile.vllm.num_gpu_blocks),
@@ -338,12 +371,15 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
         )
     doc = {
         "fit_load": {
-            "phases": [list(p) for p in FIT_PHASES],
+            "phases": [list(p) for p in phase_specs],
+            # the phases whose clients sent in waves (replayed together)
+            "phases_in_step": in_step,
             "output_tokens": FIT_OUTPUT,
             "pages": len(pages),
             "windows": len(windows),
             "seen_by_clients": seen,
-            # how the clients' fit replays each phase (``lab.profile_fit_refit``'s names)
+            # how the clients' fit replays each phase not in step
+            # (``lab.profile_fit_refit``'s names)
             "clients_replayed_as": "steady",
             "loadavg_1m_before": load_before_a,
             "server_cpus": fit_vllm.server_cpus,
