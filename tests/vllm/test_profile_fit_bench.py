@@ -9,9 +9,10 @@ the cores. Load A, the fit's: closed-loop clients
 joining one by one (1, then 2, then 4) with 64-token prompts, then the 4 with
 256-token prompts, then the 4 in waves with 448-token prompts (each wave's
 requests sent together once the last wave has ended), 48-token outputs, while
-/metrics is scraped every second, then one request at a time after idle pauses of 0 to 3 s (``prescaler engine
-load --idle-pauses``), from which both fits read the idle server's wake-up;
-the fit starts from ``data/tiny-llama-cpu.yaml``, whose device figures are
+/metrics is scraped every second (the /metrics fit reads the pages before the
+waves), then one request at a time after idle pauses of 0 to 3 s
+(``prescaler engine load --idle-pauses``), from which both fits read the idle
+server's wake-up; the fit starts from ``data/tiny-llama-cpu.yaml``, whose device figures are
 guesses. Load B, the check: a benchmark-style run the fit never saw (120
 requests through 3 clients starting together, 200-token prompts, 96-token
 outputs), measured on the client like ``vllm bench serve`` (TTFT, every
@@ -149,6 +150,8 @@ class Measured:
     output_tokens: int = 0
     #: the phase's own length where it ends with its last request (the waves)
     seconds: float | None = None
+    #: when the phase began (``time.monotonic``, the pages' clock), where recorded
+    started_at: float | None = None
 
 
 def _prompt(rng: random.Random, n: int) -> list[int]:
@@ -206,7 +209,7 @@ async def _clients(url: str, rng: random.Random) -> list[Measured]:
 
         started = time.perf_counter()
         await asyncio.gather(*(client(j) for j in joins))
-        waves = Measured()
+        waves = Measured(started_at=time.monotonic())
         clients, seconds, prompt_tokens = WAVE_PHASE
         wave_start = time.perf_counter()
         while time.perf_counter() - wave_start < seconds:
@@ -322,7 +325,11 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     wake = fit_wake(idle, IDLE_SOURCE)
     RESULTS.mkdir(exist_ok=True)
     write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
-    windows, last = load_windows(pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
+    # the /metrics fit reads the steady phases only: it replays every window with
+    # steady clients, which the waves were not (a page cannot tell them apart)
+    assert phases[-1].started_at is not None
+    steady_pages = [page for page in pages if page.t < phases[-1].started_at]
+    windows, last = load_windows(steady_pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
     fits = {
         "metrics": fit_to_measurements(
             base,
@@ -376,6 +383,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             "phases_in_step": in_step,
             "output_tokens": FIT_OUTPUT,
             "pages": len(pages),
+            "pages_before_waves": len(steady_pages),
             "windows": len(windows),
             "seen_by_clients": seen,
             # how the clients' fit replays each phase not in step
