@@ -11,7 +11,8 @@ The cron side's window is written from the history days before the tuning
 day only (:func:`written_window`), as a team writes one from its dashboard.
 Each cell is its own JSON file, so a grid runs in pieces and resumes.
 ``python -m lab.efficiency CONFIG.yaml`` runs a config's grid;
-``--report DIR`` prints the table (:mod:`lab.efficiency_report`).
+``--report DIR...`` prints the table (:mod:`lab.efficiency_report`; the
+sides of one cell tuned in separate runs, one directory each, are merged).
 """
 
 from __future__ import annotations
@@ -331,15 +332,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a config's grid (cells already written are kept), report a
     directory, or add the forecast flip to cells written without it."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) == 2 and args[0] == "--report":
-        print(report(Path(args[1])))
+    if len(args) >= 2 and args[0] == "--report":
+        try:
+            print(report(*(Path(a) for a in args[1:])))
+        except ValueError as exc:
+            print(f"lab.efficiency: {exc}", file=sys.stderr)
+            return 2
         return 0
     if len(args) == 3 and args[0] == "--flip":
         flip_missing(load_config(Path(args[1])), Path(args[2]))
         return 0
     if len(args) != 1:
-        print("usage: python -m lab.efficiency CONFIG.yaml | --report DIR | --flip CONFIG.yaml DIR",
-              file=sys.stderr)  # fmt: skip
+        print("usage: python -m lab.efficiency CONFIG.yaml | --report DIR... | "
+              "--flip CONFIG.yaml DIR", file=sys.stderr)  # fmt: skip
         return 2
     try:
         config = load_config(Path(args[0]))

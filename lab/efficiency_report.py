@@ -34,11 +34,48 @@ __all__ = [
 PRESCALER = "prescaler"
 
 
-def cells(directory: Path) -> list[dict[str, Any]]:
-    """Every cell file in ``directory``, by trace, then lead time as a number (a name
-    order would put ``lead15`` before ``lead2.5``), then study seed."""
-    found = [json.loads(p.read_text(encoding="utf-8")) for p in directory.glob("*.json")]
-    return sorted(found, key=lambda c: (str(c["trace"]), float(c["lead_min"]), int(c["seed"])))
+def _key(cell: Mapping[str, Any]) -> tuple[str, float, int]:
+    return str(cell["trace"]), float(cell["lead_min"]), int(cell["seed"])
+
+
+def cells(*directories: Path) -> list[dict[str, Any]]:
+    """Every cell file in the directories, by trace, then lead time as a number (a
+    name order would put ``lead15`` before ``lead2.5``), then study seed. Cells of
+    the same trace, lead time and seed in several directories (sides tuned in
+    separate runs, a KEDA run beside a prescaler one) are one cell with every
+    side, provided they agree on what the sides were held to."""
+    merged: dict[tuple[str, float, int], dict[str, Any]] = {}
+    for directory in directories:
+        for path in sorted(directory.glob("*.json")):
+            cell = json.loads(path.read_text(encoding="utf-8"))
+            key = _key(cell)
+            if key in merged:
+                _merge(merged[key], cell, path)
+            else:
+                merged[key] = cell
+    return [merged[k] for k in sorted(merged)]
+
+
+#: What two runs of one cell must agree on for their sides to share a table.
+AGREED = ("target_attainment", "margin", "trials", "holdout_seeds", "max_replicas")
+
+
+def _merge(into: dict[str, Any], cell: Mapping[str, Any], path: Path) -> None:
+    """Add ``cell``'s sides to ``into`` (the same cell, run apart)."""
+    for field in AGREED:
+        if into.get(field) != cell.get(field):
+            raise ValueError(
+                f"{path}: its {field} ({cell.get(field)!r}) differs from the same cell's "
+                f"in another directory ({into.get(field)!r}): their sides are not comparable"
+            )
+    bound = into["hindsight"]["terms"]["bound"]["cost_usd"]
+    if cell["hindsight"]["terms"]["bound"]["cost_usd"] != bound:
+        raise ValueError(f"{path}: its bound differs from the same cell's in another directory")
+    both = set(into["sides"]) & set(cell["sides"])
+    if both:
+        raise ValueError(f"{path}: side(s) {', '.join(sorted(both))} tuned in two directories")
+    into["sides"] = {**into["sides"], **cell["sides"]}
+    into["sides_asked"] = [*into.get("sides_asked", []), *cell.get("sides_asked", [])]
 
 
 def _groups(found: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], list[Any]]:
@@ -79,12 +116,13 @@ def _spread(values: Sequence[float]) -> str:
 
 def side_rows(group: Sequence[Mapping[str, Any]], sides: Sequence[str]) -> dict[str, str]:
     """Per side: the multiple over the seeds its choice met the target in,
-    then ``met/seeds``."""
+    then ``met/seeds`` (the seeds the side was tuned under; "not run" where none)."""
     out: dict[str, str] = {}
     for side in sides:
-        met = [c for c in group if meets(c, side)]
+        ran = [c for c in group if side in c["sides"]]
+        met = [c for c in ran if meets(c, side)]
         values = [m for c in met if (m := _multiple(c, side)) is not None]
-        out[side] = f"{_spread(values)} {len(met)}/{len(group)}"
+        out[side] = f"{_spread(values)} {len(met)}/{len(ran)}" if ran else "not run"
     return out
 
 
@@ -177,7 +215,7 @@ def choices_table(found: Sequence[Mapping[str, Any]]) -> str:
         sides = list(dict.fromkeys(s for c in group for s in c["sides"]))
         for side in sides:
             chosen = [c for c in group if (c["sides"].get(side) or {}).get("holdout")]
-            att = ", ".join(_attained(c, side) for c in group)
+            att = ", ".join(_attained(c, side) for c in group if side in c["sides"])
             cost = ", ".join(f"${float(c['sides'][side]['holdout']['cost_per_month_usd']):,.0f}"
                              for c in chosen)  # fmt: skip
             mult = ", ".join(f"{m:.2f}" for c in chosen if (m := _multiple(c, side)) is not None)
@@ -311,12 +349,12 @@ def flip_table(found: Sequence[Mapping[str, Any]]) -> str:
     return head + "\n".join(rows)
 
 
-def report(directory: Path) -> str:
+def report(*directories: Path) -> str:
     """The table, each choice, the forecast flips, and each cell's waterfall,
-    from the cells in ``directory``."""
-    found = cells(directory)
+    from the cells in the directories (:func:`cells`)."""
+    found = cells(*directories)
     if not found:
-        return f"(no cells in {directory})"
+        return f"(no cells in {', '.join(str(d) for d in directories)})"
     parts = (
         markdown_table(found), choices_table(found), slack_table(found), flip_table(found),
         waterfalls(found),

@@ -320,3 +320,44 @@ def test_slack_table_gives_each_choices_drop_out_of_sample(tmp_path: Path) -> No
     assert rows == ["| worldcup98 | 2.5 min | prescaler | 0 | +0.50 | -0.20 | +0.70 |"]
     assert "worldcup98: drop median +0.70, largest +0.70 points over 1 choices" in text
     assert "a margin of 0.70 points would have covered every drop" in text
+
+
+def test_sides_tuned_in_separate_runs_are_one_cell(tmp_path: Path) -> None:
+    """A KEDA run's cells beside a prescaler run's, one directory each: one row, every
+    side counted over the seeds it was tuned under; cells that were held to another
+    target, or that tuned the same side twice, are refused with the file named."""
+    ours, theirs = tmp_path / "prescaler", tmp_path / "keda"
+    ours.mkdir()
+    theirs.mkdir()
+    for seed, cost, multiple in ((0, 110.0, 1.10), (1, 120.0, 1.20)):
+        cell = _cell(seed, _side(0.95, cost, multiple), _side(0.93, 100.0, 1.00))
+        del cell["sides"]["keda-queue"]
+        cell_path(ours, cell["trace"], cell["lead_min"], seed).write_text(json.dumps(cell))
+    keda = _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00))
+    del keda["sides"]["prescaler"]
+    cell_path(theirs, keda["trace"], keda["lead_min"], 0).write_text(json.dumps(keda))
+    other = _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00))
+    other["trace"] = "azure-coding-2024"
+    del other["sides"]["keda-queue"]
+    cell_path(ours, other["trace"], 2.5, 0).write_text(json.dumps(other))
+    found = cells(ours, theirs)
+    assert [sorted(c["sides"]) for c in found] == [
+        ["prescaler"],
+        ["keda-queue", "prescaler"],
+        ["prescaler"],
+    ]
+    rows = markdown_table(found).splitlines()
+    assert rows[-2].endswith("| 1.10x 1/1 | not run | - |")  # azure: no KEDA run
+    assert rows[-1].endswith("| 1.15x (1.10-1.20) 2/2 | 1.00x 1/1 | 1.10x |")  # 110 / 100
+    for c in found:
+        for side in c["sides"].values():
+            side["holdout"]["cost_per_month_usd"] = 30 * side["holdout"]["cost_usd"]
+            side["setting"] = {}
+    keda_line = next(x for x in choices_table(found).splitlines() if "| keda-queue |" in x)
+    assert "| 0: 93.00 % (90.00) | $3,000 |" in keda_line  # seed 1 did not run it
+    keda["target_attainment"] = {"tuned": 0.8, "holdout": 0.8}
+    cell_path(theirs, keda["trace"], keda["lead_min"], 0).write_text(json.dumps(keda))
+    with pytest.raises(ValueError, match=r"keda/worldcup98-lead2.5-seed0.json: its target"):
+        cells(ours, theirs)
+    with pytest.raises(ValueError, match="tuned in two directories"):
+        cells(ours, ours / ".." / "prescaler")
