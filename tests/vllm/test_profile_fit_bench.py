@@ -150,7 +150,7 @@ class Measured:
     output_tokens: int = 0
     #: the phase's own length where it ends with its last request (the waves)
     seconds: float | None = None
-    #: when the phase began (``time.monotonic``, the pages' clock), where recorded
+    #: when the phase began (``time.monotonic``), where recorded
     started_at: float | None = None
 
 
@@ -254,13 +254,18 @@ async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
 
 async def _fit_load(
     server: FitServer, rng: random.Random
-) -> tuple[list[MetricsPage], list[Measured]]:
+) -> tuple[list[MetricsPage], list[Measured], float]:
+    """Load A's closed loops with /metrics scraped all along: the pages, what the
+    clients saw per phase, and when the waves began on the pages' clock (a page's
+    time counts from the scrape's start, a moment after ``origin``)."""
     total = sum(s for _, s, _ in load_a_phases())
+    origin = time.monotonic()
     scrape = asyncio.to_thread(
         scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
     )
     pages, phases = await asyncio.gather(scrape, _clients(server.url, rng))
-    return pages, phases
+    assert phases[-1].started_at is not None
+    return pages, phases, phases[-1].started_at - origin
 
 
 def _medians(m: Measured, seconds: float) -> dict[str, float]:
@@ -317,7 +322,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     rng = random.Random(0)
     base = read_profile_file(BASE)
     load_before_a = os.getloadavg()[0]
-    pages, phases = asyncio.run(_fit_load(fit_vllm, rng))
+    pages, phases, waves_from_s = asyncio.run(_fit_load(fit_vllm, rng))
     idle_doc = asyncio.run(run_load(fit_vllm.url, IDLE_PAUSES, model=MODEL_NAME))
     idle = idle_requests(idle_doc, IDLE_SOURCE)
     # the wake-up as the clients saw it (the fits read it again with their own
@@ -327,8 +332,8 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     write_pages(pages, RESULTS / "profile_fit_pages.jsonl")
     # the /metrics fit reads the steady phases only: it replays every window with
     # steady clients, which the waves were not (a page cannot tell them apart)
-    assert phases[-1].started_at is not None
-    steady_pages = [page for page in pages if page.t < phases[-1].started_at]
+    steady_pages = [page for page in pages if page.t < waves_from_s]
+    assert 0 < len(steady_pages) < len(pages)
     windows, last = load_windows(steady_pages, min_window_s=WINDOW_S, model_name=MODEL_NAME)
     fits = {
         "metrics": fit_to_measurements(
