@@ -25,6 +25,7 @@ __all__ = [
     "flip_table",
     "markdown_table",
     "meets",
+    "merged_terms",
     "moves",
     "report",
     "side_rows",
@@ -46,7 +47,10 @@ def cells(*directories: Path) -> list[dict[str, Any]]:
     side, provided they agree on what the sides were held to."""
     merged: dict[tuple[str, float, int], dict[str, Any]] = {}
     for directory in directories:
-        for path in sorted(directory.glob("*.json")):
+        found = sorted(directory.glob("*.json"))
+        if not found and len(directories) > 1:
+            raise ValueError(f"{directory}: no cell files (is the directory's name right?)")
+        for path in found:
             cell = json.loads(path.read_text(encoding="utf-8"))
             key = _key(cell)
             if key in merged:
@@ -74,8 +78,44 @@ def _merge(into: dict[str, Any], cell: Mapping[str, Any], path: Path) -> None:
     both = set(into["sides"]) & set(cell["sides"])
     if both:
         raise ValueError(f"{path}: side(s) {', '.join(sorted(both))} tuned in two directories")
+    flips = [f for f in (into.get("forecast_flipped"), cell.get("forecast_flipped")) if f]
+    if len(flips) == 2 and flips[0] != flips[1]:
+        raise ValueError(f"{path}: prescaler's forecast flip differs from the same cell's")
     into["sides"] = {**into["sides"], **cell["sides"]}
     into["sides_asked"] = [*into.get("sides_asked", []), *cell.get("sides_asked", [])]
+    into["warnings"] = [*into.get("warnings", []), *cell.get("warnings", [])]
+    into["forecast_flipped"] = flips[0] if flips else None
+    into["hindsight"] = {
+        **into["hindsight"],
+        "terms": merged_terms(into["hindsight"]["terms"], cell["hindsight"]["terms"]),
+    }
+
+
+def merged_terms(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """The waterfall terms of one cell whose sides were tuned in two runs: the
+    cheapest side that met the target over both is the best causal set-up, and
+    every other side that met it is a shape above it (as ``tune`` orders them)."""
+    bound = a["bound"]
+    per_month = float(bound["cost_per_month_usd"]) / float(bound["cost_usd"])
+    met = [
+        {"policy": t["policy"], "cost_usd": float(t["cost_usd"]), "multiple": t["multiple"]}
+        for terms in (a, b)
+        for t in ([terms["best_causal"]] if terms["best_causal"] else []) + list(terms["shape"])
+    ]
+    met.sort(key=lambda t: t["cost_usd"])
+    out = dict(a)
+    out["missed_target"] = [*a["missed_target"], *b["missed_target"]]
+    if not met:
+        out["best_causal"], out["shape"] = None, []
+        return out
+    best, *rest = met
+    out["best_causal"] = {
+        **best,
+        "cost_per_month_usd": best["cost_usd"] * per_month,
+        "future_price_usd": best["cost_usd"] - float(bound["cost_usd"]),
+    }
+    out["shape"] = [{**t, "shape_price_usd": t["cost_usd"] - best["cost_usd"]} for t in rest]
+    return out
 
 
 def _groups(found: Sequence[Mapping[str, Any]]) -> dict[tuple[str, float], list[Any]]:
@@ -138,6 +178,11 @@ def _versus_keda(cell: Mapping[str, Any]) -> float | None:
     return float(cell["sides"][PRESCALER]["holdout"]["cost_usd"]) / min(keda)
 
 
+def _covering(ratios: Sequence[float], group: Sequence[Mapping[str, Any]]) -> str:
+    """How many seeds a ratio stands on, where it is not every one of the row's."""
+    return "" if not ratios or len(ratios) == len(group) else f" {len(ratios)} of {len(group)}"
+
+
 def markdown_table(found: Sequence[Mapping[str, Any]]) -> str:
     """The table: one row per (trace, lead time), a column per side; a
     dagger on the bound where a cell's bound itself missed the target (its
@@ -165,7 +210,7 @@ def markdown_table(found: Sequence[Mapping[str, Any]]) -> str:
             f"| {trace} | {lead:g} min | {','.join(str(c['seed']) for c in group)} "
             f"| ${statistics.median(bound):,.0f}/month{missed} | "
             + " | ".join(by_side[s] for s in sides)
-            + f" | {_spread(ratios)} |"
+            + f" | {_spread(ratios)}{_covering(ratios, group)} |"
         )
     return head + "\n".join(rows)
 

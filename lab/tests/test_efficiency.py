@@ -176,7 +176,7 @@ def test_table_medians_counts_and_ratio(tmp_path: Path) -> None:
     assert "| worldcup98 | 2.5 min | 0,1,2 | $1,000/month |" in row
     assert "1.15x (1.10-1.20) 2/3" in row  # prescaler
     assert "1.25x (1.00-1.50) 2/3" in row  # keda-queue
-    assert row.endswith("| 0.95x (0.80-1.10) |")  # 110/100 and 120/150
+    assert row.endswith("| 0.95x (0.80-1.10) 2 of 3 |")  # 110/100 and 120/150
 
 
 def test_report_of_an_empty_directory(tmp_path: Path) -> None:
@@ -322,42 +322,80 @@ def test_slack_table_gives_each_choices_drop_out_of_sample(tmp_path: Path) -> No
     assert "a margin of 0.70 points would have covered every drop" in text
 
 
-def test_sides_tuned_in_separate_runs_are_one_cell(tmp_path: Path) -> None:
-    """A KEDA run's cells beside a prescaler run's, one directory each: one row, every
-    side counted over the seeds it was tuned under; cells that were held to another
-    target, or that tuned the same side twice, are refused with the file named."""
+def _one_side(cell: dict[str, Any], side: str, cost: float, multiple: float) -> dict[str, Any]:
+    """``cell`` as a run that tuned ``side`` alone: its waterfall names only that side."""
+    cell["sides"] = {side: cell["sides"][side]}
+    terms = cell["hindsight"]["terms"]
+    terms["best_causal"] = {
+        "policy": side,
+        "cost_usd": cost,
+        "multiple": multiple,
+        "cost_per_month_usd": 30 * cost,
+        "future_price_usd": cost - 33.33,
+    }
+    terms["shape"], terms["missed_target"] = [], []
+    return cell  # fmt: skip
+
+
+def _runs_apart(tmp_path: Path) -> tuple[Path, Path]:
+    """A prescaler run (two seeds, and another trace) and a KEDA run (seed 0)."""
     ours, theirs = tmp_path / "prescaler", tmp_path / "keda"
     ours.mkdir()
     theirs.mkdir()
     for seed, cost, multiple in ((0, 110.0, 1.10), (1, 120.0, 1.20)):
         cell = _cell(seed, _side(0.95, cost, multiple), _side(0.93, 100.0, 1.00))
-        del cell["sides"]["keda-queue"]
+        cell = _one_side(cell, "prescaler", cost, multiple)
+        cell["forecast_flipped"] = {"chosen_forecast": "auto", "cost_usd": cost}
         cell_path(ours, cell["trace"], cell["lead_min"], seed).write_text(json.dumps(cell))
     keda = _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00))
-    del keda["sides"]["prescaler"]
+    keda = _one_side(keda, "keda-queue", 100.0, 1.00)
+    keda["forecast_flipped"], keda["warnings"] = None, ["keda-queue: every trial tied"]
     cell_path(theirs, keda["trace"], keda["lead_min"], 0).write_text(json.dumps(keda))
-    other = _cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00))
+    other = _one_side(_cell(0, _side(0.95, 110.0, 1.10), _side(0.93, 100.0, 1.00)),
+                      "prescaler", 110.0, 1.10)  # fmt: skip
     other["trace"] = "azure-coding-2024"
-    del other["sides"]["keda-queue"]
     cell_path(ours, other["trace"], 2.5, 0).write_text(json.dumps(other))
+    return ours, theirs
+
+
+def test_sides_tuned_in_separate_runs_are_one_cell(tmp_path: Path) -> None:
+    """A KEDA run's cells beside a prescaler run's, one directory each: one row, every
+    side counted over the seeds it was tuned under, the ratio saying how many seeds it
+    stands on; the same in either order, the waterfall, flip and warnings of both kept."""
+    ours, theirs = _runs_apart(tmp_path)
     found = cells(ours, theirs)
     assert [sorted(c["sides"]) for c in found] == [
-        ["prescaler"],
-        ["keda-queue", "prescaler"],
-        ["prescaler"],
-    ]
+        ["prescaler"], ["keda-queue", "prescaler"], ["prescaler"]
+    ]  # fmt: skip
+    assert cells(theirs, ours) == found
     rows = markdown_table(found).splitlines()
     assert rows[-2].endswith("| 1.10x 1/1 | not run | - |")  # azure: no KEDA run
-    assert rows[-1].endswith("| 1.15x (1.10-1.20) 2/2 | 1.00x 1/1 | 1.10x |")  # 110 / 100
+    assert rows[-1].endswith("| 1.15x (1.10-1.20) 2/2 | 1.00x 1/1 | 1.10x 1 of 2 |")
+    merged = found[1]
+    terms = merged["hindsight"]["terms"]
+    assert terms["best_causal"]["policy"] == "keda-queue"  # 100 against prescaler's 110
+    assert terms["best_causal"]["future_price_usd"] == pytest.approx(100.0 - 33.33)
+    assert [(t["policy"], t["shape_price_usd"]) for t in terms["shape"]] == [("prescaler", 10.0)]
+    assert merged["forecast_flipped"] == {"chosen_forecast": "auto", "cost_usd": 110.0}
+    assert merged["warnings"] == ["keda-queue: every trial tied"]
     for c in found:
         for side in c["sides"].values():
             side["holdout"]["cost_per_month_usd"] = 30 * side["holdout"]["cost_usd"]
             side["setting"] = {}
     keda_line = next(x for x in choices_table(found).splitlines() if "| keda-queue |" in x)
     assert "| 0: 93.00 % (90.00) | $3,000 |" in keda_line  # seed 1 did not run it
-    keda["target_attainment"] = {"tuned": 0.8, "holdout": 0.8}
-    cell_path(theirs, keda["trace"], keda["lead_min"], 0).write_text(json.dumps(keda))
-    with pytest.raises(ValueError, match=r"keda/worldcup98-lead2.5-seed0.json: its target"):
-        cells(ours, theirs)
+
+
+def test_cells_that_cannot_share_a_table_are_refused_by_file(tmp_path: Path) -> None:
+    """Another target, the same side tuned twice, or a directory with no cells."""
+    ours, theirs = _runs_apart(tmp_path)
+    with pytest.raises(ValueError, match="no cell files"):
+        cells(ours, tmp_path / "missing")
     with pytest.raises(ValueError, match="tuned in two directories"):
         cells(ours, ours / ".." / "prescaler")
+    path = cell_path(theirs, "worldcup98", 2.5, 0)
+    keda = json.loads(path.read_text())
+    keda["target_attainment"] = {"tuned": 0.8, "holdout": 0.8}
+    path.write_text(json.dumps(keda))
+    with pytest.raises(ValueError, match=r"keda/worldcup98-lead2.5-seed0.json: its target"):
+        cells(ours, theirs)
