@@ -37,8 +37,14 @@ from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file
 from engine.profile_fit_measurements import fit_to_measurements
 from engine.profile_types import Profile
-from engine.serving_replay import ServingLoad, steady_clients
-from tests.vllm.test_profile_fit_bench import BASE, JOIN_S, load_b_prediction, phase_measurement
+from engine.serving_replay import ServingLoad
+from tests.vllm.test_profile_fit_bench import (
+    BASE,
+    JOIN_S,
+    load_b_prediction,
+    phase_measurement,
+    phase_replay,
+)
 
 Clients = Literal["steady", "together"]
 CLIENTS: tuple[Clients, ...] = ("steady", "together")
@@ -64,14 +70,12 @@ def load_a_runs(
     for seen, (count, _, prompt), wave in zip(
         fit_load["seen_by_clients"], phases, in_step, strict=True
     ):
-        requests = int(seen["requests"])
-        if wave:
-            if not waves:
-                continue
-            load = ServingLoad(requests, prompt, output, count)
-        elif clients == "steady":
-            load = steady_clients(requests, prompt, output, count, seen["median_itl_s"])
+        if wave and not waves:
+            continue
+        if wave or clients == "steady":
+            load = phase_replay(seen, count, prompt, wave, output)
         else:
+            requests = int(seen["requests"])
             load = ServingLoad(requests, prompt, output, count, first_arrivals_over_s=JOIN_S)
         runs.append(phase_measurement(seen, load))
     return runs
@@ -140,6 +144,12 @@ def refit(
         "waves": waves and has_waves(doc),
         "determined": [f for f, _ in fit.determined],
         "factors": fit.factors,
+        "hardware": {
+            k: getattr(fit.profile.hardware, k)
+            for k in ("eta_mem", "bandwidth_gbps", "eta_compute", "bf16_tflops", "step_overhead_s")
+        },
+        "num_gpu_blocks": fit.profile.vllm.num_gpu_blocks,
+        "block_size": fit.profile.vllm.block_size,
         "request_overhead_in_fixed_s": fit.profile.request_overhead.in_fixed_s,
         "stalls": dataclasses.asdict(fit.profile.stalls),
         "load_a_errors": {t.name: t.fitted_error for t in fit.targets},

@@ -8,7 +8,8 @@ profile is rebuilt from what the run recorded (the base, the fitted
 hardware figures, the time outside the engine, the stalls and the KV
 capacity) and replayed on load B and on waves of long prompts sent together
 (``WAVES``, the phase the bench's load A now ends with); where the run had
-that phase, what the clients saw in it is printed beside.
+that phase, what the clients saw in it is printed beside. A refit's file
+(``lab.profile_fit_refit``) prints its refit.
 Run: ``.venv/bin/python -m lab.profile_fit_spread RUN.json...``.
 """
 
@@ -24,11 +25,17 @@ from typing import Any
 from engine.profile_files import read_profile_file
 from engine.profile_types import EngineStalls, Profile
 from engine.serving_replay import ServingLoad, replay_load
-from lab.profile_fit_refit import BASE, has_waves, load_b
+from lab.profile_fit_refit import BASE, load_b
+from tests.vllm.test_profile_fit_bench import FIT_OUTPUT, WAVE_PHASE
 
 #: Four clients in waves of 448-token prompts, 48-token outputs: the bench's
-#: ``WAVE_PHASE`` as 30 waves.
-WAVES = ServingLoad(num_requests=120, prompt_tokens=448, output_tokens=48, max_concurrency=4)
+#: ``WAVE_PHASE``, 30 waves of it (120 requests; a run's 25 s held about 80 - 120).
+WAVES = ServingLoad(
+    num_requests=120,
+    prompt_tokens=WAVE_PHASE[2],
+    output_tokens=FIT_OUTPUT,
+    max_concurrency=WAVE_PHASE[0],
+)
 
 
 def fitted_profile(fit: Mapping[str, Any], base: Profile) -> Profile:
@@ -51,20 +58,39 @@ def fitted_profile(fit: Mapping[str, Any], base: Profile) -> Profile:
     )
 
 
+def _waves_seen(doc: Mapping[str, Any]) -> Mapping[str, float] | None:
+    """What the clients saw in load A's waves (None: the run had none)."""
+    fit_load = doc["fit_load"]
+    seen_by_clients = fit_load["seen_by_clients"]
+    in_step = fit_load.get("phases_in_step", [False] * len(seen_by_clients))
+    waves = [seen for seen, wave in zip(seen_by_clients, in_step, strict=True) if wave]
+    return waves[0] if waves else None
+
+
 def spread_row(doc: Mapping[str, Any], fit_name: str, base: Profile) -> dict[str, float | None]:
     """One run's fit: its step-time factors, load B's TTFT predicted and measured,
-    and the waves' TTFT predicted (and measured, where load A had them), in ms."""
-    fit = doc["fits"][fit_name]
-    profile = fitted_profile(fit, base)
-    b = replay_load(profile, load_b(doc))
-    waves = replay_load(profile, WAVES)
-    seen = doc["fit_load"]["seen_by_clients"][-1] if has_waves(doc) else None
+    and the waves' TTFT predicted (and measured, where load A had them), in ms. A
+    refit (``lab.profile_fit_refit``'s output) is read as its refit: load B as it
+    recorded it, the waves replayed where it recorded its hardware (older refits
+    did not: no prediction)."""
+    refit = doc.get("refit")
+    fit = refit if refit is not None else doc["fits"][fit_name]
+    rebuilt = "hardware" in fit
+    profile = fitted_profile(fit, base) if rebuilt else None
+    if refit is not None:
+        b_ttft = doc["predictions"]["fitted_from_bench"]["predicted"]["median_ttft_s"]
+    else:
+        assert profile is not None
+        b_ttft = replay_load(profile, load_b(doc)).median_ttft_s
+    seen = _waves_seen(doc)
     return {
         "compute": fit["factors"].get("compute"),
         "bandwidth": fit["factors"].get("bandwidth"),
-        "b_ttft_ms": 1e3 * b.median_ttft_s,
+        "b_ttft_ms": 1e3 * b_ttft,
         "b_real_ms": 1e3 * doc["real"]["median_ttft_s"],
-        "waves_ttft_ms": 1e3 * waves.median_ttft_s,
+        "waves_ttft_ms": None
+        if profile is None
+        else 1e3 * replay_load(profile, WAVES).median_ttft_s,
         "waves_real_ms": None if seen is None else 1e3 * seen["median_ttft_s"],
     }
 

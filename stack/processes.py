@@ -99,22 +99,23 @@ def _child_env(extra: Mapping[str, str] | None) -> dict[str, str] | None:
     return {**env, **(extra or {})}
 
 
-def _libc() -> ctypes.CDLL | None:
+def _prctl() -> Any:
     try:
-        return ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:  # not glibc Linux: children cannot be asked to die with the stack
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # not glibc Linux: children cannot die with the stack
         return None
 
 
-_LIBC = _libc()
-"""Loaded here, in the parent: a child between fork and exec must not
-``dlopen``, whose lock another of the stack's threads may have held at the fork."""
+_PRCTL = _prctl()
+"""Loaded and looked up here, in the parent: a child between fork and exec
+must not ``dlopen`` or ``dlsym``, whose lock another of the stack's threads
+may have held at the fork."""
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    if _LIBC is not None:
+    if _PRCTL is not None:
         with contextlib.suppress(Exception):
-            _LIBC.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+            _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _fmt_s(seconds: float) -> str:

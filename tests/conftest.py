@@ -14,7 +14,10 @@ stack`` does: gRPC's fork handlers off before gRPC loads
 (:func:`stack.processes.quiet_grpc_forks`). With them on, a child forked
 while the stack's gRPC client was busy could abort before it ran its
 program. Children started through ``stack.processes.Child`` keep gRPC's own
-setting; other subprocesses of the suite inherit the "off".
+setting; other subprocesses of the suite inherit the "off", and the scaler
+tests' in-process gRPC servers run with it too (``prescaler serve`` in
+production keeps gRPC's default). A ``GRPC_ENABLE_FORK_SUPPORT`` already in
+the environment is left as it is.
 """
 
 from __future__ import annotations

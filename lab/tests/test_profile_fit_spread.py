@@ -68,3 +68,22 @@ def test_a_row_replays_load_b_and_the_waves_through_the_rebuilt_profile() -> Non
     assert row["compute"] == 1.8
     del doc["fit_load"]["phases_in_step"]  # a run kept before the waves
     assert spread_row(doc, "bench", read_profile_file(BASE))["waves_real_ms"] is None
+
+
+def test_a_refit_is_read_as_its_refit() -> None:
+    """A refit file keeps the run's own fit beside the refit: the row is the refit's,
+    its load B as the refit recorded it, the waves only where it recorded hardware."""
+    fitted = _fitted()
+    refit = {**_record(fitted), "factors": {"compute": 0.4, "bandwidth": 1.2}}
+    doc: dict[str, Any] = {
+        "fits": {"bench": _record(read_profile_file(BASE))},
+        "refit": refit,
+        "predictions": {"fitted_from_bench": {"predicted": {"median_ttft_s": 0.025}}},
+        "real": {"median_ttft_s": 0.012},
+        "fit_load": {"seen_by_clients": [{"median_ttft_s": 0.01}]},
+    }
+    row = spread_row(doc, "bench", read_profile_file(BASE))
+    assert (row["compute"], row["b_ttft_ms"]) == (0.4, 25.0)
+    assert row["waves_ttft_ms"] == 1e3 * replay_load(fitted, WAVES).median_ttft_s
+    del refit["hardware"]  # a refit written before it recorded its hardware
+    assert spread_row(doc, "bench", read_profile_file(BASE))["waves_ttft_ms"] is None

@@ -9,7 +9,9 @@ and client busy in other tasks, children started with a ``preexec_fn``, as
 their absence with it is the fix and not luck.
 
 The suite's own process runs the stack tests, so it forks the same way
-(tests/conftest.py quiets it); the last test builds the conditions in it.
+(tests/conftest.py quiets it); a test builds the conditions in it. The
+last checks what the fork is for: a child dies with the process that
+started it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +157,52 @@ async def test_the_suite_forks_as_the_stack_does(
     aborted that child before its program started."""
     if _fork_lines("loud") == 0:
         pytest.skip("this gRPC build prints nothing on fork: nothing to quiet")
-    assert os.environ.get("GRPC_ENABLE_FORK_SUPPORT") == "false"
+    setting = os.environ.get("GRPC_ENABLE_FORK_SUPPORT")
+    assert setting == "false", (
+        f"GRPC_ENABLE_FORK_SUPPORT is {setting!r}: tests/conftest.py turns it off unless "
+        "the environment already sets it"
+    )
     await _fork_beside_busy_grpc(tmp_path / "children.log")
     assert "fork_posix" not in capfd.readouterr().err
+
+
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from stack.processes import Child
+    child = Child("sleeper", ["sleep", "60"], Path(sys.argv[1]))
+    child.start()
+    print(child.process.pid, flush=True)
+    os._exit(0)  # killed outright: no stop, no cleanup
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper has died)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    state = next(line for line in status.splitlines() if line.startswith("State:"))
+    return "Z" not in state.split()[1]
+
+
+def test_a_child_dies_with_the_stack_that_started_it(tmp_path: Path) -> None:
+    """``PR_SET_PDEATHSIG``, set between fork and exec with the libc looked up
+    beforehand: a stack killed outright leaves no child behind."""
+    done = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path / "sleeper.log")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[0])
+    for _ in range(200):
+        if not _alive(pid):
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    pytest.fail(f"the child {pid} outlived the process that started it by 10 s")

@@ -225,15 +225,19 @@ def load_a_phases() -> list[tuple[int, float, int]]:
 
 
 def phase_replay(
-    phase: dict[str, float], clients: int, prompt_tokens: int, in_step: bool
+    phase: dict[str, float],
+    clients: int,
+    prompt_tokens: int,
+    in_step: bool,
+    output_tokens: int = FIT_OUTPUT,
 ) -> ServingLoad:
     """How the clients' fit replays one phase of load A: the waves' clients
     together (identical requests stay in step), the others out of step as they
     ran (``steady_clients``); ``lab.profile_fit_refit`` reads kept runs with it too."""
     requests = int(phase["requests"])
     if in_step:
-        return ServingLoad(requests, prompt_tokens, FIT_OUTPUT, max_concurrency=clients)
-    return steady_clients(requests, prompt_tokens, FIT_OUTPUT, clients, phase["median_itl_s"])
+        return ServingLoad(requests, prompt_tokens, output_tokens, max_concurrency=clients)
+    return steady_clients(requests, prompt_tokens, output_tokens, clients, phase["median_itl_s"])
 
 
 async def _benchmark(url: str, rng: random.Random) -> tuple[Measured, float]:
@@ -257,15 +261,17 @@ async def _fit_load(
 ) -> tuple[list[MetricsPage], list[Measured], float]:
     """Load A's closed loops with /metrics scraped all along: the pages, what the
     clients saw per phase, and when the waves began on the pages' clock (a page's
-    time counts from the scrape's start, a moment after ``origin``)."""
+    time counts from the scrape's start)."""
     total = sum(s for _, s, _ in load_a_phases())
-    origin = time.monotonic()
-    scrape = asyncio.to_thread(
-        scrape_pages, server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S
-    )
-    pages, phases = await asyncio.gather(scrape, _clients(server.url, rng))
+    origin: list[float] = []
+
+    def scrape() -> list[MetricsPage]:
+        origin.append(time.monotonic())  # the pages' clock starts now
+        return scrape_pages(server.metrics_url, duration_s=total + 2.0, interval_s=SCRAPE_EVERY_S)
+
+    pages, phases = await asyncio.gather(asyncio.to_thread(scrape), _clients(server.url, rng))
     assert phases[-1].started_at is not None
-    return pages, phases, phases[-1].started_at - origin
+    return pages, phases, phases[-1].started_at - origin[0]
 
 
 def _medians(m: Measured, seconds: float) -> dict[str, float]:
