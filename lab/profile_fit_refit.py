@@ -41,6 +41,7 @@ from engine.serving_replay import ServingLoad
 from tests.vllm.test_profile_fit_bench import (
     BASE,
     JOIN_S,
+    fit_record,
     load_b_prediction,
     phase_measurement,
     phase_replay,
@@ -142,16 +143,7 @@ def refit(
     out["refit"] = {
         "clients": clients,
         "waves": waves and has_waves(doc),
-        "determined": [f for f, _ in fit.determined],
-        "factors": fit.factors,
-        "hardware": {
-            k: getattr(fit.profile.hardware, k)
-            for k in ("eta_mem", "bandwidth_gbps", "eta_compute", "bf16_tflops", "step_overhead_s")
-        },
-        "num_gpu_blocks": fit.profile.vllm.num_gpu_blocks,
-        "block_size": fit.profile.vllm.block_size,
-        "request_overhead_in_fixed_s": fit.profile.request_overhead.in_fixed_s,
-        "stalls": dataclasses.asdict(fit.profile.stalls),
+        **fit_record(fit),
         "load_a_errors": {t.name: t.fitted_error for t in fit.targets},
     }
     out["predictions"]["fitted_from_bench"] = load_b_prediction(

@@ -411,7 +411,7 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
                 "median_ttft_s_by_pause": _by_pause(idle_doc),
             },
         },
-        "fits": {k: _fit_doc(f) for k, f in fits.items()},
+        "fits": {k: fit_record(f) for k, f in fits.items()},
         "check_load": {
             "num_requests": CHECK.num_requests,
             "prompt_tokens": CHECK.prompt_tokens,
@@ -540,7 +540,9 @@ def _idle_split(doc: dict[str, object]) -> dict[str, object]:
     }
 
 
-def _fit_doc(fit: ProfileFit) -> dict[str, object]:
+def fit_record(fit: ProfileFit) -> dict[str, object]:
+    """What a run keeps of a fit (``lab.profile_fit_refit`` writes its refits the same
+    way, and ``lab.profile_fit_spread`` rebuilds the profile from it)."""
     hw = fit.profile.hardware
     return {
         "determined": [f for f, _ in fit.determined],
