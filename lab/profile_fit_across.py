@@ -159,6 +159,22 @@ def fit_table(rows: Sequence[Crossing]) -> str:
     return "\n".join(lines)
 
 
+def loads_table(rows: Sequence[Crossing]) -> str:
+    """Per run whose loads were checked: whether its own fit met every target there,
+    and how many of the other fits did (the same session's, another session's)."""
+    lines = [
+        "| loads of | its own fit | the same session's fits | another session's fits |",
+        "|---|---|---|---|",
+    ]
+    for run in dict.fromkeys(row.load_run for row in rows):
+        cells = []
+        for relation in RELATIONS:
+            group = [row for row in rows if row.load_run == run and row.relation == relation]
+            cells.append(f"{sum(row.met for row in group)} of {len(group)}" if group else "-")
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def kept_runs(argv: Sequence[str]) -> list[KeptRun]:
     """The runs named on the command line, sessions apart by ``--``."""
     runs, session = [], 0
@@ -180,7 +196,7 @@ def main(argv: Sequence[str]) -> int:
         )
         return 2
     rows = crossings(runs, read_profile_file(BASE))
-    for table in (crossing_table(rows), summary_table(rows), fit_table(rows)):
+    for table in (crossing_table(rows), summary_table(rows), fit_table(rows), loads_table(rows)):
         print(table, end="\n\n")
     return 0
 
