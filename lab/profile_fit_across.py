@@ -143,36 +143,32 @@ def summary_table(rows: Sequence[Crossing]) -> str:
     return "\n".join(lines)
 
 
-def fit_table(rows: Sequence[Crossing]) -> str:
-    """Per fit: whether it met every target on its own run, and on how many of the
-    others' (the same session's, another session's)."""
+def _met_counts(rows: Sequence[Crossing], by: Literal["fit_run", "load_run"], head: str) -> str:
+    """Per fit (``by="fit_run"``) or per run whose loads were checked (``"load_run"``):
+    how many pairs met every target, on its own run and on the same session's and
+    another session's."""
     lines = [
-        "| fit from | its own run | the same session's | another session's |",
+        f"| {head} | its own run | the same session's | another session's |",
         "|---|---|---|---|",
     ]
-    for fit in dict.fromkeys(row.fit_run for row in rows):
+    for name in dict.fromkeys(getattr(row, by) for row in rows):
         cells = []
         for relation in RELATIONS:
-            group = [row for row in rows if row.fit_run == fit and row.relation == relation]
+            group = [row for row in rows if getattr(row, by) == name and row.relation == relation]
             cells.append(f"{sum(row.met for row in group)} of {len(group)}" if group else "-")
-        lines.append(f"| {fit} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def fit_table(rows: Sequence[Crossing]) -> str:
+    """Per fit: on its own run, and on how many of the other runs' loads, it met every target."""
+    return _met_counts(rows, "fit_run", "fit from")
 
 
 def loads_table(rows: Sequence[Crossing]) -> str:
-    """Per run whose loads were checked: whether its own fit met every target there,
-    and how many of the other fits did (the same session's, another session's)."""
-    lines = [
-        "| loads of | its own fit | the same session's fits | another session's fits |",
-        "|---|---|---|---|",
-    ]
-    for run in dict.fromkeys(row.load_run for row in rows):
-        cells = []
-        for relation in RELATIONS:
-            group = [row for row in rows if row.load_run == run and row.relation == relation]
-            cells.append(f"{sum(row.met for row in group)} of {len(group)}" if group else "-")
-        lines.append(f"| {run} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """Per run's loads: whether its own fit met every target there, and how many
+    of the other fits did."""
+    return _met_counts(rows, "load_run", "loads of")
 
 
 def kept_runs(argv: Sequence[str]) -> list[KeptRun]:
