@@ -25,7 +25,7 @@ from engine.profile_check import check_document, check_profile
 from engine.profile_files import read_profile_file
 from engine.profile_types import Profile
 from lab.profile_fit_refit import BASE, load_b, load_c_document
-from lab.profile_fit_runs import errors
+from lab.profile_fit_runs import errors, percent_cell
 from lab.profile_fit_spread import fitted_profile
 from tests.vllm.test_profile_fit_bench import load_b_prediction
 
@@ -96,11 +96,6 @@ def crossings(runs: Sequence[KeptRun], base: Profile) -> list[Crossing]:
     ]
 
 
-def _percent(error: float, limit: float) -> str:
-    text = f"{100 * error:+.0f}".replace("-", "−")
-    return text if abs(error) <= limit else f"**{text}**"
-
-
 def crossing_table(rows: Sequence[Crossing]) -> str:
     """One row per fit and run checked: each figure's error in percent, a miss in bold."""
     columns = [name for name, _, _ in rows[0].errors]
@@ -109,7 +104,7 @@ def crossing_table(rows: Sequence[Crossing]) -> str:
         "|---" * (len(columns) + 3) + "|",
     ]
     for row in rows:
-        cells = " | ".join(_percent(e, limit) for _, e, limit in row.errors)
+        cells = " | ".join(percent_cell(e, limit) for _, e, limit in row.errors)
         lines.append(
             f"| {row.fit_run} | {row.load_run}{' (own)' if row.own else ''} | {cells} "
             f"| {'yes' if row.met else 'no'} |"

@@ -26,7 +26,8 @@ FIGURES = (
 )
 
 
-def _percent(error: float, limit: float) -> str:
+def percent_cell(error: float, limit: float) -> str:
+    """An error in percent, in bold past its target (``lab.profile_fit_across`` too)."""
     text = f"{100 * error:+.0f}".replace("-", "−")
     return text if abs(error) <= limit else f"**{text}**"
 
@@ -58,7 +59,7 @@ def error_table(docs: list[dict[str, Any]], fit: str) -> str:
     for number, doc in enumerate(docs, 1):
         row = errors(doc, fit)
         met = all(abs(e) <= limit for _, e, limit in row)
-        cells = " | ".join(_percent(e, limit) for _, e, limit in row)
+        cells = " | ".join(percent_cell(e, limit) for _, e, limit in row)
         lines.append(f"| {number} | {cells} | {'yes' if met else 'no'} |")
     return "\n".join(lines)
 
