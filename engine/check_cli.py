@@ -1,11 +1,13 @@
 """``prescaler engine check``: does a profile predict what a real server measured?
 
-A thin shell around ``engine.profile_check``: reads a ``vllm bench serve``
-result (or puts a load on a running server with ``engine.load_client`` and
-keeps its result), replays the same load through the profile, prints TTFT
-and ITL (p50, p90, p99) and output throughput side by side with the error of
-each, and with ``--record`` writes the outcome into the profile file (the
-``checked`` block ``prescaler tune`` looks for).
+A thin shell around ``engine.profile_check_runs``: reads one or several
+``vllm bench serve`` results of one load (or puts the load on a running
+server with ``engine.load_client``, as often as ``--runs`` says, and keeps
+each result), replays each through the profile, prints TTFT and ITL (p50,
+p90, p99) and output throughput side by side with the error of each (with
+several runs, each run's error and the figures the runs disagree on), and
+with ``--record`` writes the outcome into the profile file (the ``checked``
+block ``prescaler tune`` looks for).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from engine.bench_result import BenchResultError
 from engine.cli_shell import read_json, run_reported, write_json
 from engine.load_cli import add_load_arguments, put_load
 from engine.load_client import LoadError
-from engine.profile_check import DEFAULT_TOLERANCE, check_document, check_profile
+from engine.profile_check import DEFAULT_TOLERANCE
+from engine.profile_check_runs import check_runs, check_runs_document
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_schema import ProfileFileError
 from engine.profile_types import CheckRecord, Profile
@@ -45,10 +48,28 @@ def register_check(engine_sub: Any) -> None:
     )
     check.add_argument("--profile", required=True, help="profile: a name or a .yaml path")
     source = check.add_mutually_exclusive_group(required=True)
-    source.add_argument("--bench-result", help="a vllm bench serve result JSON")
+    source.add_argument(
+        "--bench-result",
+        action="append",
+        help="a vllm bench serve result JSON; give it again for each further run of the "
+        "same load: the verdict is on the runs' median, and the figures the runs disagree "
+        "on are named",
+    )
     source.add_argument("--url", help="a running server's root URL: put the load on it")
     add_load_arguments(check, required=False)
-    check.add_argument("--save-result", help="with --url: also keep the measured result here")
+    check.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="with --url: put the load on the server this many times, back to back, each "
+        "further run with the next --seed (other prompts and arrivals, so no run meets "
+        "another's cached prefixes) (default %(default)s)",
+    )
+    check.add_argument(
+        "--save-result",
+        help="with --url: also keep the measured result here (with --runs, run K >= 2 "
+        "as NAME-runK.json beside it)",
+    )
     check.add_argument(
         "--tolerance",
         type=float,
@@ -72,18 +93,37 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if report["passed"] else 1
 
 
-def _result_doc(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+def run_path(path: str, run: int) -> str:
+    """Where ``--save-result`` keeps run ``run`` (1-based): the path itself for the
+    first, ``NAME-runK.SUFFIX`` beside it for the others."""
+    if run == 1:
+        return path
+    target = Path(path)
+    return str(target.with_name(f"{target.stem}-run{run}{target.suffix}"))
+
+
+def _result_docs(args: argparse.Namespace) -> list[tuple[dict[str, Any], str]]:
     if args.bench_result:
-        doc = read_json(args.bench_result)
-        if not isinstance(doc, dict):
-            raise BenchResultError(args.bench_result, "(document)", "expected a JSON object")
-        return doc, args.bench_result
+        if args.runs != 1:
+            raise ValueError("--runs puts the load on a server: it goes with --url")
+        docs = []
+        for path in args.bench_result:
+            doc = read_json(path)
+            if not isinstance(doc, dict):
+                raise BenchResultError(path, "(document)", "expected a JSON object")
+            docs.append((doc, path))
+        return docs
     if args.input_len is None or args.output_len is None:
         raise ValueError("with --url, give the load: --input-len and --output-len at least")
-    doc = put_load(args.url, args)
-    if args.save_result:
-        write_json(args.save_result, doc)
-    return doc, args.url
+    if args.runs < 1:
+        raise ValueError(f"--runs must be >= 1, got {args.runs}")
+    docs = []
+    for run in range(1, args.runs + 1):
+        doc = put_load(args.url, argparse.Namespace(**{**vars(args), "seed": args.seed + run - 1}))
+        if args.save_result:
+            write_json(run_path(args.save_result, run), doc)
+        docs.append((doc, args.url if args.runs == 1 else f"{args.url} (run {run})"))
+    return docs
 
 
 def _check(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,13 +134,12 @@ def _check(args: argparse.Namespace) -> dict[str, Any]:
     if not args.tolerance > 0:
         raise ValueError(f"--tolerance must be > 0, got {args.tolerance}")
     profile = get_profile(args.profile)
-    doc, source = _result_doc(args)
-    check = check_profile(profile, doc, source)
-    report = check_document(check, source=source, tolerance=args.tolerance)
+    runs = check_runs(profile, _result_docs(args))
+    report = check_runs_document(runs, tolerance=args.tolerance)
     if args.record:
         record = CheckRecord(
             at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            against=source,
+            against=args.url or ", ".join(args.bench_result),
             max_abs_error=round(report["max_abs_error"], 4),
             worst_metric=report["worst_metric"] or "",
             passed=report["passed"],
@@ -131,6 +170,10 @@ def _unmeasured(report: dict[str, Any], metric: str) -> bool:
     return any(r["metric"] == metric and r["measured"] is None for r in report["rows"])
 
 
+def _percent(error: float | None) -> str:
+    return "-" if error is None else f"{100 * error:+.1f} %"
+
+
 def format_check(report: dict[str, Any]) -> str:
     load = report["load"]
     how = (
@@ -138,8 +181,14 @@ def format_check(report: dict[str, Any]) -> str:
         if load["max_concurrency"]
         else ("all at once" if load["request_rate"] is None else f"{load['request_rate']}/s")
     )
+    runs = report.get("runs", [])
+    several = len(runs) > 1
+    more = len(runs) - 1
+    against = report["source"] + (
+        f" and {more} more run{'s' if more > 1 else ''} of the same load" if several else ""
+    )
     lines = [
-        f"profile {report['profile']} against {report['source']}: {load['requests']} requests "
+        f"profile {report['profile']} against {against}: {load['requests']} requests "
         f"of {load['mean_prompt_tokens']} + {load['mean_output_tokens']} tokens (mean), {how}",
     ]
     if load.get("cut"):
@@ -152,16 +201,35 @@ def format_check(report: dict[str, Any]) -> str:
             f"replayed the first {load['requests']} of the run's {load['requests_in_run']} "
             f"successful requests; every measured figure is theirs{note}"
         )
-    lines.append(f"{'':22s}{'measured':>12s}{'predicted':>12s}{'error':>9s}")
+    if several:
+        lines.append("measured and predicted: the median over the runs; then each run's own error")
+    header = f"{'':22s}{'measured':>12s}{'predicted':>12s}{'error':>9s}"
+    if several:
+        header += "".join(f"{f'run {i + 1}':>10s}" for i in range(len(runs)))
+    lines.append(header)
+    unsettled = set(report.get("unsettled", []))
     for row in report["rows"]:
         measured = "-" if row["measured"] is None else f"{row['measured']:.2f}"
-        error = "-" if row["error"] is None else f"{100 * row['error']:+.1f} %"
-        lines.append(f"{row['metric']:22s}{measured:>12s}{row['predicted']:>12.2f}{error:>9s}")
+        line = (
+            f"{row['metric']:22s}{measured:>12s}{row['predicted']:>12.2f}"
+            f"{_percent(row['error']):>9s}"
+        )
+        if several:
+            line += "".join(f"{_percent(e):>10s}" for e in row["runs_error"])
+            if row["metric"] in unsettled:
+                line += "  unsettled"
+        lines.append(line)
     verdict = "passed" if report["passed"] else "FAILED"
     lines.append(
         f"{verdict}: worst {report['worst_metric']} at {100 * report['max_abs_error']:.1f} % "
         f"(tolerance {100 * report['tolerance']:.0f} %)"
+        + (" on the runs' median" if several else "")
     )
+    if unsettled:
+        lines.append(
+            f"unsettled: {', '.join(sorted(unsettled))}: met in some runs and missed in "
+            "others; at this tolerance the run decides these, not the profile"
+        )
     if "recorded" in report:
         lines.append(f"recorded in {report['recorded']} (checked:)")
     return "\n".join(lines) + "\n"

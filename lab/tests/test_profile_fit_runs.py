@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.profile_fit_runs import error_table, errors, repeat_table, server_table
+from lab.profile_fit_runs import (
+    error_table,
+    errors,
+    errors_again,
+    repeat_table,
+    server_table,
+    settled_table,
+)
 
 
 def _run(b_ttft: float, c_p90: float) -> dict[str, Any]:
@@ -63,4 +70,62 @@ def test_the_repeat_table_shows_the_server_against_itself_where_it_ran_twice() -
     assert table is not None
     lines = table.splitlines()
     assert lines[0].startswith("| run (the server again) | B TTFT p50 |")
-    assert lines[2] == "| 2 | −12 | +20 | +3 | −5 | +31 | −40 | +0 | n/a |"
+    # the second run as a prediction of the first misses load C's median TTFT (+31 %)
+    assert lines[2] == "| 2 | −12 | +20 | +3 | −5 | +31 | −40 | +0 | n/a | no |"
+
+
+def _twice(b_ttft: float, b_p90: float, again_b_p90: float) -> dict[str, Any]:
+    """A run whose loads ran twice: every prediction 1.0; load B's first-run errors
+    as given, its second run measuring 1.0 except ``again_b_p90`` at p90 TTFT."""
+    doc = _run(b_ttft, 0.0)
+    doc["predictions"] = {
+        f"fitted_from_{k}": {
+            "relative_error": {"median_ttft_s": b_ttft, "p90_ttft_s": b_p90,
+                               "median_itl_s": 0.0, "output_throughput": 0.0},
+            "predicted": {"median_ttft_s": 1.0, "p90_ttft_s": 1.0, "median_itl_s": 1.0,
+                          "output_throughput": 1.0},
+        }
+        for k in ("bench", "metrics")
+    }  # fmt: skip
+    rows = [
+        {"metric": m, "error": 0.0, "predicted": 1.0}
+        for m in ("ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "output_tokens_per_s")
+    ]
+    doc["rate_checks"] = {f"fitted_from_{k}": {"rows": rows} for k in ("bench", "metrics")}
+    doc["repeat"] = {
+        "load_b": {"again": {"median_ttft_s": 1.0, "p90_ttft_s": again_b_p90,
+                             "median_itl_s": 1.0, "output_throughput": 1.0}},
+        "load_c": {"again": {"ttft_p50_ms": 1.0, "ttft_p90_ms": 1.0, "itl_p50_ms": 2.0}},
+    }  # fmt: skip
+    return doc
+
+
+def test_a_miss_against_both_runs_is_told_from_one_against_one() -> None:
+    """Load B's p90 TTFT missed against both of the server's runs is settled; its
+    median TTFT missed against the first only is not; load C's second run, kept as
+    figures only, is compared with the first run's prediction (its throughput was
+    not kept: not compared)."""
+    doc = _twice(b_ttft=-0.3, b_p90=-0.4, again_b_p90=2.0)
+    again = {name: error for name, error, _ in errors_again(doc, "bench")}
+    assert again["B TTFT p50"] == 0.0 and again["B TTFT p90"] == -0.5
+    assert again["C ITL p50"] == -0.5 and again["C tok/s"] is None
+    table = settled_table([_run(0.0, 0.0), doc])
+    assert table is not None
+    line = table.splitlines()[2]
+    assert line == "| 2 | the clients' figures | no, no | B TTFT p90 | B TTFT p50, C ITL p50 |"
+    assert settled_table([_run(0.0, 0.0)]) is None
+
+
+def test_a_run_that_replayed_both_runs_of_load_c_is_read_from_that_check() -> None:
+    doc = _twice(b_ttft=0.0, b_p90=0.0, again_b_p90=1.0)
+    doc["rate_checks_runs"] = {
+        f"fitted_from_{k}": {
+            "rows": [{"metric": m, "runs_error": [0.0, 0.1]}
+                     for m in ("ttft_p50_ms", "ttft_p90_ms", "itl_p50_ms", "output_tokens_per_s")]
+        }
+        for k in ("bench", "metrics")
+    }  # fmt: skip
+    again = {name: error for name, error, _ in errors_again(doc, "bench")}
+    assert again["C ITL p50"] == 0.1 and again["C tok/s"] == 0.1
+    table = settled_table([doc])
+    assert table is not None and "| 1 | the clients' figures | yes, yes | - | - |" in table

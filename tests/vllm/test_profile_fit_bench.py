@@ -25,8 +25,12 @@ requests at 1.5 per second (Poisson), 128-token prompts, 64-token outputs,
 sent by ``prescaler engine load``'s client and compared by ``prescaler
 engine check``'s replay (TTFT and ITL p50/p90/p99, throughput). Then loads B
 and C once more: the second run's figures against the first's (``repeat``)
-are the server's own error, the floor under any prediction's. Writes
-``bench-results/profile_fit.json`` and ``bench-results/profile_fit.yaml``.
+are the server's own error, the floor under any prediction's, and each
+profile is checked on both runs of load C as ``engine check`` reads several
+results of one load (``rate_checks_runs``). Writes
+``bench-results/profile_fit.json``, the two fitted profiles
+(``profile_fit.yaml`` from /metrics, ``profile_fit_clients.yaml``) and
+load C's two result files (``profile_fit_load_c.json``, ``..._again.json``).
 
 Run: ``.venv/bin/python -m pytest -m vllm -p no:cacheprovider -o addopts=-q
 tests/vllm/test_profile_fit_bench.py``. The server runs on the last CPU alone
@@ -58,6 +62,7 @@ from engine.metrics_reader import scrape_pages, write_pages
 from engine.metrics_windows import MetricsPage, load_windows
 from engine.percentile import percentile
 from engine.profile_check import check_document, check_profile
+from engine.profile_check_runs import check_runs, check_runs_document
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profile_fit import ProfileFit
 from engine.profile_fit_measurements import fit_to_measurements
@@ -370,6 +375,11 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
         idle_source=IDLE_SOURCE,
     )
     write_profile_file(fits["metrics"].profile, RESULTS / "profile_fit.yaml", "fitted by the bench")
+    write_profile_file(
+        fits["bench"].profile,
+        RESULTS / "profile_fit_clients.yaml",
+        "fitted by the bench from the medians load A's clients saw",
+    )
     load_before_b = os.getloadavg()[0]
     measured, duration = asyncio.run(_benchmark(fit_vllm.url, rng))
     real = _real_figures(measured, duration)
@@ -381,12 +391,17 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
     rate_again = asyncio.run(run_load(fit_vllm.url, RATE_AGAIN, model=MODEL_NAME))
     predictions: dict[str, dict[str, dict[str, Any]]] = {}
     rate_checks: dict[str, dict[str, object]] = {}
+    rate_checks_runs: dict[str, dict[str, object]] = {}
     profiles = {"base": base, **{f"fitted_from_{k}": f.profile for k, f in fits.items()}}
     for label, profile in profiles.items():
         predictions[label] = load_b_prediction(profile, CHECK, real)
         rate_checks[label] = check_document(
             check_profile(profile, rate_doc, "load C"), source="load C", tolerance=TARGET
         )
+        # both runs of load C, each replayed with its own prompts and send times, as
+        # ``prescaler engine check`` reads two results of one load
+        both = check_runs(profile, [(rate_doc, "load C"), (rate_again, "load C again")])
+        rate_checks_runs[label] = check_runs_document(both, tolerance=TARGET)
     doc = {
         "fit_load": {
             "phases": [list(p) for p in phase_specs],
@@ -453,10 +468,15 @@ def test_a_profile_fitted_under_one_load_predicts_another(fit_vllm: FitServer) -
             },
         },
         "rate_checks": rate_checks,
+        "rate_checks_runs": rate_checks_runs,
         "target_relative_error": TARGET,
         "target_p90_ttft_relative_error": TARGET_P90_TTFT,
     }
     (RESULTS / "profile_fit.json").write_text(json.dumps(doc, indent=2) + "\n")
+    # load C's two runs as ``prescaler engine load`` saves them: ``prescaler engine
+    # check --bench-result`` reads them again, both at once, with any profile
+    for name, run in (("load_c", rate_doc), ("load_c_again", rate_again)):
+        (RESULTS / f"profile_fit_{name}.json").write_text(json.dumps(run) + "\n")
     assert fits["metrics"].profile.vllm.num_gpu_blocks is not None  # the KV capacity was read
     assert all(v > 0 for v in real.values())
     assert "request_overhead.in_fixed_s" in {f for f, _ in fits["bench"].determined}
