@@ -4,10 +4,11 @@ A server's figures move between two runs of the same load (on the CPU
 vLLM of ``docs/profiles.md``, its median TTFT by up to a fifth half a
 minute apart), so a check against one run can pass or fail on which run
 it was. ``check_runs`` replays each run through the profile (each with its
-own requests and send times) and compares the median over the runs,
-measured and predicted; a figure the profile meets in some runs and misses
-in others is *unsettled*: at that tolerance the run decides it, not the
-profile. Pure: the caller reads the files and prints.
+own requests and send times) and shows the median over the runs, measured
+and predicted. A figure the profile meets in some runs and misses in others
+is *unsettled*: at that tolerance the run decides it, not the profile. The
+check fails on a figure missed in every run (``missed``), never on an
+unsettled one. Pure: the caller reads the files and prints.
 """
 
 from __future__ import annotations
@@ -38,16 +39,17 @@ class RunsCheck:
 
     @property
     def rows(self) -> tuple[CheckRow, ...]:
-        """Each figure's median over the runs that measured it, and the median of the
-        runs' predictions (one run: that run's own row)."""
+        """Each figure's median over the runs that measured it, measured and predicted
+        alike, so both sides come from the same runs (one run: that run's own row)."""
         rows = []
         for i, first in enumerate(self.checks[0].rows):
-            measured = [m for c in self.checks if (m := c.rows[i].measured) is not None]
+            per_run = [c.rows[i] for c in self.checks]
+            measured = [r for r in per_run if r.error is not None]
             rows.append(
                 CheckRow(
                     first.metric,
-                    statistics.median(measured) if measured else None,
-                    statistics.median(c.rows[i].predicted for c in self.checks),
+                    statistics.median(r.measured or 0.0 for r in measured) if measured else None,
+                    statistics.median(r.predicted for r in measured or per_run),
                 )
             )
         return tuple(rows)
@@ -60,14 +62,20 @@ class RunsCheck:
             out.append(None if error is None else abs(error) <= tolerance)
         return out
 
+    def _verdicts(self, tolerance: float) -> dict[str, set[bool]]:
+        return {
+            row.metric: {v for v in self.met_by_run(row.metric, tolerance) if v is not None}
+            for row in self.checks[0].rows
+        }
+
     def unsettled(self, tolerance: float) -> list[str]:
         """The figures some runs meet and others miss at ``tolerance``."""
-        out = []
-        for row in self.checks[0].rows:
-            verdicts = {v for v in self.met_by_run(row.metric, tolerance) if v is not None}
-            if len(verdicts) > 1:
-                out.append(row.metric)
-        return out
+        return [m for m, verdicts in self._verdicts(tolerance).items() if len(verdicts) > 1]
+
+    def missed(self, tolerance: float) -> list[str]:
+        """The figures every run that measured them misses at ``tolerance``: the
+        profile's misses, which no run's movement explains."""
+        return [m for m, verdicts in self._verdicts(tolerance).items() if verdicts == {False}]
 
 
 def _same_load(first: ProfileCheck, other: ProfileCheck, first_source: str, source: str) -> None:
@@ -121,8 +129,9 @@ def check_runs(
 
 def check_runs_document(runs: RunsCheck, *, tolerance: float) -> dict[str, Any]:
     """The JSON report (docs/contracts.md): ``engine.profile_check.check_document``'s
-    fields over the runs' medians, ``source`` the first run's, and per run and per
-    figure what each run alone showed."""
+    fields over the runs' medians, ``source`` the first run's, per run and per figure
+    what each run alone showed, and the verdict: passed unless a figure was missed
+    in every run that measured it (with one run, exactly the one-run check's)."""
     first = runs.checks[0]
     median = ProfileCheck(first.profile, first.load, runs.rows, first.requests_in_run)
     doc = check_document(median, source=runs.sources[0], tolerance=tolerance)
@@ -135,6 +144,8 @@ def check_runs_document(runs: RunsCheck, *, tolerance: float) -> dict[str, Any]:
     doc["runs"] = [
         {
             "source": source,
+            "requests": check.load.num_requests,
+            "cut": check.cut,
             "max_abs_error": check.max_abs_error,
             "worst_metric": None if check.worst is None else check.worst.metric,
             "passed": check.max_abs_error <= tolerance,
@@ -142,4 +153,6 @@ def check_runs_document(runs: RunsCheck, *, tolerance: float) -> dict[str, Any]:
         for check, source in zip(runs.checks, runs.sources, strict=True)
     ]
     doc["unsettled"] = runs.unsettled(tolerance)
+    doc["missed"] = runs.missed(tolerance)
+    doc["passed"] = not doc["missed"]
     return doc

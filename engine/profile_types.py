@@ -182,10 +182,13 @@ NO_STALLS = EngineStalls()
 class CheckRecord:
     """The last check of a profile against a real server (``prescaler engine check --record``).
 
-    ``at``: when (UTC, ISO 8601); ``against``: the result file or server URL;
+    ``at``: when (UTC, ISO 8601); ``against``: the result file (several joined
+    by ", ") or server URL (with ``(N runs)`` after ``--runs N``);
     ``max_abs_error``: the worst relative error of TTFT, ITL (p50, p90, p99)
-    and throughput; ``worst_metric`` which one; ``passed``: within the check's
-    tolerance. ``prescaler tune`` reminds a user whose profile has none.
+    and throughput (over several runs, of their median); ``worst_metric``
+    which one; ``passed``: no figure past the check's tolerance (over several
+    runs, in every run). ``prescaler tune`` reminds a user whose profile has
+    none.
     """
 
     at: str

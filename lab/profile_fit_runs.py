@@ -140,7 +140,8 @@ def errors_again(doc: dict[str, Any], fit: str) -> list[tuple[str, float | None,
 def settled_table(docs: list[dict[str, Any]]) -> str | None:
     """Per run that ran loads B and C twice, and per fit: the figures missed against
     both of the server's runs (settled) and those missed against one only (the run
-    decided them), None when no run repeated its loads."""
+    decided them, or the other run kept no such figure), None when no run repeated
+    its loads."""
     repeated = [(n, doc) for n, doc in enumerate(docs, 1) if "repeat" in doc]
     if not repeated:
         return None
@@ -156,10 +157,10 @@ def settled_table(docs: list[dict[str, Any]]) -> str | None:
             both, one = [], []
             for (name, e1, limit), (_, e2, _) in zip(first, again, strict=True):
                 missed = [abs(e) > limit for e in (e1, e2) if e is not None]
-                if missed and all(missed):
+                if len(missed) == 2 and all(missed):
                     both.append(name)
                 elif any(missed):
-                    one.append(name)
+                    one.append(name)  # (or missed where the other run has no figure)
             met = [
                 all(abs(e) <= limit for _, e, limit in rows if e is not None)
                 for rows in (first, again)
@@ -167,6 +168,40 @@ def settled_table(docs: list[dict[str, Any]]) -> str | None:
             lines.append(
                 f"| {number} | {title} | {', '.join('yes' if m else 'no' for m in met)} "
                 f"| {', '.join(both) or '-'} | {', '.join(one) or '-'} |"
+            )
+    return "\n".join(lines)
+
+
+def check_runs_table(docs: list[dict[str, Any]]) -> str | None:
+    """Per run that kept ``rate_checks_runs`` and per fit: ``prescaler engine check``
+    on both runs of load C, every figure at the check's tolerance, read by its rule
+    (a figure fails only when missed in every run that measured it), each such
+    figure with its two errors; None when no run kept it."""
+    kept = [(n, doc) for n, doc in enumerate(docs, 1) if "rate_checks_runs" in doc]
+    if not kept:
+        return None
+    lines = [
+        "| run | fit | engine check on both runs of load C | missed in every run | unsettled |",
+        "|---|---|---|---|---|",
+    ]
+    for number, doc in kept:
+        for fit, title in FITS.items():
+            check = doc["rate_checks_runs"][f"fitted_from_{fit}"]
+            limit = check["tolerance"]
+            missed = []
+            for row in check["rows"]:
+                errs = row["runs_error"]
+                if {abs(e) > limit for e in errs if e is not None} == {True}:
+                    cells = ("n/a" if e is None else percent_cell(e, 1.0) for e in errs)
+                    missed.append(f"{row['metric']} ({' / '.join(cells)})")
+            unsettled = [
+                row["metric"]
+                for row in check["rows"]
+                if len({abs(e) <= limit for e in row["runs_error"] if e is not None}) > 1
+            ]
+            lines.append(
+                f"| {number} | {title} | {'failed' if missed else 'passed'} "
+                f"| {', '.join(missed) or '-'} | {', '.join(unsettled) or '-'} |"
             )
     return "\n".join(lines)
 
@@ -185,6 +220,9 @@ def main(argv: list[str]) -> int:
     settled = settled_table(docs)
     if settled is not None:
         print("", settled, sep="\n")
+    checked = check_runs_table(docs)
+    if checked is not None:
+        print("", checked, sep="\n")
     return 0
 
 

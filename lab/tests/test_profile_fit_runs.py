@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.profile_fit_runs import (
+    check_runs_table,
     error_table,
     errors,
     errors_again,
@@ -129,3 +130,26 @@ def test_a_run_that_replayed_both_runs_of_load_c_is_read_from_that_check() -> No
     assert again["C ITL p50"] == 0.1 and again["C tok/s"] == 0.1
     table = settled_table([doc])
     assert table is not None and "| 1 | the clients' figures | yes, yes | - | - |" in table
+
+
+def test_the_check_on_both_runs_fails_only_on_a_figure_missed_in_both() -> None:
+    doc = _run(0.0, 0.0)
+    assert check_runs_table([doc]) is None
+    rows = [
+        {"metric": "ttft_p50_ms", "runs_error": [0.1, -0.3]},
+        {"metric": "itl_p90_ms", "runs_error": [-0.4, -0.3]},
+        {"metric": "itl_p99_ms", "runs_error": [-0.4, None]},
+    ]
+    doc["rate_checks_runs"] = {
+        "fitted_from_bench": {"tolerance": 0.25, "rows": rows},
+        "fitted_from_metrics": {"tolerance": 0.25, "rows": rows[:1]},
+    }
+    table = check_runs_table([doc])
+    assert table is not None
+    lines = table.splitlines()
+    # a figure one run did not measure is judged on the other, as the check does
+    assert lines[2] == (
+        "| 1 | the clients' figures | failed | itl_p90_ms (−40 / −30), itl_p99_ms (−40 / n/a) "
+        "| ttft_p50_ms |"
+    )
+    assert lines[3] == "| 1 | `/metrics` | passed | - | ttft_p50_ms |"
