@@ -1,14 +1,14 @@
 """A profile checked against several runs of one load: which verdicts the run decides.
 
-A server's figures move between two runs of the same load (on the CPU
-vLLM of ``docs/profiles.md``, its median TTFT by up to a fifth half a
-minute apart), so a check against one run can pass or fail on which run
-it was. ``check_runs`` replays each run through the profile (each with its
-own requests and send times) and shows the median over the runs, measured
-and predicted. A figure the profile meets in some runs and misses in others
-is *unsettled*: at that tolerance the run decides it, not the profile. The
-check fails on a figure missed in every run (``missed``), never on an
-unsettled one. Pure: the caller reads the files and prints.
+A server's figures move between two runs of the same load, so a check
+against one run can pass or fail on which run it was
+(``docs/decisions/check-against-repeats.md``). ``check_runs`` replays each
+run through the profile (each with its own requests and send times) and
+shows the median over the runs, measured and predicted. A figure the
+profile meets in some runs and misses in others is *unsettled*: at that
+tolerance the run decides it, not the profile. The check fails on a figure
+missed in every run (``missed``), never on an unsettled one. Pure: the
+caller reads the files and prints.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from engine.bench_result import BenchResultError
 from engine.profile_check import MAX_CHECK_REQUESTS, CheckRow, ProfileCheck, check_document
@@ -28,6 +28,20 @@ from engine.profile_types import Profile
 #: still count as the same load (``vllm bench serve``'s random lengths move a little
 #: with the seed; another load moves them more).
 SAME_LOAD_LENGTH_TOLERANCE = 0.10
+
+
+Verdict = Literal["met", "missed", "unsettled"]
+
+
+def verdict(errors: Sequence[float | None], tolerance: float) -> Verdict | None:
+    """One figure over its runs' errors (None: that run did not measure it): met or
+    missed in every run that measured it, or unsettled; None when no run did."""
+    met = {abs(e) <= tolerance for e in errors if e is not None}
+    if not met:
+        return None
+    if len(met) > 1:
+        return "unsettled"
+    return "met" if met == {True} else "missed"
 
 
 @dataclass(frozen=True)
@@ -56,26 +70,27 @@ class RunsCheck:
 
     def met_by_run(self, metric: str, tolerance: float) -> list[bool | None]:
         """Whether each run alone meets ``tolerance`` on ``metric`` (None: not measured)."""
-        out: list[bool | None] = []
-        for check in self.checks:
-            error = next(r.error for r in check.rows if r.metric == metric)
-            out.append(None if error is None else abs(error) <= tolerance)
-        return out
+        return [None if e is None else abs(e) <= tolerance for e in self.errors_by_run(metric)]
 
-    def _verdicts(self, tolerance: float) -> dict[str, set[bool]]:
-        return {
-            row.metric: {v for v in self.met_by_run(row.metric, tolerance) if v is not None}
+    def errors_by_run(self, metric: str) -> list[float | None]:
+        """Each run's relative error on ``metric`` (None: not measured)."""
+        return [next(r.error for r in c.rows if r.metric == metric) for c in self.checks]
+
+    def _with(self, tolerance: float, wanted: Verdict) -> list[str]:
+        return [
+            row.metric
             for row in self.checks[0].rows
-        }
+            if verdict(self.errors_by_run(row.metric), tolerance) == wanted
+        ]
 
     def unsettled(self, tolerance: float) -> list[str]:
         """The figures some runs meet and others miss at ``tolerance``."""
-        return [m for m, verdicts in self._verdicts(tolerance).items() if len(verdicts) > 1]
+        return self._with(tolerance, "unsettled")
 
     def missed(self, tolerance: float) -> list[str]:
         """The figures every run that measured them misses at ``tolerance``: the
         profile's misses, which no run's movement explains."""
-        return [m for m, verdicts in self._verdicts(tolerance).items() if verdicts == {False}]
+        return self._with(tolerance, "missed")
 
 
 def _same_load(first: ProfileCheck, other: ProfileCheck, first_source: str, source: str) -> None:
@@ -137,9 +152,10 @@ def check_runs_document(runs: RunsCheck, *, tolerance: float) -> dict[str, Any]:
     doc = check_document(median, source=runs.sources[0], tolerance=tolerance)
     for row in doc["rows"]:
         metric = row["metric"]
-        per_run = [next(r for r in c.rows if r.metric == metric) for c in runs.checks]
-        row["runs_measured"] = [r.measured for r in per_run]
-        row["runs_error"] = [r.error for r in per_run]
+        row["runs_measured"] = [
+            next(r.measured for r in c.rows if r.metric == metric) for c in runs.checks
+        ]
+        row["runs_error"] = runs.errors_by_run(metric)
         row["runs_met"] = runs.met_by_run(metric, tolerance)
     doc["runs"] = [
         {

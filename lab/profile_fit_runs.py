@@ -12,9 +12,12 @@ the runs were made).
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
+
+from engine.profile_check_runs import verdict
 
 FITS = {"bench": "the clients' figures", "metrics": "`/metrics`"}
 #: (the bench's figure for load B, the check's metric for load C, the column's title)
@@ -107,7 +110,7 @@ def repeat_table(docs: list[dict[str, Any]]) -> str | None:
                     continue
                 # the second run taken as a prediction of the first, as every fit's is
                 met &= abs(errs[figure[index]]) <= columns[offset + i][2]
-                cells.append(f"{100 * errs[figure[index]]:+.0f}".replace("-", "−"))
+                cells.append(percent_cell(errs[figure[index]], math.inf))
         lines.append(f"| {number} | " + " | ".join(cells) + f" | {'yes' if met else 'no'} |")
     return "\n".join(lines)
 
@@ -122,10 +125,11 @@ def errors_again(doc: dict[str, Any], fit: str) -> list[tuple[str, float | None,
     runs = doc.get("rate_checks_runs", {}).get(f"fitted_from_{fit}")
     first_c = {r["metric"]: r for r in doc["rate_checks"][f"fitted_from_{fit}"]["rows"]}
     again_c = doc["repeat"]["load_c"]["again"]
+    columns = errors(doc, fit)
     out: list[tuple[str, float | None, float]] = []
-    for (name, _, limit), figure in zip(errors(doc, fit)[:4], FIGURES, strict=True):
+    for (name, _, limit), figure in zip(columns[:4], FIGURES, strict=True):
         out.append((name, predicted_b[figure[0]] / again_b[figure[0]] - 1.0, limit))
-    for (name, _, limit), figure in zip(errors(doc, fit)[4:], FIGURES, strict=True):
+    for (name, _, limit), figure in zip(columns[4:], FIGURES, strict=True):
         metric = figure[1]
         if runs is not None:
             error = next(r["runs_error"][1] for r in runs["rows"] if r["metric"] == metric)
@@ -175,8 +179,9 @@ def settled_table(docs: list[dict[str, Any]]) -> str | None:
 def check_runs_table(docs: list[dict[str, Any]]) -> str | None:
     """Per run that kept ``rate_checks_runs`` and per fit: ``prescaler engine check``
     on both runs of load C, every figure at the check's tolerance, read by its rule
-    (a figure fails only when missed in every run that measured it), each such
-    figure with its two errors; None when no run kept it."""
+    (``engine.profile_check_runs.verdict``: a figure fails only when missed in every
+    run that measured it), each such figure with its two errors; None when no run
+    kept it (the ``passed`` the bench wrote may be an earlier rule's)."""
     kept = [(n, doc) for n, doc in enumerate(docs, 1) if "rate_checks_runs" in doc]
     if not kept:
         return None
@@ -188,17 +193,15 @@ def check_runs_table(docs: list[dict[str, Any]]) -> str | None:
         for fit, title in FITS.items():
             check = doc["rate_checks_runs"][f"fitted_from_{fit}"]
             limit = check["tolerance"]
-            missed = []
+            missed, unsettled = [], []
             for row in check["rows"]:
                 errs = row["runs_error"]
-                if {abs(e) > limit for e in errs if e is not None} == {True}:
-                    cells = ("n/a" if e is None else percent_cell(e, 1.0) for e in errs)
+                judged = verdict(errs, limit)
+                if judged == "missed":
+                    cells = ("n/a" if e is None else percent_cell(e, math.inf) for e in errs)
                     missed.append(f"{row['metric']} ({' / '.join(cells)})")
-            unsettled = [
-                row["metric"]
-                for row in check["rows"]
-                if len({abs(e) <= limit for e in row["runs_error"] if e is not None}) > 1
-            ]
+                elif judged == "unsettled":
+                    unsettled.append(row["metric"])
             lines.append(
                 f"| {number} | {title} | {'failed' if missed else 'passed'} "
                 f"| {', '.join(missed) or '-'} | {', '.join(unsettled) or '-'} |"

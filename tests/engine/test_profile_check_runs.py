@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from engine.bench_result import BenchResultError
 from engine.check_cli import format_check, run_path, run_seed
 from engine.profile_check import check_document, check_profile
-from engine.profile_check_runs import check_runs, check_runs_document
+from engine.profile_check_runs import check_runs, check_runs_document, verdict
 from engine.profile_files import read_profile_file, write_profile_file
 from engine.profiles import get_profile
 from tests.support.cli_run import run_cli
@@ -199,3 +199,10 @@ def test_runs_on_a_server_are_each_kept(tmp_path: Path) -> None:
     second = json.loads((tmp_path / "run-run2.json").read_text())
     assert first["completed"] == second["completed"] == 8
     assert all(len(r["runs_measured"]) == 2 for r in report["rows"])
+
+
+def test_a_figure_s_verdict_reads_only_the_runs_that_measured_it() -> None:
+    assert verdict([0.1, -0.2], 0.25) == "met"
+    assert verdict([-0.3, 0.4, None], 0.25) == "missed"
+    assert verdict([0.1, -0.3], 0.25) == "unsettled"
+    assert verdict([None, None], 0.25) is None
